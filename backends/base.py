@@ -1,0 +1,232 @@
+"""The Store protocol: everything the engine needs from a storage backend.
+
+A backend is one module that implements this protocol over a real database and returns
+the shared dataclasses of :mod:`memd.types`. It knows nothing of HTTP or models: vectors
+arrive already computed (unit-length float32, ``dim`` entries), token counts arrive
+already counted. Every method that takes a ``user_id`` touches only that user's rows,
+which is what lets PostgreSQL route each call to one hash partition.
+
+Writes that belong together run inside ``with store.transaction():``; a method called
+outside one runs in its own transaction. Driver errors leave a backend as
+:class:`memd.errors.StorageError` (or a more precise memd error), never raw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, runtime_checkable
+
+from memd.types import (
+    Fact,
+    Job,
+    Memory,
+    MemoryFilter,
+    Message,
+    NewMessage,
+    Session,
+    Usage,
+)
+
+Vector = Sequence[float]
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Storage for sessions, messages, memories, facts, entities, usage and jobs."""
+
+    dim: int
+
+    # -- lifecycle -------------------------------------------------------------------
+    def close(self) -> None: ...
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """Group writes atomically; nests (inner blocks join the outer transaction)."""
+        ...
+
+    def schema_version(self) -> int: ...
+
+    # -- sessions --------------------------------------------------------------------
+    def create_session(self, session: Session) -> Session: ...
+
+    def get_session(self, user_id: str, session_id: str) -> Session | None: ...
+
+    def list_sessions(self, user_id: str, limit: int = 50) -> list[Session]: ...
+
+    def update_session(self, user_id: str, session_id: str, **changes: Any) -> None:
+        """Set plain columns (status, summary_text, summary_token_count, expires_at,
+        metadata, updated_at). Counters only move through :meth:`append_messages` and
+        :meth:`add_session_usage`."""
+        ...
+
+    def add_session_usage(
+        self, user_id: str, session_id: str, prompt_tokens: int, completion_tokens: int,
+        cost_microcents: int, now: float,
+    ) -> None: ...
+
+    def register_system_prompt(self, prompt_hash: str, text: str, token_count: int) -> None:
+        """Store a system prompt's text once under its hash (idempotent)."""
+        ...
+
+    def get_system_prompt(self, prompt_hash: str) -> str | None: ...
+
+    # -- messages (append-only) ------------------------------------------------------
+    def append_messages(
+        self, user_id: str, session_id: str, messages: Sequence[NewMessage],
+        token_counts: Sequence[int], content_hashes: Sequence[str | None], now: float,
+    ) -> list[Message]:
+        """Append messages with the next turn indexes and bump the session counters,
+        atomically. Raises NotFound if the session is not this user's."""
+        ...
+
+    def get_messages(
+        self, user_id: str, session_id: str, *, active_only: bool = False,
+        after_turn: int | None = None, limit: int | None = None, newest_first: bool = False,
+    ) -> list[Message]: ...
+
+    def get_message(self, user_id: str, message_id: str) -> Message | None: ...
+
+    def mark_compressed(
+        self, user_id: str, session_id: str, message_ids: Sequence[str], summary_id: str
+    ) -> None: ...
+
+    def set_message_embeddings(
+        self, user_id: str, items: Sequence[tuple[str, Vector]]
+    ) -> None: ...
+
+    def messages_missing_embedding(self, user_id: str, limit: int) -> list[Message]: ...
+
+    def nearest_messages(
+        self, user_id: str, vector: Vector, k: int, session_id: str | None = None
+    ) -> list[tuple[Message, float]]:
+        """The ``k`` nearest embedded messages by cosine; pairs of (message, similarity)."""
+        ...
+
+    def keyword_messages(
+        self, user_id: str, query: str, k: int, session_id: str | None = None
+    ) -> list[tuple[Message, float]]:
+        """Full-text matches; pairs of (message, relevance in [0, 1], higher is better)."""
+        ...
+
+    # -- memories --------------------------------------------------------------------
+    def insert_memory(self, memory: Memory, vector: Vector | None) -> Memory: ...
+
+    def get_memory(self, user_id: str, memory_id: str) -> Memory | None: ...
+
+    def find_memory_id(self, memory_id: str) -> tuple[str, Memory] | None:
+        """Look a memory up by id alone (CLI ``forget ID``); returns (user_id, memory)."""
+        ...
+
+    def find_by_hash(
+        self, user_id: str, workspace: str | None, content_hash: str
+    ) -> Memory | None:
+        """The active memory with this content hash in exactly this workspace."""
+        ...
+
+    def update_memory(
+        self, user_id: str, memory_id: str, vector: Vector | None = None, **changes: Any
+    ) -> Memory:
+        """Change fields of a memory (text, content_hash, token_count, tier, scope,
+        confidence, importance, is_active, is_validated, superseded_by, expires_at,
+        tags, metadata, updated_at); a new ``vector`` replaces the stored one."""
+        ...
+
+    def delete_memory(self, user_id: str, memory_id: str) -> bool:
+        """Remove a memory and every derived copy (vector, full-text row, entity links)."""
+        ...
+
+    def list_memories(
+        self, user_id: str, flt: MemoryFilter, limit: int = 100, offset: int = 0,
+        order: str = "created_at",
+    ) -> list[Memory]:
+        """Memories passing ``flt``, newest first by ``order`` (created_at,
+        updated_at, access_count, importance)."""
+        ...
+
+    def count_memories(self, user_id: str, flt: MemoryFilter) -> int: ...
+
+    def nearest_memories(
+        self, user_id: str, vector: Vector, k: int, flt: MemoryFilter
+    ) -> list[tuple[Memory, float]]:
+        """The ``k`` nearest memories passing ``flt``; pairs of (memory, cosine)."""
+        ...
+
+    def keyword_memories(
+        self, user_id: str, query: str, k: int, flt: MemoryFilter
+    ) -> list[tuple[Memory, float]]:
+        """Full-text matches passing ``flt``; (memory, relevance in [0, 1])."""
+        ...
+
+    def memories_by_entities(
+        self, user_id: str, entities: Sequence[str], k: int, flt: MemoryFilter
+    ) -> list[Memory]: ...
+
+    def get_memory_vectors(self, user_id: str, memory_ids: Sequence[str]) -> dict[str, Vector]:
+        ...
+
+    def record_access(
+        self, user_id: str, hits: Sequence[tuple[str, float]], now: float
+    ) -> None:
+        """Bump access_count, last_accessed_at and relevance_accumulator for
+        (memory_id, relevance) pairs."""
+        ...
+
+    def max_access_count(self, user_id: str) -> int: ...
+
+    def memory_users(self) -> list[str]:
+        """Every user id that owns at least one memory (for sweeps)."""
+        ...
+
+    # -- facts -----------------------------------------------------------------------
+    def get_facts(
+        self, user_id: str, workspaces: tuple[str, ...] | None = None,
+        active_only: bool = True, category: str | None = None, key: str | None = None,
+    ) -> list[Fact]: ...
+
+    def insert_fact(self, fact: Fact) -> Fact: ...
+
+    def supersede_fact(self, user_id: str, fact_id: str, by: str, now: float) -> None: ...
+
+    # -- entities --------------------------------------------------------------------
+    def link_entities(self, user_id: str, memory_id: str, entities: Sequence[str]) -> None:
+        ...
+
+    # -- usage -----------------------------------------------------------------------
+    def record_usage(self, usage: Usage) -> None: ...
+
+    def list_usage(self, user_id: str, limit: int = 100) -> list[Usage]: ...
+
+    # -- jobs (durable queue) --------------------------------------------------------
+    def enqueue_job(
+        self, kind: str, payload: dict[str, Any], user_id: str | None, now: float,
+        run_after: float | None = None,
+    ) -> str: ...
+
+    def claim_jobs(self, now: float, limit: int, lease_seconds: float = 60.0) -> list[Job]:
+        """Take up to ``limit`` due jobs; a claimed job reappears after its lease
+        expires unless completed, so a crash loses nothing."""
+        ...
+
+    def complete_job(self, job_id: str) -> None: ...
+
+    def fail_job(self, job_id: str, error: str, retry_at: float | None) -> None:
+        """Record a failure; ``retry_at=None`` parks the job as dead."""
+        ...
+
+    def pending_jobs(self) -> int: ...
+
+    # -- embedding cache (content hash -> float32 bytes) ------------------------------
+    def get_cached_embeddings(self, model: str, hashes: Sequence[str]) -> dict[str, bytes]: ...
+
+    def put_cached_embeddings(self, model: str, items: Sequence[tuple[str, bytes]]) -> None: ...
+
+    # -- bulk, for maintenance and export --------------------------------------------
+    def iter_memories(self, user_id: str | None = None) -> Iterator[Memory]: ...
+
+    def expire_memories(self, now: float) -> int:
+        """Deactivate every active memory whose expires_at has passed; returns count."""
+        ...
+
+    def expire_sessions(self, now: float) -> int: ...
+
+    def delete_session_working_memory(self, user_id: str, session_id: str) -> int: ...

@@ -1,0 +1,179 @@
+"""The ``memd`` command.
+
+Every command opens the data dir directly (SQLite in WAL mode, so it works whether or
+not a daemon has the same file open). Errors print ``error: ...`` on stderr and exit 2
+for bad input or an unknown id, 1 for anything else.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from memd.errors import InvalidInput, MemdError, NotFound
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fail(exc: MemdError) -> None:
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(2 if isinstance(exc, InvalidInput | NotFound) else 1)
+
+
+def handles_errors(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except MemdError as exc:
+            _fail(exc)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _open(ctx: click.Context) -> Any:
+    import memd
+
+    opts = ctx.obj or {}
+    return memd.open(opts.get("data_dir"), config=opts.get("config"))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="memd")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
+              envvar="MEMD_DATA_DIR", help="Where memd keeps its data (env MEMD_DATA_DIR).")
+@click.option("--config", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="MEMD_CONFIG", help="TOML config file (env MEMD_CONFIG).")
+@click.pass_context
+def main(ctx: click.Context, data_dir: Path | None, config: Path | None) -> None:
+    """memd: a local-first memory daemon for AI assistants."""
+    ctx.obj = {"data_dir": data_dir, "config": config}
+
+
+@main.command()
+@click.argument("text")
+@click.option("--user", "user_id", required=True, help="Whose memory this is.")
+@click.option("--workspace", help="Scope the memory to a workspace (project).")
+@click.option("--tier", default="L3", show_default=True, help="L0-L4 or a tier name.")
+@click.option("--scope", default="global", show_default=True,
+              type=click.Choice(["global", "local"]))
+@click.option("--session", "session_id", help="Originating session (needed for local).")
+@click.option("--tags", multiple=True, help="A tag; repeat for more (comma lists work too).")
+@click.option("--importance", type=float, default=0.5, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@handles_errors
+def add(ctx: click.Context, text: str, user_id: str, workspace: str | None, tier: str,
+        scope: str, session_id: str | None, tags: tuple[str, ...], importance: float,
+        as_json: bool) -> None:
+    """Remember TEXT for a user (deduplicated, merged with near-duplicates)."""
+    split_tags = [t for tag in tags for t in tag.split(",") if t.strip()]
+    with _open(ctx) as m:
+        result = m.add(text, user_id, workspace=workspace, tier=tier, scope=scope,
+                       session_id=session_id, tags=split_tags, importance=importance)
+    mem = result.memory
+    if as_json:
+        click.echo(json.dumps({"action": result.action, "id": mem.id, "text": mem.text,
+                               "access_count": mem.access_count,
+                               "replaced": [r.id for r in result.replaced]}))
+    else:
+        click.echo(f"{result.action} {mem.id}")
+
+
+@main.command()
+@click.argument("query")
+@click.option("--user", "user_id", required=True, help="Whose memories to search.")
+@click.option("--k", "k", type=click.IntRange(1, 1000), default=10, show_default=True,
+              help="How many hits.")
+@click.option("--workspace", help="Only this workspace and the user's global memories.")
+@click.option("--kinds", default="memory,summary,fact", show_default=True,
+              help="Comma list among memory, summary, message, fact.")
+@click.option("--json", "as_json", is_flag=True, help="Print hits as a JSON list.")
+@click.pass_context
+@handles_errors
+def search(ctx: click.Context, query: str, user_id: str, k: int, workspace: str | None,
+           kinds: str, as_json: bool) -> None:
+    """Search a user's memories (hybrid: vector, keyword, facts, entities)."""
+    with _open(ctx) as m:
+        hits = m.search(query, user_id, k=k, workspace=workspace,
+                        kinds=[x.strip() for x in kinds.split(",") if x.strip()])
+    if as_json:
+        click.echo(json.dumps([h.to_dict() for h in hits], ensure_ascii=False))
+        return
+    if not hits:
+        click.echo("no results")
+    for h in hits:
+        click.echo(f"{h.score:.3f}  {h.kind:<7} {h.id}  {h.text}")
+
+
+@main.command()
+@click.argument("memory_id")
+@click.option("--user", "user_id", help="The owner (optional in local mode).")
+@click.pass_context
+@handles_errors
+def forget(ctx: click.Context, memory_id: str, user_id: str | None) -> None:
+    """Delete a memory and every derived copy of it."""
+    with _open(ctx) as m:
+        mem = m.forget(memory_id, user_id)
+    click.echo(f"forgot {mem.id}")
+
+
+@main.command(name="list")
+@click.option("--user", "user_id", required=True)
+@click.option("--workspace")
+@click.option("--limit", type=click.IntRange(1, 10000), default=50, show_default=True)
+@click.option("--all", "include_inactive", is_flag=True,
+              help="Include superseded and inactive memories.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handles_errors
+def list_(ctx: click.Context, user_id: str, workspace: str | None, limit: int,
+          include_inactive: bool, as_json: bool) -> None:
+    """List a user's memories, newest first."""
+    with _open(ctx) as m:
+        mems = m.list(user_id, workspace=workspace, limit=limit,
+                      include_inactive=include_inactive)
+    if as_json:
+        click.echo(json.dumps([
+            {"id": x.id, "text": x.text, "tier": int(x.tier), "workspace": x.workspace,
+             "active": x.is_active, "superseded_by": x.superseded_by,
+             "access_count": x.access_count} for x in mems
+        ], ensure_ascii=False))
+        return
+    for x in mems:
+        flag = "" if x.is_active else f"  (superseded by {x.superseded_by})"
+        click.echo(f"L{int(x.tier)} {x.id}  {x.text}{flag}")
+
+
+@main.command()
+@click.pass_context
+@handles_errors
+def status(ctx: click.Context) -> None:
+    """Show where memd keeps its data and what the store holds."""
+    import memd
+
+    opts = ctx.obj or {}
+    from memd.config import load_settings
+
+    settings = load_settings(opts.get("config"), data_dir=opts.get("data_dir"))
+    click.echo(f"memd {memd.__version__}")
+    click.echo(f"data dir:  {settings.data_dir}")
+    click.echo(f"database:  {settings.db_path}")
+    click.echo(f"embedder:  {settings.embedder}")
+    if settings.db_path.exists():
+        with _open(ctx) as m:
+            click.echo(f"schema:    v{m.store.schema_version()}")
+            click.echo(f"users:     {len(m.store.memory_users())}")
+            click.echo(f"jobs:      {m.store.pending_jobs()} pending")
+    else:
+        click.echo("store:     not created yet (the first write creates it)")
+
+
+if __name__ == "__main__":
+    main()

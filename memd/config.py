@@ -1,0 +1,134 @@
+"""Typed settings in one place: named defaults, a TOML file, environment overrides.
+
+Precedence (lowest first): defaults below, the TOML config file (``MEMD_CONFIG``, else
+``config.toml`` in the user config dir), environment variables, explicit arguments.
+
+Environment: ``MEMD_DATA_DIR``, ``MEMD_CONFIG``, ``MEMD_DB`` (``sqlite`` or a path to a
+``.db`` file), ``MEMD_EMBEDDER`` (``minilm``, ``fake`` or any registered name),
+``MEMD_EMBEDDER_PATH`` (a local sentence-transformers directory), ``MEMD_USER`` (the
+default local user).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from memd.errors import InvalidInput
+
+APP = "memd"
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Weights of the multi-signal retrieval score (see memd.engine.score)."""
+
+    similarity: float = 0.45
+    keyword: float = 0.10
+    freshness: float = 0.10
+    access: float = 0.05
+    authority: float = 0.15
+    importance: float = 0.10
+    entity: float = 0.05
+    freshness_lambda: float = 0.005  # per hour, seed 000 §6.2
+
+
+# Seed 000 §6.2 and seed 003 §3.2 exactly as written; "default" rebalances seed 000 to
+# give the keyword (BM25) and entity channels a say, which hybrid retrieval needs.
+PRESETS: dict[str, Weights] = {
+    "default": Weights(),
+    "seed000": Weights(similarity=0.45, keyword=0.0, freshness=0.20, access=0.15,
+                       authority=0.20, importance=0.0, entity=0.0),
+    "seed003": Weights(similarity=0.40, keyword=0.0, freshness=0.25, access=0.10,
+                       authority=0.0, importance=0.20, entity=0.05),
+    "semantic": Weights(similarity=0.75, keyword=0.25, freshness=0.0, access=0.0,
+                        authority=0.0, importance=0.0, entity=0.0),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path = field(default_factory=lambda: Path(platformdirs.user_data_dir(APP)))
+    config_file: Path | None = None
+    db: str = "sqlite"
+    embedder: str = "minilm"
+    embedder_path: str | None = None
+    default_user: str = "local"
+    # write path
+    max_text_chars: int = 32_000
+    dedup_threshold: float = 0.92  # seed 000 §5.4
+    session_ttl_hours: float = 24.0
+    l1_ttl_hours: float = 24.0  # seed 000 §5.1: session TTL + 24 h
+    l2_ttl_days: float = 90.0
+    # retrieval
+    preset: str = "default"
+    weights: Weights = field(default_factory=Weights)
+    # compiler
+    default_context_window: int = 8192
+    default_max_response_tokens: int = 1024
+
+    @property
+    def db_path(self) -> Path:
+        if self.db in ("sqlite", ""):
+            return self.data_dir / "memd.db"
+        return Path(self.db)
+
+
+_ENV = {
+    "MEMD_DATA_DIR": "data_dir",
+    "MEMD_DB": "db",
+    "MEMD_EMBEDDER": "embedder",
+    "MEMD_EMBEDDER_PATH": "embedder_path",
+    "MEMD_USER": "default_user",
+}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    if name in ("data_dir", "config_file"):
+        return Path(value).expanduser()
+    if name == "weights":
+        if not isinstance(value, dict):
+            raise InvalidInput("config: [weights] must be a table")
+        known = {f.name for f in fields(Weights)}
+        bad = set(value) - known
+        if bad:
+            raise InvalidInput(f"config: unknown weights {sorted(bad)}")
+        return Weights(**{k: float(v) for k, v in value.items()})
+    return value
+
+
+def load_settings(config: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
+    """Settings from defaults, the config file, the environment and ``overrides``."""
+    values: dict[str, Any] = {}
+    path = config or os.environ.get("MEMD_CONFIG")
+    cfg_path = Path(path) if path else Path(platformdirs.user_config_dir(APP)) / "config.toml"
+    if cfg_path.exists():
+        try:
+            data = tomllib.loads(cfg_path.read_text("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidInput(f"config file {cfg_path}: {exc}") from exc
+        known = {f.name for f in fields(Settings)}
+        unknown = set(data) - known
+        if unknown:
+            raise InvalidInput(f"config file {cfg_path}: unknown settings {sorted(unknown)}")
+        values.update(data)
+        values["config_file"] = cfg_path
+    elif path:
+        raise InvalidInput(f"config file {cfg_path} does not exist")
+    for env, name in _ENV.items():
+        if os.environ.get(env):
+            values[name] = os.environ[env]
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    settings = Settings(**{k: _coerce(k, v) for k, v in values.items()})
+    if "weights" not in values:
+        if settings.preset not in PRESETS:
+            raise InvalidInput(
+                f"unknown preset {settings.preset!r} (known: {', '.join(sorted(PRESETS))})"
+            )
+        settings = replace(settings, weights=PRESETS[settings.preset])
+    return settings

@@ -1,0 +1,258 @@
+"""``Memd``: the engine's public face, what ``import memd`` and the CLI use.
+
+It validates every input before anything is written, owns the clock (injectable, so
+tests drive time), and wires the store, the embedder and the pure engine functions
+together. It never imports HTTP code.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from memd.backends.base import Store
+from memd.config import Settings, load_settings
+from memd.engine import validate as v
+from memd.engine.jobs import JobRunner
+from memd.engine.retrieve import KINDS, search
+from memd.engine.sessions import SessionsMixin
+from memd.engine.write import FactResult, MemoryDraft, WriteResult, ingest, upsert_fact
+from memd.errors import InvalidInput, NotFound
+from memd.models.embedder import CachedEmbedder, Embedder
+from memd.registry import embedder_class, store_class
+from memd.types import Fact, Hit, Memory, MemoryFilter, Provenance, Scope, Tier
+
+Clock = Callable[[], float]
+
+
+class Memd(SessionsMixin):
+    """A memory engine over one store. Thread-safe as far as its store is."""
+
+    def __init__(
+        self, store: Store, embedder: Embedder, settings: Settings | None = None,
+        clock: Clock = time.time,
+    ) -> None:
+        self.store = store
+        self.settings = settings or load_settings()
+        self.clock = clock
+        cache = store if hasattr(store, "get_cached_embeddings") else None
+        self.embedder = (
+            embedder if isinstance(embedder, CachedEmbedder)
+            else CachedEmbedder(embedder, cache)  # type: ignore[arg-type]
+        )
+        self.jobs = JobRunner(self)
+
+    @classmethod
+    def open(
+        cls, data_dir: str | Path | None = None, *, settings: Settings | None = None,
+        embedder: Embedder | str | None = None, clock: Clock = time.time,
+        **overrides: Any,
+    ) -> Memd:
+        """Open the store in ``data_dir`` (default: settings, ``MEMD_DATA_DIR``, the
+        platform's user data dir), creating it on first use."""
+        if settings is None:
+            settings = load_settings(
+                data_dir=Path(data_dir) if data_dir is not None else None, **overrides
+            )
+        elif data_dir is not None:
+            settings = replace(settings, data_dir=Path(data_dir))
+        if embedder is None or isinstance(embedder, str):
+            name = embedder or settings.embedder
+            cls_ = embedder_class(name)
+            embedder = cls_(settings.embedder_path) if name == "minilm" else cls_()
+        assert not isinstance(embedder, str)
+        if settings.db in ("sqlite", "") or settings.db.endswith(".db"):
+            store = store_class("sqlite")(settings.db_path, dim=embedder.dim)
+        else:
+            raise InvalidInput(f"unsupported database {settings.db!r} (this build: sqlite)")
+        return cls(store, embedder, settings, clock)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Memd:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- helpers ---------------------------------------------------------------------
+    def now(self) -> float:
+        return float(self.clock())
+
+    def _text(self, text: Any, what: str = "text") -> str:
+        return v.normalize_text(text, self.settings.max_text_chars, what)
+
+    def visible_workspaces(self, workspace: str | None) -> tuple[str, ...]:
+        """What a call scoped to ``workspace`` sees: its own memories plus the user's
+        global ones (no workspace)."""
+        return ("",) if workspace is None else ("", workspace)
+
+    # -- memories --------------------------------------------------------------------
+    def add(
+        self, text: str, user_id: str, *, workspace: str | None = None,
+        tier: Tier | int | str = Tier.SEMANTIC, scope: Scope | str = Scope.GLOBAL,
+        tags: Iterable[str] | None = None, provenance: Provenance | str = "user_stated",
+        confidence: float = 1.0, importance: float = 0.5, session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None, expires_at: float | None = None,
+        entities: Iterable[str] | None = None,
+    ) -> WriteResult:
+        """Store a memory through the full write path (dedup, merge, conflicts)."""
+        from memd.engine.extract import extract_entities
+
+        clean = self._text(text)
+        tier_ = v.check_tier(tier)
+        scope_ = v.check_scope(scope)
+        if scope_ == Scope.LOCAL and session_id is None:
+            raise InvalidInput("a local memory needs a session_id")
+        draft = MemoryDraft(
+            user_id=v.check_id(user_id, "user_id"), text=clean,
+            workspace=v.check_optional_id(workspace, "workspace"),
+            session_id=v.check_optional_id(session_id, "session_id"), tier=tier_,
+            scope=scope_, provenance=v.check_provenance(provenance),
+            confidence=v.check_unit(confidence, "confidence"),
+            importance=v.check_unit(importance, "importance"), tags=v.check_tags(tags),
+            entities=tuple(entities) if entities is not None else extract_entities(clean),
+            metadata=dict(v.check_metadata(metadata)), expires_at=expires_at,
+        )
+        if draft.session_id is not None and self.store.get_session(
+            draft.user_id, draft.session_id
+        ) is None:
+            raise NotFound(f"no session {draft.session_id!r} for user {draft.user_id!r}")
+        return ingest(self.store, self.embedder, self.settings, draft, self.now())
+
+    def get(self, memory_id: str, user_id: str) -> Memory:
+        mem = self.store.get_memory(v.check_id(user_id, "user_id"), v.check_id(memory_id, "id"))
+        if mem is None:
+            raise NotFound(f"no memory {memory_id!r} for user {user_id!r}")
+        return mem
+
+    def update(self, memory_id: str, user_id: str, **changes: Any) -> Memory:
+        """Edit a memory's text, tier, scope, tags, importance, confidence or metadata."""
+        current = self.get(memory_id, user_id)
+        allowed = {"text", "tier", "scope", "tags", "importance", "confidence", "metadata",
+                   "expires_at"}
+        bad = set(changes) - allowed
+        if bad:
+            raise InvalidInput(f"cannot change {sorted(bad)}; changeable: {sorted(allowed)}")
+        fields: dict[str, Any] = {"updated_at": self.now()}
+        vector = None
+        if "text" in changes:
+            from memd.engine.write import content_hash
+            from memd.models.tokens import count_text
+
+            text = self._text(changes["text"])
+            fields.update(text=text, content_hash=content_hash(text),
+                          token_count=count_text(text))
+            vector = self.embedder.embed([text])[0]
+        if "tier" in changes:
+            fields["tier"] = v.check_tier(changes["tier"])
+        if "scope" in changes:
+            fields["scope"] = v.check_scope(changes["scope"])
+        if "tags" in changes:
+            fields["tags"] = v.check_tags(changes["tags"])
+        for unit in ("importance", "confidence"):
+            if unit in changes:
+                fields[unit] = v.check_unit(changes[unit], unit)
+        if "metadata" in changes:
+            fields["metadata"] = v.check_metadata(changes["metadata"])
+        if "expires_at" in changes:
+            fields["expires_at"] = changes["expires_at"]
+        return self.store.update_memory(current.user_id, current.id, vector, **fields)
+
+    def forget(self, memory_id: str, user_id: str | None = None) -> Memory:
+        """Delete a memory and every derived copy (vector, full-text row, entity links,
+        cached embedding). Without ``user_id`` the id alone finds it (local CLI use)."""
+        v.check_id(memory_id, "id")
+        if user_id is None:
+            found = self.store.find_memory_id(memory_id)
+            if found is None:
+                raise NotFound(f"no memory {memory_id!r}")
+            user_id, mem = found
+        else:
+            mem = self.get(memory_id, user_id)
+        self.store.delete_memory(user_id, memory_id)
+        return mem
+
+    def list(
+        self, user_id: str, *, workspace: str | None = None, limit: int = 100,
+        offset: int = 0, include_inactive: bool = False, tier: Any = None,
+    ) -> list[Memory]:
+        flt = MemoryFilter(
+            workspaces=None if workspace is None else self.visible_workspaces(workspace),
+            tiers=None if tier is None else (v.check_tier(tier),),
+            include_inactive=include_inactive, include_superseded=include_inactive,
+            now=self.now(),
+        )
+        return self.store.list_memories(v.check_id(user_id, "user_id"), flt, limit, offset)
+
+    def search(
+        self, query: str, user_id: str, *, k: int = 10, kinds: Sequence[str] | None = None,
+        workspace: str | None = None, all_workspaces: bool | None = None,
+        tiers: Sequence[Any] | None = None, tags: Iterable[str] | None = None,
+        session_id: str | None = None, include_inactive: bool = False,
+    ) -> list[Hit]:
+        """Hybrid search over memories, summaries, messages and facts.
+
+        With no ``workspace`` the search spans all of the user's workspaces; with one,
+        it sees that workspace plus the user's global memories."""
+        q = self._text(query, "query")
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 1000:
+            raise InvalidInput(f"k must be an integer between 1 and 1000, not {k!r}")
+        kinds_ = tuple(kinds) if kinds else ("memory", "summary", "fact")
+        bad = set(kinds_) - set(KINDS)
+        if bad:
+            raise InvalidInput(f"unknown kinds {sorted(bad)}; use {', '.join(KINDS)}")
+        ws = v.check_optional_id(workspace, "workspace")
+        spans_all = all_workspaces if all_workspaces is not None else ws is None
+        flt = MemoryFilter(
+            workspaces=None if spans_all else self.visible_workspaces(ws),
+            tiers=None if tiers is None else tuple(v.check_tier(t) for t in tiers),
+            tags=v.check_tags(tags), include_inactive=include_inactive,
+            include_superseded=include_inactive, now=self.now(),
+            session_id=v.check_optional_id(session_id, "session_id"),
+        )
+        return search(
+            self.store, self.embedder, v.check_id(user_id, "user_id"), q, k, kinds_, flt,
+            self.settings.weights, self.now(), session_id=flt.session_id,
+        )
+
+    # -- facts -----------------------------------------------------------------------
+    def set_fact(
+        self, user_id: str, category: str, key: str, value: str, *,
+        workspace: str | None = None, confidence: float = 1.0, importance: float = 0.8,
+        is_correction: bool = False, source_message_id: str | None = None,
+    ) -> FactResult:
+        """Set a structured fact (one active value per category/key; confidence-gated)."""
+        for what, s in (("category", category), ("key", key)):
+            if not isinstance(s, str) or not s.strip() or len(s) > 64:
+                raise InvalidInput(f"{what} must be a non-empty string of at most 64 chars")
+        return upsert_fact(
+            self.store, v.check_id(user_id, "user_id"),
+            v.check_optional_id(workspace, "workspace"), category.strip().lower(),
+            key.strip().lower(), self._text(value, "value"),
+            v.check_unit(confidence, "confidence"), v.check_unit(importance, "importance"),
+            self.now(), is_correction=is_correction, source_message_id=source_message_id,
+        )
+
+    def facts(
+        self, user_id: str, *, workspace: str | None = None, include_history: bool = False
+    ) -> list[Fact]:
+        return self.store.get_facts(
+            v.check_id(user_id, "user_id"),
+            workspaces=None if workspace is None else self.visible_workspaces(workspace),
+            active_only=not include_history,
+        )
+
+    # -- jobs ------------------------------------------------------------------------
+    def run_jobs(self, limit: int = 1000) -> int:
+        """Run due background jobs (embedding backfill, extraction ingest, access stats)
+        now; the daemon does this continuously. Returns how many ran."""
+        return self.jobs.run_due(limit)
+
+    def new_id(self) -> str:
+        return uuid.uuid4().hex

@@ -1,0 +1,202 @@
+"""Hybrid retrieval: candidates from several channels, fused and scored.
+
+Channels (seed 000 §6.4 phase 3, seed 003 §3.3–3.4, seed 004 flow 3):
+
+- vector KNN over the user's memories (sqlite-vec / pgvector), top ``knn_k``;
+- keyword search (FTS5 BM25 / tsvector), top ``keyword_k``;
+- the user's most accessed global memories, top ``frequent_k``;
+- memories linked to the entities named in the query;
+- deterministic facts (all active facts of the user, seed 004 stage 1);
+- messages and summaries, by vector and keyword, when the caller asks for them.
+
+Every memory candidate gets its true cosine with the query (vectors are fetched for
+candidates found by other channels), then the multi-signal score of
+:mod:`memd.engine.score`. Results are ordered by score, then id, so equal inputs give
+equal output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from memd.backends.base import Store
+from memd.config import Weights
+from memd.engine.extract import extract_entities
+from memd.engine.score import Signals, score
+from memd.models.embedder import CachedEmbedder
+from memd.types import Fact, Hit, Memory, MemoryFilter, Message, Provenance, Scope
+
+KINDS = ("memory", "summary", "message", "fact")
+
+
+@dataclass(frozen=True, slots=True)
+class Channels:
+    knn_k: int = 50
+    keyword_k: int = 20
+    frequent_k: int = 20
+    entity_k: int = 20
+    message_k: int = 20
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredMemory:
+    memory: Memory
+    score: float
+    breakdown: dict[str, float]
+    similarity: float
+
+
+def _hours(now: float, then: float | None) -> float:
+    return max(0.0, (now - (then or now)) / 3600.0)
+
+
+def score_memories(
+    store: Store, user_id: str, query: str, qvec: np.ndarray, flt: MemoryFilter,
+    weights: Weights, now: float, channels: Channels = Channels(),
+) -> list[ScoredMemory]:
+    """Memory and summary candidates for ``query``, scored, best first."""
+    found: dict[str, Memory] = {}
+    sims: dict[str, float] = {}
+    keyword: dict[str, float] = {}
+    for mem, sim in store.nearest_memories(user_id, qvec, channels.knn_k, flt):
+        found[mem.id], sims[mem.id] = mem, sim
+    for mem, rel in store.keyword_memories(user_id, query, channels.keyword_k, flt):
+        found.setdefault(mem.id, mem)
+        keyword[mem.id] = rel
+    frequent = store.list_memories(
+        user_id, _with_scope(flt, Scope.GLOBAL), limit=channels.frequent_k, order="access_count"
+    )
+    for mem in frequent:
+        found.setdefault(mem.id, mem)
+    entities = extract_entities(query)
+    entity_hits = set()
+    if entities:
+        for mem in store.memories_by_entities(user_id, entities, channels.entity_k, flt):
+            found.setdefault(mem.id, mem)
+            entity_hits.add(mem.id)
+    missing = [mid for mid in found if mid not in sims]
+    if missing:
+        for mid, vec in store.get_memory_vectors(user_id, missing).items():
+            sims[mid] = float(np.dot(qvec, np.asarray(vec, dtype=np.float32)))
+    query_entities = set(entities)
+    max_access = max((m.access_count for m in found.values()), default=0)
+    out = []
+    for mid, mem in found.items():
+        total, parts = score(
+            Signals(
+                similarity=sims.get(mid, 0.0), keyword=keyword.get(mid, 0.0),
+                hours_since_access=_hours(now, mem.last_accessed_at or mem.created_at),
+                access_count=mem.access_count, max_access_count=max_access,
+                confidence=mem.confidence, provenance=mem.provenance,
+                importance=mem.importance,
+                entity_match=mid in entity_hits or bool(query_entities & set(mem.entities)),
+            ),
+            weights,
+        )
+        out.append(ScoredMemory(mem, total, parts, sims.get(mid, 0.0)))
+    out.sort(key=lambda s: (-s.score, s.memory.id))
+    return out
+
+
+def _with_scope(flt: MemoryFilter, scope: Scope) -> MemoryFilter:
+    from dataclasses import replace
+
+    return replace(flt, scope=scope)
+
+
+def score_messages(
+    store: Store, user_id: str, query: str, qvec: np.ndarray, weights: Weights, now: float,
+    k: int, session_id: str | None = None,
+) -> list[tuple[Message, float, dict[str, float]]]:
+    """Messages for ``query``: vector and keyword channels, scored with the same formula
+    (messages have no access history or provenance: neutral authority and importance)."""
+    found: dict[str, Message] = {}
+    sims: dict[str, float] = {}
+    keyword: dict[str, float] = {}
+    for msg, sim in store.nearest_messages(user_id, qvec, k, session_id):
+        found[msg.id], sims[msg.id] = msg, sim
+    for msg, rel in store.keyword_messages(user_id, query, k, session_id):
+        found.setdefault(msg.id, msg)
+        keyword[msg.id] = rel
+    out = []
+    for mid, msg in found.items():
+        total, parts = score(
+            Signals(
+                similarity=sims.get(mid, 0.0), keyword=keyword.get(mid, 0.0),
+                hours_since_access=_hours(now, msg.created_at), confidence=0.5,
+                provenance=Provenance.SYSTEM_INFERRED, importance=0.3,
+            ),
+            weights,
+        )
+        out.append((msg, total, parts))
+    out.sort(key=lambda t: (-t[1], t[0].id))
+    return out
+
+
+def score_facts(
+    facts: Sequence[Fact], query: str, qvec: np.ndarray, embedder: CachedEmbedder,
+    weights: Weights, now: float,
+) -> list[tuple[Fact, float, dict[str, float]]]:
+    """Facts scored against the query (fact texts are embedded once, then cached)."""
+    if not facts:
+        return []
+    vecs = embedder.embed([f.text for f in facts])
+    words = {w for w in query.lower().split() if len(w) > 2}
+    out = []
+    for fact, vec in zip(facts, vecs, strict=True):
+        text = fact.text.lower()
+        overlap = sum(1 for w in words if w in text) / max(len(words), 1)
+        total, parts = score(
+            Signals(
+                similarity=float(np.dot(qvec, vec)), keyword=min(overlap, 1.0),
+                hours_since_access=_hours(now, fact.updated_at), confidence=fact.confidence,
+                provenance=Provenance.USER_STATED, importance=fact.importance,
+            ),
+            weights,
+        )
+        out.append((fact, total, parts))
+    out.sort(key=lambda t: (-t[1], t[0].id))
+    return out
+
+
+def search(
+    store: Store, embedder: CachedEmbedder, user_id: str, query: str, k: int,
+    kinds: Sequence[str], flt: MemoryFilter, weights: Weights, now: float,
+    session_id: str | None = None,
+) -> list[Hit]:
+    """Search memories, summaries, messages and facts; the best ``k`` hits overall."""
+    qvec = embedder.embed_query(query)
+    hits: list[Hit] = []
+    if "memory" in kinds or "summary" in kinds:
+        for s in score_memories(store, user_id, query, qvec, flt, weights, now):
+            if s.memory.kind in kinds:
+                m = s.memory
+                hits.append(Hit(
+                    kind=m.kind, id=m.id, text=m.text, score=s.score, breakdown=s.breakdown,
+                    session_id=m.session_id, workspace=m.workspace, token_count=m.token_count,
+                    created_at=m.created_at,
+                    metadata={**m.metadata, "tier": int(m.tier), "tags": list(m.tags)},
+                ))
+    if "message" in kinds:
+        for msg, total, parts in score_messages(
+            store, user_id, query, qvec, weights, now, max(k, 10), session_id
+        ):
+            hits.append(Hit(
+                kind="message", id=msg.id, text=msg.content or "", score=total,
+                breakdown=parts, session_id=msg.session_id, token_count=msg.token_count,
+                created_at=msg.created_at, metadata={**msg.metadata, "role": msg.role},
+            ))
+    if "fact" in kinds:
+        facts = store.get_facts(user_id, workspaces=flt.workspaces)
+        for fact, total, parts in score_facts(facts, query, qvec, embedder, weights, now):
+            hits.append(Hit(
+                kind="fact", id=fact.id, text=fact.text, score=total, breakdown=parts,
+                workspace=fact.workspace, created_at=fact.created_at,
+                metadata={**fact.metadata, "category": fact.category, "key": fact.key,
+                          "value": fact.value},
+            ))
+    hits.sort(key=lambda h: (-h.score, h.kind, h.id))
+    return hits[:k]

@@ -1,0 +1,274 @@
+"""Sessions, the append-only message log and context compilation, as ``Memd`` methods.
+
+The synchronous part of appending a turn is cheap and model-free (seed 000 §7.1, seed 003
+§4.2): validate, count tokens, store the messages, run the rules-based extractor on each
+user message and store its facts, all in one transaction. Embedding the messages and
+ingesting the extracted memories (which needs an embedding for dedup) are durable jobs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from memd.engine import validate as v
+from memd.engine.compile import Candidate, CompileInput, compile_context
+from memd.engine.extract import extract
+from memd.engine.retrieve import score_memories
+from memd.engine.write import fact_tag
+from memd.errors import InvalidInput, NotFound
+from memd.models.tokens import count_text, message_tokens
+from memd.types import Context, MemoryFilter, Message, NewMessage, Session
+
+if TYPE_CHECKING:
+    from memd.engine.memory import Memd
+
+MAX_MESSAGES_PER_CALL = 1000
+HISTORY_FETCH_LIMIT = 2000
+FACT_MIN_IMPORTANCE = 0.5  # seed 004 stage 1
+
+
+def _message(raw: Any, max_chars: int) -> NewMessage:
+    if isinstance(raw, NewMessage):
+        raw = asdict(raw)
+    if not isinstance(raw, Mapping):
+        raise InvalidInput("each message must be an object with a role")
+    role = v.check_role(raw.get("role"))
+    content = raw.get("content")
+    metadata = dict(v.check_metadata(raw.get("metadata")))
+    if isinstance(content, list):  # multimodal parts: keep them, index their text
+        if not all(isinstance(p, Mapping) for p in content):
+            raise InvalidInput("content parts must be objects")
+        metadata["content_parts"] = content
+        content = "\n".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
+    if content is not None and not isinstance(content, str):
+        raise InvalidInput(f"content must be a string, a list of parts or null, not "
+                           f"{type(content).__name__}")
+    if content is not None and len(content) > max_chars:
+        raise InvalidInput(f"message content is too long: {len(content)} characters "
+                           f"(limit {max_chars})")
+    tool_calls = raw.get("tool_calls")
+    if tool_calls is not None and (
+        not isinstance(tool_calls, list) or not all(isinstance(t, Mapping) for t in tool_calls)
+    ):
+        raise InvalidInput("tool_calls must be a list of objects")
+    if role == "tool" and not isinstance(raw.get("tool_call_id"), str):
+        raise InvalidInput("a tool message needs a tool_call_id")
+    if content is None and not tool_calls and role != "assistant":
+        raise InvalidInput(f"a {role} message needs content")
+    name = raw.get("name")
+    if name is not None and not isinstance(name, str):
+        raise InvalidInput("name must be a string")
+    return NewMessage(
+        role=role, content=content, name=name, tool_calls=tool_calls,
+        tool_call_id=raw.get("tool_call_id"), metadata=metadata, model=raw.get("model"),
+        finish_reason=raw.get("finish_reason"), prompt_tokens=raw.get("prompt_tokens"),
+        completion_tokens=raw.get("completion_tokens"), latency_ms=raw.get("latency_ms"),
+    )
+
+
+class SessionsMixin:
+    """Session, message and context methods of :class:`memd.engine.memory.Memd`."""
+
+    def create_session(
+        self: Memd, user_id: str, *, workspace: str | None = None, model: str | None = None,
+        context_window: int | None = None, max_response_tokens: int | None = None,
+        system_prompt: str | None = None, metadata: Mapping[str, Any] | None = None,
+        parent_session_id: str | None = None, session_id: str | None = None,
+    ) -> Session:
+        """Start a session; its system prompt is registered once under its hash."""
+        now = self.now()
+        uid = v.check_id(user_id, "user_id")
+        for what, n in (("context_window", context_window),
+                        ("max_response_tokens", max_response_tokens)):
+            if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
+                raise InvalidInput(f"{what} must be a non-negative integer")
+        prompt_hash, prompt_tokens = None, 0
+        with self.store.transaction():
+            if system_prompt is not None:
+                text = v.normalize_text(system_prompt, 10 * self.settings.max_text_chars,
+                                        "system_prompt")
+                prompt_hash = hashlib.sha256(text.encode()).hexdigest()
+                prompt_tokens = message_tokens({"role": "system", "content": text}, model)
+                self.store.register_system_prompt(prompt_hash, text, prompt_tokens)
+            session = Session(
+                id=v.check_id(session_id, "session_id") if session_id else self.new_id(),
+                user_id=uid, workspace=v.check_optional_id(workspace, "workspace"),
+                created_at=now, updated_at=now,
+                expires_at=now + self.settings.session_ttl_hours * 3600, model=model,
+                context_window=context_window or self.settings.default_context_window,
+                system_prompt_hash=prompt_hash, system_prompt_tokens=prompt_tokens,
+                max_response_tokens=max_response_tokens
+                if max_response_tokens is not None
+                else self.settings.default_max_response_tokens,
+                parent_session_id=v.check_optional_id(parent_session_id, "parent_session_id"),
+                metadata=dict(v.check_metadata(metadata)),
+            )
+            return self.store.create_session(session)
+
+    def session(self: Memd, session_id: str, user_id: str) -> Session:
+        found = self.store.get_session(v.check_id(user_id, "user_id"),
+                                       v.check_id(session_id, "session_id"))
+        if found is None:
+            raise NotFound(f"no session {session_id!r} for user {user_id!r}")
+        return found
+
+    def append(
+        self: Memd, session_id: str, user_id: str, messages: Sequence[Any]
+    ) -> list[Message]:
+        """Append messages to a session (OpenAI dicts or NewMessage), atomically."""
+        session = self.session(session_id, user_id)
+        if isinstance(messages, Mapping | str) or not 1 <= len(messages) <= MAX_MESSAGES_PER_CALL:
+            raise InvalidInput(f"messages must be a list of 1-{MAX_MESSAGES_PER_CALL} messages")
+        news = [_message(m, self.settings.max_text_chars) for m in messages]
+        counts = [message_tokens(_as_dict(m), session.model) for m in news]
+        hashes = [
+            hashlib.sha256(m.content.encode("utf-8")).hexdigest() if m.content else None
+            for m in news
+        ]
+        now = self.now()
+        with self.store.transaction():
+            stored = self.store.append_messages(
+                session.user_id, session.id, news, counts, hashes, now
+            )
+            for msg in stored:
+                if msg.role == "user" and msg.content:
+                    self._extract_inline(session, msg, now)
+            embed_ids = [m.id for m in stored if m.content]
+            if embed_ids:
+                self.store.enqueue_job(
+                    "embed_messages", {"ids": embed_ids}, session.user_id, now
+                )
+        return stored
+
+    def _extract_inline(self: Memd, session: Session, msg: Message, now: float) -> None:
+        for ex in extract(msg.content or ""):
+            accepted = None
+            tags: tuple[str, ...] = ("extracted",)
+            if ex.fact is not None:
+                f = ex.fact
+                result = self.set_fact(
+                    session.user_id, f.category, f.key, f.value, workspace=session.workspace,
+                    confidence=f.confidence, importance=ex.importance,
+                    is_correction=ex.is_correction, source_message_id=msg.id,
+                )
+                accepted = result.action in ("inserted", "updated", "unchanged")
+                tags += (fact_tag(f.category, f.key),)
+            self.store.enqueue_job("ingest", {
+                "user_id": session.user_id, "text": ex.text, "workspace": session.workspace,
+                "session_id": session.id, "tier": int(ex.tier),
+                "provenance": int(ex.provenance), "message_id": msg.id,
+                "confidence": ex.confidence, "importance": ex.importance, "tags": list(tags),
+                "entities": list(ex.entities), "fact_accepted": accepted,
+            }, session.user_id, now)
+
+    def messages(
+        self: Memd, session_id: str, user_id: str, *, active_only: bool = False
+    ) -> list[Message]:
+        session = self.session(session_id, user_id)
+        return self.store.get_messages(session.user_id, session.id, active_only=active_only)
+
+    def context(
+        self: Memd, user_id: str, *, session_id: str | None = None,
+        messages: Sequence[Any] | None = None, workspace: str | None = None,
+        query: str | None = None, context_window: int | None = None,
+        max_response_tokens: int | None = None, tool_tokens: int = 0,
+        model: str | None = None, task_type: str | None = None,
+    ) -> Context:
+        """Compile a token-budgeted OpenAI message list for the next call.
+
+        History is the session's stored active messages (then ``messages``, if given,
+        as not-yet-stored turns); the client's system messages come first, unchanged;
+        memory is retrieved for ``query`` (default: the last user message)."""
+        uid = v.check_id(user_id, "user_id")
+        session = self.session(session_id, uid) if session_id else None
+        ws = v.check_optional_id(workspace, "workspace")
+        if session is not None and ws is None:
+            ws = session.workspace
+        model = model or (session.model if session else None)
+        history: list[Message] = []
+        if session is not None:
+            history = self.store.get_messages(
+                uid, session.id, active_only=True, newest_first=True, limit=HISTORY_FETCH_LIMIT
+            )[::-1]
+        system: list[dict[str, Any]] = []
+        if session is not None and session.system_prompt_hash:
+            text = self.store.get_system_prompt(session.system_prompt_hash)
+            if text:
+                system.append({"role": "system", "content": text})
+        for i, raw in enumerate(messages or ()):
+            new = _message(raw, self.settings.max_text_chars)
+            if new.role in ("system", "developer"):
+                system.append(_as_dict(new))
+                continue
+            history.append(_transient(new, uid, session, len(history) + i, model))
+        if query is None:
+            query = next((m.content for m in reversed(history)
+                          if m.role == "user" and m.content), None)
+        now = self.now()
+        visible = self.visible_workspaces(ws)
+        facts = [
+            f for f in self.store.get_facts(uid, workspaces=visible)
+            if f.importance >= FACT_MIN_IMPORTANCE
+        ]
+        fact_tags = {fact_tag(f.category, f.key) for f in facts}
+        fact_cands = [
+            Candidate("fact", f.id, f.text, count_text(f.text), f.importance * f.confidence)
+            for f in facts
+        ]
+        mem_cands: list[Candidate] = []
+        if query:
+            qvec = self.embedder.embed_query(query)
+            flt = MemoryFilter(workspaces=visible, now=now,
+                               session_id=session.id if session else None)
+            scored = score_memories(self.store, uid, query, qvec, flt,
+                                    self.settings.weights, now)
+            mem_cands = [
+                Candidate(s.memory.kind, s.memory.id, s.memory.text, s.memory.token_count,
+                          s.score)
+                for s in scored if not fact_tags.intersection(s.memory.tags)
+            ]
+        ctx = compile_context(CompileInput(
+            system=system, history=history, facts=fact_cands, memories=mem_cands,
+            context_window=context_window or (session.context_window if session
+                                              else self.settings.default_context_window),
+            max_response_tokens=max_response_tokens
+            if max_response_tokens is not None
+            else (session.max_response_tokens if session
+                  else self.settings.default_max_response_tokens),
+            tool_tokens=tool_tokens,
+            session_summary=session.summary_text if session else None,
+            session_summary_tokens=session.summary_token_count if session else 0,
+            task_type=task_type, model=model,
+        ))
+        used = [(i.id, i.score or 0.0) for i in ctx.report.items if i.section == "memory"]
+        if used:  # access stats off the critical path (seed 000 §6.4 phase 5)
+            self.store.enqueue_job("access", {"hits": used}, uid, now)
+        return ctx
+
+
+def _as_dict(m: NewMessage) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.name is not None:
+        out["name"] = m.name
+    if m.tool_calls:
+        out["tool_calls"] = m.tool_calls
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    return out
+
+
+def _transient(
+    m: NewMessage, user_id: str, session: Session | None, turn: int, model: str | None
+) -> Message:
+    """A not-yet-stored message in Message form, so the compiler treats it like history."""
+    body = _as_dict(m)
+    return Message(
+        id=f"pending-{turn}", session_id=session.id if session else "", user_id=user_id,
+        turn_index=10**9 + turn, role=m.role, content=m.content,
+        token_count=message_tokens(body, model), created_at=0.0, name=m.name,
+        tool_calls=m.tool_calls, tool_call_id=m.tool_call_id,
+        metadata={"pending": True},
+    )

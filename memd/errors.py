@@ -1,0 +1,45 @@
+"""memd's exception tree. Driver errors are translated into these at the backend edge.
+
+    MemdError
+    ├── InvalidInput        bad input from a caller: empty or oversized text, bad id, bad role
+    ├── NotFound            an id that does not exist for this user
+    ├── Conflict            a write that contradicts stored state (e.g. a duplicate id)
+    ├── StorageError        the store failed (locked, corrupt, disk full, driver error)
+    │   └── MigrationError  a schema migration failed or the schema is newer than this code
+    └── ModelError          an embedder or tokenizer could not be loaded or run
+
+The HTTP layer maps InvalidInput to 400/422, NotFound to 404, Conflict to 409; the CLI
+prints the message and exits 2 (bad input) or 1 (other failures).
+"""
+
+from __future__ import annotations
+
+
+class MemdError(Exception):
+    """Base class of every error memd raises on purpose."""
+
+    type: str = "memd_error"
+
+
+class InvalidInput(MemdError, ValueError):
+    type = "invalid_request_error"
+
+
+class NotFound(MemdError, LookupError):
+    type = "not_found_error"
+
+
+class Conflict(MemdError):
+    type = "conflict_error"
+
+
+class StorageError(MemdError):
+    type = "storage_error"
+
+
+class MigrationError(StorageError):
+    type = "migration_error"
+
+
+class ModelError(MemdError):
+    type = "model_error"

@@ -1,0 +1,39 @@
+"""The one registry of pluggable parts: entry points.
+
+Built-in stores and embedders are declared in pyproject.toml under the
+``memd.stores`` and ``memd.embedders`` entry point groups, exactly as an external
+package would declare its own; nothing here lists names by hand.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Any
+
+from memd.errors import InvalidInput
+
+
+@cache
+def _group(group: str) -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=group)}
+
+
+def names(group: str) -> list[str]:
+    return sorted(_group(group))
+
+
+def load(group: str, name: str) -> Any:
+    eps = _group(group)
+    if name not in eps:
+        known = ", ".join(sorted(eps)) or "none"
+        raise InvalidInput(f"unknown {group.split('.')[-1][:-1]} {name!r} (known: {known})")
+    return eps[name].load()
+
+
+def store_class(name: str) -> Any:
+    return load("memd.stores", name)
+
+
+def embedder_class(name: str) -> Any:
+    return load("memd.embedders", name)

@@ -1,0 +1,303 @@
+"""Shared dataclasses: what every backend returns and every layer passes around.
+
+Timestamps are float seconds since the epoch (UTC); a backend converts at its edge
+(PostgreSQL stores TIMESTAMPTZ). ``workspace`` is ``None`` for a memory that belongs to
+the user everywhere (global), or a workspace name for one project.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Tier(enum.IntEnum):
+    """Memory tiers of seed 000 §5.1."""
+
+    WORKING = 0  # L0: ephemeral, never durable-critical
+    SESSION = 1  # L1: extracted in a session, short TTL
+    EPISODIC = 2  # L2: promoted or summaries of compacted history
+    SEMANTIC = 3  # L3: durable knowledge, user statements
+    PROCEDURAL = 4  # L4: behaviour, instructions
+
+
+class Scope(enum.IntEnum):
+    LOCAL = 0  # bound to its session
+    GLOBAL = 1  # the user's, across sessions
+
+
+class Provenance(enum.IntEnum):
+    """How a memory came to be (seed 000 §2.2), plus SUMMARY for episodic summaries."""
+
+    USER_STATED = 0
+    SYSTEM_INFERRED = 1
+    CORRECTION = 2
+    PREFERENCE = 3
+    FACT = 4
+    INSTRUCTION = 5
+    TOOL_OUTPUT = 6
+    SUMMARY = 7
+
+
+class SessionStatus(enum.IntEnum):
+    ACTIVE = 1
+    PAUSED = 2
+    CLOSED = 3
+    EXPIRED = 4
+
+
+ROLES = ("system", "user", "assistant", "tool", "function", "developer")
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    id: str
+    user_id: str
+    workspace: str | None
+    created_at: float
+    updated_at: float
+    expires_at: float | None = None
+    status: SessionStatus = SessionStatus.ACTIVE
+    model: str | None = None
+    context_window: int = 8192
+    system_prompt_hash: str | None = None
+    system_prompt_tokens: int = 0
+    max_response_tokens: int = 1024
+    turn_count: int = 0
+    total_prompt_tokens: int = 0
+    total_completion_tokens: int = 0
+    total_cost_microcents: int = 0
+    summary_text: str | None = None
+    summary_token_count: int = 0
+    parent_session_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message as a client sends it, before it is stored."""
+
+    role: str
+    content: str | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A stored message (conversation_history, seed 000 §2.3): append-only."""
+
+    id: str
+    session_id: str
+    user_id: str
+    turn_index: int
+    role: str
+    content: str | None
+    token_count: int
+    created_at: float
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    content_hash: str | None = None
+    model: str | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_ms: int | None = None
+    is_compressed: bool = False
+    compressed_summary_id: str | None = None
+    is_pruned: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_openai(self) -> dict[str, Any]:
+        """The message as an OpenAI ``ChatCompletionMessageParam`` dict."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.name is not None:
+            out["name"] = self.name
+        if self.tool_calls:
+            out["tool_calls"] = self.tool_calls
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """A long-term memory (memory_store, seed 000 §2.2)."""
+
+    id: str
+    user_id: str
+    text: str
+    content_hash: str
+    token_count: int
+    created_at: float
+    updated_at: float
+    workspace: str | None = None
+    session_id: str | None = None
+    tier: Tier = Tier.SEMANTIC
+    scope: Scope = Scope.GLOBAL
+    provenance: Provenance = Provenance.USER_STATED
+    provenance_message_id: str | None = None
+    confidence: float = 0.5
+    importance: float = 0.5
+    relevance_accumulator: float = 0.0
+    access_count: int = 0
+    last_accessed_at: float | None = None
+    expires_at: float | None = None
+    is_active: bool = True
+    is_validated: bool = False
+    superseded_by: str | None = None
+    tags: tuple[str, ...] = ()
+    entities: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        """``summary`` for an episodic summary of compacted history, else ``memory``."""
+        return "summary" if self.provenance == Provenance.SUMMARY else "memory"
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """A structured fact (seed 004): one active value per user+workspace+category+key."""
+
+    id: str
+    user_id: str
+    category: str
+    key: str
+    value: str
+    confidence: float
+    importance: float
+    created_at: float
+    updated_at: float
+    workspace: str | None = None
+    is_active: bool = True
+    superseded_by: str | None = None
+    source_message_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return f"{self.key}: {self.value}"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFilter:
+    """Which memories a query may see. ``workspaces=None`` means any workspace;
+    ``""`` in the tuple stands for the user's global (workspace-less) memories."""
+
+    workspaces: tuple[str, ...] | None = None
+    tiers: tuple[Tier, ...] | None = None
+    scope: Scope | None = None
+    session_id: str | None = None  # LOCAL memories of other sessions are hidden
+    tags: tuple[str, ...] = ()
+    include_inactive: bool = False
+    include_superseded: bool = False
+    include_expired: bool = False
+    now: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One search result: a memory, message, summary or fact, with its score breakdown."""
+
+    kind: str
+    id: str
+    text: str
+    score: float
+    breakdown: dict[str, float]
+    session_id: str | None = None
+    workspace: str | None = None
+    token_count: int = 0
+    created_at: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "id": self.id,
+            "text": self.text,
+            "score": round(self.score, 6),
+            "breakdown": {k: round(v, 6) for k, v in self.breakdown.items()},
+            "session_id": self.session_id,
+            "workspace": self.workspace,
+            "token_count": self.token_count,
+            "created_at": self.created_at,
+            "metadata": self.metadata,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReportItem:
+    section: str  # "fact", "memory", "summary", "history"
+    kind: str
+    id: str
+    tokens: int
+    score: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextReport:
+    """What the compiler put in a context, and why (seed 000 §6)."""
+
+    task_type: str
+    budget: dict[str, int]
+    tokens: dict[str, int]
+    items: list[ReportItem]
+    history_cut: bool
+    total_tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task_type": self.task_type,
+            "budget": dict(self.budget),
+            "tokens": dict(self.tokens),
+            "history_cut": self.history_cut,
+            "total_tokens": self.total_tokens,
+            "items": [
+                {"section": i.section, "kind": i.kind, "id": i.id, "tokens": i.tokens,
+                 "score": None if i.score is None else round(i.score, 6)}
+                for i in self.items
+            ],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    messages: list[dict[str, Any]]
+    report: ContextReport
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    kind: str
+    payload: dict[str, Any]
+    user_id: str | None
+    attempts: int
+    run_after: float
+    created_at: float
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    id: str
+    user_id: str
+    created_at: float
+    session_id: str | None = None
+    workspace: str | None = None
+    model: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_microcents: int = 0
+    latency_ms: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)

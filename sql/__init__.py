@@ -1,0 +1,1 @@
+"""SQL schema and migrations, one folder per dialect (``sqlite/``, ``postgres/``)."""

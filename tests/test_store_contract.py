@@ -1,0 +1,335 @@
+"""The Store protocol's contract, run against every backend on a real database.
+
+A new backend joins by adding its name to ``BACKENDS`` and a branch in ``make_store``;
+every test here then runs against it too.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memd.backends.base import Store
+from memd.errors import Conflict, MigrationError, NotFound
+from memd.types import (
+    Fact,
+    Memory,
+    MemoryFilter,
+    NewMessage,
+    Provenance,
+    Scope,
+    Session,
+    Tier,
+    Usage,
+)
+
+DIM = 8
+BACKENDS = ["sqlite"]
+
+
+def make_store(kind: str, tmp_path: Path) -> Store:
+    if kind == "sqlite":
+        from memd.backends.sqlite import SQLiteStore
+
+        return SQLiteStore(tmp_path / "contract.db", dim=DIM)
+    raise AssertionError(kind)
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    s = make_store(request.param, tmp_path)
+    yield s
+    s.close()
+
+
+def vec(*hot: int) -> np.ndarray:
+    v = np.zeros(DIM, dtype=np.float32)
+    for i in hot:
+        v[i] = 1.0
+    return v / np.linalg.norm(v)
+
+
+def session(user: str = "alice", sid: str | None = None, **kw: object) -> Session:
+    return Session(id=sid or uuid.uuid4().hex, user_id=user, workspace=None, created_at=1.0,
+                   updated_at=1.0, **kw)  # type: ignore[arg-type]
+
+
+def memory(text: str, user: str = "alice", **kw: object) -> Memory:
+    fields: dict[str, object] = dict(
+        id=uuid.uuid4().hex, user_id=user, text=text, content_hash=uuid.uuid4().hex,
+        token_count=len(text.split()), created_at=10.0, updated_at=10.0,
+    )
+    fields.update(kw)
+    return Memory(**fields)  # type: ignore[arg-type]
+
+
+def test_is_a_store(store: Store) -> None:
+    assert isinstance(store, Store)
+    assert store.schema_version() >= 2
+
+
+def test_migrations_are_recorded_once(tmp_path: Path) -> None:
+    from memd.backends.sqlite import SQLiteStore
+
+    s = SQLiteStore(tmp_path / "m.db", dim=DIM)
+    s.insert_memory(memory("kept across reopen"), vec(0))
+    s.close()
+    s = SQLiteStore(tmp_path / "m.db", dim=DIM)
+    assert s.get_memory("alice", s.list_memories("alice", MemoryFilter())[0].id) is not None
+    assert s.schema_version() == 2
+    s.close()
+    with pytest.raises(MigrationError, match="8-dim"):
+        SQLiteStore(tmp_path / "m.db", dim=16)
+
+
+# -- sessions and messages ----------------------------------------------------------
+def test_sessions_belong_to_their_user(store: Store) -> None:
+    s = store.create_session(session("alice", model="gpt-4", context_window=4096))
+    got = store.get_session("alice", s.id)
+    assert got is not None and got.model == "gpt-4" and got.context_window == 4096
+    assert store.get_session("bob", s.id) is None
+    assert [x.id for x in store.list_sessions("alice")] == [s.id]
+    store.update_session("alice", s.id, summary_text="so far", summary_token_count=3)
+    assert store.get_session("alice", s.id).summary_text == "so far"  # type: ignore[union-attr]
+    with pytest.raises(NotFound):
+        store.update_session("bob", s.id, summary_text="x")
+
+
+def test_append_assigns_monotonic_turns_and_counts(store: Store) -> None:
+    s = store.create_session(session())
+    a = store.append_messages("alice", s.id, [NewMessage("user", "hi"),
+                                              NewMessage("assistant", "hello")],
+                              [5, 6], ["h1", "h2"], now=20.0)
+    b = store.append_messages("alice", s.id, [NewMessage("user", "again")], [4], [None], 21.0)
+    assert [m.turn_index for m in a + b] == [1, 2, 3]
+    assert store.get_session("alice", s.id).turn_count == 3  # type: ignore[union-attr]
+    got = store.get_messages("alice", s.id)
+    assert [m.content for m in got] == ["hi", "hello", "again"]
+    assert [m.token_count for m in got] == [5, 6, 4]
+    newest = store.get_messages("alice", s.id, newest_first=True, limit=2)
+    assert [m.content for m in newest] == ["again", "hello"]
+    assert store.get_messages("bob", s.id) == []
+
+
+def test_append_is_atomic_and_checks_owner(store: Store) -> None:
+    s = store.create_session(session())
+    with pytest.raises(NotFound):
+        store.append_messages("bob", s.id, [NewMessage("user", "x")], [1], [None], 1.0)
+    with pytest.raises(ValueError):  # counts don't match: nothing may be written
+        store.append_messages("alice", s.id, [NewMessage("user", "a"),
+                                              NewMessage("user", "b")], [1], [None], 1.0)
+    assert store.get_messages("alice", s.id) == []
+    assert store.get_session("alice", s.id).turn_count == 0  # type: ignore[union-attr]
+
+
+def test_tool_calls_and_metadata_round_trip(store: Store) -> None:
+    s = store.create_session(session())
+    calls = [{"id": "c1", "type": "function",
+              "function": {"name": "ls", "arguments": "{\"path\": \".\"}"}}]
+    store.append_messages("alice", s.id, [
+        NewMessage("assistant", None, tool_calls=calls, metadata={"k": [1, "two"]}),
+        NewMessage("tool", "a.txt", tool_call_id="c1", name="ls"),
+    ], [10, 3], [None, "h"], 5.0)
+    first, second = store.get_messages("alice", s.id)
+    assert first.tool_calls == calls and first.content is None
+    assert first.metadata == {"k": [1, "two"]}
+    assert second.tool_call_id == "c1" and second.name == "ls"
+
+
+def test_compaction_marks_hide_messages_from_active(store: Store) -> None:
+    s = store.create_session(session())
+    msgs = store.append_messages("alice", s.id, [NewMessage("user", f"m{i}") for i in range(4)],
+                                 [1] * 4, [None] * 4, 1.0)
+    store.mark_compressed("alice", s.id, [msgs[0].id, msgs[1].id], "summary-1")
+    active = store.get_messages("alice", s.id, active_only=True)
+    assert [m.content for m in active] == ["m2", "m3"]
+    every = store.get_messages("alice", s.id)
+    assert every[0].is_compressed and every[0].compressed_summary_id == "summary-1"
+
+
+def test_message_search_keyword_and_vector(store: Store) -> None:
+    s = store.create_session(session())
+    t = store.create_session(session("bob"))
+    a = store.append_messages("alice", s.id, [NewMessage("user", "we deploy on kubernetes"),
+                                              NewMessage("user", "lunch was pizza")],
+                              [1, 1], [None, None], 1.0)
+    store.append_messages("bob", t.id, [NewMessage("user", "kubernetes for bob")], [1],
+                          [None], 1.0)
+    hits = store.keyword_messages("alice", "Kubernetes?", 5)
+    assert [m.content for m, _ in hits] == ["we deploy on kubernetes"]
+    assert 0 < hits[0][1] <= 1
+    assert [m.id for m in store.messages_missing_embedding("alice", 10)] == [a[0].id, a[1].id]
+    store.set_message_embeddings("alice", [(a[0].id, vec(0)), (a[1].id, vec(1))])
+    assert store.messages_missing_embedding("alice", 10) == []
+    near = store.nearest_messages("alice", vec(0), 1)
+    assert near[0][0].id == a[0].id and near[0][1] == pytest.approx(1.0, abs=1e-5)
+    assert store.nearest_messages("bob", vec(0), 5) == []
+
+
+# -- memories -----------------------------------------------------------------------
+def test_memory_round_trip_and_hash_lookup(store: Store) -> None:
+    m = memory("I prefer tabs", workspace="projA", tags=("style",), entities=("tabs",),
+               metadata={"src": "cli"}, tier=Tier.PROCEDURAL, provenance=Provenance.PREFERENCE)
+    store.insert_memory(m, vec(0))
+    got = store.get_memory("alice", m.id)
+    assert got == m
+    assert store.get_memory("bob", m.id) is None
+    assert store.find_by_hash("alice", "projA", m.content_hash) == m
+    assert store.find_by_hash("alice", None, m.content_hash) is None
+    assert store.find_memory_id(m.id) == ("alice", m)
+
+
+def test_knn_is_per_user_and_filtered(store: Store) -> None:
+    a = store.insert_memory(memory("a"), vec(0))
+    b = store.insert_memory(memory("b", workspace="projB"), vec(0, 1))
+    c = store.insert_memory(memory("c", tier=Tier.SESSION), vec(1))
+    store.insert_memory(memory("bob's", user="bob"), vec(0))
+    near = store.nearest_memories("alice", vec(0), 10, MemoryFilter())
+    assert [m.id for m, _ in near] == [a.id, b.id, c.id]
+    assert near[0][1] > near[1][1] > near[2][1]
+    only_global = store.nearest_memories("alice", vec(0), 10, MemoryFilter(workspaces=("",)))
+    assert b.id not in [m.id for m, _ in only_global]
+    tiers = store.nearest_memories("alice", vec(0), 10, MemoryFilter(tiers=(Tier.SESSION,)))
+    assert [m.id for m, _ in tiers] == [c.id]
+    assert store.nearest_memories("carol", vec(0), 10, MemoryFilter()) == []
+
+
+def test_inactive_expired_and_superseded_are_hidden(store: Store) -> None:
+    a = store.insert_memory(memory("old", expires_at=50.0), vec(0))
+    b = store.insert_memory(memory("replaced"), vec(0))
+    c = store.insert_memory(memory("live"), vec(0))
+    store.update_memory("alice", b.id, is_active=False, superseded_by=c.id)
+    flt = MemoryFilter(now=100.0)
+    assert [m.id for m, _ in store.nearest_memories("alice", vec(0), 10, flt)] == [c.id]
+    assert [m.id for m in store.list_memories("alice", flt)] == [c.id]
+    every = MemoryFilter(include_inactive=True, include_superseded=True, include_expired=True)
+    assert {m.id for m in store.list_memories("alice", every)} == {a.id, b.id, c.id}
+    assert store.count_memories("alice", flt) == 1
+    assert store.expire_memories(100.0) == 1
+    assert not store.get_memory("alice", a.id).is_active  # type: ignore[union-attr]
+
+
+def test_keyword_search_tracks_text_updates(store: Store) -> None:
+    m = store.insert_memory(memory("deploys with docker"), vec(0))
+    flt = MemoryFilter()
+    assert [x.id for x, _ in store.keyword_memories("alice", "docker", 5, flt)] == [m.id]
+    store.update_memory("alice", m.id, text="deploys with kubernetes", updated_at=11.0)
+    assert store.keyword_memories("alice", "docker", 5, flt) == []
+    assert [x.id for x, _ in store.keyword_memories("alice", "kubernetes", 5, flt)] == [m.id]
+    assert store.keyword_memories("bob", "kubernetes", 5, flt) == []
+    assert store.keyword_memories("alice", '"); DROP TABLE memories; --', 5, flt) == []
+
+
+def test_tags_entities_vectors_and_access(store: Store) -> None:
+    a = store.insert_memory(memory("x", tags=("work",), entities=("python", "django")), vec(0))
+    b = store.insert_memory(memory("y", entities=("rust",)), vec(1))
+    assert [m.id for m in store.list_memories("alice", MemoryFilter(tags=("work",)))] == [a.id]
+    assert [m.id for m in store.memories_by_entities("alice", ["django"], 5, MemoryFilter())] \
+        == [a.id]
+    vecs = store.get_memory_vectors("alice", [a.id, b.id])
+    assert np.allclose(vecs[b.id], vec(1))
+    store.record_access("alice", [(a.id, 0.5), (a.id, 0.25)], now=99.0)
+    got = store.get_memory("alice", a.id)
+    assert got is not None and got.access_count == 2 and got.last_accessed_at == 99.0
+    assert got.relevance_accumulator == pytest.approx(0.75)
+    assert store.max_access_count("alice") == 2
+    assert store.memory_users() == ["alice"]
+
+
+def test_delete_removes_every_derived_copy(store: Store) -> None:
+    m = store.insert_memory(memory("secret plan zebra", entities=("zebra",)), vec(0))
+    store.put_cached_embeddings("model", [(m.content_hash, vec(0).tobytes())])
+    assert store.delete_memory("alice", m.id)
+    assert store.get_memory("alice", m.id) is None
+    assert store.nearest_memories("alice", vec(0), 5, MemoryFilter()) == []
+    assert store.keyword_memories("alice", "zebra", 5, MemoryFilter()) == []
+    assert store.memories_by_entities("alice", ["zebra"], 5, MemoryFilter()) == []
+    assert store.get_cached_embeddings("model", [m.content_hash]) == {}
+    assert not store.delete_memory("alice", m.id)
+
+
+def test_sqlite_forget_leaves_no_readable_bytes(tmp_path: Path) -> None:
+    from memd.backends.sqlite import SQLiteStore
+
+    s = SQLiteStore(tmp_path / "f.db", dim=DIM)
+    m = s.insert_memory(memory("xylophone-secret-4242"), vec(0))
+    s.delete_memory("alice", m.id)
+    s._q("PRAGMA wal_checkpoint(TRUNCATE)")
+    s.close()
+    blob = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    assert b"xylophone-secret-4242" not in blob
+
+
+# -- facts, usage, jobs, cache --------------------------------------------------------
+def fact(value: str, **kw: object) -> Fact:
+    fields: dict[str, object] = dict(
+        id=uuid.uuid4().hex, user_id="alice", category="identity", key="name", value=value,
+        confidence=1.0, importance=0.8, created_at=1.0, updated_at=1.0,
+    )
+    fields.update(kw)
+    return Fact(**fields)  # type: ignore[arg-type]
+
+
+def test_one_active_fact_per_key(store: Store) -> None:
+    alex = store.insert_fact(fact("Alex"))
+    with pytest.raises(Conflict):
+        store.insert_fact(fact("Sam"))
+    store.insert_fact(fact("Alex in projA", workspace="projA"))
+    sam = fact("Sam")
+    store.supersede_fact("alice", alex.id, sam.id, 2.0)
+    store.insert_fact(sam)
+    active = store.get_facts("alice", workspaces=("",))
+    assert [f.value for f in active] == ["Sam"]
+    history = store.get_facts("alice", workspaces=("",), active_only=False)
+    old = next(f for f in history if f.id == alex.id)
+    assert not old.is_active and old.superseded_by == sam.id
+    assert store.get_facts("bob") == []
+
+
+def test_usage_log(store: Store) -> None:
+    store.record_usage(Usage(id="u1", user_id="alice", created_at=5.0, model="m",
+                             prompt_tokens=10, completion_tokens=3, cost_microcents=7))
+    (u,) = store.list_usage("alice")
+    assert (u.prompt_tokens, u.completion_tokens, u.cost_microcents) == (10, 3, 7)
+    assert store.list_usage("bob") == []
+
+
+def test_jobs_lease_retry_and_dead(store: Store) -> None:
+    j = store.enqueue_job("embed", {"ids": ["a"]}, "alice", now=10.0)
+    later = store.enqueue_job("embed", {}, None, now=10.0, run_after=50.0)
+    (claimed,) = store.claim_jobs(now=11.0, limit=10, lease_seconds=30)
+    assert claimed.id == j and claimed.payload == {"ids": ["a"]} and claimed.attempts == 1
+    assert store.claim_jobs(now=12.0, limit=10) == []  # leased
+    (again,) = store.claim_jobs(now=45.0, limit=1)  # lease ran out: a crash loses nothing
+    assert again.id == j and again.attempts == 2
+    store.fail_job(j, "boom", retry_at=60.0)
+    due = store.claim_jobs(now=55.0, limit=10)
+    assert [x.id for x in due] == [later]
+    store.complete_job(later)
+    (retried,) = store.claim_jobs(now=61.0, limit=10)
+    assert retried.last_error == "boom"
+    store.fail_job(j, "dead now", retry_at=None)
+    assert store.claim_jobs(now=1e9, limit=10) == []
+    assert store.pending_jobs() == 0
+
+
+def test_embedding_cache(store: Store) -> None:
+    store.put_cached_embeddings("m", [("h1", b"\x00\x01"), ("h2", b"\x02")])
+    store.put_cached_embeddings("m", [("h1", b"ignored")])
+    assert store.get_cached_embeddings("m", ["h1", "h2", "h3"]) == {"h1": b"\x00\x01",
+                                                                    "h2": b"\x02"}
+    assert store.get_cached_embeddings("other", ["h1"]) == {}
+
+
+def test_sessions_expire_and_working_memory_clears(store: Store) -> None:
+    s = store.create_session(session(expires_at=50.0))
+    store.insert_memory(memory("scratch", tier=Tier.WORKING, scope=Scope.LOCAL,
+                               session_id=s.id), vec(0))
+    keep = store.insert_memory(memory("keep", session_id=s.id), vec(1))
+    assert store.expire_sessions(now=100.0) == 1
+    assert store.delete_session_working_memory("alice", s.id) == 1
+    assert [m.id for m in store.list_memories("alice", MemoryFilter())] == [keep.id]
