@@ -74,8 +74,9 @@ _SESSION_UPDATABLE = {
     "model_id", "context_window_size", "max_response_tokens",
 }
 _STOPWORDS = frozenset(
-    "a an and are as at be by do does did for from has have i in is it its me my of on or "
-    "our so that the this to was we what when where which who why how with you your".split()
+    "a an and are as at be by do does did for from has have i in is it its "
+    "me my of on or our so that the this to was we what when where which who why how "
+    "with you your".split()
 )
 _FTS_WORD = re.compile(r"\w+", re.UNICODE)
 

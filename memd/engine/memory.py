@@ -20,7 +20,14 @@ from memd.engine import validate as v
 from memd.engine.jobs import JobRunner
 from memd.engine.retrieve import KINDS, search
 from memd.engine.sessions import SessionsMixin
-from memd.engine.write import FactResult, MemoryDraft, WriteResult, ingest, upsert_fact
+from memd.engine.write import (
+    FactResult,
+    MemoryDraft,
+    WriteResult,
+    fact_tag,
+    ingest,
+    upsert_fact,
+)
 from memd.errors import InvalidInput, NotFound
 from memd.models.embedder import CachedEmbedder, Embedder
 from memd.registry import embedder_class, store_class
@@ -102,7 +109,7 @@ class Memd(SessionsMixin):
         entities: Iterable[str] | None = None,
     ) -> WriteResult:
         """Store a memory through the full write path (dedup, merge, conflicts)."""
-        from memd.engine.extract import extract_entities
+        from memd.engine.extract import extract, extract_entities
 
         clean = self._text(text)
         tier_ = v.check_tier(tier)
@@ -123,7 +130,25 @@ class Memd(SessionsMixin):
             draft.user_id, draft.session_id
         ) is None:
             raise NotFound(f"no session {draft.session_id!r} for user {draft.user_id!r}")
-        return ingest(self.store, self.embedder, self.settings, draft, self.now())
+        now = self.now()
+        with self.store.transaction():
+            # A statement of a keyed fact ("my name is ...") also sets the fact, and its
+            # memory carries the fact's tag so a later value supersedes it.
+            accepted: bool | None = None
+            tags = list(draft.tags)
+            for ex in extract(clean):
+                if ex.fact is None:
+                    continue
+                f = ex.fact
+                res = upsert_fact(
+                    self.store, draft.user_id, draft.workspace, f.category, f.key, f.value,
+                    f.confidence, ex.importance, now, is_correction=ex.is_correction,
+                )
+                if accepted is None and res.action in ("updated", "rejected"):
+                    accepted = res.action == "updated"
+                tags.append(fact_tag(f.category, f.key))
+            draft = replace(draft, tags=tuple(dict.fromkeys(tags)), fact_accepted=accepted)
+            return ingest(self.store, self.embedder, self.settings, draft, now)
 
     def get(self, memory_id: str, user_id: str) -> Memory:
         mem = self.store.get_memory(v.check_id(user_id, "user_id"), v.check_id(memory_id, "id"))

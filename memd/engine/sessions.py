@@ -9,8 +9,8 @@ ingesting the extracted memories (which needs an embedding for dedup) are durabl
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from memd.engine import validate as v
@@ -154,7 +154,8 @@ class SessionsMixin:
                     confidence=f.confidence, importance=ex.importance,
                     is_correction=ex.is_correction, source_message_id=msg.id,
                 )
-                accepted = result.action in ("inserted", "updated", "unchanged")
+                if result.action in ("updated", "rejected"):
+                    accepted = result.action == "updated"
                 tags += (fact_tag(f.category, f.key),)
             self.store.enqueue_job("ingest", {
                 "user_id": session.user_id, "text": ex.text, "workspace": session.workspace,

@@ -45,8 +45,8 @@ _CONTENT_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'+#.-]*")
 _NEGATION = re.compile(r"\b(?:not|never|no|don't|doesn't|didn't|dont|won't|can't|cannot|"
                        r"hate|dislike|avoid)\b", re.IGNORECASE)
 _STOP = frozenset(
-    "the a an and or but of to in on at for with is are was were be been being i me my we "
-    "our you your it its this that these those user user's as by from".split()
+    "the a an and or but of to in on at for with is are was were be been "
+    "being i me my we our you your it its this that these those user user's as by from".split()
 )
 
 
@@ -86,7 +86,10 @@ class MemoryDraft:
     entities: tuple[str, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
     expires_at: float | None = None
-    fact_accepted: bool | None = None  # for fact-keyed memories: did the fact gate pass?
+    # For a memory stating a keyed fact whose value changed: did the new value pass the
+    # fact gate (True: it supersedes the old memory; False: the old one wins)? None when
+    # the fact is new or restated unchanged: then plain dedup and merge apply.
+    fact_accepted: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +131,7 @@ def ingest(
     with store.transaction():
         flt = MemoryFilter(workspaces=(draft.workspace or "",), now=now)
         fact_tags = [t for t in draft.tags if t.startswith("fact:")]
-        if fact_tags:
+        if fact_tags and draft.fact_accepted is not None:
             rivals = store.list_memories(
                 draft.user_id, replace(flt, tags=(fact_tags[0],)), limit=10
             )

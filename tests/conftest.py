@@ -1,0 +1,33 @@
+"""Shared fixtures for the whole suite.
+
+Every test is hermetic (autouse ``hermetic_env``): memd's data, config and XDG dirs point
+into the test's ``tmp_path``, no ``MEMD_*`` setting leaks in from the developer's shell,
+the fake embedder is the default (tests of the real MiniLM set ``MEMD_EMBEDDER=minilm``
+with ``monkeypatch``), and Hugging Face never goes to the network. Subprocesses a test
+starts inherit this environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+_LEAKY_VARS = ("MEMD_CONFIG", "MEMD_DB", "MEMD_EMBEDDER_PATH", "MEMD_USER")
+
+
+@pytest.fixture(autouse=True)
+def hermetic_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point memd at ``tmp_path``; returns the data dir (``tmp_path / "data"``)."""
+    data_dir = tmp_path / "data"
+    for name in _LEAKY_VARS:
+        # load_settings raises if MEMD_CONFIG names a missing file, so unset it and let
+        # XDG_CONFIG_HOME lead the default lookup to an empty dir instead.
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MEMD_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    monkeypatch.setenv("MEMD_EMBEDDER", "fake")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    return data_dir

@@ -1,0 +1,270 @@
+"""The engine through its public face (``import memd``), on real SQLite with the fake
+embedder: write path, retrieval, sessions, context, jobs, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import memd
+from memd.engine.memory import Memd
+from memd.errors import InvalidInput, NotFound
+from memd.types import Tier
+
+
+class Clock:
+    def __init__(self, t: float = 1_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def m(tmp_path: Path, clock: Clock) -> Any:
+    engine = memd.open(tmp_path / "d", clock=clock)
+    yield engine
+    engine.close()
+
+
+def test_open_uses_the_data_dir_from_the_environment(hermetic_env: Path) -> None:
+    with memd.open() as engine:
+        engine.add("remember me", "alice")
+    assert (hermetic_env / "memd.db").exists()
+
+
+def test_exact_duplicate_bumps_access_count(m: Memd) -> None:
+    first = m.add("I prefer tabs over spaces", "alice")
+    again = m.add("  i prefer TABS over spaces ", "alice")
+    assert first.action == "inserted" and again.action == "duplicate"
+    assert again.memory.id == first.memory.id and again.memory.access_count == 2
+    assert len(m.list("alice")) == 1
+
+
+def test_same_text_in_two_workspaces_is_two_memories(m: Memd) -> None:
+    a = m.add("uses postgres", "alice", workspace="projA")
+    b = m.add("uses postgres", "alice", workspace="projB")
+    assert a.memory.id != b.memory.id
+
+
+def test_near_duplicate_merges_and_more_specific_wins(m: Memd, clock: Clock) -> None:
+    base = ("our team deploys the public api service with kubernetes and helm charts "
+            "from the main branch every friday")
+    old = m.add(base, "alice")
+    clock.advance(60)
+    new = m.add(base + " on gke", "alice")  # fake-embedder cosine 0.95 > 0.92
+    assert new.action == "merged"
+    assert new.memory.text.endswith("on gke") and new.memory.access_count == 2
+    loser = m.get(old.memory.id, "alice")
+    assert not loser.is_active and loser.superseded_by == new.memory.id
+    clock.advance(60)
+    vaguer = m.add(base, "alice")  # the vaguer text again: merges into the specific one
+    assert vaguer.action == "merged" and vaguer.memory.id == new.memory.id
+    assert vaguer.memory.access_count == 3
+    assert [x.id for x in m.list("alice")] == [new.memory.id]
+    kept = m.list("alice", include_inactive=True)
+    assert len(kept) == 3  # nothing is deleted
+
+
+def test_name_correction_supersedes_and_keeps_both(m: Memd, clock: Clock) -> None:
+    alex = m.add("My name is Alex", "alice")
+    clock.advance(10)
+    sam = m.add("Actually, call me Sam", "alice")
+    assert sam.action == "superseded"
+    assert [r.id for r in sam.replaced] == [alex.memory.id]
+    old = m.get(alex.memory.id, "alice")
+    assert not old.is_active and old.superseded_by == sam.memory.id
+    assert m.get(sam.memory.id, "alice").is_active
+    (name,) = [f for f in m.facts("alice") if f.key == "name"]
+    assert name.value == "Sam"
+    history = [f.value for f in m.facts("alice", include_history=True) if f.key == "name"]
+    assert sorted(history) == ["Alex", "Sam"]
+
+
+def test_lower_confidence_fact_does_not_overwrite(m: Memd) -> None:
+    assert m.set_fact("alice", "identity", "name", "Alex", confidence=1.0).action == "inserted"
+    res = m.set_fact("alice", "identity", "name", "Al", confidence=0.6)
+    assert res.action == "rejected" and res.fact.value == "Alex"
+    res = m.set_fact("alice", "identity", "name", "Alexander", confidence=0.95,
+                     is_correction=True)
+    assert res.action == "updated" and res.previous is not None
+    assert [f.value for f in m.facts("alice")] == ["Alexander"]
+
+
+def test_search_is_per_user_and_explains_scores(m: Memd) -> None:
+    m.add("I prefer tabs over spaces", "alice")
+    m.add("likes dark roast coffee", "alice")
+    hits = m.search("tabs or spaces", "alice")
+    assert hits[0].text == "I prefer tabs over spaces" and hits[0].kind == "memory"
+    assert sum(hits[0].breakdown.values()) == pytest.approx(hits[0].score)
+    assert hits[0].breakdown["keyword"] > 0
+    assert m.search("tabs or spaces", "bob") == []
+
+
+def test_workspace_scoping(m: Memd) -> None:
+    m.add("project A uses django", "alice", workspace="projA")
+    m.add("alice writes python", "alice")
+    in_b = {h.text for h in m.search("django python", "alice", workspace="projB")}
+    assert in_b == {"alice writes python"}
+    in_a = {h.text for h in m.search("django python", "alice", workspace="projA")}
+    assert in_a == {"project A uses django", "alice writes python"}
+
+
+def test_forget_removes_from_search(m: Memd) -> None:
+    mem = m.add("my locker code is 1234", "alice").memory
+    assert m.search("locker code", "alice")
+    m.forget(mem.id)
+    assert m.search("locker code", "alice") == []
+    with pytest.raises(NotFound):
+        m.forget(mem.id)
+    with pytest.raises(NotFound):
+        m.get(mem.id, "alice")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"text": ""}, "empty"),
+        ({"text": "   \n\t "}, "empty"),
+        ({"text": "x" * 40_000}, "too long"),
+        ({"text": 42}, "must be a string"),
+        ({"user_id": ""}, "invalid user_id"),
+        ({"user_id": "a b"}, "invalid user_id"),
+        ({"user_id": "x" * 200}, "invalid user_id"),
+        ({"user_id": "../etc"}, "invalid user_id"),
+        ({"workspace": "has space"}, "invalid workspace"),
+        ({"tier": 9}, "invalid tier"),
+        ({"confidence": 1.5}, "between 0 and 1"),
+        ({"scope": "local"}, "needs a session_id"),
+        ({"tags": "notalist"}, "list of strings"),
+        ({"text": "bad \ud800 surrogate"}, "Unicode"),
+    ],
+)
+def test_bad_input_is_rejected_and_writes_nothing(
+    m: Memd, kwargs: dict[str, Any], message: str
+) -> None:
+    args: dict[str, Any] = {"text": "a fine memory", "user_id": "alice", **kwargs}
+    with pytest.raises(InvalidInput, match=message):
+        m.add(args.pop("text"), args.pop("user_id"), **args)
+    assert m.list("alice") == []
+    assert m.store.pending_jobs() == 0
+
+
+def test_unknown_ids(m: Memd) -> None:
+    with pytest.raises(NotFound):
+        m.get("0123456789abcdef", "alice")
+    with pytest.raises(NotFound):
+        m.append("nosuchsession", "alice", [{"role": "user", "content": "hi"}])
+    with pytest.raises(NotFound):
+        m.add("x y z", "alice", session_id="nosuchsession")
+    with pytest.raises(InvalidInput):
+        m.get("bad id!", "alice")
+
+
+# -- sessions, extraction, jobs, context ---------------------------------------------
+def test_append_extracts_facts_inline_and_memories_via_jobs(m: Memd) -> None:
+    s = m.create_session("priya", model="gpt-4")
+    stored = m.append(s.id, "priya", [
+        {"role": "user", "content": "My name is Priya and I deploy with Kubernetes"},
+        {"role": "assistant", "content": "Nice to meet you, Priya."},
+    ])
+    assert [x.turn_index for x in stored] == [1, 2]
+    assert {(f.key, f.value) for f in m.facts("priya")} >= {("name", "Priya")}
+    assert m.list("priya") == []  # memories wait for the job runner
+    assert m.run_jobs() >= 2
+    texts = " ".join(x.text for x in m.list("priya"))
+    assert "Kubernetes" in texts
+    assert m.store.messages_missing_embedding("priya", 10) == []
+    hits = m.search("kubernetes", "priya", kinds=["message"])
+    assert hits and hits[0].kind == "message" and hits[0].session_id == s.id
+
+
+def test_append_rejects_bad_messages_atomically(m: Memd) -> None:
+    s = m.create_session("alice")
+    bad: list[Any] = [
+        [{"role": "user", "content": "ok"}, {"role": "wizard", "content": "x"}],
+        [{"role": "tool", "content": "result"}],
+        [{"role": "user", "content": 5}],
+        [{"role": "user"}],
+        [],
+        {"role": "user", "content": "not a list"},
+    ]
+    for messages in bad:
+        with pytest.raises(InvalidInput):
+            m.append(s.id, "alice", messages)
+    assert m.messages(s.id, "alice") == []
+    assert m.store.pending_jobs() == 0
+
+
+def test_context_injects_memory_into_a_new_session(m: Memd) -> None:
+    s1 = m.create_session("priya")
+    m.append(s1.id, "priya", [
+        {"role": "user", "content": "My name is Priya and I deploy with Kubernetes"}
+    ])
+    m.run_jobs()
+    s2 = m.create_session("priya", system_prompt="You are a helpful assistant.")
+    m.append(s2.id, "priya", [{"role": "user", "content": "How should I deploy this service?"}])
+    ctx = m.context("priya", session_id=s2.id)
+    assert ctx.messages[0] == {"role": "system", "content": "You are a helpful assistant."}
+    memory_block = ctx.messages[1]["content"]
+    assert memory_block.startswith("## Memory") and "Kubernetes" in memory_block
+    assert ctx.messages[-1] == {"role": "user", "content": "How should I deploy this service?"}
+    assert ctx.report.total_tokens <= 8192 - 1024
+    sections = {i.section for i in ctx.report.items}
+    assert {"history"} <= sections and ({"fact", "memory"} & sections)
+    assert json.loads(json.dumps(ctx.report.to_dict()))["task_type"]
+
+
+def test_context_is_deterministic_and_records_access_off_path(m: Memd) -> None:
+    m.add("alice deploys with kubernetes", "alice")
+    s = m.create_session("alice")
+    m.append(s.id, "alice", [{"role": "user", "content": "how do I deploy with kubernetes?"}])
+    m.run_jobs()
+    one = m.context("alice", session_id=s.id)
+    two = m.context("alice", session_id=s.id)
+    assert one.messages == two.messages and one.report == two.report
+    before = [x.access_count for x in m.list("alice")]
+    m.run_jobs()
+    after = [x.access_count for x in m.list("alice")]
+    assert sum(after) > sum(before)
+
+
+def test_context_never_orphans_tool_results(m: Memd) -> None:
+    s = m.create_session("alice", context_window=600, max_response_tokens=100)
+    call = [{"id": "call_1", "type": "function",
+             "function": {"name": "read_file", "arguments": "{\"p\": \"a.py\"}"}}]
+    m.append(s.id, "alice", [
+        {"role": "user", "content": "read the file " + "please " * 50},
+        {"role": "assistant", "content": None, "tool_calls": call},
+        {"role": "tool", "tool_call_id": "call_1", "content": "x = 1\n" * 120},
+        {"role": "assistant", "content": "It sets x."},
+        {"role": "user", "content": "thanks"},
+    ])
+    ctx = m.context("alice", session_id=s.id)
+    roles = [msg["role"] for msg in ctx.messages]
+    if "tool" in roles:
+        i = roles.index("tool")
+        assert roles[i - 1] == "assistant" and ctx.messages[i - 1].get("tool_calls")
+    assert ctx.report.history_cut
+    assert ctx.messages[-1]["content"] == "thanks"
+
+
+def test_working_tier_and_tags_filters(m: Memd) -> None:
+    m.add("scratch note about caching", "alice", tier="L1", tags=["tmp"])
+    m.add("durable note about caching", "alice", tags=["keep"])
+    only_l1 = m.search("caching note", "alice", tiers=["L1"])
+    assert [h.text for h in only_l1] == ["scratch note about caching"]
+    tagged = m.search("caching note", "alice", tags=["keep"])
+    assert [h.text for h in tagged] == ["durable note about caching"]
+    assert m.list("alice", tier=Tier.SESSION)[0].tags == ("tmp",)
