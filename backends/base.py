@@ -74,14 +74,20 @@ class Store(Protocol):
     def append_messages(
         self, user_id: str, session_id: str, messages: Sequence[NewMessage],
         token_counts: Sequence[int], content_hashes: Sequence[str | None], now: float,
+        chain_hashes: Sequence[str | None] | None = None,
     ) -> list[Message]:
         """Append messages with the next turn indexes and bump the session counters,
         atomically. Raises NotFound if the session is not this user's."""
         ...
 
+    def find_chain(self, user_id: str, chain_hashes: Sequence[str]) -> list[Message]:
+        """The user's stored messages whose chain_hash is among ``chain_hashes``."""
+        ...
+
     def get_messages(
         self, user_id: str, session_id: str, *, active_only: bool = False,
-        after_turn: int | None = None, limit: int | None = None, newest_first: bool = False,
+        after_turn: int | None = None, before_turn: int | None = None,
+        limit: int | None = None, newest_first: bool = False,
     ) -> list[Message]: ...
 
     def get_message(self, user_id: str, message_id: str) -> Message | None: ...
@@ -190,6 +196,16 @@ class Store(Protocol):
     # -- entities --------------------------------------------------------------------
     def link_entities(self, user_id: str, memory_id: str, entities: Sequence[str]) -> None:
         ...
+
+    # -- calls (what the proxy injected into each chat call) --------------------------
+    def record_call(
+        self, call_id: str, user_id: str, session_id: str | None, workspace: str | None,
+        model: str | None, now: float, report: dict[str, Any], status: int | None = None,
+    ) -> None: ...
+
+    def finish_call(self, call_id: str, status: int, metadata: dict[str, Any]) -> None: ...
+
+    def get_call(self, user_id: str, call_id: str) -> dict[str, Any] | None: ...
 
     # -- usage -----------------------------------------------------------------------
     def record_usage(self, usage: Usage) -> None: ...

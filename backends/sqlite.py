@@ -22,6 +22,7 @@ from typing import Any
 import apsw
 import numpy as np
 
+from memd.backends.vector_cache import UserVectors
 from memd.errors import MigrationError, NotFound, StorageError
 from memd.types import (
     Fact,
@@ -49,7 +50,8 @@ _MEMORY_COLS = (
 _MESSAGE_COLS = (
     "message_id, session_id, user_id, turn_index, role, content, token_count, created_at, "
     "name, tool_calls, tool_call_id, content_hash, model_id, finish_reason, prompt_tokens, "
-    "completion_tokens, latency_ms, is_compressed, compressed_summary_id, is_pruned, metadata"
+    "completion_tokens, latency_ms, is_compressed, compressed_summary_id, is_pruned, metadata, "
+    "chain_hash"
 )
 _SESSION_COLS = (
     "session_id, user_id, workspace, created_at, updated_at, expires_at, status, model_id, "
@@ -97,6 +99,11 @@ def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def owner_token(user_id: str) -> str:
+    """The full-text token that marks a user's rows (see 001_core.sql)."""
+    return "u" + user_id.encode("utf-8").hex()
+
+
 def fts_query(text: str) -> str | None:
     """An FTS5 MATCH expression for free text: quoted words OR-ed, stopwords dropped.
     Quoting makes any user text safe (no FTS syntax errors)."""
@@ -116,6 +123,8 @@ class SQLiteStore:
         self.path = str(path)
         self.dim = dim
         self._lock = threading.RLock()
+        self._vectors: dict[str, UserVectors] = {}
+        self._data_version = -1
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -198,7 +207,27 @@ class SQLiteStore:
                 with self._db:
                     yield
             except apsw.Error as exc:
+                self._vectors.clear()
                 raise StorageError(f"SQLite: {exc}") from exc
+            except BaseException:
+                self._vectors.clear()  # rolled back: the cache may be ahead of the file
+                raise
+
+    def _cached_vectors(self, user_id: str) -> UserVectors:
+        """The user's vectors in memory, (re)loaded when another process wrote."""
+        with self._lock:
+            version = int(self._db.execute("PRAGMA data_version").fetchone()[0])
+            if version != self._data_version:
+                self._vectors.clear()
+                self._data_version = version
+            cached = self._vectors.get(user_id)
+            if cached is None:
+                rows = self._q(
+                    "SELECT memory_id, embedding, workspace, active FROM memory_vec "
+                    "WHERE user_id = ?", (user_id,),
+                )
+                cached = self._vectors[user_id] = UserVectors(self.dim, rows)
+            return cached
 
     def _q(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -251,6 +280,7 @@ class SQLiteStore:
             content_hash=r[11], model=r[12], finish_reason=r[13], prompt_tokens=r[14],
             completion_tokens=r[15], latency_ms=r[16], is_compressed=bool(r[17]),
             compressed_summary_id=r[18], is_pruned=bool(r[19]), metadata=json.loads(r[20]),
+            chain_hash=r[21],
         )
 
     @staticmethod
@@ -347,8 +377,10 @@ class SQLiteStore:
     def append_messages(
         self, user_id: str, session_id: str, messages: Sequence[NewMessage],
         token_counts: Sequence[int], content_hashes: Sequence[str | None], now: float,
+        chain_hashes: Sequence[str | None] | None = None,
     ) -> list[Message]:
         out: list[Message] = []
+        chains = list(chain_hashes) if chain_hashes is not None else [None] * len(messages)
         with self.transaction():
             rows = self._q(
                 "SELECT turn_count FROM sessions WHERE user_id = ? AND session_id = ?",
@@ -357,7 +389,9 @@ class SQLiteStore:
             if not rows:
                 raise NotFound(f"no session {session_id!r} for user {user_id!r}")
             turn = int(rows[0][0])
-            for msg, tokens, chash in zip(messages, token_counts, content_hashes, strict=True):
+            for msg, tokens, chash, chain in zip(
+                messages, token_counts, content_hashes, chains, strict=True
+            ):
                 turn += 1
                 m = Message(
                     id=uuid.uuid4().hex, session_id=session_id, user_id=user_id,
@@ -366,22 +400,22 @@ class SQLiteStore:
                     tool_call_id=msg.tool_call_id, content_hash=chash, model=msg.model,
                     finish_reason=msg.finish_reason, prompt_tokens=msg.prompt_tokens,
                     completion_tokens=msg.completion_tokens, latency_ms=msg.latency_ms,
-                    metadata=dict(msg.metadata),
+                    metadata=dict(msg.metadata), chain_hash=chain,
                 )
                 self._x(
-                    f"INSERT INTO messages ({_MESSAGE_COLS}) VALUES ({', '.join('?' * 21)})",
+                    f"INSERT INTO messages ({_MESSAGE_COLS}) VALUES ({', '.join('?' * 22)})",
                     (m.id, m.session_id, m.user_id, m.turn_index, m.role, m.content,
                      m.token_count, m.created_at, m.name,
                      _json(m.tool_calls) if m.tool_calls is not None else None,
                      m.tool_call_id, m.content_hash, m.model, m.finish_reason,
                      m.prompt_tokens, m.completion_tokens, m.latency_ms, 0, None, 0,
-                     _json(m.metadata)),
+                     _json(m.metadata), chain),
                 )
                 if m.content:
                     self._x(
-                        "INSERT INTO messages_fts (rowid, content, user_id, session_id, "
+                        "INSERT INTO messages_fts (rowid, content, owner, session_id, "
                         "message_id) VALUES (last_insert_rowid(), ?, ?, ?, ?)",
-                        (m.content, user_id, session_id, m.id),
+                        (m.content, owner_token(user_id), session_id, m.id),
                     )
                 out.append(m)
             self._x(
@@ -393,7 +427,8 @@ class SQLiteStore:
 
     def get_messages(
         self, user_id: str, session_id: str, *, active_only: bool = False,
-        after_turn: int | None = None, limit: int | None = None, newest_first: bool = False,
+        after_turn: int | None = None, before_turn: int | None = None,
+        limit: int | None = None, newest_first: bool = False,
     ) -> list[Message]:
         where = "user_id = ? AND session_id = ?"
         params: list[Any] = [user_id, session_id]
@@ -402,12 +437,29 @@ class SQLiteStore:
         if after_turn is not None:
             where += " AND turn_index > ?"
             params.append(after_turn)
+        if before_turn is not None:
+            where += " AND turn_index < ?"
+            params.append(before_turn)
         order = "DESC" if newest_first else "ASC"
         sql = f"SELECT {_MESSAGE_COLS} FROM messages WHERE {where} ORDER BY turn_index {order}"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
         return [self._message(r) for r in self._q(sql, params)]
+
+    def find_chain(self, user_id: str, chain_hashes: Sequence[str]) -> list[Message]:
+        if not chain_hashes:
+            return []
+        out: list[Message] = []
+        unique = list(dict.fromkeys(chain_hashes))
+        for i in range(0, len(unique), 500):
+            chunk = unique[i : i + 500]
+            out += [self._message(r) for r in self._q(
+                f"SELECT {_MESSAGE_COLS} FROM messages WHERE user_id = ? AND chain_hash IN "
+                f"({', '.join('?' * len(chunk))})",
+                (user_id, *chunk),
+            )]
+        return out
 
     def get_message(self, user_id: str, message_id: str) -> Message | None:
         rows = self._q(
@@ -474,10 +526,10 @@ class SQLiteStore:
         if match is None:
             return []
         sql = (
-            "SELECT message_id, -bm25(messages_fts) AS r FROM messages_fts "
-            "WHERE messages_fts MATCH ? AND user_id = ?"
+            "SELECT message_id, -bm25(messages_fts, 1.0, 0.0) AS r FROM messages_fts "
+            "WHERE messages_fts MATCH ?"
         )
-        params: list[Any] = [match, user_id]
+        params: list[Any] = [f'owner:"{owner_token(user_id)}" AND content:({match})']
         if session_id is not None:
             sql += " AND session_id = ?"
             params.append(session_id)
@@ -515,9 +567,9 @@ class SQLiteStore:
                  _json(list(m.tags)), _json(list(m.entities)), _json(m.metadata)),
             )
             self._x(
-                "INSERT INTO memories_fts (rowid, content_text, user_id, memory_id) "
+                "INSERT INTO memories_fts (rowid, content_text, owner, memory_id) "
                 "VALUES (last_insert_rowid(), ?, ?, ?)",
-                (m.text, m.user_id, m.id),
+                (m.text, owner_token(m.user_id), m.id),
             )
             if vector is not None:
                 self._put_memory_vector(m.id, m.user_id, m.workspace, m.is_active, vector)
@@ -536,6 +588,8 @@ class SQLiteStore:
             "VALUES (?, ?, ?, ?, ?)",
             (memory_id, user_id, _blob(vector), _ws(workspace), int(active)),
         )
+        if user_id in self._vectors:
+            self._vectors[user_id].upsert(memory_id, vector, _ws(workspace), active)
 
     def get_memory(self, user_id: str, memory_id: str) -> Memory | None:
         rows = self._q(
@@ -590,9 +644,9 @@ class SQLiteStore:
                 rowid = self._q("SELECT rowid FROM memories WHERE memory_id = ?", (memory_id,))
                 self._x("DELETE FROM memories_fts WHERE rowid = ?", (rowid[0][0],))
                 self._x(
-                    "INSERT INTO memories_fts (rowid, content_text, user_id, memory_id) "
+                    "INSERT INTO memories_fts (rowid, content_text, owner, memory_id) "
                     "VALUES (?, ?, ?, ?)",
-                    (rowid[0][0], changes["text"], user_id, memory_id),
+                    (rowid[0][0], changes["text"], owner_token(user_id), memory_id),
                 )
             if vector is not None:
                 active = bool(changes.get("is_active", current.is_active))
@@ -602,6 +656,8 @@ class SQLiteStore:
                     "UPDATE memory_vec SET active = ? WHERE memory_id = ?",
                     (int(changes["is_active"]), memory_id),
                 )
+                if user_id in self._vectors:
+                    self._vectors[user_id].set_active(memory_id, bool(changes["is_active"]))
             if "entities" in changes:
                 self._x("DELETE FROM memory_entities WHERE memory_id = ?", (memory_id,))
                 self.link_entities(user_id, memory_id, changes["entities"])
@@ -620,6 +676,8 @@ class SQLiteStore:
             rowid, chash = rows[0]
             self._x("DELETE FROM memories_fts WHERE rowid = ?", (rowid,))
             self._x("DELETE FROM memory_vec WHERE memory_id = ?", (memory_id,))
+            if user_id in self._vectors:
+                self._vectors[user_id].remove(memory_id)
             self._x("DELETE FROM memory_entities WHERE memory_id = ?", (memory_id,))
             self._x("DELETE FROM embedding_cache WHERE content_hash = ?", (chash,))
             self._x("UPDATE memories SET superseded_by = NULL WHERE superseded_by = ?",
@@ -627,9 +685,13 @@ class SQLiteStore:
             self._x("DELETE FROM memories WHERE rowid = ?", (rowid,))
         return True
 
-    def _where(self, user_id: str, flt: MemoryFilter, alias: str = "") -> tuple[str, list[Any]]:
+    def _where(
+        self, user_id: str, flt: MemoryFilter, alias: str = "", by_key: bool = False
+    ) -> tuple[str, list[Any]]:
+        """SQL for ``flt``. ``by_key``: the caller also filters on memory ids, so the
+        user_id test is written ``+user_id`` to keep SQLite on the primary key."""
         p = f"{alias}." if alias else ""
-        clauses = [f"{p}user_id = ?"]
+        clauses = [f"+{p}user_id = ?" if by_key else f"{p}user_id = ?"]
         params: list[Any] = [user_id]
         if not flt.include_inactive:
             clauses.append(f"{p}is_active = 1")
@@ -678,7 +740,7 @@ class SQLiteStore:
     ) -> dict[str, Memory]:
         if not ids:
             return {}
-        where, params = self._where(user_id, flt)
+        where, params = self._where(user_id, flt, by_key=True)
         rows = self._q(
             f"SELECT {_MEMORY_COLS} FROM memories WHERE {where} AND memory_id IN "
             f"({', '.join('?' * len(ids))})",
@@ -689,17 +751,9 @@ class SQLiteStore:
     def nearest_memories(
         self, user_id: str, vector: Vector, k: int, flt: MemoryFilter
     ) -> list[tuple[Memory, float]]:
-        sql = (
-            "SELECT memory_id, distance FROM memory_vec WHERE embedding MATCH ? AND k = ? "
-            "AND user_id = ?"
+        pairs = self._cached_vectors(user_id).knn(
+            vector, k * 2 + 10, not flt.include_inactive, flt.workspaces
         )
-        params: list[Any] = [_blob(vector), k * 2 + 10, user_id]
-        if not flt.include_inactive:
-            sql += " AND active = 1"
-        if flt.workspaces is not None:
-            sql += f" AND workspace IN ({', '.join('?' * len(flt.workspaces))})"
-            params.extend(flt.workspaces)
-        pairs = [(mid, 1.0 - float(d)) for mid, d in self._q(sql, params)]
         by_id = self._memories_by_ids(user_id, [p[0] for p in pairs], flt)
         return [(by_id[mid], s) for mid, s in pairs if mid in by_id][:k]
 
@@ -709,42 +763,40 @@ class SQLiteStore:
         match = fts_query(query)
         if match is None:
             return []
-        where, params = self._where(user_id, flt, alias="m")
-        rows = self._q(
-            f"SELECT {', '.join('m.' + c.strip() for c in _MEMORY_COLS.split(','))}, "
-            "-bm25(memories_fts) AS r FROM memories_fts "
-            "JOIN memories m ON m.rowid = memories_fts.rowid "
-            f"WHERE memories_fts MATCH ? AND memories_fts.user_id = ? AND {where} "
-            "ORDER BY r DESC LIMIT ?",
-            (match, user_id, *params, k),
+        # Rank in FTS5 alone (cheap), then fetch and filter the few winners by key:
+        # joining every match to memories first costs ~3x more on a large store.
+        pairs = self._q(
+            "SELECT memory_id, -bm25(memories_fts, 1.0, 0.0) AS r FROM memories_fts "
+            "WHERE memories_fts MATCH ? ORDER BY r DESC LIMIT ?",
+            (f'owner:"{owner_token(user_id)}" AND content_text:({match})', k * 3 + 10),
         )
-        top = max((float(r[-1]) for r in rows), default=0.0) or 1.0
-        return [(self._memory(r[:-1]), float(r[-1]) / top) for r in rows]
+        by_id = self._memories_by_ids(user_id, [p[0] for p in pairs], flt)
+        kept = [(by_id[mid], float(r)) for mid, r in pairs if mid in by_id][:k]
+        top = max((r for _, r in kept), default=0.0) or 1.0
+        return [(mem, r / top) for mem, r in kept]
 
     def memories_by_entities(
         self, user_id: str, entities: Sequence[str], k: int, flt: MemoryFilter
     ) -> list[Memory]:
         if not entities:
             return []
-        where, params = self._where(user_id, flt, alias="m")
-        rows = self._q(
-            f"SELECT DISTINCT {', '.join('m.' + c.strip() for c in _MEMORY_COLS.split(','))} "
-            "FROM memory_entities e JOIN memories m ON m.memory_id = e.memory_id "
-            f"WHERE e.user_id = ? AND e.entity IN ({', '.join('?' * len(entities))}) "
-            f"AND {where} ORDER BY m.importance DESC, m.memory_id LIMIT ?",
-            (user_id, *entities, *params, k),
-        )
-        return [self._memory(r) for r in rows]
+        ids = [r[0] for r in self._q(
+            "SELECT DISTINCT memory_id FROM memory_entities WHERE user_id = ? AND entity IN "
+            f"({', '.join('?' * len(entities))}) LIMIT 500",
+            (user_id, *entities),
+        )]
+        found = sorted(self._memories_by_ids(user_id, ids, flt).values(),
+                       key=lambda m: (-m.importance, m.id))
+        return found[:k]
 
     def get_memory_vectors(self, user_id: str, memory_ids: Sequence[str]) -> dict[str, Vector]:
-        if not memory_ids:
-            return {}
-        rows = self._q(
-            "SELECT memory_id, embedding FROM memory_vec WHERE user_id = ? AND memory_id IN "
-            f"({', '.join('?' * len(memory_ids))})",
-            (user_id, *memory_ids),
-        )
-        return {mid: np.frombuffer(blob, dtype=np.float32) for mid, blob in rows}
+        cached = self._cached_vectors(user_id)
+        out: dict[str, Vector] = {}
+        for mid in memory_ids:
+            i = cached.pos.get(mid)
+            if i is not None and cached.live[i]:
+                out[mid] = cached.mat[i].copy()
+        return out
 
     def record_access(self, user_id: str, hits: Sequence[tuple[str, float]], now: float) -> None:
         with self.transaction():
@@ -812,6 +864,33 @@ class SQLiteStore:
             "INSERT OR IGNORE INTO memory_entities (user_id, entity, memory_id) VALUES (?, ?, ?)",
             [(user_id, e, memory_id) for e in dict.fromkeys(entities)],
         )
+
+    # -- calls -----------------------------------------------------------------------
+    def record_call(
+        self, call_id: str, user_id: str, session_id: str | None, workspace: str | None,
+        model: str | None, now: float, report: dict[str, Any], status: int | None = None,
+    ) -> None:
+        self._x(
+            "INSERT INTO calls (call_id, user_id, session_id, workspace, model_id, created_at, "
+            "status, report) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (call_id, user_id, session_id, _ws(workspace), model, now, status, _json(report)),
+        )
+
+    def finish_call(self, call_id: str, status: int, metadata: dict[str, Any]) -> None:
+        self._x("UPDATE calls SET status = ?, metadata = ? WHERE call_id = ?",
+                (status, _json(metadata), call_id))
+
+    def get_call(self, user_id: str, call_id: str) -> dict[str, Any] | None:
+        rows = self._q(
+            "SELECT call_id, session_id, workspace, model_id, created_at, status, report, "
+            "metadata FROM calls WHERE user_id = ? AND call_id = ?", (user_id, call_id),
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return {"id": r[0], "user_id": user_id, "session_id": r[1], "workspace": _unws(r[2]),
+                "model": r[3], "created_at": r[4], "status": r[5],
+                "report": json.loads(r[6]), "metadata": json.loads(r[7])}
 
     # -- usage -----------------------------------------------------------------------
     def record_usage(self, usage: Usage) -> None:
@@ -944,6 +1023,7 @@ class SQLiteStore:
                 [(now, i) for i in ids],
             )
             self._many("UPDATE memory_vec SET active = 0 WHERE memory_id = ?", [(i,) for i in ids])
+            self._vectors.clear()
         return len(ids)
 
     def expire_sessions(self, now: float) -> int:

@@ -30,17 +30,35 @@ import memd
 from memd.engine.write import content_hash
 from memd.types import Memory, NewMessage
 
-WORDS = (
+TECH = (
     "deploy kubernetes docker python rust tabs spaces editor vim emacs postgres sqlite "
     "redis cache latency budget token memory context prompt model llama server client "
-    "test pytest fixture benchmark build release branch merge review commit lint format "
-    "api endpoint route handler stream chunk retry timeout queue worker job schedule cron "
-    "user team project workspace config secret key vector index search rank score recall"
+    "test pytest fixture benchmark build release branch merge review commit lint format"
 ).split()
+SYLLABLES = "ka ri to ne mu sa lo vi de pa fu ge ho ji ku ma no ru se ta yo zu bi".split()
+
+
+def _vocabulary(size: int = 5000) -> tuple[list[str], list[float]]:
+    """A Zipf-distributed vocabulary (weight 1/rank), as in natural text, so full-text
+    matches are as selective as on real conversations; tech words sit among the ranks."""
+    rng = random.Random(1)
+    words = set(TECH)
+    while len(words) < size:
+        words.add("".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4))))
+    ordered = sorted(words)
+    rng.shuffle(ordered)
+    cum, total = [], 0.0
+    for rank in range(1, len(ordered) + 1):
+        total += 1.0 / rank
+        cum.append(total)
+    return ordered, cum
+
+
+VOCAB, CUM = _vocabulary()
 
 
 def sentence(rng: random.Random, n: int = 12) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
+    return " ".join(rng.choices(VOCAB, cum_weights=CUM, k=n)).capitalize() + "."
 
 
 def pct(values: list[float], p: float) -> float:

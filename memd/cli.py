@@ -175,5 +175,50 @@ def status(ctx: click.Context) -> None:
         click.echo("store:     not created yet (the first write creates it)")
 
 
+@main.command()
+@click.option("--host", default=None, help="Interface to listen on (default 127.0.0.1).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None,
+              help="Port (default 8765).")
+@click.option("--upstream-url", envvar="MEMD_UPSTREAM_URL",
+              help="OpenAI-compatible base URL chats are forwarded to, e.g. "
+                   "http://127.0.0.1:8080/v1 (env MEMD_UPSTREAM_URL).")
+@click.option("--upstream-api-key", envvar="MEMD_UPSTREAM_API_KEY",
+              help="API key for the upstream (env MEMD_UPSTREAM_API_KEY).")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.pass_context
+@handles_errors
+def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: str | None,
+          upstream_api_key: str | None, log_level: str) -> None:
+    """Run the daemon in the foreground: the OpenAI-compatible memory proxy and the
+    native API, on 127.0.0.1 unless told otherwise."""
+    import logging
+
+    import uvicorn
+
+    import memd
+    from memd.config import load_settings
+    from memd.server.app import create_app
+
+    opts = ctx.obj or {}
+    settings = load_settings(opts.get("config"), data_dir=opts.get("data_dir"), host=host,
+                             port=port, upstream_url=upstream_url,
+                             upstream_api_key=upstream_api_key)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    engine = memd.open(settings=settings)
+    app = create_app(engine, settings)
+    log = logging.getLogger("memd")
+    log.info("memd %s listening on http://%s:%d/v1", memd.__version__, settings.host,
+             settings.port)
+    log.info("store: SQLite at %s; embedder: %s", settings.db_path, engine.embedder.name)
+    log.info("upstream: %s", settings.upstream_url or "none (set --upstream-url to proxy "
+             "chats; the native API works without one)")
+    if settings.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("listening on %s: anyone who can reach it can read this memory",
+                    settings.host)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level,
+                access_log=log_level == "debug")
+
+
 if __name__ == "__main__":
     main()

@@ -6,7 +6,8 @@ Precedence (lowest first): defaults below, the TOML config file (``MEMD_CONFIG``
 Environment: ``MEMD_DATA_DIR``, ``MEMD_CONFIG``, ``MEMD_DB`` (``sqlite`` or a path to a
 ``.db`` file), ``MEMD_EMBEDDER`` (``minilm``, ``fake`` or any registered name),
 ``MEMD_EMBEDDER_PATH`` (a local sentence-transformers directory), ``MEMD_USER`` (the
-default local user).
+default local user), ``MEMD_UPSTREAM_URL`` and ``MEMD_UPSTREAM_API_KEY`` (the model
+server the daemon forwards chats to).
 """
 
 from __future__ import annotations
@@ -71,6 +72,18 @@ class Settings:
     # compiler
     default_context_window: int = 8192
     default_max_response_tokens: int = 1024
+    # daemon
+    host: str = "127.0.0.1"
+    port: int = 8765
+    upstream_url: str | None = None
+    upstream_api_key: str | None = None
+    upstream_timeout: float = 600.0
+    max_body_bytes: int = 8 * 1024 * 1024
+    allowed_hosts: tuple[str, ...] = ()  # Host names accepted besides loopback ones
+    job_interval: float = 0.5  # seconds between background job polls
+    # USD per million tokens, [input, output], by model name ("*" for any other model);
+    # usage rows get cost_microcents from it (seed 001 usage_logs)
+    prices: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def db_path(self) -> Path:
@@ -80,6 +93,8 @@ class Settings:
 
 
 _ENV = {
+    "MEMD_UPSTREAM_URL": "upstream_url",
+    "MEMD_UPSTREAM_API_KEY": "upstream_api_key",
     "MEMD_DATA_DIR": "data_dir",
     "MEMD_DB": "db",
     "MEMD_EMBEDDER": "embedder",
@@ -91,6 +106,10 @@ _ENV = {
 def _coerce(name: str, value: Any) -> Any:
     if name in ("data_dir", "config_file"):
         return Path(value).expanduser()
+    if name == "allowed_hosts":
+        return tuple(value.split(",")) if isinstance(value, str) else tuple(value)
+    if name in ("port",):
+        return int(value)
     if name == "weights":
         if not isinstance(value, dict):
             raise InvalidInput("config: [weights] must be a table")

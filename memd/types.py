@@ -116,6 +116,7 @@ class Message:
     compressed_summary_id: str | None = None
     is_pruned: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+    chain_hash: str | None = None  # hash of the session's messages up to this one
 
     def to_openai(self) -> dict[str, Any]:
         """The message as an OpenAI ``ChatCompletionMessageParam`` dict."""

@@ -80,7 +80,7 @@ def test_migrations_are_recorded_once(tmp_path: Path) -> None:
     s.close()
     s = SQLiteStore(tmp_path / "m.db", dim=DIM)
     assert s.get_memory("alice", s.list_memories("alice", MemoryFilter())[0].id) is not None
-    assert s.schema_version() == 2
+    assert s.schema_version() == 3
     s.close()
     with pytest.raises(MigrationError, match="8-dim"):
         SQLiteStore(tmp_path / "m.db", dim=16)

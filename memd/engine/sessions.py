@@ -14,6 +14,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from memd.engine import validate as v
+from memd.engine.chat import chain_hashes
 from memd.engine.compile import Candidate, CompileInput, compile_context
 from memd.engine.extract import extract
 from memd.engine.retrieve import score_memories
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from memd.engine.memory import Memd
 
 MAX_MESSAGES_PER_CALL = 1000
-HISTORY_FETCH_LIMIT = 2000
+HISTORY_PAGE = 64
 FACT_MIN_IMPORTANCE = 0.5  # seed 004 stage 1
 
 
@@ -130,8 +131,12 @@ class SessionsMixin:
         ]
         now = self.now()
         with self.store.transaction():
+            last = self.store.get_messages(session.user_id, session.id, newest_first=True,
+                                           limit=1)
+            chains = chain_hashes([_as_dict(m) for m in news],
+                                  last[0].chain_hash if last else None)
             stored = self.store.append_messages(
-                session.user_id, session.id, news, counts, hashes, now
+                session.user_id, session.id, news, counts, hashes, now, chains
             )
             for msg in stored:
                 if msg.role == "user" and msg.content:
@@ -177,6 +182,7 @@ class SessionsMixin:
         query: str | None = None, context_window: int | None = None,
         max_response_tokens: int | None = None, tool_tokens: int = 0,
         model: str | None = None, task_type: str | None = None,
+        use_session_prompt: bool = True,
     ) -> Context:
         """Compile a token-budgeted OpenAI message list for the next call.
 
@@ -189,13 +195,11 @@ class SessionsMixin:
         if session is not None and ws is None:
             ws = session.workspace
         model = model or (session.model if session else None)
-        history: list[Message] = []
-        if session is not None:
-            history = self.store.get_messages(
-                uid, session.id, active_only=True, newest_first=True, limit=HISTORY_FETCH_LIMIT
-            )[::-1]
+        window = context_window or (session.context_window if session
+                                    else self.settings.default_context_window)
+        history = _recent_history(self, uid, session, window) if session else []
         system: list[dict[str, Any]] = []
-        if session is not None and session.system_prompt_hash:
+        if use_session_prompt and session is not None and session.system_prompt_hash:
             text = self.store.get_system_prompt(session.system_prompt_hash)
             if text:
                 system.append({"role": "system", "content": text})
@@ -233,8 +237,7 @@ class SessionsMixin:
             ]
         ctx = compile_context(CompileInput(
             system=system, history=history, facts=fact_cands, memories=mem_cands,
-            context_window=context_window or (session.context_window if session
-                                              else self.settings.default_context_window),
+            context_window=window,
             max_response_tokens=max_response_tokens
             if max_response_tokens is not None
             else (session.max_response_tokens if session
@@ -248,6 +251,25 @@ class SessionsMixin:
         if used:  # access stats off the critical path (seed 000 §6.4 phase 5)
             self.store.enqueue_job("access", {"hits": used}, uid, now)
         return ctx
+
+
+def _recent_history(engine: Memd, user_id: str, session: Session, window: int) -> list[Message]:
+    """The newest active messages, fetched a page at a time until they hold more tokens
+    than the whole window (older ones could never fit), oldest first."""
+    out: list[Message] = []
+    tokens = 0
+    before: int | None = None
+    while tokens <= window:
+        page = engine.store.get_messages(
+            user_id, session.id, active_only=True, newest_first=True, limit=HISTORY_PAGE,
+            before_turn=before,
+        )
+        out.extend(page)
+        tokens += sum(m.token_count for m in page)
+        if len(page) < HISTORY_PAGE:
+            break
+        before = page[-1].turn_index
+    return out[::-1]
 
 
 def _as_dict(m: NewMessage) -> dict[str, Any]:

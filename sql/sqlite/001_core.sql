@@ -177,13 +177,15 @@ CREATE TABLE embedding_cache (
     PRIMARY KEY (model, content_hash)
 ) WITHOUT ROWID;
 
--- Full-text indexes (BM25). Contentless-delete tables: a deleted row leaves no text.
+-- Full-text indexes (BM25). ``owner`` holds one token per user ('u' + hex of the user
+-- id), so a query ANDs the user's doclist instead of reading every match's row; the
+-- rowid equals the memories/messages rowid.
 CREATE VIRTUAL TABLE memories_fts USING fts5(
-    content_text, user_id UNINDEXED, memory_id UNINDEXED,
+    content_text, owner, memory_id UNINDEXED,
     tokenize = 'porter unicode61 remove_diacritics 2'
 );
 CREATE VIRTUAL TABLE messages_fts USING fts5(
-    content, user_id UNINDEXED, session_id UNINDEXED, message_id UNINDEXED,
+    content, owner, session_id UNINDEXED, message_id UNINDEXED,
     tokenize = 'porter unicode61 remove_diacritics 2'
 );
 

@@ -1,0 +1,1 @@
+"""The HTTP daemon (FastAPI): ``app.create_app`` builds it, ``memd serve`` runs it."""

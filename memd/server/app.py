@@ -1,0 +1,207 @@
+"""The HTTP daemon: the app factory, its safety guard, the error shape, the job worker.
+
+Safety by default: the daemon listens on 127.0.0.1; a request whose Host header is not a
+loopback name (or one allowed in config) is refused, which defeats DNS rebinding; no CORS
+headers are sent; bodies over ``max_body_bytes`` are refused before any parsing. Every
+error is ``{"error": {"type": ..., "message": ...}}`` with a 4xx for bad input.
+
+Routes are mounted twice: at the root and under ``/w/{workspace}``, which scopes memory
+to a workspace for plugins that can set a base URL but not headers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+import memd
+from memd.config import Settings
+from memd.engine.memory import Memd
+from memd.errors import Conflict, InvalidInput, MemdError, NotFound
+
+log = logging.getLogger("memd.server")
+
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def error_body(kind: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"type": kind, "message": message, **extra}}
+
+
+def status_for(exc: MemdError) -> int:
+    if isinstance(exc, InvalidInput):
+        return 400
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, Conflict):
+        return 409
+    return 500
+
+
+class Guard:
+    """Pure ASGI middleware: Host allow-list and a body size limit (the body is read
+    once, up to the limit, and replayed to the app)."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: frozenset[str], max_body: int) -> None:
+        self.app = app
+        self.allowed = allowed_hosts
+        self.max_body = max_body
+
+    async def _reply(self, send: Send, status: int, kind: str, message: str) -> None:
+        import json
+
+        body = json.dumps(error_body(kind, message)).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        host = headers.get("host", "")
+        name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+        if name.lower() not in self.allowed:
+            await self._reply(send, 421, "host_not_allowed",
+                              f"Host {host!r} is not allowed (DNS-rebinding guard); add it "
+                              "to allowed_hosts in the config to serve it")
+            return
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            await self._reply(send, 413, "request_too_large",
+                              f"body of {declared} bytes exceeds the {self.max_body}-byte limit")
+            return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                await self._reply(send, 413, "request_too_large",
+                                  f"body exceeds the {self.max_body}-byte limit")
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay() -> MutableMapping[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+class JobWorker:
+    """Runs the engine's durable jobs in a background thread while the daemon is up."""
+
+    def __init__(self, engine: Memd, interval: float) -> None:
+        self.engine = engine
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memd-jobs", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                ran = self.engine.run_jobs(limit=256)
+            except MemdError as exc:  # the store is unavailable: log, back off, retry
+                log.warning("job worker: %s", exc)
+                ran = 0
+            if not ran:
+                self._stop.wait(self.interval)
+
+
+def create_app(engine: Memd, settings: Settings | None = None,
+               run_jobs: bool = True) -> FastAPI:
+    """The daemon's ASGI app over ``engine``."""
+    from memd.server import api, proxy
+
+    settings = settings or engine.settings
+    worker = JobWorker(engine, settings.job_interval) if run_jobs else None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if worker is not None:
+            worker.start()
+        try:
+            yield
+        finally:
+            if worker is not None:
+                worker.stop()
+            await proxy.close_upstream(app)
+
+    app = FastAPI(title="memd", version=memd.__version__, lifespan=lifespan,
+                  description="Local-first memory daemon: OpenAI-compatible proxy and "
+                              "native memory API.")
+    app.state.engine = engine
+    app.state.settings = settings
+
+    @app.exception_handler(MemdError)
+    async def memd_error(_: Request, exc: MemdError) -> JSONResponse:
+        status = status_for(exc)
+        if status >= 500:
+            log.error("internal error: %s", exc)
+        return JSONResponse(error_body(exc.type, str(exc)), status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        if any(e.get("type") == "json_invalid" for e in errors):
+            return JSONResponse(error_body("invalid_request_error",
+                                           "request body is not valid JSON"), status_code=400)
+        parts = []
+        for e in errors[:5]:
+            where = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+            parts.append(f"{where or 'body'}: {e.get('msg')}")
+        return JSONResponse(error_body("invalid_request_error", "; ".join(parts)),
+                            status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return JSONResponse(error_body(kind, str(exc.detail)), status_code=exc.status_code)
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "version": memd.__version__,
+                "store": type(engine.store).__name__, "embedder": engine.embedder.name,
+                "pending_jobs": engine.store.pending_jobs()}
+
+    for prefix in ("", "/w/{workspace}"):
+        app.include_router(api.router, prefix=prefix)
+        app.include_router(proxy.router, prefix=prefix)
+    app.add_middleware(
+        Guard, allowed_hosts=LOOPBACK_HOSTS | frozenset(h.lower() for h in settings.allowed_hosts),
+        max_body=settings.max_body_bytes,
+    )
+    return app

@@ -1,0 +1,273 @@
+"""The OpenAI-compatible memory proxy: ``POST /v1/chat/completions`` and friends.
+
+A call: resolve user, workspace and session; store what is new; compile the context
+(the client's system prompt first and unchanged, then memory, then history within
+budget); forward the request with every other field unchanged (tools, tool_choice,
+response_format, temperature, unknown fields); relay the answer (SSE chunks are passed
+through byte for byte as they arrive, never buffered); then store the reply, usage and
+cost. If the client goes away mid-stream, what arrived is kept, marked incomplete.
+Upstream errors keep their status and body. Every response carries ``X-Memd-Session``
+and ``X-Memd-Call``; ``GET /v1/calls/{id}`` shows what was injected and why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from memd.engine.chat import PreparedCall, finish_chat, prepare_chat
+from memd.errors import InvalidInput, NotFound
+from memd.server.app import error_body
+from memd.server.deps import engine_of, user_of, workspace_of
+
+log = logging.getLogger("memd.proxy")
+router = APIRouter()
+
+
+class NoUpstream(Exception):
+    """No model server is configured."""
+
+
+NO_UPSTREAM = ("no upstream model server is configured: start memd with --upstream-url "
+               "or set MEMD_UPSTREAM_URL")
+
+
+def _client(request: Request) -> httpx.AsyncClient:
+    app = request.app
+    client: httpx.AsyncClient | None = getattr(app.state, "upstream", None)
+    if client is None:
+        settings = app.state.settings
+        if not settings.upstream_url:
+            raise NoUpstream(NO_UPSTREAM)
+        client = httpx.AsyncClient(
+            base_url=settings.upstream_url.rstrip("/") + "/",
+            timeout=httpx.Timeout(settings.upstream_timeout, connect=10.0),
+        )
+        app.state.upstream = client
+    return client
+
+
+async def close_upstream(app: Any) -> None:
+    client = getattr(app.state, "upstream", None)
+    if client is not None:
+        await client.aclose()
+
+
+def _headers(request: Request) -> dict[str, str]:
+    out = {"accept-encoding": "identity", "content-type": "application/json"}
+    key = request.app.state.settings.upstream_api_key
+    if key:
+        out["authorization"] = f"Bearer {key}"
+    elif "authorization" in request.headers:
+        out["authorization"] = request.headers["authorization"]
+    return out
+
+
+def _memd_headers(call: PreparedCall) -> dict[str, str]:
+    return {"X-Memd-Session": call.session.id, "X-Memd-Call": call.call_id}
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidInput("request body must be a JSON object")
+    return body
+
+
+class StreamAccumulator:
+    """Rebuilds the assistant message from SSE chunks as they pass through."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self.content: list[str] = []
+        self.tool_calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.model: str | None = None
+        self.done = False
+
+    def feed(self, data: bytes) -> None:
+        self._buffer = (self._buffer + data).replace(b"\r\n", b"\n")
+        while b"\n\n" in self._buffer:
+            event, self._buffer = self._buffer.split(b"\n\n", 1)
+            for line in event.splitlines():
+                if line.startswith(b"data:"):
+                    self._data(line[5:].strip())
+
+    def _data(self, payload: bytes) -> None:
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        try:
+            chunk = json.loads(payload)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return
+        if not isinstance(chunk, dict):
+            return
+        self.model = chunk.get("model") or self.model
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                self.content.append(delta["content"])
+            for tc in delta.get("tool_calls") or ():
+                slot = self.tool_calls.setdefault(
+                    int(tc.get("index", 0)),
+                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+                )
+                if tc.get("id"):
+                    slot["id"] = tc["id"]
+                fn = tc.get("function") or {}
+                slot["function"]["name"] += fn.get("name") or ""
+                slot["function"]["arguments"] += fn.get("arguments") or ""
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+    def reply(self) -> dict[str, Any]:
+        calls = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+        return {"role": "assistant", "content": "".join(self.content) or None,
+                "tool_calls": calls or None}
+
+
+def _reply_of(data: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    choices = data.get("choices") or []
+    if not choices or not isinstance(choices[0], Mapping):
+        return None, None
+    message = choices[0].get("message") or {}
+    return ({"role": "assistant", "content": message.get("content"),
+             "tool_calls": message.get("tool_calls")}, choices[0].get("finish_reason"))
+
+
+def _upstream_error(exc: httpx.HTTPError) -> JSONResponse:
+    if isinstance(exc, httpx.TimeoutException):
+        return JSONResponse(error_body("upstream_timeout", f"the model server timed out: {exc}"),
+                            status_code=504)
+    return JSONResponse(error_body("upstream_unreachable",
+                                   f"cannot reach the model server: {exc}"), status_code=502)
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    """OpenAI chat completions through memd: memory in, the model's answer out."""
+    engine = engine_of(request)
+    body = await _body(request)
+    if "messages" not in body:
+        raise InvalidInput("'messages' is required")
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise InvalidInput("'stream' must be a boolean")
+    user = user_of(request)
+    workspace = workspace_of(request)
+    model = body.get("model") if isinstance(body.get("model"), str) else None
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 0):
+        raise InvalidInput("max_tokens must be a non-negative integer")
+    try:
+        client = _client(request)
+    except NoUpstream as exc:
+        return JSONResponse(error_body("upstream_not_configured", str(exc)), status_code=503)
+    call = await run_in_threadpool(
+        prepare_chat, engine, user, workspace, body["messages"],
+        session_id=request.headers.get("x-memd-session"), model=model,
+        max_response_tokens=max_tokens, tools=body.get("tools"),
+    )
+    forward = {**body, "messages": call.context.messages}
+    headers = _memd_headers(call)
+    if body.get("stream"):
+        return await _stream(request, client, call, forward, headers, model)
+    try:
+        resp = await client.post("chat/completions", json=forward, headers=_headers(request))
+    except httpx.HTTPError as exc:
+        await run_in_threadpool(finish_chat, engine, call, status=502, reply=None,
+                                finish_reason=None, usage=None, model=model)
+        error = _upstream_error(exc)
+        error.headers.update(headers)
+        return error
+    data: Any = None
+    if resp.headers.get("content-type", "").startswith("application/json"):
+        try:
+            data = resp.json()
+        except json.JSONDecodeError:
+            data = None
+    reply, finish = _reply_of(data) if resp.is_success and isinstance(data, dict) else (None,
+                                                                                        None)
+    await run_in_threadpool(
+        finish_chat, engine, call, status=resp.status_code, reply=reply, finish_reason=finish,
+        usage=data.get("usage") if isinstance(data, dict) else None, model=model,
+    )
+    return Response(content=resp.content, status_code=resp.status_code, headers=headers,
+                    media_type=resp.headers.get("content-type", "application/json"))
+
+
+async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCall,
+                  forward: dict[str, Any], headers: dict[str, str],
+                  model: str | None) -> Response:
+    engine = engine_of(request)
+    req = client.build_request("POST", "chat/completions", json=forward,
+                               headers=_headers(request))
+    try:
+        resp = await client.send(req, stream=True)
+    except httpx.HTTPError as exc:
+        await run_in_threadpool(finish_chat, engine, call, status=502, reply=None,
+                                finish_reason=None, usage=None, model=model)
+        error = _upstream_error(exc)
+        error.headers.update(headers)
+        return error
+    if not resp.is_success:
+        content = await resp.aread()
+        await resp.aclose()
+        await run_in_threadpool(finish_chat, engine, call, status=resp.status_code,
+                                reply=None, finish_reason=None, usage=None, model=model)
+        return Response(content=content, status_code=resp.status_code, headers=headers,
+                        media_type=resp.headers.get("content-type", "application/json"))
+
+    async def relay() -> AsyncIterator[bytes]:
+        acc = StreamAccumulator()
+        try:
+            async for chunk in resp.aiter_raw():
+                acc.feed(chunk)
+                yield chunk
+        finally:
+            await resp.aclose()
+            incomplete = not (acc.done or acc.finish_reason)
+            # Runs even when the client disconnected: keep what arrived (sync: a
+            # cancelled generator must not await again).
+            finish_chat(engine, call, status=resp.status_code, reply=acc.reply(),
+                        finish_reason=acc.finish_reason, usage=acc.usage,
+                        model=acc.model or model, incomplete=incomplete)
+
+    return StreamingResponse(relay(), status_code=resp.status_code, headers=headers,
+                             media_type=resp.headers.get("content-type", "text/event-stream"))
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> Response:
+    """The upstream model server's models (an empty list when it is unreachable)."""
+    try:
+        resp = await _client(request).get("models", headers=_headers(request))
+    except (httpx.HTTPError, NoUpstream):
+        return JSONResponse({"object": "list", "data": []})
+    return Response(content=resp.content, status_code=resp.status_code,
+                    media_type=resp.headers.get("content-type", "application/json"))
+
+
+@router.get("/v1/calls/{call_id}")
+def get_call(request: Request, call_id: str) -> dict[str, Any]:
+    """What memd injected into a proxied call, and why (the compiler's report)."""
+    engine = engine_of(request)
+    found = engine.store.get_call(user_of(request), call_id)
+    if found is None:
+        raise NotFound(f"no call {call_id!r}")
+    return found

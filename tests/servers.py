@@ -1,0 +1,127 @@
+"""Real HTTP servers for end-to-end tests: a fake OpenAI-compatible upstream that records
+what it receives, and memd itself, each on uvicorn on a free loopback port."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serve(app: Any) -> Iterator[str]:
+    """Run an ASGI app on uvicorn in a thread; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
+                                           lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+
+
+class FakeUpstream:
+    """A scripted OpenAI-compatible chat server.
+
+    Every request body is recorded in ``requests``. Answers: a tool call when the request
+    offers tools and the last message is the user's; otherwise "ok: <last user text>".
+    With ``gate`` set, a stream sends its first chunk and then waits (up to 10 s) for the
+    test to set the gate before sending the rest; ``released`` says whether it was set.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.gate: threading.Event | None = None
+        self.released: bool | None = None
+        self.fail_with: int | None = None
+        self.app = Starlette(routes=[
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+        ])
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": "fake-model", "object": "model",
+                                                         "owned_by": "test"}]})
+
+    def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        last = body["messages"][-1]
+        if body.get("tools") and last["role"] == "user":
+            return {"role": "assistant", "content": None, "tool_calls": [{
+                "id": "call_abc", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]}
+        users = [m for m in body["messages"] if m["role"] in ("user", "tool")]
+        return {"role": "assistant", "content": f"ok: {users[-1]['content']}"}
+
+    async def chat(self, request: Request) -> Response:
+        body = json.loads(await request.body())
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        if self.fail_with:
+            return JSONResponse({"error": {"message": "upstream says no", "type": "x"}},
+                                status_code=self.fail_with)
+        answer = self._answer(body)
+        finish = "tool_calls" if answer.get("tool_calls") else "stop"
+        usage = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+        if not body.get("stream"):
+            return JSONResponse({
+                "id": "chatcmpl-1", "object": "chat.completion", "created": 1,
+                "model": body.get("model", "fake-model"),
+                "choices": [{"index": 0, "message": answer, "finish_reason": finish}],
+                "usage": usage,
+            })
+        return StreamingResponse(self._chunks(body, answer, finish, usage),
+                                 media_type="text/event-stream")
+
+    async def _chunks(self, body: dict[str, Any], answer: dict[str, Any], finish: str,
+                      usage: dict[str, Any]) -> AsyncIterator[bytes]:
+        def event(delta: dict[str, Any], reason: str | None = None) -> bytes:
+            chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                     "model": body.get("model", "fake-model"),
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]}
+            return f"data: {json.dumps(chunk)}\n\n".encode()
+
+        yield event({"role": "assistant", "content": ""})
+        if answer.get("tool_calls"):
+            call = answer["tool_calls"][0]
+            yield event({"tool_calls": [{"index": 0, "id": call["id"], "type": "function",
+                                         "function": {"name": call["function"]["name"],
+                                                      "arguments": ""}}]})
+            yield event({"tool_calls": [{"index": 0, "function": {
+                "arguments": call["function"]["arguments"]}}]})
+        else:
+            words = answer["content"].split(" ")
+            yield event({"content": words[0]})
+            if self.gate is not None:
+                self.released = await asyncio.to_thread(self.gate.wait, 10)
+            for w in words[1:]:
+                yield event({"content": " " + w})
+        yield event({}, finish)
+        if (body.get("stream_options") or {}).get("include_usage"):
+            yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode()
+        yield b"data: [DONE]\n\n"
