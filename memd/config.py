@@ -69,7 +69,9 @@ class Settings:
     # retrieval
     preset: str = "default"
     weights: Weights = field(default_factory=Weights)
-    # compiler
+    # compiler: a memory is injected only if it is procedural (a standing rule), matches a
+    # query keyword or entity, or its cosine with the query reaches min_similarity
+    min_similarity: float = 0.3
     default_context_window: int = 8192
     default_max_response_tokens: int = 1024
     # daemon

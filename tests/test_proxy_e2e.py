@@ -79,9 +79,8 @@ def test_memory_crosses_sessions_and_history_is_stored_once(stack: Stack) -> Non
     assert raw3.headers["x-memd-session"] == s1
     stack.settle()
 
-    new = client.chat.completions.with_raw_response.create(
-        model="m", messages=[SYSTEM, {"role": "user", "content": "How should I deploy this service?"}]
-    )
+    ask = {"role": "user", "content": "How should I deploy this service?"}
+    new = client.chat.completions.with_raw_response.create(model="m", messages=[SYSTEM, ask])
     assert new.headers["x-memd-session"] != s1
     assert "Kubernetes" in stack.injected(stack.upstream.requests[-1])
 

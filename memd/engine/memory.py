@@ -7,6 +7,7 @@ together. It never imports HTTP code.
 
 from __future__ import annotations
 
+import builtins
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -49,7 +50,7 @@ class Memd(SessionsMixin):
         cache = store if hasattr(store, "get_cached_embeddings") else None
         self.embedder = (
             embedder if isinstance(embedder, CachedEmbedder)
-            else CachedEmbedder(embedder, cache)  # type: ignore[arg-type]
+            else CachedEmbedder(embedder, cache)
         )
         self.jobs = JobRunner(self)
 
@@ -220,7 +221,7 @@ class Memd(SessionsMixin):
         workspace: str | None = None, all_workspaces: bool | None = None,
         tiers: Sequence[Any] | None = None, tags: Iterable[str] | None = None,
         session_id: str | None = None, include_inactive: bool = False,
-    ) -> list[Hit]:
+    ) -> builtins.list[Hit]:
         """Hybrid search over memories, summaries, messages and facts.
 
         With no ``workspace`` the search spans all of the user's workspaces; with one,
@@ -266,7 +267,7 @@ class Memd(SessionsMixin):
 
     def facts(
         self, user_id: str, *, workspace: str | None = None, include_history: bool = False
-    ) -> list[Fact]:
+    ) -> builtins.list[Fact]:
         return self.store.get_facts(
             v.check_id(user_id, "user_id"),
             workspaces=None if workspace is None else self.visible_workspaces(workspace),

@@ -21,10 +21,13 @@ from memd.engine.retrieve import score_memories
 from memd.engine.write import fact_tag
 from memd.errors import InvalidInput, NotFound
 from memd.models.tokens import count_text, message_tokens
-from memd.types import Context, MemoryFilter, Message, NewMessage, Session
+from memd.types import Context, MemoryFilter, Message, NewMessage, Session, Tier
 
 if TYPE_CHECKING:
-    from memd.engine.memory import Memd
+    from memd.backends.base import Store
+    from memd.config import Settings
+    from memd.engine.write import FactResult
+    from memd.models.embedder import CachedEmbedder
 
 MAX_MESSAGES_PER_CALL = 1000
 HISTORY_PAGE = 64
@@ -73,8 +76,21 @@ def _message(raw: Any, max_chars: int) -> NewMessage:
 class SessionsMixin:
     """Session, message and context methods of :class:`memd.engine.memory.Memd`."""
 
+    if TYPE_CHECKING:  # provided by Memd
+        store: Store
+        settings: Settings
+        embedder: CachedEmbedder
+
+        def now(self) -> float: ...
+        def new_id(self) -> str: ...
+        def visible_workspaces(self, workspace: str | None) -> tuple[str, ...]: ...
+        def set_fact(self, user_id: str, category: str, key: str, value: str, *,
+                     workspace: str | None = None, confidence: float = 1.0,
+                     importance: float = 0.8, is_correction: bool = False,
+                     source_message_id: str | None = None) -> FactResult: ...
+
     def create_session(
-        self: Memd, user_id: str, *, workspace: str | None = None, model: str | None = None,
+        self, user_id: str, *, workspace: str | None = None, model: str | None = None,
         context_window: int | None = None, max_response_tokens: int | None = None,
         system_prompt: str | None = None, metadata: Mapping[str, Any] | None = None,
         parent_session_id: str | None = None, session_id: str | None = None,
@@ -109,7 +125,7 @@ class SessionsMixin:
             )
             return self.store.create_session(session)
 
-    def session(self: Memd, session_id: str, user_id: str) -> Session:
+    def session(self, session_id: str, user_id: str) -> Session:
         found = self.store.get_session(v.check_id(user_id, "user_id"),
                                        v.check_id(session_id, "session_id"))
         if found is None:
@@ -117,7 +133,7 @@ class SessionsMixin:
         return found
 
     def append(
-        self: Memd, session_id: str, user_id: str, messages: Sequence[Any]
+        self, session_id: str, user_id: str, messages: Sequence[Any]
     ) -> list[Message]:
         """Append messages to a session (OpenAI dicts or NewMessage), atomically."""
         session = self.session(session_id, user_id)
@@ -148,7 +164,7 @@ class SessionsMixin:
                 )
         return stored
 
-    def _extract_inline(self: Memd, session: Session, msg: Message, now: float) -> None:
+    def _extract_inline(self, session: Session, msg: Message, now: float) -> None:
         for ex in extract(msg.content or ""):
             accepted = None
             tags: tuple[str, ...] = ("extracted",)
@@ -171,13 +187,13 @@ class SessionsMixin:
             }, session.user_id, now)
 
     def messages(
-        self: Memd, session_id: str, user_id: str, *, active_only: bool = False
+        self, session_id: str, user_id: str, *, active_only: bool = False
     ) -> list[Message]:
         session = self.session(session_id, user_id)
         return self.store.get_messages(session.user_id, session.id, active_only=active_only)
 
     def context(
-        self: Memd, user_id: str, *, session_id: str | None = None,
+        self, user_id: str, *, session_id: str | None = None,
         messages: Sequence[Any] | None = None, workspace: str | None = None,
         query: str | None = None, context_window: int | None = None,
         max_response_tokens: int | None = None, tool_tokens: int = 0,
@@ -230,10 +246,14 @@ class SessionsMixin:
                                session_id=session.id if session else None)
             scored = score_memories(self.store, uid, query, qvec, flt,
                                     self.settings.weights, now)
+            floor = self.settings.min_similarity
             mem_cands = [
                 Candidate(s.memory.kind, s.memory.id, s.memory.text, s.memory.token_count,
                           s.score)
-                for s in scored if not fact_tags.intersection(s.memory.tags)
+                for s in scored
+                if not fact_tags.intersection(s.memory.tags)
+                and (s.memory.tier == Tier.PROCEDURAL or s.similarity >= floor
+                     or s.breakdown["keyword"] > 0 or s.breakdown["entity"] > 0)
             ]
         ctx = compile_context(CompileInput(
             system=system, history=history, facts=fact_cands, memories=mem_cands,
@@ -253,7 +273,9 @@ class SessionsMixin:
         return ctx
 
 
-def _recent_history(engine: Memd, user_id: str, session: Session, window: int) -> list[Message]:
+def _recent_history(
+    engine: SessionsMixin, user_id: str, session: Session, window: int
+) -> list[Message]:
     """The newest active messages, fetched a page at a time until they hold more tokens
     than the whole window (older ones could never fit), oldest first."""
     out: list[Message] = []

@@ -1,0 +1,305 @@
+"""The native HTTP API: memories, search, context, sessions, messages, facts, embeddings.
+
+Every route is a thin shell over the synchronous :class:`memd.engine.memory.Memd`: it
+resolves the acting user (``user_id`` in the body or query, else ``X-Memd-User``, else
+the default user) and the workspace (the ``/w/{workspace}`` prefix, else the body's or
+query's ``workspace``), calls the engine and turns its dataclasses into JSON. Routes are
+plain ``def`` so FastAPI runs them in its threadpool. The engine validates meaning and
+raises ``InvalidInput``/``NotFound``, which the app maps to 400/404.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Query, Request
+
+from memd.engine.write import FactResult, WriteResult
+from memd.errors import InvalidInput
+from memd.models.tokens import count_text
+from memd.server import schemas as s
+from memd.server.deps import engine_of, user_of, workspace_of
+from memd.types import Fact, Hit, Memory, Message, Session
+
+MAX_EMBEDDING_INPUTS = 2048
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": s.ErrorResponse, "description": "Invalid input"},
+    404: {"model": s.ErrorResponse, "description": "Not found (or another user's)"},
+    422: {"model": s.ErrorResponse, "description": "Body or parameters of the wrong shape"},
+}
+
+router = APIRouter(responses=_ERRORS)
+
+UserQuery = Query(None, description="The acting user (default: X-Memd-User, else the "
+                                    "configured default user).")
+WorkspaceQuery = Query(None, alias="workspace",
+                       description="Scope to a workspace (under /w/{workspace}: the path).")
+
+
+# -- JSON shapes ----------------------------------------------------------------------
+def memory_json(m: Memory) -> dict[str, Any]:
+    return {
+        "id": m.id, "user_id": m.user_id, "workspace": m.workspace,
+        "session_id": m.session_id, "text": m.text, "tier": int(m.tier),
+        "scope": m.scope.name.lower(), "provenance": m.provenance.name.lower(),
+        "confidence": m.confidence, "importance": m.importance,
+        "access_count": m.access_count, "last_accessed_at": m.last_accessed_at,
+        "created_at": m.created_at, "updated_at": m.updated_at, "expires_at": m.expires_at,
+        "is_active": m.is_active, "superseded_by": m.superseded_by, "tags": list(m.tags),
+        "entities": list(m.entities), "metadata": m.metadata, "token_count": m.token_count,
+        "kind": m.kind,
+    }
+
+
+def session_json(x: Session) -> dict[str, Any]:
+    return {
+        "id": x.id, "user_id": x.user_id, "workspace": x.workspace,
+        "status": x.status.name.lower(), "model": x.model,
+        "context_window": x.context_window, "max_response_tokens": x.max_response_tokens,
+        "system_prompt_hash": x.system_prompt_hash,
+        "system_prompt_tokens": x.system_prompt_tokens, "turn_count": x.turn_count,
+        "total_prompt_tokens": x.total_prompt_tokens,
+        "total_completion_tokens": x.total_completion_tokens,
+        "summary_text": x.summary_text, "parent_session_id": x.parent_session_id,
+        "metadata": x.metadata, "created_at": x.created_at, "updated_at": x.updated_at,
+        "expires_at": x.expires_at,
+    }
+
+
+def message_json(m: Message) -> dict[str, Any]:
+    return {
+        "id": m.id, "session_id": m.session_id, "turn_index": m.turn_index, "role": m.role,
+        "content": m.content, "name": m.name, "tool_calls": m.tool_calls,
+        "tool_call_id": m.tool_call_id, "metadata": m.metadata,
+        "token_count": m.token_count, "created_at": m.created_at,
+    }
+
+
+def fact_json(f: Fact) -> dict[str, Any]:
+    return {
+        "id": f.id, "user_id": f.user_id, "workspace": f.workspace, "category": f.category,
+        "key": f.key, "value": f.value, "confidence": f.confidence,
+        "importance": f.importance, "is_active": f.is_active,
+        "superseded_by": f.superseded_by, "source_message_id": f.source_message_id,
+        "metadata": f.metadata, "created_at": f.created_at, "updated_at": f.updated_at,
+    }
+
+
+def write_json(r: WriteResult) -> dict[str, Any]:
+    return {"action": r.action, "memory": memory_json(r.memory),
+            "replaced": [m.id for m in r.replaced]}
+
+
+def fact_result_json(r: FactResult) -> dict[str, Any]:
+    return {"action": r.action, "fact": fact_json(r.fact),
+            "previous": None if r.previous is None else fact_json(r.previous)}
+
+
+def _messages(items: list[s.MessageIn]) -> list[dict[str, Any]]:
+    return [m.model_dump(exclude_unset=True) for m in items]
+
+
+# -- memories -------------------------------------------------------------------------
+@router.post("/v1/memories", status_code=201, tags=["memories"])
+def add_memory(request: Request, body: s.MemoryCreate) -> dict[str, Any]:
+    """Store a memory through the full write path: an exact duplicate bumps the existing
+    memory's ``access_count`` (``action: duplicate``), a near duplicate merges
+    (``merged``), a conflicting statement supersedes the old one (``superseded``, its id
+    in ``replaced``) or loses to it (``rejected``); otherwise ``inserted``."""
+    result = engine_of(request).add(
+        body.text, user_of(request, body.user_id), workspace=workspace_of(request, body.workspace),
+        tier=body.tier, scope=body.scope, tags=body.tags, importance=body.importance,
+        confidence=body.confidence, session_id=body.session_id, metadata=body.metadata,
+    )
+    return write_json(result)
+
+
+@router.get("/v1/memories", tags=["memories"])
+def list_memories(
+    request: Request, user_id: str | None = UserQuery, ws: str | None = WorkspaceQuery,
+    limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0),
+    include_inactive: bool = Query(False, description="Also superseded and expired ones."),
+) -> dict[str, Any]:
+    """The user's memories, newest first; with a workspace, that workspace's plus the
+    user's global ones."""
+    found = engine_of(request).list(
+        user_of(request, user_id), workspace=workspace_of(request, ws), limit=limit,
+        offset=offset, include_inactive=include_inactive,
+    )
+    return {"memories": [memory_json(m) for m in found]}
+
+
+@router.get("/v1/memories/{memory_id}", tags=["memories"])
+def get_memory(request: Request, memory_id: str,
+               user_id: str | None = UserQuery) -> dict[str, Any]:
+    """One memory of the user (another user's memory is a 404)."""
+    return memory_json(engine_of(request).get(memory_id, user_of(request, user_id)))
+
+
+@router.patch("/v1/memories/{memory_id}", tags=["memories"])
+def update_memory(request: Request, memory_id: str, body: s.MemoryPatch) -> dict[str, Any]:
+    """Edit a memory's text (re-embedded and re-indexed), tier, scope, tags, importance,
+    confidence or metadata; fields left out stay as they are."""
+    changes = body.model_dump(exclude_unset=True, exclude={"user_id"})
+    if not changes:
+        raise InvalidInput("nothing to change: give text, tier, scope, tags, importance, "
+                           "confidence or metadata")
+    mem = engine_of(request).update(memory_id, user_of(request, body.user_id), **changes)
+    return memory_json(mem)
+
+
+@router.delete("/v1/memories/{memory_id}", tags=["memories"])
+def delete_memory(request: Request, memory_id: str,
+                  user_id: str | None = UserQuery) -> dict[str, Any]:
+    """Delete a memory and every derived copy (vector, full-text row, entity links)."""
+    engine_of(request).forget(memory_id, user_of(request, user_id))
+    return {"deleted": memory_id}
+
+
+# -- search and context ---------------------------------------------------------------
+@router.post("/v1/search", tags=["search"])
+def search(request: Request, body: s.SearchRequest) -> dict[str, Any]:
+    """Hybrid search (vector, keyword, entity, freshness, authority) over memories,
+    summaries, facts and, with ``kinds: ["message"]``, stored messages. Without a
+    workspace it spans all of the user's workspaces; with one, that workspace plus the
+    user's global memories. Each hit carries its score breakdown."""
+    f = body.filters or s.SearchFilters()
+    hits: Sequence[Hit] = engine_of(request).search(
+        body.query, user_of(request, body.user_id), k=body.k, kinds=body.kinds,
+        workspace=workspace_of(request, body.workspace), tiers=f.tiers, tags=f.tags,
+        session_id=f.session_id, include_inactive=f.include_inactive,
+    )
+    return {"hits": [h.to_dict() for h in hits]}
+
+
+@router.post("/v1/context", tags=["search"])
+def context(request: Request, body: s.ContextRequest) -> dict[str, Any]:
+    """Compile a token-budgeted OpenAI message list for the next model call: the
+    client's system messages, facts and retrieved memories, then as much recent history
+    (the session's, then ``messages``) as fits. ``report`` says what went in and why."""
+    ctx = engine_of(request).context(
+        user_of(request, body.user_id), session_id=body.session_id,
+        messages=None if body.messages is None else _messages(body.messages),
+        workspace=workspace_of(request, body.workspace), query=body.query,
+        context_window=body.context_window, max_response_tokens=body.max_response_tokens,
+        tool_tokens=body.tool_tokens, model=body.model,
+    )
+    return {"messages": ctx.messages, "report": ctx.report.to_dict()}
+
+
+# -- sessions and messages ------------------------------------------------------------
+@router.post("/v1/sessions", status_code=201, tags=["sessions"])
+def create_session(request: Request, body: s.SessionCreate) -> dict[str, Any]:
+    """Start a session (a conversation whose messages memd stores and compiles)."""
+    session = engine_of(request).create_session(
+        user_of(request, body.user_id), workspace=workspace_of(request, body.workspace),
+        model=body.model, context_window=body.context_window,
+        max_response_tokens=body.max_response_tokens, system_prompt=body.system_prompt,
+        metadata=body.metadata,
+    )
+    return session_json(session)
+
+
+@router.get("/v1/sessions/{session_id}", tags=["sessions"])
+def get_session(request: Request, session_id: str,
+                user_id: str | None = UserQuery) -> dict[str, Any]:
+    """One session of the user (another user's session is a 404)."""
+    return session_json(engine_of(request).session(session_id, user_of(request, user_id)))
+
+
+@router.post("/v1/sessions/{session_id}/messages", status_code=201, tags=["sessions"])
+def append_messages(request: Request, session_id: str,
+                    body: s.MessagesAppend) -> dict[str, Any]:
+    """Append 1-1000 OpenAI messages to a session, atomically (all or none). Facts
+    stated in user messages are extracted at once; embeddings and memories follow in
+    background jobs."""
+    stored = engine_of(request).append(
+        session_id, user_of(request, body.user_id), _messages(body.messages)
+    )
+    return {"messages": [message_json(m) for m in stored]}
+
+
+@router.get("/v1/sessions/{session_id}/messages", tags=["sessions"])
+def list_messages(request: Request, session_id: str,
+                  user_id: str | None = UserQuery) -> dict[str, Any]:
+    """A session's stored messages, oldest first."""
+    found = engine_of(request).messages(session_id, user_of(request, user_id))
+    return {"messages": [message_json(m) for m in found]}
+
+
+# -- facts ----------------------------------------------------------------------------
+@router.get("/v1/facts", tags=["facts"])
+def list_facts(
+    request: Request, user_id: str | None = UserQuery, ws: str | None = WorkspaceQuery,
+    include_history: bool = Query(False, description="Also superseded values."),
+) -> dict[str, Any]:
+    """The user's structured facts (one active value per category and key)."""
+    found: Sequence[Fact] = engine_of(request).facts(
+        user_of(request, user_id), workspace=workspace_of(request, ws),
+        include_history=include_history,
+    )
+    return {"facts": [fact_json(f) for f in found]}
+
+
+@router.put("/v1/facts", tags=["facts"])
+def put_fact(request: Request, body: s.FactPut) -> dict[str, Any]:
+    """Set a fact. A new value replaces the old one (``updated``, the old one kept as
+    history in ``previous``) unless the stored value is more confident and this is not a
+    correction (``rejected``, ``fact`` is the value that stays)."""
+    result = engine_of(request).set_fact(
+        user_of(request, body.user_id), body.category, body.key, body.value,
+        workspace=workspace_of(request, body.workspace), confidence=body.confidence,
+        importance=body.importance, is_correction=body.is_correction,
+    )
+    return fact_result_json(result)
+
+
+# -- embeddings -----------------------------------------------------------------------
+def _embedding_texts(raw: str | list[Any], max_chars: int) -> list[str]:
+    texts = [raw] if isinstance(raw, str) else raw
+    if not texts:
+        raise InvalidInput("input is empty")
+    if len(texts) > MAX_EMBEDDING_INPUTS:
+        raise InvalidInput(f"input has {len(texts)} items (limit {MAX_EMBEDDING_INPUTS})")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise InvalidInput(f"input[{i}] must be a string, not {type(t).__name__} "
+                               "(token arrays are not supported)")
+        if not t.strip():
+            raise InvalidInput(f"input[{i}] is empty")
+        if len(t) > max_chars:
+            raise InvalidInput(f"input[{i}] is too long: {len(t)} characters "
+                               f"(limit {max_chars})")
+    return texts
+
+
+def _encode(vector: np.ndarray, encoding_format: str) -> list[float] | str:
+    if encoding_format == "base64":
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+    out: list[float] = vector.astype(np.float64).tolist()
+    return out
+
+
+@router.post("/v1/embeddings", tags=["embeddings"])
+def embeddings(request: Request, body: s.EmbeddingsRequest) -> dict[str, Any]:
+    """OpenAI-compatible embeddings from the daemon's local embedder (whatever ``model``
+    names). ``base64`` encodes each vector as little-endian float32 bytes."""
+    engine = engine_of(request)
+    texts = _embedding_texts(body.input, engine.settings.max_text_chars)
+    if body.dimensions is not None and body.dimensions != engine.embedder.dim:
+        raise InvalidInput(f"dimensions must be {engine.embedder.dim} for "
+                           f"{engine.embedder.name}, not {body.dimensions}")
+    vectors = engine.embedder.embed(texts)
+    tokens = sum(count_text(t) for t in texts)
+    return {
+        "object": "list",
+        "data": [{"object": "embedding", "index": i,
+                  "embedding": _encode(vec, body.encoding_format)}
+                 for i, vec in enumerate(vectors)],
+        "model": engine.embedder.name,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
