@@ -1,8 +1,10 @@
 """The ``memd`` command.
 
-Every command opens the data dir directly (SQLite in WAL mode, so it works whether or
-not a daemon has the same file open). Errors print ``error: ...`` on stderr and exit 2
-for bad input or an unknown id, 1 for anything else.
+When a daemon serves the same data dir (``memd serve`` leaves ``daemon.json`` there),
+add, search, list and forget go through its HTTP API: no model to load, one writer.
+Otherwise they open the data dir directly (SQLite in WAL mode, safe beside a daemon that
+is starting or stopping). Errors print ``error: ...`` on stderr and exit 2 for bad input
+or an unknown id, 1 for anything else.
 """
 
 from __future__ import annotations
@@ -44,6 +46,34 @@ def _open(ctx: click.Context) -> Any:
     return memd.open(opts.get("data_dir"), config=opts.get("config"))
 
 
+def _daemon(ctx: click.Context) -> Any:
+    """An HTTP client for the daemon serving this data dir, or None."""
+    from memd.config import load_settings
+    from memd.server.discovery import find_daemon
+
+    opts = ctx.obj or {}
+    settings = load_settings(opts.get("config"), data_dir=opts.get("data_dir"))
+    return find_daemon(settings.data_dir)
+
+
+def _call(client: Any, method: str, path: str, **kwargs: Any) -> Any:
+    """A daemon call; its JSON errors become the same memd errors a direct call raises."""
+    from memd.errors import StorageError
+
+    resp = client.request(method, path, **kwargs)
+    if resp.is_success:
+        return resp.json()
+    try:
+        message = resp.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = resp.text
+    if resp.status_code == 404:
+        raise NotFound(message)
+    if resp.status_code < 500:
+        raise InvalidInput(message)
+    raise StorageError(f"daemon error {resp.status_code}: {message}")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="memd")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
@@ -74,16 +104,28 @@ def add(ctx: click.Context, text: str, user_id: str, workspace: str | None, tier
         as_json: bool) -> None:
     """Remember TEXT for a user (deduplicated, merged with near-duplicates)."""
     split_tags = [t for tag in tags for t in tag.split(",") if t.strip()]
-    with _open(ctx) as m:
-        result = m.add(text, user_id, workspace=workspace, tier=tier, scope=scope,
-                       session_id=session_id, tags=split_tags, importance=importance)
-    mem = result.memory
-    if as_json:
-        click.echo(json.dumps({"action": result.action, "id": mem.id, "text": mem.text,
-                               "access_count": mem.access_count,
-                               "replaced": [r.id for r in result.replaced]}))
+    daemon = _daemon(ctx)
+    if daemon is not None:
+        with daemon:
+            body = {"user_id": user_id, "text": text, "workspace": workspace, "tier": tier,
+                    "scope": scope, "session_id": session_id, "tags": split_tags,
+                    "importance": importance}
+            data = _call(daemon, "POST", "/v1/memories",
+                         json={k: v for k, v in body.items() if v is not None})
+        out = {"action": data["action"], "id": data["memory"]["id"],
+               "text": data["memory"]["text"], "access_count": data["memory"]["access_count"],
+               "replaced": data["replaced"]}
     else:
-        click.echo(f"{result.action} {mem.id}")
+        with _open(ctx) as m:
+            result = m.add(text, user_id, workspace=workspace, tier=tier, scope=scope,
+                           session_id=session_id, tags=split_tags, importance=importance)
+        mem = result.memory
+        out = {"action": result.action, "id": mem.id, "text": mem.text,
+               "access_count": mem.access_count, "replaced": [r.id for r in result.replaced]}
+    if as_json:
+        click.echo(json.dumps(out))
+    else:
+        click.echo(f"{out['action']} {out['id']}")
 
 
 @main.command()
@@ -100,16 +142,25 @@ def add(ctx: click.Context, text: str, user_id: str, workspace: str | None, tier
 def search(ctx: click.Context, query: str, user_id: str, k: int, workspace: str | None,
            kinds: str, as_json: bool) -> None:
     """Search a user's memories (hybrid: vector, keyword, facts, entities)."""
-    with _open(ctx) as m:
-        hits = m.search(query, user_id, k=k, workspace=workspace,
-                        kinds=[x.strip() for x in kinds.split(",") if x.strip()])
+    kind_list = [x.strip() for x in kinds.split(",") if x.strip()]
+    daemon = _daemon(ctx)
+    if daemon is not None:
+        with daemon:
+            body = {"user_id": user_id, "query": query, "k": k, "kinds": kind_list,
+                    "workspace": workspace}
+            hits = _call(daemon, "POST", "/v1/search",
+                         json={k_: v for k_, v in body.items() if v is not None})["hits"]
+    else:
+        with _open(ctx) as m:
+            hits = [h.to_dict() for h in m.search(query, user_id, k=k, workspace=workspace,
+                                                   kinds=kind_list)]
     if as_json:
-        click.echo(json.dumps([h.to_dict() for h in hits], ensure_ascii=False))
+        click.echo(json.dumps(hits, ensure_ascii=False))
         return
     if not hits:
         click.echo("no results")
     for h in hits:
-        click.echo(f"{h.score:.3f}  {h.kind:<7} {h.id}  {h.text}")
+        click.echo(f"{h['score']:.3f}  {h['kind']:<7} {h['id']}  {h['text']}")
 
 
 @main.command()
@@ -119,7 +170,13 @@ def search(ctx: click.Context, query: str, user_id: str, k: int, workspace: str 
 @handles_errors
 def forget(ctx: click.Context, memory_id: str, user_id: str | None) -> None:
     """Delete a memory and every derived copy of it."""
-    with _open(ctx) as m:
+    daemon = _daemon(ctx) if user_id else None
+    if daemon is not None:
+        with daemon:
+            _call(daemon, "DELETE", f"/v1/memories/{memory_id}", params={"user_id": user_id})
+        click.echo(f"forgot {memory_id}")
+        return
+    with _open(ctx) as m:  # by id alone: only the local store can look it up
         mem = m.forget(memory_id, user_id)
     click.echo(f"forgot {mem.id}")
 
@@ -216,8 +273,15 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     if settings.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("listening on %s: anyone who can reach it can read this memory",
                     settings.host)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level,
-                access_log=log_level == "debug")
+    from memd.server.discovery import remove_daemon_file, write_daemon_file
+
+    marker = write_daemon_file(settings.data_dir, settings.host, settings.port)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level,
+                    access_log=log_level == "debug")
+    finally:
+        remove_daemon_file(marker)
+        engine.close()
 
 
 if __name__ == "__main__":

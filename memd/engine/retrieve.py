@@ -190,7 +190,11 @@ def search(
                 created_at=msg.created_at, metadata={**msg.metadata, "role": msg.role},
             ))
     if "fact" in kinds:
-        facts = store.get_facts(user_id, workspaces=flt.workspaces)
+        # A fact stated by a memory among the hits is that memory's derived copy: show
+        # the memory (the user's words) once, not both.
+        stated = {t for h in hits for t in h.metadata.get("tags", ()) if t.startswith("fact:")}
+        facts = [f for f in store.get_facts(user_id, workspaces=flt.workspaces)
+                 if f"fact:{f.category}/{f.key}" not in stated]
         for fact, total, parts in score_facts(facts, query, qvec, embedder, weights, now):
             hits.append(Hit(
                 kind="fact", id=fact.id, text=fact.text, score=total, breakdown=parts,

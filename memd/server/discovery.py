@@ -1,0 +1,61 @@
+"""How the CLI finds a daemon serving the same data dir.
+
+``memd serve`` writes ``daemon.json`` (pid, host, port) into the data dir while it runs
+and removes it on exit. A stale file (the process is gone, or nothing answers /health)
+is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+FILENAME = "daemon.json"
+
+
+def write_daemon_file(data_dir: Path, host: str, port: int) -> Path:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / FILENAME
+    connect = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    path.write_text(json.dumps({"pid": os.getpid(), "host": connect, "port": port}))
+    return path
+
+
+def remove_daemon_file(path: Path) -> None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if data.get("pid") == os.getpid():
+        path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def find_daemon(data_dir: Path, timeout: float = 30.0) -> Any:
+    """An ``httpx.Client`` for the live daemon of ``data_dir``, or None."""
+    try:
+        info = json.loads((data_dir / FILENAME).read_text())
+        pid, host, port = int(info["pid"]), str(info["host"]), int(info["port"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not _alive(pid):
+        return None
+    base = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    try:
+        httpx.get(f"{base}/health", timeout=2.0).raise_for_status()
+    except httpx.HTTPError:
+        return None
+    return httpx.Client(base_url=base, timeout=timeout)
