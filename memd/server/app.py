@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -141,9 +141,17 @@ class JobWorker:
                 self._stop.wait(self.interval)
 
 
-def create_app(engine: Memd, settings: Settings | None = None,
-               run_jobs: bool = True) -> FastAPI:
-    """The daemon's ASGI app over ``engine``."""
+def _workspace_param(
+    workspace: str = Path(description="Scope memory to this workspace (a project)."),
+) -> None:
+    """Declares the ``/w/{workspace}`` path parameter for the OpenAPI schema; routes read
+    it through :func:`memd.server.deps.workspace_of`."""
+
+
+def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = True,
+               upstream_transport: Any = None) -> FastAPI:
+    """The daemon's ASGI app over ``engine``. ``upstream_transport`` (an httpx transport)
+    replaces the network for the upstream model server, for in-process tests."""
     from memd.server import api, proxy
 
     settings = settings or engine.settings
@@ -165,6 +173,7 @@ def create_app(engine: Memd, settings: Settings | None = None,
                               "native memory API.")
     app.state.engine = engine
     app.state.settings = settings
+    app.state.upstream_transport = upstream_transport
 
     @app.exception_handler(MemdError)
     async def memd_error(_: Request, exc: MemdError) -> JSONResponse:
@@ -197,9 +206,10 @@ def create_app(engine: Memd, settings: Settings | None = None,
                 "store": type(engine.store).__name__, "embedder": engine.embedder.name,
                 "pending_jobs": engine.store.pending_jobs()}
 
-    for prefix in ("", "/w/{workspace}"):
-        app.include_router(api.router, prefix=prefix)
-        app.include_router(proxy.router, prefix=prefix)
+    scoped = [Depends(_workspace_param)]
+    for router in (api.router, proxy.router):
+        app.include_router(router)
+        app.include_router(router, prefix="/w/{workspace}", dependencies=scoped)
     app.add_middleware(
         Guard, allowed_hosts=LOOPBACK_HOSTS | frozenset(h.lower() for h in settings.allowed_hosts),
         max_body=settings.max_body_bytes,

@@ -47,6 +47,7 @@ def _client(request: Request) -> httpx.AsyncClient:
         if not settings.upstream_url:
             raise NoUpstream(NO_UPSTREAM)
         client = httpx.AsyncClient(
+            transport=app.state.upstream_transport,
             base_url=settings.upstream_url.rstrip("/") + "/",
             timeout=httpx.Timeout(settings.upstream_timeout, connect=10.0),
         )
@@ -57,6 +58,7 @@ def _client(request: Request) -> httpx.AsyncClient:
 async def close_upstream(app: Any) -> None:
     client = getattr(app.state, "upstream", None)
     if client is not None:
+        app.state.upstream = None
         await client.aclose()
 
 

@@ -1,0 +1,323 @@
+"""The prefill context compiler (seed 000 §6.1-6.5): a pure function.
+
+``compile_context`` turns what a client sent (system messages, tool definitions, the
+session's stored history) and what retrieval found (facts, memories, episodic summaries)
+into the message list sent upstream, plus a report of what went in and why. It does no
+I/O and reads no clock: the same :class:`CompileInput` always gives an equal
+:class:`~memd.types.Context`. Design decisions:
+
+**Budget.** ``S`` is the exact cost of the client's system messages (``message_tokens``),
+``B = max(0, C - S - R - T)`` is what memd may fill, split into ``B_mem`` / ``B_hist`` by
+task type (:data:`TASK_SPLITS`, integer percentages). ``B_mem`` is rounded down and, for
+the task types whose split sums to 100%, ``B_hist = B - B_mem`` so no token is lost to
+rounding; ``tool_heavy`` leaves its 20% unallocated as headroom for tool results.
+
+**Task classifier.** Deterministic rules, first match wins (see :func:`classify_task`):
+tools sent or tool-dense recent history -> ``tool_heavy``; at most one user message ->
+``new_session``; a recall/explain question that is not a follow-up -> ``knowledge``;
+anything else -> ``continuation``. Rules rather than a model: they are free, explainable in
+the report, and the split only shifts a budget between two sections.
+
+**History first.** History is packed before memories: the longest contiguous suffix of
+whole *blocks* whose stored ``token_count`` sum fits ``B_hist``. A block is one message,
+or an assistant message with ``tool_calls`` together with the tool messages right after it
+that answer those calls, so a tool call is never separated from its results. Any other
+tool message is an orphan (it answers nothing in the history, or answers a call it is not
+adjacent to, or answers one twice) and is never emitted, since providers reject it. The
+walk stops at the first block that does not fit, so the kept history is gap-free.
+
+**Memories get the leftovers.** The memory budget is ``B_mem + B_hist - history_used``:
+whatever history did not use flows to memories (for ``tool_heavy`` the headroom stays
+untouched). When history was cut, the session summary (if given and if it fits) is taken
+out of that budget first and emitted right before the history.
+
+**Memory block.** Facts first (score desc), then memories and episodic summaries by greedy
+knapsack on ``score / max(tokens, 1)`` (desc); every sort ends with the id and the text so
+input order never matters, and an item that does not fit is skipped, not a stop. Item costs
+are estimated from stored counts (``tokens + LINE_OVERHEAD``, headers counted once); the
+rendered block is then measured exactly with ``message_tokens`` and the lowest-efficiency
+memories (then the lowest-scored facts) are dropped until it fits. So the budget is a hard
+guarantee: ``report.total_tokens <= max(C - R - T, S)``.
+
+**Output.** System messages unchanged and first, then the memory block, the summary and
+the history (``Message.to_openai()``, with a ``None`` content replaced by ``""`` for roles
+whose OpenAI type requires a string).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from memd.models.tokens import MESSAGE_OVERHEAD, count_text, message_tokens
+from memd.types import Context, ContextReport, Message, ReportItem
+
+CONTINUATION: Final = "continuation"
+KNOWLEDGE: Final = "knowledge"
+NEW_SESSION: Final = "new_session"
+TOOL_HEAVY: Final = "tool_heavy"
+
+#: (memory, history) shares of ``B`` in percent per task type (seed 000 §6.1); integer
+#: percentages keep the split exact (no float rounding).
+TASK_SPLITS: Final[Mapping[str, tuple[int, int]]] = {
+    CONTINUATION: (15, 85),
+    KNOWLEDGE: (40, 60),
+    NEW_SESSION: (50, 50),
+    TOOL_HEAVY: (10, 70),
+}
+
+#: Estimated tokens a bullet adds to an item: ``"- "`` and the newline.
+LINE_OVERHEAD: Final = 2
+MEMORY_HEADER: Final = (
+    "## Memory\nWhat you know about the user from earlier conversations. Use it when relevant."
+)
+FACTS_HEADER: Final = "### Facts"
+MEMORIES_HEADER: Final = "### Memories"
+SUMMARY_PREFIX: Final = "[Session summary]\n"
+
+TOOL_WINDOW: Final = 10  # recent messages the tool_heavy rule looks at
+TOOL_PERCENT: Final = 30  # percentage of them that makes a session tool_heavy
+
+_QUESTION_START = re.compile(
+    r"^(what|who|whom|whose|when|where|which|how|why|do you remember|did i|recall|remind me"
+    r"|explain|tell me about)\b"
+)
+_FOLLOW_UP_START = re.compile(
+    r"^(and|also|then|so|ok|okay|now|next|continue|go on|what about|how about|what else)\b"
+)
+# Roles whose OpenAI message type requires a string content.
+_CONTENT_REQUIRED = frozenset({"system", "developer", "user", "tool"})
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A scored item to pack into the memory block."""
+
+    kind: str  # "fact" | "memory" | "summary"
+    id: str
+    text: str
+    tokens: int  # stored token count of ``text`` (computed at write time)
+    score: float  # retrieval score (facts typically get a high fixed score)
+
+
+@dataclass(frozen=True, slots=True)
+class CompileInput:
+    """Everything the compiler needs; see the module docstring for how each part is used.
+
+    ``session_summary_tokens`` is the stored count of ``session_summary``; it is only a
+    quick reject, the emitted summary message is measured exactly.
+    """
+
+    system: list[dict[str, Any]]  # the client's system/developer messages, passed through
+    history: list[Message]  # the session's active messages, ascending turn_index
+    facts: list[Candidate]
+    memories: list[Candidate]  # memories and episodic summaries, already scored
+    context_window: int  # C
+    max_response_tokens: int  # R
+    tool_tokens: int = 0  # T: tokens of the tool definitions the client sent
+    session_summary: str | None = None  # injected only when history was cut
+    session_summary_tokens: int = 0
+    task_type: str | None = None  # None -> classify_task
+    model: str | None = None  # for token counting
+
+
+def classify_task(history: Sequence[Message], has_tools: bool) -> str:
+    """The task type of a request, by deterministic rules (first match wins).
+
+    1. ``tool_heavy``: the client sent tool definitions, or at least 30% of the last 10
+       history messages are tool messages or messages carrying ``tool_calls``.
+    2. ``new_session``: the history holds at most one user message (the current query).
+    3. ``knowledge``: the last user message asks to recall or explain something - after
+       lower-casing and stripping it starts with what/who/whom/whose/when/where/which/how/
+       why/"do you remember"/"did i"/recall/"remind me"/explain/"tell me about", or ends
+       with ``?`` - and it is not a follow-up, i.e. does not start with
+       and/also/then/so/ok/okay/now/next/continue/"go on"/"what about"/"how about"/
+       "what else".
+    4. ``continuation`` otherwise.
+    """
+    recent = history[-TOOL_WINDOW:]
+    tool_like = sum(1 for m in recent if m.role == "tool" or bool(m.tool_calls))
+    if has_tools or (recent and 100 * tool_like >= TOOL_PERCENT * len(recent)):  # integer math
+        return TOOL_HEAVY
+    users = [m for m in history if m.role == "user"]
+    if len(users) <= 1:
+        return NEW_SESSION
+    text = (users[-1].content or "").strip().lower()
+    is_question = bool(_QUESTION_START.match(text)) or text.endswith("?")
+    if is_question and not _FOLLOW_UP_START.match(text):
+        return KNOWLEDGE
+    return CONTINUATION
+
+
+def history_blocks(history: Sequence[Message]) -> list[list[Message]]:
+    """Group ``history`` into blocks that must be kept or cut together; orphans are left out.
+
+    An assistant message with ``tool_calls`` and the tool messages directly after it that
+    answer one of its calls (each call once) form a block; any other non-tool message is
+    a block of its own; every other tool message is an orphan and appears in no block.
+    """
+    blocks: list[list[Message]] = []
+    i = 0
+    while i < len(history):
+        msg = history[i]
+        i += 1
+        if msg.role == "tool":
+            continue  # not directly after the assistant message whose call it answers
+        block = [msg]
+        if msg.role == "assistant" and msg.tool_calls:
+            open_ids = {c["id"] for c in msg.tool_calls if isinstance(c, Mapping) and c.get("id")}
+            while i < len(history) and history[i].role == "tool":
+                if history[i].tool_call_id in open_ids:
+                    open_ids.discard(history[i].tool_call_id)
+                    block.append(history[i])
+                i += 1
+        blocks.append(block)
+    return blocks
+
+
+def compile_context(inp: CompileInput) -> Context:
+    """Compile the prefill context for one request; pure and deterministic."""
+    model = inp.model
+    task = inp.task_type or classify_task(inp.history, inp.tool_tokens > 0)
+    if task not in TASK_SPLITS:
+        raise ValueError(f"unknown task type {task!r}; expected one of {sorted(TASK_SPLITS)}")
+    s_tokens = sum(message_tokens(m, model) for m in inp.system)
+    c, r, t = inp.context_window, inp.max_response_tokens, inp.tool_tokens
+    b = max(0, c - s_tokens - r - t)
+    mem_share, hist_share = TASK_SPLITS[task]
+    b_mem = b * mem_share // 100
+    b_hist = b - b_mem if mem_share + hist_share == 100 else b * hist_share // 100
+
+    blocks = history_blocks(inp.history)
+    kept: list[list[Message]] = []
+    hist_used = 0
+    for block in reversed(blocks):
+        cost = sum(max(0, m.token_count) for m in block)
+        if hist_used + cost > b_hist:
+            break
+        kept.append(block)
+        hist_used += cost
+    kept.reverse()
+    history_cut = len(kept) < len(blocks)
+    hist_msgs = [m for block in kept for m in block]
+
+    remaining = b_mem + b_hist - hist_used
+    summary_msg: dict[str, Any] | None = None
+    summary_tokens = 0
+    if history_cut and inp.session_summary and inp.session_summary_tokens <= remaining:
+        candidate = {"role": "system", "content": SUMMARY_PREFIX + inp.session_summary}
+        n = message_tokens(candidate, model)
+        if n <= remaining:
+            summary_msg, summary_tokens = candidate, n
+            remaining -= n
+
+    facts, mems = _pack(inp.facts, inp.memories, remaining, model)
+    block_msg: dict[str, Any] | None = None
+    mem_tokens = 0
+    while facts or mems:
+        block_msg = {"role": "system", "content": render_memory_block(facts, mems)}
+        mem_tokens = message_tokens(block_msg, model)
+        if mem_tokens <= remaining:
+            break
+        (mems or facts).pop()  # lowest efficiency memory first, then lowest-scored fact
+        block_msg, mem_tokens = None, 0
+
+    messages: list[dict[str, Any]] = list(inp.system)
+    items: list[ReportItem] = []
+    if block_msg is not None:
+        messages.append(block_msg)
+        items += [ReportItem("fact", f.kind, f.id, f.tokens, f.score) for f in facts]
+        items += [ReportItem("memory", m.kind, m.id, m.tokens, m.score) for m in mems]
+    if summary_msg is not None:
+        messages.append(summary_msg)
+        sid = inp.history[0].session_id  # history_cut: there is a history
+        items.append(ReportItem("summary", "session_summary", sid, summary_tokens))
+    messages += [_wire(m) for m in hist_msgs]
+    items += [ReportItem("history", m.role, m.id, max(0, m.token_count)) for m in hist_msgs]
+
+    total = s_tokens + mem_tokens + summary_tokens + hist_used
+    report = ContextReport(
+        task_type=task,
+        budget={"C": c, "S": s_tokens, "R": r, "T": t, "B": b, "B_mem": b_mem, "B_hist": b_hist},
+        tokens={
+            "system": s_tokens,
+            "memory": mem_tokens,
+            "summary": summary_tokens,
+            "history": hist_used,
+            "total": total,
+        },
+        items=items,
+        history_cut=history_cut,
+        total_tokens=total,
+    )
+    return Context(messages=messages, report=report)
+
+
+def render_memory_block(facts: Sequence[Candidate], memories: Sequence[Candidate]) -> str:
+    """The memory block's content; a subsection with no items is left out."""
+    lines = [MEMORY_HEADER]
+    for header, group in ((FACTS_HEADER, facts), (MEMORIES_HEADER, memories)):
+        if group:
+            lines.append(header)
+            lines += ["- " + _bullet(c.text) for c in group]
+    return "\n".join(lines)
+
+
+def _pack(
+    facts: Sequence[Candidate], memories: Sequence[Candidate], budget: int, model: str | None
+) -> tuple[list[Candidate], list[Candidate]]:
+    """Greedy selection under ``budget`` by estimated cost; skips what does not fit."""
+    base = MESSAGE_OVERHEAD + count_text(MEMORY_HEADER, model) + 1  # + the newline after it
+    section_cost = {
+        FACTS_HEADER: count_text(FACTS_HEADER, model) + 1,
+        MEMORIES_HEADER: count_text(MEMORIES_HEADER, model) + 1,
+    }
+    ordered_facts = sorted(
+        (f for f in facts if f.text.strip()),
+        key=lambda f: (-_finite(f.score), f.id, f.text, f.tokens, f.kind),
+    )
+    ordered_mems = sorted(
+        (m for m in memories if m.text.strip()),
+        key=lambda m: (-_efficiency(m), m.id, m.text, m.tokens, m.kind),
+    )
+    used = 0
+    chosen: tuple[list[Candidate], list[Candidate]] = ([], [])
+    for header, group, out in (
+        (FACTS_HEADER, ordered_facts, chosen[0]),
+        (MEMORIES_HEADER, ordered_mems, chosen[1]),
+    ):
+        for item in group:
+            cost = max(0, item.tokens) + LINE_OVERHEAD
+            if not out:
+                cost += section_cost[header]
+            if not chosen[0] and not chosen[1]:
+                cost += base
+            if used + cost <= budget:
+                out.append(item)
+                used += cost
+    return chosen
+
+
+def _efficiency(c: Candidate) -> float:
+    return _finite(c.score) / max(c.tokens, 1)
+
+
+def _finite(x: float) -> float:
+    """NaN sorts as the lowest score, so sorting stays a total order."""
+    return -math.inf if math.isnan(x) else x
+
+
+def _bullet(text: str) -> str:
+    """One list item: continuation lines indented so a multi-line item stays one bullet."""
+    return text.strip().replace("\n", "\n  ")
+
+
+def _wire(msg: Message) -> dict[str, Any]:
+    """``msg.to_openai()``, with a ``None`` content made ``""`` where OpenAI requires a string."""
+    out = msg.to_openai()
+    if out.get("content") is None and msg.role in _CONTENT_REQUIRED:
+        out["content"] = ""
+    return out
