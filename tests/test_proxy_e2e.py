@@ -44,6 +44,17 @@ class Stack:
             assert time.monotonic() < deadline, "jobs did not drain"
             time.sleep(0.05)
 
+    def until(self, check: Any, timeout: float = 10.0) -> None:
+        """Wait for a condition: replies are stored after the response is sent."""
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert time.monotonic() < deadline, "condition not reached"
+            time.sleep(0.02)
+
+    def messages(self, session_id: str | None = None) -> list[Any]:
+        sid = session_id or self.engine.store.list_sessions("local")[0].id
+        return self.engine.messages(sid, "local")
+
     def injected(self, request: dict[str, Any]) -> str:
         return "\n".join(m["content"] for m in request["messages"]
                          if m["role"] == "system" and m["content"].startswith("## Memory"))
@@ -84,6 +95,7 @@ def test_memory_crosses_sessions_and_history_is_stored_once(stack: Stack) -> Non
     assert new.headers["x-memd-session"] != s1
     assert "Kubernetes" in stack.injected(stack.upstream.requests[-1])
 
+    stack.until(lambda: len(stack.messages(s1)) == 6)
     stored = httpx.get(f"{stack.base}/v1/sessions/{s1}/messages").json()["messages"]
     assert [(m["role"], m["content"]) for m in stored] == [
         ("user", "My name is Priya and I deploy with Kubernetes"),
@@ -103,9 +115,11 @@ def test_a_retried_request_stores_nothing_twice(stack: Stack) -> None:
     msgs = [{"role": "user", "content": "retry me please"}]
     a = client.chat.completions.with_raw_response.create(model="m", messages=msgs)
     b = client.chat.completions.with_raw_response.create(model="m", messages=msgs)
-    assert a.headers["x-memd-session"] == b.headers["x-memd-session"]
-    stored = stack.engine.messages(a.headers["x-memd-session"], "local")
-    assert [m.role for m in stored] == ["user", "assistant"]
+    sid = a.headers["x-memd-session"]
+    assert b.headers["x-memd-session"] == sid
+    stack.until(lambda: len(stack.messages(sid)) >= 2)
+    time.sleep(0.3)  # give a wrongly stored second reply the time to appear
+    assert [m.role for m in stack.messages(sid)] == ["user", "assistant"]
 
 
 def test_edited_history_branches_a_new_session(stack: Stack) -> None:
@@ -136,9 +150,8 @@ def test_streaming_is_incremental(stack: Stack) -> None:
             stack.upstream.gate.set()  # the upstream is still waiting for this
     assert stack.upstream.released is True
     assert "".join(pieces) == "ok: stream three words"
-    stack.settle()
-    sessions = stack.engine.store.list_sessions("local")
-    stored = stack.engine.messages(sessions[0].id, "local")
+    stack.until(lambda: len(stack.messages()) == 2)
+    stored = stack.messages()
     assert stored[-1].content == "ok: stream three words"
     assert stored[-1].finish_reason == "stop" and not stored[-1].metadata.get("incomplete")
 
@@ -160,6 +173,7 @@ def test_async_client_streaming_and_not(stack: Stack) -> None:
 
     plain, streamed = asyncio.run(run())
     assert plain == "ok: async plain" and streamed == "ok: async streamed"
+    stack.until(lambda: len(stack.engine.store.list_usage("local")) == 2)
     usage = stack.engine.store.list_usage("local")
     assert len(usage) == 2 and all(u.prompt_tokens == 11 for u in usage)
 
@@ -182,8 +196,8 @@ def test_tool_calls_round_trip(stack: Stack) -> None:
     sent = stack.upstream.requests[-1]["messages"]
     tool_i = next(i for i, m in enumerate(sent) if m["role"] == "tool")
     assert sent[tool_i - 1]["tool_calls"][0]["id"] == call.id  # never orphaned
-    sid = stack.engine.store.list_sessions("local")[0].id
-    stored = stack.engine.messages(sid, "local")
+    stack.until(lambda: len(stack.messages()) == 4)
+    stored = stack.messages()
     assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
     assert stored[1].tool_calls and stored[1].tool_calls[0]["id"] == call.id
     assert stored[2].tool_call_id == call.id
@@ -194,8 +208,8 @@ def test_streamed_tool_calls_are_reassembled(stack: Stack) -> None:
     stream = stack.client().chat.completions.create(
         model="m", stream=True, tools=tools, messages=[{"role": "user", "content": "weather?"}])
     list(stream)
-    sid = stack.engine.store.list_sessions("local")[0].id
-    reply = stack.engine.messages(sid, "local")[-1]
+    stack.until(lambda: len(stack.messages()) == 2)
+    reply = stack.messages()[-1]
     assert reply.tool_calls == [{"id": "call_abc", "type": "function", "function": {
         "name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]
     assert reply.finish_reason == "tool_calls"

@@ -74,6 +74,7 @@ class PreparedCall:
     session: Session
     context: Context
     store_reply: bool
+    turn: int = 0  # the session's turn count the reply answers
     started: float = field(default_factory=time.monotonic)
 
 
@@ -140,6 +141,7 @@ def prepare_chat(
         session, new, retry = _resolve(engine, uid, ws, history, sid, model)
         if new:
             engine.append(session.id, uid, new)
+        session = engine.session(session.id, uid)
     tool_tokens = count_text(json.dumps(tools, sort_keys=True)) if tools else 0
     ctx = engine.context(
         uid, session_id=session.id, messages=system, model=model,
@@ -149,7 +151,8 @@ def prepare_chat(
     call_id = "call-" + uuid.uuid4().hex
     engine.store.record_call(call_id, uid, session.id, session.workspace, model,
                              engine.now(), ctx.report.to_dict())
-    return PreparedCall(call_id, session, ctx, store_reply=not retry)
+    return PreparedCall(call_id, session, ctx, store_reply=not retry,
+                        turn=session.turn_count)
 
 
 def cost_microcents(prices: Mapping[str, Sequence[float]], model: str | None,
@@ -173,8 +176,12 @@ def finish_chat(
     prompt = int((usage or {}).get("prompt_tokens") or 0)
     completion = int((usage or {}).get("completion_tokens") or 0)
     with engine.store.transaction():
-        if reply is not None and call.store_reply and (reply.get("content") or
-                                                       reply.get("tool_calls")):
+        # Store the reply only if nothing was appended since the call was prepared: a
+        # concurrent retry of the same request may have stored its reply already.
+        current = engine.store.get_session(session.user_id, session.id)
+        fresh = current is not None and current.turn_count == call.turn
+        if reply is not None and call.store_reply and fresh and (reply.get("content") or
+                                                                 reply.get("tool_calls")):
             meta: dict[str, Any] = {"call_id": call.call_id}
             if incomplete:
                 meta["incomplete"] = True

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from memd.engine.chat import PreparedCall, finish_chat, prepare_chat
@@ -205,12 +206,14 @@ async def chat_completions(request: Request) -> Response:
             data = None
     reply, finish = _reply_of(data) if resp.is_success and isinstance(data, dict) else (None,
                                                                                         None)
-    await run_in_threadpool(
+    # Stored after the response is sent: the client does not wait for it.
+    store = BackgroundTask(
         finish_chat, engine, call, status=resp.status_code, reply=reply, finish_reason=finish,
         usage=data.get("usage") if isinstance(data, dict) else None, model=model,
     )
     return Response(content=resp.content, status_code=resp.status_code, headers=headers,
-                    media_type=resp.headers.get("content-type", "application/json"))
+                    media_type=resp.headers.get("content-type", "application/json"),
+                    background=store)
 
 
 async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCall,
