@@ -120,7 +120,10 @@ class Message:
 
     def to_openai(self) -> dict[str, Any]:
         """The message as an OpenAI ``ChatCompletionMessageParam`` dict."""
-        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        content = self.content
+        if content is None and self.role not in ("assistant", "function"):
+            content = ""  # OpenAI requires string content for system/developer/user/tool
+        out: dict[str, Any] = {"role": self.role, "content": content}
         if self.name is not None:
             out["name"] = self.name
         if self.tool_calls:
