@@ -99,6 +99,20 @@ def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def _load(text: str) -> Any:
+    """json.loads with a fast path for the empty values most rows hold."""
+    if text == "{}":
+        return {}
+    if text == "[]":
+        return []
+    return json.loads(text)
+
+
+_TIERS = tuple(Tier)
+_SCOPES = tuple(Scope)
+_PROVENANCES = tuple(Provenance)
+
+
 def owner_token(user_id: str) -> str:
     """The full-text token that marks a user's rows (see 001_core.sql)."""
     return "u" + user_id.encode("utf-8").hex()
@@ -268,7 +282,7 @@ class SQLiteStore:
             system_prompt_hash=r[9], system_prompt_tokens=r[10], max_response_tokens=r[11],
             turn_count=r[12], total_prompt_tokens=r[13], total_completion_tokens=r[14],
             total_cost_microcents=r[15], summary_text=r[16], summary_token_count=r[17],
-            parent_session_id=r[18], metadata=json.loads(r[19]),
+            parent_session_id=r[18], metadata=_load(r[19]),
         )
 
     @staticmethod
@@ -276,24 +290,24 @@ class SQLiteStore:
         return Message(
             id=r[0], session_id=r[1], user_id=r[2], turn_index=r[3], role=r[4], content=r[5],
             token_count=r[6], created_at=r[7], name=r[8],
-            tool_calls=json.loads(r[9]) if r[9] is not None else None, tool_call_id=r[10],
+            tool_calls=_load(r[9]) if r[9] is not None else None, tool_call_id=r[10],
             content_hash=r[11], model=r[12], finish_reason=r[13], prompt_tokens=r[14],
             completion_tokens=r[15], latency_ms=r[16], is_compressed=bool(r[17]),
-            compressed_summary_id=r[18], is_pruned=bool(r[19]), metadata=json.loads(r[20]),
+            compressed_summary_id=r[18], is_pruned=bool(r[19]), metadata=_load(r[20]),
             chain_hash=r[21],
         )
 
     @staticmethod
     def _memory(r: Sequence[Any]) -> Memory:
         return Memory(
-            id=r[0], user_id=r[1], workspace=_unws(r[2]), session_id=r[3], tier=Tier(r[4]),
-            scope=Scope(r[5]), text=r[6], content_hash=r[7], provenance=Provenance(r[8]),
+            id=r[0], user_id=r[1], workspace=_unws(r[2]), session_id=r[3], tier=_TIERS[r[4]],
+            scope=_SCOPES[r[5]], text=r[6], content_hash=r[7], provenance=_PROVENANCES[r[8]],
             provenance_message_id=r[9], confidence=r[10], importance=r[11],
             relevance_accumulator=r[12], access_count=r[13], last_accessed_at=r[14],
             created_at=r[15], updated_at=r[16], expires_at=r[17], is_active=bool(r[18]),
             is_validated=bool(r[19]), token_count=r[20], superseded_by=r[21],
-            tags=tuple(json.loads(r[22])), entities=tuple(json.loads(r[23])),
-            metadata=json.loads(r[24]),
+            tags=tuple(_load(r[22])), entities=tuple(_load(r[23])),
+            metadata=_load(r[24]),
         )
 
     @staticmethod
@@ -302,7 +316,7 @@ class SQLiteStore:
             id=r[0], user_id=r[1], category=r[2], key=r[3], value=r[4], confidence=r[5],
             importance=r[6], created_at=r[7], updated_at=r[8], workspace=_unws(r[9]),
             is_active=bool(r[10]), superseded_by=r[11], source_message_id=r[12],
-            metadata=json.loads(r[13]),
+            metadata=_load(r[13]),
         )
 
     # -- sessions --------------------------------------------------------------------
@@ -751,8 +765,10 @@ class SQLiteStore:
     def nearest_memories(
         self, user_id: str, vector: Vector, k: int, flt: MemoryFilter
     ) -> list[tuple[Memory, float]]:
+        # The cache already applies activity and workspace; the few memories the other
+        # filters (expiry, supersession, tiers, tags) drop are covered by the margin.
         pairs = self._cached_vectors(user_id).knn(
-            vector, k * 2 + 10, not flt.include_inactive, flt.workspaces
+            vector, k + 10, not flt.include_inactive, flt.workspaces
         )
         by_id = self._memories_by_ids(user_id, [p[0] for p in pairs], flt)
         return [(by_id[mid], s) for mid, s in pairs if mid in by_id][:k]

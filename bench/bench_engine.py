@@ -28,6 +28,7 @@ import numpy as np
 
 import memd
 from memd.engine.write import content_hash
+from memd.models.tokens import count_text
 from memd.types import Memory, NewMessage
 
 TECH = (
@@ -38,15 +39,24 @@ TECH = (
 SYLLABLES = "ka ri to ne mu sa lo vi de pa fu ge ho ji ku ma no ru se ta yo zu bi".split()
 
 
+STOPWORDS = ("the of and to a in is it you that he was for on are with as i his they be "
+             "at one have this from or had by what but some we can out other were all "
+             "there when up use your how said an each she which do their if will way about "
+             "many then them would like so these her see him has more could go come did my "
+             "no most who over know than call first may down been now find any new").split()
+
+
 def _vocabulary(size: int = 5000) -> tuple[list[str], list[float]]:
     """A Zipf-distributed vocabulary (weight 1/rank), as in natural text, so full-text
-    matches are as selective as on real conversations; tech words sit among the ranks."""
+    matches are as selective as on real conversations: the top ranks are English
+    function words (as in real text), then pseudo-words with the tech words among them."""
     rng = random.Random(1)
     words = set(TECH)
-    while len(words) < size:
+    while len(words) < size - len(STOPWORDS):
         words.add("".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4))))
-    ordered = sorted(words)
-    rng.shuffle(ordered)
+    content = sorted(words)
+    rng.shuffle(content)
+    ordered = list(STOPWORDS) + content
     cum, total = [], 0.0
     for rank in range(1, len(ordered) + 1):
         total += 1.0 / rank
@@ -75,7 +85,7 @@ def populate(m: memd.engine.memory.Memd, user: str, n_mem: int, n_msg: int, sess
         for text, vec in zip(texts, vecs, strict=True):
             m.store.insert_memory(Memory(
                 id=uuid.uuid4().hex, user_id=user, text=text, content_hash=content_hash(text),
-                token_count=len(text) // 4, created_at=now - rng.random() * 1e7,
+                token_count=count_text(text), created_at=now - rng.random() * 1e7,
                 updated_at=now, access_count=rng.randint(0, 30),
                 importance=rng.random(), confidence=rng.random(),
             ), vec)

@@ -50,6 +50,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Final
 
 from memd.models.tokens import MESSAGE_OVERHEAD, count_text, message_tokens
@@ -222,7 +223,12 @@ def compile_context(inp: CompileInput) -> Context:
         mem_tokens = message_tokens(block_msg, model)
         if mem_tokens <= remaining:
             break
-        (mems or facts).pop()  # lowest efficiency memory first, then lowest-scored fact
+        # Over by `excess`: drop the lowest-efficiency memories (then the lowest-scored
+        # facts) until their estimated cost covers it, then measure again.
+        excess = mem_tokens - remaining
+        while excess > 0 and (mems or facts):
+            dropped = (mems or facts).pop()
+            excess -= max(0, dropped.tokens) + LINE_OVERHEAD
         block_msg, mem_tokens = None, 0
 
     messages: list[dict[str, Any]] = list(inp.system)
@@ -266,14 +272,19 @@ def render_memory_block(facts: Sequence[Candidate], memories: Sequence[Candidate
     return "\n".join(lines)
 
 
+@lru_cache(maxsize=64)
+def _constant_tokens(text: str, model: str | None) -> int:
+    return count_text(text, model)
+
+
 def _pack(
     facts: Sequence[Candidate], memories: Sequence[Candidate], budget: int, model: str | None
 ) -> tuple[list[Candidate], list[Candidate]]:
     """Greedy selection under ``budget`` by estimated cost; skips what does not fit."""
-    base = MESSAGE_OVERHEAD + count_text(MEMORY_HEADER, model) + 1  # + the newline after it
+    base = MESSAGE_OVERHEAD + _constant_tokens(MEMORY_HEADER, model) + 1  # + its newline
     section_cost = {
-        FACTS_HEADER: count_text(FACTS_HEADER, model) + 1,
-        MEMORIES_HEADER: count_text(MEMORIES_HEADER, model) + 1,
+        FACTS_HEADER: _constant_tokens(FACTS_HEADER, model) + 1,
+        MEMORIES_HEADER: _constant_tokens(MEMORIES_HEADER, model) + 1,
     }
     ordered_facts = sorted(
         (f for f in facts if f.text.strip()),
