@@ -24,8 +24,6 @@ import time
 import uuid
 from pathlib import Path
 
-import numpy as np
-
 import memd
 from memd.engine.write import content_hash
 from memd.models.tokens import count_text
