@@ -139,6 +139,7 @@ class SQLiteStore:
         self._lock = threading.RLock()
         self._vectors: dict[str, UserVectors] = {}
         self._data_version = -1
+        self._checkpointer: apsw.Connection | None = None
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -160,6 +161,9 @@ class SQLiteStore:
         for pragma in (
             "journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON",
             "secure_delete = ON", "temp_store = MEMORY", "cache_size = -65536",
+            # Checkpoints cost a few ms; the daemon runs them off the write path
+            # (checkpoint()), so the automatic one is only a rare safety net.
+            "wal_autocheckpoint = 10000",
         ):
             db.execute(f"PRAGMA {pragma}")
 
@@ -210,8 +214,23 @@ class SQLiteStore:
             except apsw.Error as exc:
                 raise MigrationError(f"migration {f.name} failed: {exc}") from exc
 
+    def checkpoint(self) -> None:
+        """Copy the WAL back into the database without blocking writers (PASSIVE), from
+        a connection of its own so the store's lock is not held meanwhile."""
+        if self.path == ":memory:":
+            return
+        try:
+            if self._checkpointer is None:
+                self._checkpointer = apsw.Connection(self.path)
+                self._checkpointer.set_busy_timeout(1000)
+            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except apsw.Error as exc:
+            raise StorageError(f"checkpoint failed: {exc}") from exc
+
     def close(self) -> None:
         with self._lock:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
             self._db.close()
 
     @contextmanager

@@ -333,3 +333,21 @@ def test_sessions_expire_and_working_memory_clears(store: Store) -> None:
     assert store.expire_sessions(now=100.0) == 1
     assert store.delete_session_working_memory("alice", s.id) == 1
     assert [m.id for m in store.list_memories("alice", MemoryFilter())] == [keep.id]
+
+
+def test_sqlite_checkpoint_moves_the_wal_into_the_database(tmp_path: Path) -> None:
+    import apsw
+
+    from memd.backends.sqlite import SQLiteStore
+
+    s = SQLiteStore(tmp_path / "c.db", dim=DIM)
+    for i in range(50):
+        s.insert_memory(memory(f"note {i}"), vec(i % DIM))
+    probe = apsw.Connection(str(tmp_path / "c.db"))
+    busy, frames, done = probe.execute("PRAGMA wal_checkpoint(NOOP)").fetchone()
+    assert frames > 0 and done < frames  # the writes sit in the WAL
+    s.checkpoint()
+    busy, frames, done = probe.execute("PRAGMA wal_checkpoint(NOOP)").fetchone()
+    assert done == frames
+    probe.close()
+    s.close()
