@@ -74,6 +74,23 @@ class Session:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+def openai_message(
+    role: str, content: str | None, name: str | None = None,
+    tool_calls: list[dict[str, Any]] | None = None, tool_call_id: str | None = None,
+) -> dict[str, Any]:
+    """An OpenAI ``ChatCompletionMessageParam`` dict, without empty optional fields."""
+    if content is None and role not in ("assistant", "function"):
+        content = ""  # OpenAI requires string content for system/developer/user/tool
+    out: dict[str, Any] = {"role": role, "content": content}
+    if name is not None:
+        out["name"] = name
+    if tool_calls:
+        out["tool_calls"] = tool_calls
+    if tool_call_id is not None:
+        out["tool_call_id"] = tool_call_id
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class NewMessage:
     """A message as a client sends it, before it is stored."""
@@ -120,17 +137,8 @@ class Message:
 
     def to_openai(self) -> dict[str, Any]:
         """The message as an OpenAI ``ChatCompletionMessageParam`` dict."""
-        content = self.content
-        if content is None and self.role not in ("assistant", "function"):
-            content = ""  # OpenAI requires string content for system/developer/user/tool
-        out: dict[str, Any] = {"role": self.role, "content": content}
-        if self.name is not None:
-            out["name"] = self.name
-        if self.tool_calls:
-            out["tool_calls"] = self.tool_calls
-        if self.tool_call_id is not None:
-            out["tool_call_id"] = self.tool_call_id
-        return out
+        return openai_message(self.role, self.content, self.name, self.tool_calls,
+                              self.tool_call_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,15 @@ from memd.engine.retrieve import score_memories
 from memd.engine.write import fact_tag
 from memd.errors import InvalidInput, NotFound
 from memd.models.tokens import count_text, message_tokens
-from memd.types import Context, MemoryFilter, Message, NewMessage, Session, Tier
+from memd.types import (
+    Context,
+    MemoryFilter,
+    Message,
+    NewMessage,
+    Session,
+    Tier,
+    openai_message,
+)
 
 if TYPE_CHECKING:
     from memd.backends.base import Store
@@ -295,14 +303,7 @@ def _recent_history(
 
 
 def _as_dict(m: NewMessage) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": m.role, "content": m.content}
-    if m.name is not None:
-        out["name"] = m.name
-    if m.tool_calls:
-        out["tool_calls"] = m.tool_calls
-    if m.tool_call_id is not None:
-        out["tool_call_id"] = m.tool_call_id
-    return out
+    return openai_message(m.role, m.content, m.name, m.tool_calls, m.tool_call_id)
 
 
 def _transient(

@@ -24,6 +24,7 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from memd.engine.chat import PreparedCall, finish_chat, prepare_chat
+from memd.engine.memory import Memd
 from memd.errors import InvalidInput, NotFound
 from memd.server.app import error_body
 from memd.server.deps import engine_of, user_of, workspace_of
@@ -154,12 +155,18 @@ def _reply_of(data: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | Non
              "tool_calls": message.get("tool_calls")}, choices[0].get("finish_reason"))
 
 
-def _upstream_error(exc: httpx.HTTPError) -> JSONResponse:
-    if isinstance(exc, httpx.TimeoutException):
-        return JSONResponse(error_body("upstream_timeout", f"the model server timed out: {exc}"),
-                            status_code=504)
-    return JSONResponse(error_body("upstream_unreachable",
-                                   f"cannot reach the model server: {exc}"), status_code=502)
+async def _unreachable(engine: Memd, call: PreparedCall, exc: httpx.HTTPError,
+                       headers: dict[str, str], model: str | None) -> JSONResponse:
+    """The upstream could not be reached or timed out: close the call, answer 502/504."""
+    timeout = isinstance(exc, httpx.TimeoutException)
+    status = 504 if timeout else 502
+    await run_in_threadpool(finish_chat, engine, call, status=status, reply=None,
+                            finish_reason=None, usage=None, model=model)
+    if timeout:
+        body = error_body("upstream_timeout", f"the model server timed out: {exc}")
+    else:
+        body = error_body("upstream_unreachable", f"cannot reach the model server: {exc}")
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 @router.post("/v1/chat/completions")
@@ -193,11 +200,7 @@ async def chat_completions(request: Request) -> Response:
     try:
         resp = await client.post("chat/completions", json=forward, headers=_headers(request))
     except httpx.HTTPError as exc:
-        await run_in_threadpool(finish_chat, engine, call, status=502, reply=None,
-                                finish_reason=None, usage=None, model=model)
-        error = _upstream_error(exc)
-        error.headers.update(headers)
-        return error
+        return await _unreachable(engine, call, exc, headers, model)
     data: Any = None
     if resp.headers.get("content-type", "").startswith("application/json"):
         try:
@@ -225,11 +228,7 @@ async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCal
     try:
         resp = await client.send(req, stream=True)
     except httpx.HTTPError as exc:
-        await run_in_threadpool(finish_chat, engine, call, status=502, reply=None,
-                                finish_reason=None, usage=None, model=model)
-        error = _upstream_error(exc)
-        error.headers.update(headers)
-        return error
+        return await _unreachable(engine, call, exc, headers, model)
     if not resp.is_success:
         content = await resp.aread()
         await resp.aclose()
