@@ -267,3 +267,21 @@ def test_dns_rebinding_is_refused(stack: Stack) -> None:
     resp = httpx.get(f"{stack.base}/health", headers={"host": "evil.example:8765"})
     assert resp.status_code == 421
     assert httpx.get(f"{stack.base}/health").json()["status"] == "ok"
+
+
+def test_client_disconnect_mid_stream_keeps_what_arrived(stack: Stack) -> None:
+    stack.upstream.gate = threading.Event()
+    body = {"model": "m", "stream": True,
+            "messages": [{"role": "user", "content": "a long answer please"}]}
+    with httpx.stream("POST", f"{stack.v1()}/chat/completions", json=body) as resp:
+        assert resp.status_code == 200
+        received = b""
+        for chunk in resp.iter_raw():
+            received += chunk
+            if b'"ok:"' in received:
+                break  # hang up after the first words
+    stack.upstream.gate.set()
+    stack.until(lambda: len(stack.messages()) == 2)
+    reply = stack.messages()[-1]
+    assert reply.role == "assistant" and reply.content == "ok:"
+    assert reply.metadata.get("incomplete") is True

@@ -17,6 +17,7 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import anyio
 import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -244,13 +245,14 @@ async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCal
                 acc.feed(chunk)
                 yield chunk
         finally:
-            await resp.aclose()
-            incomplete = not (acc.done or acc.finish_reason)
-            # Runs even when the client disconnected: keep what arrived (sync: a
-            # cancelled generator must not await again).
+            # Runs even when the client disconnected: keep what arrived. Synchronous and
+            # first, because in a cancelled task every further await raises again.
             finish_chat(engine, call, status=resp.status_code, reply=acc.reply(),
                         finish_reason=acc.finish_reason, usage=acc.usage,
-                        model=acc.model or model, incomplete=incomplete)
+                        model=acc.model or model,
+                        incomplete=not (acc.done or acc.finish_reason))
+            with anyio.CancelScope(shield=True):
+                await resp.aclose()
 
     return StreamingResponse(relay(), status_code=resp.status_code, headers=headers,
                              media_type=resp.headers.get("content-type", "text/event-stream"))
