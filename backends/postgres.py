@@ -1,0 +1,1095 @@
+"""The team backend: PostgreSQL + pgvector + pg_trgm, every per-user table hash-partitioned
+by user_id (seed 000 §2-4; the schema is sql/postgres/).
+
+Same semantics and same dataclasses as :mod:`memd.backends.sqlite`, the reference
+implementation. psycopg 3 (sync) over a small ``psycopg_pool`` pool; each pooled connection
+has pgvector's types registered. A transaction belongs to one thread: the connection of the
+current ``with store.transaction():`` is kept in a thread-local, and inner blocks (and every
+writing method called inside one) run in a savepoint, so a failed write, e.g. a Conflict the
+caller handles, undoes only itself and the outer transaction goes on, as on SQLite.
+Driver errors leave as memd errors: IntegrityError -> Conflict, DataError -> InvalidInput
+(values PostgreSQL cannot store, such as NUL characters), anything else -> StorageError.
+
+Schema: migrations (sql/postgres/NNN_*.sql) run in order, each in a transaction, under an
+advisory lock; then the partitions of the recorded layout and the history's monthly
+partitions are made a few per transaction (thousands of tables in one transaction would
+exhaust the lock table). Every per-user query names user_id, so it is pruned to one hash
+partition; working memory (tier 0) sits in UNLOGGED leaves. The session sweep
+(:meth:`PostgresStore.expire_sessions`) keeps the next months' history partitions ready.
+
+Vectors: KNN is ``ORDER BY embedding <=> q LIMIT k`` over HNSW indexes (cosine), with
+pgvector's iterative index scan so that filters never starve the result. Keyword search is
+``websearch_to_tsquery`` over a generated tsvector with ``ts_rank_cd`` normalized by the best
+hit, so relevance is in [0, 1] as on SQLite. Secure deletion is a VACUUM matter on
+PostgreSQL and is not done here.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any, cast
+
+import numpy as np
+from numpy.typing import NDArray
+
+try:
+    import psycopg
+    from pgvector.psycopg import register_vector
+    from psycopg import sql
+    from psycopg.rows import TupleRow
+    from psycopg.types.json import Jsonb
+    from psycopg_pool import ConnectionPool
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "memd's PostgreSQL backend needs the 'postgres' extra: pip install 'memd[postgres]'"
+    ) from exc
+
+from memd.errors import Conflict, InvalidInput, MemdError, MigrationError, NotFound, StorageError
+from memd.types import (
+    Fact,
+    Job,
+    Memory,
+    MemoryFilter,
+    Message,
+    NewMessage,
+    Provenance,
+    Scope,
+    Session,
+    SessionStatus,
+    Tier,
+    Usage,
+)
+
+log = logging.getLogger("memd.postgres")
+
+Vector = Sequence[float]
+Conn = psycopg.Connection[TupleRow]
+Params = Sequence[Any] | Mapping[str, Any]
+
+_MEMORY_COLS = (
+    "memory_id, user_id, workspace, session_id, memory_tier, memory_scope, content_text, "
+    "content_hash, provenance_type, provenance_message_id, confidence, importance, "
+    "relevance_accumulator, access_count, last_accessed_at, created_at, updated_at, "
+    "expires_at, is_active, is_validated, token_count, superseded_by, tags, entities, metadata"
+)
+_MESSAGE_COLS = (
+    "message_id, session_id, user_id, turn_index, role, content, token_count, created_at, "
+    "name, tool_calls, tool_call_id, content_hash, model_id, finish_reason, prompt_tokens, "
+    "completion_tokens, latency_ms, is_compressed, compressed_summary_id, is_pruned, metadata, "
+    "chain_hash"
+)
+_SESSION_COLS = (
+    "session_id, user_id, workspace, created_at, updated_at, expires_at, status, model_id, "
+    "context_window_size, system_prompt_hash, system_prompt_tokens, max_response_tokens, "
+    "turn_count, total_prompt_tokens, total_completion_tokens, total_cost_microcents, "
+    "summary_text, summary_token_count, parent_session_id, metadata"
+)
+_FACT_COLS = (
+    "fact_id, user_id, category, key, value, confidence, importance, created_at, updated_at, "
+    "workspace, is_active, superseded_by, source_message_id, metadata"
+)
+_JOB_COLS = "job_id, kind, payload, user_id, attempts, run_after, created_at, last_error"
+_JOB_RETURNING = ", ".join("j." + c for c in _JOB_COLS.split(", "))
+_MEMORY_UPDATABLE = {
+    "text": "content_text", "content_hash": "content_hash", "token_count": "token_count",
+    "tier": "memory_tier", "scope": "memory_scope", "confidence": "confidence",
+    "importance": "importance", "is_active": "is_active", "is_validated": "is_validated",
+    "superseded_by": "superseded_by", "expires_at": "expires_at", "tags": "tags",
+    "metadata": "metadata", "updated_at": "updated_at", "access_count": "access_count",
+    "entities": "entities", "provenance": "provenance_type",
+}
+_SESSION_UPDATABLE = {
+    "status", "summary_text", "summary_token_count", "expires_at", "metadata", "updated_at",
+    "model_id", "context_window_size", "max_response_tokens",
+}
+_MEMORY_ORDERS = ("created_at", "updated_at", "access_count", "importance")
+_MIGRATION_LOCK = 0x6D656D64  # pg_advisory_xact_lock key ("memd") serializing migrations
+_HISTORY_MONTHS = 3  # monthly history partitions kept ready: this month and the next two
+_PARTITION_BATCH = 16  # partitions made per transaction (each locks its indexes till commit)
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def _ws(workspace: str | None) -> str:
+    return workspace or ""
+
+
+def _unws(value: str) -> str | None:
+    return value or None
+
+
+def _month(ts: float) -> tuple[int, int]:
+    t = time.gmtime(ts)
+    return t.tm_year, t.tm_mon
+
+
+def _array(value: Any) -> NDArray[np.float32]:
+    """A loaded vector as float32 numpy (pgvector >= 0.4 loads ``Vector`` objects)."""
+    to_numpy = getattr(value, "to_numpy", None)
+    return np.asarray(to_numpy() if to_numpy is not None else value, dtype=np.float32)
+
+
+def search_text(text: str) -> str | None:
+    """``websearch_to_tsquery`` input for free text: its words OR-ed (at most 32). Words are
+    ``\\w+`` runs and the operator word "or" is dropped, so no search syntax survives:
+    safe with any user text. PostgreSQL's english configuration drops stopwords."""
+    words = [w for w in dict.fromkeys(_WORD.findall(text.lower())) if w != "or"][:32]
+    return " or ".join(words) or None
+
+
+def _error(exc: psycopg.Error) -> MemdError:
+    """The memd error for a driver error (the backend edge)."""
+    if isinstance(exc, psycopg.IntegrityError):
+        return Conflict(f"conflicting write: {exc}")
+    if isinstance(exc, psycopg.DataError):
+        return InvalidInput(f"PostgreSQL cannot store this value: {exc}")
+    return StorageError(f"PostgreSQL: {exc}")
+
+
+class PostgresStore:
+    """The Store protocol over one PostgreSQL database (pgvector and pg_trgm required).
+
+    ``partitions`` are the hash partition counts of (sessions, memories, history) used when
+    the schema is first created; an existing database keeps the counts it was made with.
+    """
+
+    def __init__(
+        self, dsn: str, dim: int = 384, partitions: tuple[int, int, int] = (256, 256, 512),
+        *, pool_size: int = 8,
+    ) -> None:
+        self.dim = dim
+        self.partitions = partitions
+        self._local = threading.local()
+        self._history_month = (0, 0)
+        try:
+            with psycopg.connect(dsn) as conn:
+                self.database = str(conn.info.dbname)
+                self._migrate(conn)
+                self._add_history_months(conn, time.time(), _HISTORY_MONTHS)
+        except psycopg.Error as exc:
+            raise StorageError(f"cannot open the PostgreSQL store: {exc}") from exc
+        self._pool: ConnectionPool[Conn] = ConnectionPool(
+            dsn, min_size=1, max_size=pool_size, configure=self._configure, open=False,
+            name="memd",
+        )
+        try:
+            self._pool.open(wait=True, timeout=30.0)
+        except psycopg.Error as exc:
+            self._pool.close()
+            raise StorageError(f"cannot open a PostgreSQL connection pool: {exc}") from exc
+
+    # -- connection ------------------------------------------------------------------
+    @staticmethod
+    def _configure(conn: Conn) -> None:
+        """Prepare a new pooled connection: pgvector types, strict iterative HNSW scans."""
+        register_vector(conn)
+        conn.execute("SET hnsw.iterative_scan = strict_order")
+        conn.commit()
+
+    def _migrate(self, conn: Conn) -> None:
+        """Apply sql/postgres/NNN_*.sql in order, each in its own transaction, under an
+        advisory lock so that concurrent starts apply each file once; then make the
+        layout's missing partitions (resumes where an interrupted start stopped)."""
+        where = f"database {self.database!r}"
+        try:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, "
+                    "name text NOT NULL, applied_at double precision NOT NULL "
+                    "DEFAULT extract(epoch FROM clock_timestamp()))"
+                )
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_meta (key text PRIMARY KEY, value text)"
+                )
+                meta: dict[str, str] = dict(
+                    conn.execute("SELECT key, value FROM schema_meta").fetchall()
+                )
+                done = {v for (v,) in conn.execute("SELECT version FROM schema_migrations")}
+        except psycopg.Error as exc:
+            raise MigrationError(f"cannot read the schema version of {where}: {exc}") from exc
+        if "dim" in meta and int(meta["dim"]) != self.dim:
+            raise MigrationError(
+                f"{where} holds {meta['dim']}-dim embeddings; this embedder makes "
+                f"{self.dim}-dim ones (use a new database or the original embedder)"
+            )
+        if "partitions" in meta:  # fixed when the tables were made
+            s, m, h = (int(p) for p in meta["partitions"].split(","))
+            self.partitions = (s, m, h)
+        files = sorted(
+            (f for f in (resources.files("memd.sql") / "postgres").iterdir()
+             if f.name.endswith(".sql")),
+            key=lambda f: f.name,
+        )
+        known = {int(f.name.split("_", 1)[0]) for f in files}
+        if done - known:
+            raise MigrationError(
+                f"{where} has schema versions {sorted(done - known)} unknown to this memd; "
+                "upgrade memd"
+            )
+        fill = {
+            "{dim}": str(self.dim), "{sessions_partitions}": str(self.partitions[0]),
+            "{memory_partitions}": str(self.partitions[1]),
+            "{history_partitions}": str(self.partitions[2]),
+        }
+        for f in files:
+            version = int(f.name.split("_", 1)[0])
+            if version in done:
+                continue
+            text = f.read_text("utf-8")
+            for placeholder, value in fill.items():
+                text = text.replace(placeholder, value)
+            try:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                    if conn.execute(
+                        "SELECT 1 FROM schema_migrations WHERE version = %s", (version,)
+                    ).fetchone():
+                        continue  # another process applied it meanwhile
+                    conn.execute(text.encode("utf-8"))
+                    conn.execute(
+                        "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
+                        (version, f.name),
+                    )
+                    with conn.cursor() as cur:
+                        cur.executemany(
+                            "INSERT INTO schema_meta (key, value) VALUES (%s, %s) "
+                            "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                            [("dim", str(self.dim)),
+                             ("partitions", ",".join(str(p) for p in self.partitions))],
+                        )
+            except psycopg.Error as exc:
+                raise MigrationError(f"migration {f.name} failed on {where}: {exc}") from exc
+        try:
+            while self._locked_batch(conn, "SELECT memd_add_partitions(%s)", (_PARTITION_BATCH,)):
+                pass
+        except psycopg.Error as exc:
+            raise MigrationError(f"cannot create the partitions of {where}: {exc}") from exc
+
+    @staticmethod
+    def _locked_batch(conn: Conn, query: str, params: Params) -> int:
+        """Run one batch of partition DDL (a function returning how many partitions it
+        made) in its own transaction, under the migration lock; returns the count."""
+        with conn.transaction():
+            conn.execute("SET LOCAL lock_timeout = '10s'")
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            row = conn.execute(query, params).fetchone()
+        return int(row[0]) if row else 0
+
+    def _add_history_months(self, conn: Conn, now: float, months: int) -> int:
+        """Make the monthly history partitions from ``now``'s month on; returns how many."""
+        made = 0
+        while n := self._locked_batch(
+            conn, "SELECT memd_ensure_history_months(%s, %s, %s)",
+            (now, months, _PARTITION_BATCH),
+        ):
+            made += n
+        self._history_month = _month(now)
+        return made
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def _current(self) -> Conn | None:
+        conn: Conn | None = getattr(self._local, "conn", None)
+        return conn
+
+    @contextmanager
+    def _txn(self) -> Iterator[Conn]:
+        """A connection in a transaction: a savepoint in the thread's current transaction,
+        or a pooled connection in a new one that commits at the end of the block."""
+        conn = self._current()
+        try:
+            if conn is not None:
+                with conn.transaction():
+                    yield conn
+                return
+            with self._pool.connection() as conn:
+                self._local.conn = conn
+                try:
+                    with conn.transaction():
+                        yield conn
+                finally:
+                    self._local.conn = None
+        except psycopg.Error as exc:
+            raise _error(exc) from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[Conn]:
+        """A connection for reading: the current transaction's, else a pooled one."""
+        conn = self._current()
+        try:
+            if conn is not None:
+                yield conn
+                return
+            with self._pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise _error(exc) from exc
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._txn():
+            yield
+
+    def _q(self, query: Any, params: Params = ()) -> list[tuple[Any, ...]]:
+        with self._read() as conn:
+            return conn.execute(query, params).fetchall()
+
+    def _x(self, query: Any, params: Params = ()) -> int:
+        """Execute one write; returns the number of rows changed."""
+        with self._txn() as conn:
+            return conn.execute(query, params).rowcount
+
+    def _many(self, query: Any, rows: Sequence[Params]) -> None:
+        if not rows:
+            return
+        with self._txn() as conn, conn.cursor() as cur:
+            cur.executemany(query, rows)
+
+    def _vector(self, vector: Vector) -> NDArray[np.float32]:
+        arr = np.asarray(vector, dtype=np.float32)
+        if arr.shape != (self.dim,):
+            raise StorageError(f"vector has {arr.size} dims, store expects {self.dim}")
+        return arr
+
+    def schema_version(self) -> int:
+        return int(self._q("SELECT coalesce(max(version), 0) FROM schema_migrations")[0][0])
+
+    def ensure_history_partitions(self, now: float, months: int = _HISTORY_MONTHS) -> int:
+        """Create the monthly history partitions for the ``months`` months from ``now``'s
+        (every hash partition), in short transactions of their own; returns how many were
+        made. Runs at start and from the session sweep when the month changes. Not inside a
+        transaction: the DDL would wait for that transaction's own locks."""
+        if self._current() is not None:
+            raise StorageError("ensure_history_partitions() runs outside a transaction")
+        try:
+            with self._pool.connection() as conn:
+                return self._add_history_months(conn, now, months)
+        except psycopg.Error as exc:
+            raise _error(exc) from exc
+
+    # -- row mapping -----------------------------------------------------------------
+    @staticmethod
+    def _session(r: Sequence[Any]) -> Session:
+        return Session(
+            id=r[0], user_id=r[1], workspace=_unws(r[2]), created_at=r[3], updated_at=r[4],
+            expires_at=r[5], status=SessionStatus(r[6]), model=r[7], context_window=r[8],
+            system_prompt_hash=r[9], system_prompt_tokens=r[10], max_response_tokens=r[11],
+            turn_count=r[12], total_prompt_tokens=r[13], total_completion_tokens=r[14],
+            total_cost_microcents=r[15], summary_text=r[16], summary_token_count=r[17],
+            parent_session_id=r[18], metadata=r[19],
+        )
+
+    @staticmethod
+    def _message(r: Sequence[Any]) -> Message:
+        return Message(
+            id=r[0], session_id=r[1], user_id=r[2], turn_index=r[3], role=r[4], content=r[5],
+            token_count=r[6], created_at=r[7], name=r[8], tool_calls=r[9], tool_call_id=r[10],
+            content_hash=r[11], model=r[12], finish_reason=r[13], prompt_tokens=r[14],
+            completion_tokens=r[15], latency_ms=r[16], is_compressed=r[17],
+            compressed_summary_id=r[18], is_pruned=r[19], metadata=r[20], chain_hash=r[21],
+        )
+
+    @staticmethod
+    def _memory(r: Sequence[Any]) -> Memory:
+        return Memory(
+            id=r[0], user_id=r[1], workspace=_unws(r[2]), session_id=r[3], tier=Tier(r[4]),
+            scope=Scope(r[5]), text=r[6], content_hash=r[7], provenance=Provenance(r[8]),
+            provenance_message_id=r[9], confidence=r[10], importance=r[11],
+            relevance_accumulator=r[12], access_count=r[13], last_accessed_at=r[14],
+            created_at=r[15], updated_at=r[16], expires_at=r[17], is_active=r[18],
+            is_validated=r[19], token_count=r[20], superseded_by=r[21], tags=tuple(r[22]),
+            entities=tuple(r[23]), metadata=r[24],
+        )
+
+    @staticmethod
+    def _fact(r: Sequence[Any]) -> Fact:
+        return Fact(
+            id=r[0], user_id=r[1], category=r[2], key=r[3], value=r[4], confidence=r[5],
+            importance=r[6], created_at=r[7], updated_at=r[8], workspace=_unws(r[9]),
+            is_active=r[10], superseded_by=r[11], source_message_id=r[12], metadata=r[13],
+        )
+
+    @staticmethod
+    def _job(r: Sequence[Any]) -> Job:
+        return Job(id=r[0], kind=r[1], payload=r[2], user_id=r[3], attempts=r[4],
+                   run_after=r[5], created_at=r[6], last_error=r[7])
+
+    # -- sessions --------------------------------------------------------------------
+    def create_session(self, session: Session) -> Session:
+        s = session
+        self._x(
+            f"INSERT INTO sessions ({_SESSION_COLS}) VALUES ({', '.join(['%s'] * 20)})",
+            (s.id, s.user_id, _ws(s.workspace), s.created_at, s.updated_at, s.expires_at,
+             int(s.status), s.model, s.context_window, s.system_prompt_hash,
+             s.system_prompt_tokens, s.max_response_tokens, s.turn_count,
+             s.total_prompt_tokens, s.total_completion_tokens, s.total_cost_microcents,
+             s.summary_text, s.summary_token_count, s.parent_session_id, Jsonb(s.metadata)),
+        )
+        return session
+
+    def get_session(self, user_id: str, session_id: str) -> Session | None:
+        rows = self._q(
+            f"SELECT {_SESSION_COLS} FROM sessions WHERE user_id = %s AND session_id = %s",
+            (user_id, session_id),
+        )
+        return self._session(rows[0]) if rows else None
+
+    def list_sessions(self, user_id: str, limit: int = 50) -> list[Session]:
+        rows = self._q(
+            f"SELECT {_SESSION_COLS} FROM sessions WHERE user_id = %s "
+            "ORDER BY created_at DESC, session_id LIMIT %s",
+            (user_id, limit),
+        )
+        return [self._session(r) for r in rows]
+
+    def update_session(self, user_id: str, session_id: str, **changes: Any) -> None:
+        bad = set(changes) - _SESSION_UPDATABLE
+        if bad:
+            raise ValueError(f"not updatable on a session: {sorted(bad)}")
+        if not changes:
+            return
+        values = [
+            Jsonb(v) if k == "metadata" else int(v) if k == "status" else v
+            for k, v in changes.items()
+        ]
+        sets = sql.SQL(", ").join(
+            sql.SQL("{} = %s").format(sql.Identifier(k)) for k in changes
+        )
+        query = sql.SQL("UPDATE sessions SET {} WHERE user_id = %s AND session_id = %s")
+        if not self._x(query.format(sets), (*values, user_id, session_id)):
+            raise NotFound(f"no session {session_id!r} for user {user_id!r}")
+
+    def add_session_usage(
+        self, user_id: str, session_id: str, prompt_tokens: int, completion_tokens: int,
+        cost_microcents: int, now: float,
+    ) -> None:
+        self._x(
+            "UPDATE sessions SET total_prompt_tokens = total_prompt_tokens + %s, "
+            "total_completion_tokens = total_completion_tokens + %s, "
+            "total_cost_microcents = total_cost_microcents + %s, updated_at = %s "
+            "WHERE user_id = %s AND session_id = %s",
+            (prompt_tokens, completion_tokens, cost_microcents, now, user_id, session_id),
+        )
+
+    def register_system_prompt(self, prompt_hash: str, text: str, token_count: int) -> None:
+        self._x(
+            "INSERT INTO system_prompts (prompt_hash, text, token_count) VALUES (%s, %s, %s) "
+            "ON CONFLICT (prompt_hash) DO NOTHING",
+            (prompt_hash, text, token_count),
+        )
+
+    def get_system_prompt(self, prompt_hash: str) -> str | None:
+        rows = self._q("SELECT text FROM system_prompts WHERE prompt_hash = %s", (prompt_hash,))
+        return rows[0][0] if rows else None
+
+    # -- messages --------------------------------------------------------------------
+    def append_messages(
+        self, user_id: str, session_id: str, messages: Sequence[NewMessage],
+        token_counts: Sequence[int], content_hashes: Sequence[str | None], now: float,
+        chain_hashes: Sequence[str | None] | None = None,
+    ) -> list[Message]:
+        chains = list(chain_hashes) if chain_hashes is not None else [None] * len(messages)
+        with self._txn() as conn:
+            # FOR UPDATE: concurrent appends to one session take turns, so turns stay unique.
+            row = conn.execute(
+                "SELECT turn_count FROM sessions WHERE user_id = %s AND session_id = %s "
+                "FOR UPDATE",
+                (user_id, session_id),
+            ).fetchone()
+            if row is None:
+                raise NotFound(f"no session {session_id!r} for user {user_id!r}")
+            turn = int(row[0])
+            out: list[Message] = []
+            for msg, tokens, chash, chain in zip(
+                messages, token_counts, content_hashes, chains, strict=True
+            ):
+                turn += 1
+                out.append(Message(
+                    id=uuid.uuid4().hex, session_id=session_id, user_id=user_id,
+                    turn_index=turn, role=msg.role, content=msg.content, token_count=tokens,
+                    created_at=now, name=msg.name, tool_calls=msg.tool_calls,
+                    tool_call_id=msg.tool_call_id, content_hash=chash, model=msg.model,
+                    finish_reason=msg.finish_reason, prompt_tokens=msg.prompt_tokens,
+                    completion_tokens=msg.completion_tokens, latency_ms=msg.latency_ms,
+                    metadata=dict(msg.metadata), chain_hash=chain,
+                ))
+            with conn.cursor() as cur:
+                cur.executemany(
+                    f"INSERT INTO messages ({_MESSAGE_COLS}) VALUES ({', '.join(['%s'] * 22)})",
+                    [(m.id, m.session_id, m.user_id, m.turn_index, m.role, m.content,
+                      m.token_count, m.created_at, m.name,
+                      Jsonb(m.tool_calls) if m.tool_calls is not None else None,
+                      m.tool_call_id, m.content_hash, m.model, m.finish_reason,
+                      m.prompt_tokens, m.completion_tokens, m.latency_ms, False, None, False,
+                      Jsonb(m.metadata), m.chain_hash) for m in out],
+                )
+            conn.execute(
+                "UPDATE sessions SET turn_count = %s, updated_at = %s "
+                "WHERE user_id = %s AND session_id = %s",
+                (turn, now, user_id, session_id),
+            )
+        return out
+
+    def get_messages(
+        self, user_id: str, session_id: str, *, active_only: bool = False,
+        after_turn: int | None = None, before_turn: int | None = None,
+        limit: int | None = None, newest_first: bool = False,
+    ) -> list[Message]:
+        where = "user_id = %s AND session_id = %s"
+        params: list[Any] = [user_id, session_id]
+        if active_only:
+            where += " AND NOT is_compressed AND NOT is_pruned"
+        if after_turn is not None:
+            where += " AND turn_index > %s"
+            params.append(after_turn)
+        if before_turn is not None:
+            where += " AND turn_index < %s"
+            params.append(before_turn)
+        order = "DESC" if newest_first else "ASC"
+        query = f"SELECT {_MESSAGE_COLS} FROM messages WHERE {where} ORDER BY turn_index {order}"
+        if limit is not None:
+            query += " LIMIT %s"
+            params.append(limit)
+        return [self._message(r) for r in self._q(query, params)]
+
+    def find_chain(self, user_id: str, chain_hashes: Sequence[str]) -> list[Message]:
+        if not chain_hashes:
+            return []
+        rows = self._q(
+            f"SELECT {_MESSAGE_COLS} FROM messages WHERE user_id = %s "
+            "AND chain_hash = ANY(%s) ORDER BY session_id, turn_index",
+            (user_id, list(dict.fromkeys(chain_hashes))),
+        )
+        return [self._message(r) for r in rows]
+
+    def get_message(self, user_id: str, message_id: str) -> Message | None:
+        rows = self._q(
+            f"SELECT {_MESSAGE_COLS} FROM messages WHERE user_id = %s AND message_id = %s",
+            (user_id, message_id),
+        )
+        return self._message(rows[0]) if rows else None
+
+    def mark_compressed(
+        self, user_id: str, session_id: str, message_ids: Sequence[str], summary_id: str
+    ) -> None:
+        self._x(
+            "UPDATE messages SET is_compressed = true, compressed_summary_id = %s "
+            "WHERE user_id = %s AND session_id = %s AND message_id = ANY(%s)",
+            (summary_id, user_id, session_id, list(message_ids)),
+        )
+
+    def set_message_embeddings(self, user_id: str, items: Sequence[tuple[str, Vector]]) -> None:
+        self._many(
+            "UPDATE messages SET embedding = %s WHERE user_id = %s AND message_id = %s",
+            [(self._vector(v), user_id, mid) for mid, v in items],
+        )
+
+    def messages_missing_embedding(self, user_id: str, limit: int) -> list[Message]:
+        rows = self._q(
+            f"SELECT {_MESSAGE_COLS} FROM messages WHERE user_id = %s AND embedding IS NULL "
+            "AND content IS NOT NULL ORDER BY created_at, session_id, turn_index LIMIT %s",
+            (user_id, limit),
+        )
+        return [self._message(r) for r in rows]
+
+    def nearest_messages(
+        self, user_id: str, vector: Vector, k: int, session_id: str | None = None
+    ) -> list[tuple[Message, float]]:
+        q = self._vector(vector)
+        where = "user_id = %s AND embedding IS NOT NULL"
+        params: list[Any] = [q, user_id]
+        if session_id is not None:
+            where += " AND session_id = %s"
+            params.append(session_id)
+        rows = self._q(
+            f"SELECT {_MESSAGE_COLS}, 1 - (embedding <=> %s) FROM messages WHERE {where} "
+            "ORDER BY embedding <=> %s LIMIT %s",
+            (*params, q, k),
+        )
+        return [(self._message(r), float(r[-1])) for r in rows]
+
+    def keyword_messages(
+        self, user_id: str, query: str, k: int, session_id: str | None = None
+    ) -> list[tuple[Message, float]]:
+        text = search_text(query)
+        if text is None:
+            return []
+        where = "user_id = %s AND content_tsv @@ websearch_to_tsquery('english', %s)"
+        params: list[Any] = [text, user_id, text]
+        if session_id is not None:
+            where += " AND session_id = %s"
+            params.append(session_id)
+        rows = self._q(
+            f"SELECT {_MESSAGE_COLS}, "
+            "ts_rank_cd(content_tsv, websearch_to_tsquery('english', %s)) AS r "
+            f"FROM messages WHERE {where} ORDER BY r DESC, message_id LIMIT %s",
+            (*params, k),
+        )
+        top = max((float(r[-1]) for r in rows), default=0.0) or 1.0
+        return [(self._message(r), float(r[-1]) / top) for r in rows]
+
+    # -- memories --------------------------------------------------------------------
+    def insert_memory(self, memory: Memory, vector: Vector | None) -> Memory:
+        m = memory
+        emb = self._vector(vector) if vector is not None else None
+        with self._txn() as conn:
+            conn.execute(
+                f"INSERT INTO memories ({_MEMORY_COLS}, embedding) "
+                f"VALUES ({', '.join(['%s'] * 26)})",
+                (m.id, m.user_id, _ws(m.workspace), m.session_id, int(m.tier), int(m.scope),
+                 m.text, m.content_hash, int(m.provenance), m.provenance_message_id,
+                 m.confidence, m.importance, m.relevance_accumulator, m.access_count,
+                 m.last_accessed_at, m.created_at, m.updated_at, m.expires_at,
+                 m.is_active, m.is_validated, m.token_count, m.superseded_by,
+                 list(m.tags), list(m.entities), Jsonb(m.metadata), emb),
+            )
+            if m.entities:
+                self.link_entities(m.user_id, m.id, m.entities)
+        return memory
+
+    def get_memory(self, user_id: str, memory_id: str) -> Memory | None:
+        rows = self._q(
+            f"SELECT {_MEMORY_COLS} FROM memories WHERE user_id = %s AND memory_id = %s",
+            (user_id, memory_id),
+        )
+        return self._memory(rows[0]) if rows else None
+
+    def find_memory_id(self, memory_id: str) -> tuple[str, Memory] | None:
+        rows = self._q(f"SELECT {_MEMORY_COLS} FROM memories WHERE memory_id = %s", (memory_id,))
+        if not rows:
+            return None
+        mem = self._memory(rows[0])
+        return mem.user_id, mem
+
+    def find_by_hash(
+        self, user_id: str, workspace: str | None, content_hash: str
+    ) -> Memory | None:
+        rows = self._q(
+            f"SELECT {_MEMORY_COLS} FROM memories WHERE user_id = %s AND content_hash = %s "
+            "AND workspace = %s AND is_active ORDER BY created_at, memory_id LIMIT 1",
+            (user_id, content_hash, _ws(workspace)),
+        )
+        return self._memory(rows[0]) if rows else None
+
+    def update_memory(
+        self, user_id: str, memory_id: str, vector: Vector | None = None, **changes: Any
+    ) -> Memory:
+        bad = set(changes) - set(_MEMORY_UPDATABLE)
+        if bad:
+            raise ValueError(f"not updatable on a memory: {sorted(bad)}")
+        sets: list[sql.Composable] = []
+        values: list[Any] = []
+        for k, v in changes.items():
+            sets.append(sql.SQL("{} = %s").format(sql.Identifier(_MEMORY_UPDATABLE[k])))
+            if k in ("tags", "entities"):
+                v = list(v)
+            elif k == "metadata":
+                v = Jsonb(v)
+            elif k in ("is_active", "is_validated"):
+                v = bool(v)
+            elif k in ("tier", "scope", "provenance"):
+                v = int(v)
+            values.append(v)
+        if vector is not None:
+            sets.append(sql.SQL("embedding = %s"))
+            values.append(self._vector(vector))
+        with self._txn() as conn:
+            if sets:
+                # A tier change to or from 0 moves the row between memories_working and
+                # memories_durable; RETURNING reads it where it landed.
+                query = sql.SQL(
+                    "UPDATE memories SET {} WHERE user_id = %s AND memory_id = %s RETURNING "
+                ).format(sql.SQL(", ").join(sets)) + sql.SQL(_MEMORY_COLS)
+                row = conn.execute(query, (*values, user_id, memory_id)).fetchone()
+            else:
+                row = conn.execute(
+                    f"SELECT {_MEMORY_COLS} FROM memories WHERE user_id = %s AND memory_id = %s",
+                    (user_id, memory_id),
+                ).fetchone()
+            if row is None:
+                raise NotFound(f"no memory {memory_id!r} for user {user_id!r}")
+            if "entities" in changes:
+                conn.execute(
+                    "DELETE FROM memory_entities WHERE user_id = %s AND memory_id = %s",
+                    (user_id, memory_id),
+                )
+                self.link_entities(user_id, memory_id, changes["entities"])
+        return self._memory(row)
+
+    def _forget(self, conn: Conn, user_id: str, removed: Sequence[tuple[str, str]]) -> None:
+        """Remove what was derived from deleted memories, given (memory_id, content_hash)."""
+        if not removed:
+            return
+        ids = [r[0] for r in removed]
+        conn.execute(
+            "DELETE FROM memory_entities WHERE user_id = %s AND memory_id = ANY(%s)",
+            (user_id, ids),
+        )
+        conn.execute(
+            "DELETE FROM embedding_cache WHERE content_hash = ANY(%s)", ([r[1] for r in removed],)
+        )
+        conn.execute(
+            "UPDATE memories SET superseded_by = NULL WHERE user_id = %s "
+            "AND superseded_by = ANY(%s)",
+            (user_id, ids),
+        )
+
+    def delete_memory(self, user_id: str, memory_id: str) -> bool:
+        with self._txn() as conn:
+            removed = conn.execute(
+                "DELETE FROM memories WHERE user_id = %s AND memory_id = %s "
+                "RETURNING memory_id, content_hash",
+                (user_id, memory_id),
+            ).fetchall()
+            self._forget(conn, user_id, removed)
+        return bool(removed)
+
+    @staticmethod
+    def _where(user_id: str, flt: MemoryFilter) -> tuple[str, list[Any]]:
+        """SQL for ``flt`` over memories (bare column names) and its parameters."""
+        clauses = ["user_id = %s"]
+        params: list[Any] = [user_id]
+        if not flt.include_inactive:
+            clauses.append("is_active")
+        if not flt.include_superseded:
+            clauses.append("superseded_by IS NULL")
+        if not flt.include_expired and flt.now is not None:
+            clauses.append("(expires_at IS NULL OR expires_at > %s)")
+            params.append(flt.now)
+        if flt.workspaces is not None:
+            clauses.append("workspace = ANY(%s)")
+            params.append(list(flt.workspaces))
+        if flt.tiers is not None:
+            clauses.append("memory_tier = ANY(%s)")
+            params.append([int(t) for t in flt.tiers])
+        if flt.scope is not None:
+            clauses.append("memory_scope = %s")
+            params.append(int(flt.scope))
+        if flt.session_id is not None:
+            clauses.append("(memory_scope = 1 OR session_id = %s)")
+            params.append(flt.session_id)
+        if flt.tags:
+            clauses.append("tags @> %s")
+            params.append(list(flt.tags))
+        return " AND ".join(clauses), params
+
+    def list_memories(
+        self, user_id: str, flt: MemoryFilter, limit: int = 100, offset: int = 0,
+        order: str = "created_at",
+    ) -> list[Memory]:
+        if order not in _MEMORY_ORDERS:
+            raise ValueError(f"cannot order memories by {order!r}")
+        where, params = self._where(user_id, flt)
+        query = sql.SQL(
+            f"SELECT {_MEMORY_COLS} FROM memories WHERE {where} "
+            "ORDER BY {} DESC, memory_id LIMIT %s OFFSET %s"
+        ).format(sql.Identifier(order))
+        return [self._memory(r) for r in self._q(query, (*params, limit, offset))]
+
+    def count_memories(self, user_id: str, flt: MemoryFilter) -> int:
+        where, params = self._where(user_id, flt)
+        return int(self._q(f"SELECT count(*) FROM memories WHERE {where}", params)[0][0])
+
+    def nearest_memories(
+        self, user_id: str, vector: Vector, k: int, flt: MemoryFilter
+    ) -> list[tuple[Memory, float]]:
+        q = self._vector(vector)
+        where, params = self._where(user_id, flt)
+        rows = self._q(
+            f"SELECT {_MEMORY_COLS}, 1 - (embedding <=> %s) FROM memories "
+            f"WHERE {where} AND embedding IS NOT NULL ORDER BY embedding <=> %s LIMIT %s",
+            (q, *params, q, k),
+        )
+        pairs = [(self._memory(r), float(r[-1])) for r in rows]
+        return sorted(pairs, key=lambda p: (-p[1], p[0].id))
+
+    def keyword_memories(
+        self, user_id: str, query: str, k: int, flt: MemoryFilter
+    ) -> list[tuple[Memory, float]]:
+        text = search_text(query)
+        if text is None:
+            return []
+        where, params = self._where(user_id, flt)
+        rows = self._q(
+            f"SELECT {_MEMORY_COLS}, "
+            "ts_rank_cd(content_tsv, websearch_to_tsquery('english', %s)) AS r "
+            f"FROM memories WHERE {where} "
+            "AND content_tsv @@ websearch_to_tsquery('english', %s) "
+            "ORDER BY r DESC, memory_id LIMIT %s",
+            (text, *params, text, k),
+        )
+        top = max((float(r[-1]) for r in rows), default=0.0) or 1.0
+        return [(self._memory(r), float(r[-1]) / top) for r in rows]
+
+    def memories_by_entities(
+        self, user_id: str, entities: Sequence[str], k: int, flt: MemoryFilter
+    ) -> list[Memory]:
+        if not entities:
+            return []
+        where, params = self._where(user_id, flt)
+        rows = self._q(
+            f"SELECT {_MEMORY_COLS} FROM memories WHERE {where} AND memory_id IN "
+            "(SELECT e.memory_id FROM memory_entities e WHERE e.user_id = %s "
+            "AND e.entity = ANY(%s)) ORDER BY importance DESC, memory_id LIMIT %s",
+            (*params, user_id, list(entities), k),
+        )
+        return [self._memory(r) for r in rows]
+
+    def get_memory_vectors(self, user_id: str, memory_ids: Sequence[str]) -> dict[str, Vector]:
+        if not memory_ids:
+            return {}
+        rows = self._q(
+            "SELECT memory_id, embedding FROM memories WHERE user_id = %s "
+            "AND memory_id = ANY(%s) AND embedding IS NOT NULL",
+            (user_id, list(memory_ids)),
+        )
+        return {mid: cast(Vector, _array(v)) for mid, v in rows}
+
+    def record_access(self, user_id: str, hits: Sequence[tuple[str, float]], now: float) -> None:
+        self._many(
+            "UPDATE memories SET access_count = access_count + 1, last_accessed_at = %s, "
+            "relevance_accumulator = relevance_accumulator + %s "
+            "WHERE user_id = %s AND memory_id = %s",
+            [(now, rel, user_id, mid) for mid, rel in hits],
+        )
+
+    def max_access_count(self, user_id: str) -> int:
+        rows = self._q(
+            "SELECT max(access_count) FROM memories WHERE user_id = %s AND is_active",
+            (user_id,),
+        )
+        return int(rows[0][0] or 0)
+
+    def memory_users(self) -> list[str]:
+        return [r[0] for r in self._q("SELECT DISTINCT user_id FROM memories ORDER BY user_id")]
+
+    # -- facts -----------------------------------------------------------------------
+    def get_facts(
+        self, user_id: str, workspaces: tuple[str, ...] | None = None,
+        active_only: bool = True, category: str | None = None, key: str | None = None,
+    ) -> list[Fact]:
+        clauses = ["user_id = %s"]
+        params: list[Any] = [user_id]
+        if active_only:
+            clauses.append("is_active")
+        if workspaces is not None:
+            clauses.append("workspace = ANY(%s)")
+            params.append(list(workspaces))
+        if category is not None:
+            clauses.append("category = %s")
+            params.append(category)
+        if key is not None:
+            clauses.append("key = %s")
+            params.append(key)
+        rows = self._q(
+            f"SELECT {_FACT_COLS} FROM facts WHERE {' AND '.join(clauses)} "
+            "ORDER BY importance DESC, category, key, created_at, fact_id",
+            params,
+        )
+        return [self._fact(r) for r in rows]
+
+    def insert_fact(self, fact: Fact) -> Fact:
+        f = fact
+        self._x(
+            f"INSERT INTO facts ({_FACT_COLS}) VALUES ({', '.join(['%s'] * 14)})",
+            (f.id, f.user_id, f.category, f.key, f.value, f.confidence, f.importance,
+             f.created_at, f.updated_at, _ws(f.workspace), f.is_active, f.superseded_by,
+             f.source_message_id, Jsonb(f.metadata)),
+        )
+        return fact
+
+    def supersede_fact(self, user_id: str, fact_id: str, by: str, now: float) -> None:
+        self._x(
+            "UPDATE facts SET is_active = false, superseded_by = %s, updated_at = %s "
+            "WHERE user_id = %s AND fact_id = %s",
+            (by, now, user_id, fact_id),
+        )
+
+    # -- entities --------------------------------------------------------------------
+    def link_entities(self, user_id: str, memory_id: str, entities: Sequence[str]) -> None:
+        self._many(
+            "INSERT INTO memory_entities (user_id, entity, memory_id) VALUES (%s, %s, %s) "
+            "ON CONFLICT DO NOTHING",
+            [(user_id, e, memory_id) for e in dict.fromkeys(entities)],
+        )
+
+    # -- calls -----------------------------------------------------------------------
+    def record_call(
+        self, call_id: str, user_id: str, session_id: str | None, workspace: str | None,
+        model: str | None, now: float, report: dict[str, Any], status: int | None = None,
+    ) -> None:
+        self._x(
+            "INSERT INTO calls (call_id, user_id, session_id, workspace, model_id, created_at, "
+            "status, report) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            (call_id, user_id, session_id, _ws(workspace), model, now, status, Jsonb(report)),
+        )
+
+    def finish_call(self, call_id: str, status: int, metadata: dict[str, Any]) -> None:
+        self._x("UPDATE calls SET status = %s, metadata = %s WHERE call_id = %s",
+                (status, Jsonb(metadata), call_id))
+
+    def get_call(self, user_id: str, call_id: str) -> dict[str, Any] | None:
+        rows = self._q(
+            "SELECT call_id, session_id, workspace, model_id, created_at, status, report, "
+            "metadata FROM calls WHERE user_id = %s AND call_id = %s", (user_id, call_id),
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return {"id": r[0], "user_id": user_id, "session_id": r[1], "workspace": _unws(r[2]),
+                "model": r[3], "created_at": r[4], "status": r[5], "report": r[6],
+                "metadata": r[7]}
+
+    # -- usage -----------------------------------------------------------------------
+    def record_usage(self, usage: Usage) -> None:
+        u = usage
+        self._x(
+            "INSERT INTO usage_log (usage_id, user_id, session_id, workspace, model_id, "
+            "prompt_tokens, completion_tokens, cost_microcents, latency_ms, created_at, "
+            "metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (u.id, u.user_id, u.session_id, _ws(u.workspace), u.model, u.prompt_tokens,
+             u.completion_tokens, u.cost_microcents, u.latency_ms, u.created_at,
+             Jsonb(u.metadata)),
+        )
+
+    def list_usage(self, user_id: str, limit: int = 100) -> list[Usage]:
+        rows = self._q(
+            "SELECT usage_id, user_id, created_at, session_id, workspace, model_id, "
+            "prompt_tokens, completion_tokens, cost_microcents, latency_ms, metadata "
+            "FROM usage_log WHERE user_id = %s ORDER BY created_at DESC, usage_id LIMIT %s",
+            (user_id, limit),
+        )
+        return [
+            Usage(id=r[0], user_id=r[1], created_at=r[2], session_id=r[3], workspace=_unws(r[4]),
+                  model=r[5], prompt_tokens=r[6], completion_tokens=r[7],
+                  cost_microcents=r[8], latency_ms=r[9], metadata=r[10])
+            for r in rows
+        ]
+
+    # -- jobs ------------------------------------------------------------------------
+    def enqueue_job(
+        self, kind: str, payload: dict[str, Any], user_id: str | None, now: float,
+        run_after: float | None = None,
+    ) -> str:
+        job_id = uuid.uuid4().hex
+        self._x(
+            "INSERT INTO jobs (job_id, kind, user_id, payload, run_after, created_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s)",
+            (job_id, kind, user_id, Jsonb(payload), now if run_after is None else run_after,
+             now),
+        )
+        return job_id
+
+    def claim_jobs(self, now: float, limit: int, lease_seconds: float = 60.0) -> list[Job]:
+        # SKIP LOCKED: daemons sharing the database never claim the same job twice.
+        rows = self._txn_rows(
+            "WITH due AS (SELECT job_id FROM jobs WHERE status = 'pending' "
+            "AND run_after <= %s AND (lease_until IS NULL OR lease_until <= %s) "
+            "ORDER BY run_after, created_at LIMIT %s FOR UPDATE SKIP LOCKED) "
+            "UPDATE jobs j SET lease_until = %s, attempts = j.attempts + 1 FROM due "
+            f"WHERE j.job_id = due.job_id RETURNING {_JOB_RETURNING}",
+            (now, now, limit, now + lease_seconds),
+        )
+        jobs = [self._job(r) for r in rows]
+        return sorted(jobs, key=lambda j: (j.run_after, j.created_at, j.id))
+
+    def _txn_rows(self, query: Any, params: Params) -> list[tuple[Any, ...]]:
+        """Rows of a writing statement (``RETURNING``), in a transaction."""
+        with self._txn() as conn:
+            return conn.execute(query, params).fetchall()
+
+    def complete_job(self, job_id: str) -> None:
+        self._x("DELETE FROM jobs WHERE job_id = %s", (job_id,))
+
+    def fail_job(self, job_id: str, error: str, retry_at: float | None) -> None:
+        if retry_at is None:
+            self._x(
+                "UPDATE jobs SET status = 'dead', last_error = %s, lease_until = NULL "
+                "WHERE job_id = %s", (error, job_id),
+            )
+        else:
+            self._x(
+                "UPDATE jobs SET last_error = %s, run_after = %s, lease_until = NULL "
+                "WHERE job_id = %s", (error, retry_at, job_id),
+            )
+
+    def pending_jobs(self) -> int:
+        return int(self._q("SELECT count(*) FROM jobs WHERE status = 'pending'")[0][0])
+
+    # -- embedding cache -------------------------------------------------------------
+    def get_cached_embeddings(self, model: str, hashes: Sequence[str]) -> dict[str, bytes]:
+        if not hashes:
+            return {}
+        rows = self._q(
+            "SELECT content_hash, vector FROM embedding_cache WHERE model = %s "
+            "AND content_hash = ANY(%s)",
+            (model, list(dict.fromkeys(hashes))),
+        )
+        return {h: bytes(v) for h, v in rows}
+
+    def put_cached_embeddings(self, model: str, items: Sequence[tuple[str, bytes]]) -> None:
+        self._many(
+            "INSERT INTO embedding_cache (model, content_hash, vector) VALUES (%s, %s, %s) "
+            "ON CONFLICT DO NOTHING",
+            [(model, h, v) for h, v in items],
+        )
+
+    # -- bulk ------------------------------------------------------------------------
+    def iter_memories(self, user_id: str | None = None) -> Iterator[Memory]:
+        # Keyset pages in primary-key order: each page is an index range scan.
+        last = ("", "")
+        while True:
+            if user_id is None:
+                rows = self._q(
+                    f"SELECT {_MEMORY_COLS} FROM memories WHERE (user_id, memory_id) > (%s, %s) "
+                    "ORDER BY user_id, memory_id LIMIT 500", last,
+                )
+            else:
+                rows = self._q(
+                    f"SELECT {_MEMORY_COLS} FROM memories WHERE user_id = %s "
+                    "AND memory_id > %s ORDER BY memory_id LIMIT 500", (user_id, last[1]),
+                )
+            if not rows:
+                return
+            for r in rows:
+                yield self._memory(r)
+            last = (rows[-1][1], rows[-1][0])
+
+    def expire_memories(self, now: float) -> int:
+        return self._x(
+            "UPDATE memories SET is_active = false, updated_at = %s WHERE is_active "
+            "AND expires_at IS NOT NULL AND expires_at <= %s",
+            (now, now),
+        )
+
+    def expire_sessions(self, now: float) -> int:
+        # The session sweep also keeps next months' history partitions ready (wall clock);
+        # a failure (e.g. a lock timeout under load) is retried by the next sweep.
+        if self._current() is None and _month(time.time()) != self._history_month:
+            try:
+                self.ensure_history_partitions(time.time())
+            except StorageError as exc:
+                log.warning("history partitions not extended (next sweep retries): %s", exc)
+        return self._x(
+            "UPDATE sessions SET status = %s, updated_at = %s WHERE expires_at IS NOT NULL "
+            "AND expires_at <= %s AND status <> %s",
+            (int(SessionStatus.EXPIRED), now, now, int(SessionStatus.EXPIRED)),
+        )
+
+    def delete_session_working_memory(self, user_id: str, session_id: str) -> int:
+        with self._txn() as conn:
+            removed = conn.execute(
+                "DELETE FROM memories WHERE user_id = %s AND session_id = %s "
+                "AND memory_tier = 0 RETURNING memory_id, content_hash",
+                (user_id, session_id),
+            ).fetchall()
+            self._forget(conn, user_id, removed)
+        return len(removed)
