@@ -241,12 +241,14 @@ def status(ctx: click.Context) -> None:
                    "http://127.0.0.1:8080/v1 (env MEMD_UPSTREAM_URL).")
 @click.option("--upstream-api-key", envvar="MEMD_UPSTREAM_API_KEY",
               help="API key for the upstream (env MEMD_UPSTREAM_API_KEY).")
+@click.option("--db", envvar="MEMD_DB",
+              help="sqlite (default), a .db path, or postgresql://... (env MEMD_DB).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
 @click.pass_context
 @handles_errors
 def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: str | None,
-          upstream_api_key: str | None, log_level: str) -> None:
+          upstream_api_key: str | None, db: str | None, log_level: str) -> None:
     """Run the daemon in the foreground: the OpenAI-compatible memory proxy and the
     native API, on 127.0.0.1 unless told otherwise."""
     import logging
@@ -260,14 +262,16 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     opts = ctx.obj or {}
     settings = load_settings(opts.get("config"), data_dir=opts.get("data_dir"), host=host,
                              port=port, upstream_url=upstream_url,
-                             upstream_api_key=upstream_api_key)
+                             upstream_api_key=upstream_api_key, db=db)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     engine = memd.open(settings=settings)
     app = create_app(engine, settings)
     log = logging.getLogger("memd")
     log.info("memd %s listening on http://%s:%d/v1", memd.__version__, settings.host,
              settings.port)
-    log.info("store: SQLite at %s; embedder: %s", settings.db_path, engine.embedder.name)
+    where = (f"SQLite at {settings.db_path}" if not settings.db.startswith("postgres")
+             else "PostgreSQL at " + settings.db.split("@")[-1])  # never log a password
+    log.info("store: %s; embedder: %s", where, engine.embedder.name)
     log.info("upstream: %s", settings.upstream_url or "none (set --upstream-url to proxy "
              "chats; the native API works without one)")
     if settings.host not in ("127.0.0.1", "localhost", "::1"):

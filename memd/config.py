@@ -56,7 +56,9 @@ PRESETS: dict[str, Weights] = {
 class Settings:
     data_dir: Path = field(default_factory=lambda: Path(platformdirs.user_data_dir(APP)))
     config_file: Path | None = None
-    db: str = "sqlite"
+    db: str = "sqlite"  # or a .db path, or postgresql://user@host/dbname
+    # hash partitions of sessions, memories, history on PostgreSQL (seed 000 §3)
+    pg_partitions: tuple[int, int, int] = (256, 256, 512)
     embedder: str = "minilm"
     embedder_path: str | None = None
     default_user: str = "local"
@@ -108,6 +110,8 @@ _ENV = {
 def _coerce(name: str, value: Any) -> Any:
     if name in ("data_dir", "config_file"):
         return Path(value).expanduser()
+    if name == "pg_partitions":
+        return tuple(int(x) for x in value)
     if name == "allowed_hosts":
         return tuple(value.split(",")) if isinstance(value, str) else tuple(value)
     if name in ("port",):

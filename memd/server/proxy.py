@@ -21,7 +21,6 @@ import anyio
 import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from memd.engine.chat import PreparedCall, finish_chat, prepare_chat
@@ -210,14 +209,14 @@ async def chat_completions(request: Request) -> Response:
             data = None
     reply, finish = _reply_of(data) if resp.is_success and isinstance(data, dict) else (None,
                                                                                         None)
-    # Stored after the response is sent: the client does not wait for it.
-    store = BackgroundTask(
+    # Stored before the client has the answer, so its next call (which resends this
+    # reply) always finds it: storing later races that call on a concurrent backend.
+    await run_in_threadpool(
         finish_chat, engine, call, status=resp.status_code, reply=reply, finish_reason=finish,
         usage=data.get("usage") if isinstance(data, dict) else None, model=model,
     )
     return Response(content=resp.content, status_code=resp.status_code, headers=headers,
-                    media_type=resp.headers.get("content-type", "application/json"),
-                    background=store)
+                    media_type=resp.headers.get("content-type", "application/json"))
 
 
 async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCall,
@@ -240,17 +239,27 @@ async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCal
 
     async def relay() -> AsyncIterator[bytes]:
         acc = StreamAccumulator()
+        stored = False
+
+        def store() -> None:
+            nonlocal stored
+            if not stored:
+                stored = True
+                finish_chat(engine, call, status=resp.status_code, reply=acc.reply(),
+                            finish_reason=acc.finish_reason, usage=acc.usage,
+                            model=acc.model or model,
+                            incomplete=not (acc.done or acc.finish_reason))
+
         try:
             async for chunk in resp.aiter_raw():
                 acc.feed(chunk)
+                if acc.done:  # store before the client sees [DONE] (see the non-stream path)
+                    await run_in_threadpool(store)
                 yield chunk
         finally:
             # Runs even when the client disconnected: keep what arrived. Synchronous and
             # first, because in a cancelled task every further await raises again.
-            finish_chat(engine, call, status=resp.status_code, reply=acc.reply(),
-                        finish_reason=acc.finish_reason, usage=acc.usage,
-                        model=acc.model or model,
-                        incomplete=not (acc.done or acc.finish_reason))
+            store()
             with anyio.CancelScope(shield=True):
                 await resp.aclose()
 

