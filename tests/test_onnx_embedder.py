@@ -1,0 +1,233 @@
+"""The onnxruntime MiniLM (``minilm-onnx``) against the torch one it stands in for.
+
+One export serves the whole session (``onnx_cache``): the autouse fixture gives every
+test its own dirs, and an export costs seconds, so the session's embedder gets an
+explicit ``cache_dir`` and the end-to-end test points ``XDG_CACHE_HOME`` at the same place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import memd
+from memd.errors import ModelError
+from memd.models.embedder import MiniLMEmbedder
+from memd.models.onnx_embedder import OnnxMiniLMEmbedder, default_model_dir
+
+pytestmark = pytest.mark.real_model
+
+LONG_PROSE = " ".join(
+    f"Sentence {i} of a long memory about the user's build system, editors and habits."
+    for i in range(40)
+)
+TEXTS = [
+    "", "   ", "hi", "ok", "I use vim as my editor", "I use vim as my main editor",
+    "  leading and trailing spaces  ", "MIXED Case Text With CAPITALS",
+    "I prefer tabs over spaces", "indentation preference", "My cat is called Miso",
+    "Actually, call me Sam", "I had pasta for lunch on Tuesday",
+    "The deploy pipeline runs on Kubernetes and takes about twelve minutes.",
+    "Remember: the staging DB password rotates every 30 days (ask Bob, not Alice).",
+    "café naïve résumé façade coöperate", "Größenordnung Straße Äpfel Öl Übermut",
+    "日本語のテキストも埋め込めますか？", "中文文本测试：我喜欢喝茶。", "한국어 문장입니다",
+    "Привет, как дела? Это тест.", "مرحبا بالعالم", "שלום עולם", "🚀🔥 emoji only 🎉🐍",
+    "∑ᵢ xᵢ² ≤ ∞ — maths ≠ prose ± ε", "tab\tseparated\tvalues\nand\nnewlines",
+    "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n",
+    "SELECT id, text FROM memories WHERE user_id = ? ORDER BY created_at DESC LIMIT 10;",
+    "const x = await fetch(`/api/v1/search?q=${encodeURIComponent(q)}`);",
+    "fn main() { println!(\"{}\", std::env::args().count()); }",
+    "{\"user\": \"alice\", \"tags\": [\"editor\", \"vim\"], \"score\": 0.93}",
+    "https://example.com/path/to/page?query=1&lang=en#section",
+    "user@example.org, +1 (555) 010-2030, 221B Baker Street",
+    "2024-05-17T13:45:00Z 3.14159 1e-9 0xDEADBEEF 42",
+    "a", "the the the the the", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    "supercalifragilisticexpialidocious antidisestablishmentarianism",
+    "What editor do I use?", "what did I eat for lunch", "who is Miso",
+    "[CLS] [SEP] [PAD] [MASK] [UNK] special-looking tokens",
+    LONG_PROSE, "word " * 400, "x" * 3000,
+    "日本語 " * 300, "def f(x):\n    return x\n" * 60,
+    "A medium length memory that mentions several things: the user likes dark roast "
+    "coffee, runs on weekends, writes Rust at work and Python for fun, and is allergic to "
+    "peanuts.",
+]
+
+
+@pytest.fixture(scope="session")
+def xdg_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An XDG_CACHE_HOME shared by the session: its memd/onnx holds the one export."""
+    return tmp_path_factory.mktemp("xdg-cache")
+
+
+@pytest.fixture(scope="session")
+def onnx_cache(xdg_cache: Path) -> Path:
+    return xdg_cache / "memd" / "onnx"
+
+
+@pytest.fixture(scope="session")
+def onnx(onnx_cache: Path) -> OnnxMiniLMEmbedder:
+    return OnnxMiniLMEmbedder(cache_dir=onnx_cache)
+
+
+@pytest.fixture(scope="session")
+def torch_vectors() -> np.ndarray:
+    return MiniLMEmbedder().embed(TEXTS)
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def test_texts_exercise_truncation(onnx: OnnxMiniLMEmbedder) -> None:
+    onnx.embed(["load"])
+    tok = onnx._tokenizer
+    lengths = [len(tok.encode(t).ids) for t in TEXTS]
+    assert max(lengths) == 256 and sum(n == 256 for n in lengths) >= 4
+    # Truncation really cuts: what follows token 256 does not change the vector.
+    a, b = onnx.embed([LONG_PROSE + " cats", LONG_PROSE + " quantum chromodynamics"])
+    assert float(a @ b) > 0.99999
+
+
+def test_batched_matches_torch(onnx: OnnxMiniLMEmbedder, torch_vectors: np.ndarray) -> None:
+    got = onnx.embed(TEXTS)
+    cos = _cosines(got, torch_vectors)
+    worst = int(np.argmin(cos))
+    assert cos.min() >= 0.999, (cos.min(), TEXTS[worst][:60])
+
+
+def test_single_matches_torch(onnx: OnnxMiniLMEmbedder, torch_vectors: np.ndarray) -> None:
+    got = np.stack([onnx.embed([t])[0] for t in TEXTS])
+    cos = _cosines(got, torch_vectors)
+    assert cos.min() >= 0.999, (cos.min(), TEXTS[int(np.argmin(cos))][:60])
+
+
+def test_forced_thread_counts_agree(onnx_cache: Path, onnx: OnnxMiniLMEmbedder) -> None:
+    texts = [*TEXTS[:12], LONG_PROSE]
+    ref = onnx.embed(texts)
+    for threads in (1, 2):
+        got = OnnxMiniLMEmbedder(cache_dir=onnx_cache, threads=threads).embed(texts)
+        assert _cosines(got, ref).min() >= 0.99999
+
+
+def test_shape_dtype_unit_norm_and_order(onnx: OnnxMiniLMEmbedder) -> None:
+    assert onnx.name == MiniLMEmbedder.name and onnx.dim == MiniLMEmbedder.dim == 384
+    empty = onnx.embed([])
+    assert empty.shape == (0, 384) and empty.dtype == np.float32
+    # Several batches of 64, sorted by length inside: rows must come back in input order.
+    distinct = [*TEXTS[:30], LONG_PROSE]
+    texts = distinct * 3
+    random.Random(1).shuffle(texts)
+    got = onnx.embed(texts)
+    assert got.shape == (len(texts), 384) and got.dtype == np.float32
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    alone = {t: onnx.embed([t])[0] for t in distinct}
+    for row, text in zip(got, texts, strict=True):
+        assert float(row @ alone[text]) > 0.99999, text[:40]
+    with pytest.raises(TypeError):
+        onnx.embed("not a list")
+
+
+def test_export_is_reused_and_fresh_process_skips_torch(
+    onnx_cache: Path, onnx: OnnxMiniLMEmbedder
+) -> None:
+    first = onnx.embed(["I prefer tabs over spaces"])[0]
+    assert onnx.onnx_path is not None and onnx.onnx_path.parent == onnx_cache
+    mtime = onnx.onnx_path.stat().st_mtime_ns
+    again = OnnxMiniLMEmbedder(cache_dir=onnx_cache)
+    assert np.allclose(again.embed(["I prefer tabs over spaces"])[0], first, atol=1e-6)
+    assert again.onnx_path == onnx.onnx_path
+    assert onnx.onnx_path.stat().st_mtime_ns == mtime
+    assert [p.name for p in onnx_cache.iterdir()] == [onnx.onnx_path.name]  # no temp files
+
+    script = (
+        "import json, sys\n"
+        "from memd.models.onnx_embedder import OnnxMiniLMEmbedder\n"
+        "e = OnnxMiniLMEmbedder(cache_dir=sys.argv[1])\n"
+        "v = e.embed(['I prefer tabs over spaces'])[0]\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in\n"
+        "               ('torch', 'transformers', 'sentence_transformers', 'onnx'))\n"
+        "print(json.dumps({'vector': v.tolist(), 'heavy': heavy, 'path': str(e.onnx_path)}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(onnx_cache)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["heavy"] == []
+    assert out["path"] == str(onnx.onnx_path)
+    assert np.allclose(np.array(out["vector"], dtype=np.float32), first, atol=1e-6)
+    assert onnx.onnx_path.stat().st_mtime_ns == mtime
+
+
+def test_memd_open_end_to_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, xdg_cache: Path, onnx: OnnxMiniLMEmbedder
+) -> None:
+    onnx.embed(["make sure the shared export exists"])
+    monkeypatch.setenv("XDG_CACHE_HOME", str(xdg_cache))  # the default cache dir
+    ticks = iter(range(1_000_000, 2_000_000, 10))
+    with memd.open(tmp_path / "e2e", embedder="minilm-onnx",
+                   clock=lambda: float(next(ticks))) as m:
+        inner = m.embedder.inner
+        assert isinstance(inner, OnnxMiniLMEmbedder)
+        assert m.embedder.name == "all-MiniLM-L6-v2"
+        m.add("I prefer tabs over spaces", "alice")
+        m.add("I had pasta for lunch", "alice")
+        m.add("My cat is called Miso", "alice")
+        hits = m.search("indentation preference", "alice")
+        assert hits[0].text == "I prefer tabs over spaces"
+        assert m.search("what is my pet's name", "alice")[0].text == "My cat is called Miso"
+        assert inner.onnx_path == onnx.onnx_path  # the shared export, found by default
+
+
+def test_unsupported_model_dir_is_a_model_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="modules.json"):
+        OnnxMiniLMEmbedder(tmp_path, cache_dir=tmp_path / "c").embed(["x"])
+    src = default_model_dir()
+    fake = tmp_path / "dense"
+    fake.mkdir()
+    modules = json.loads((src / "modules.json").read_text())
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense",
+                       "type": "sentence_transformers.models.Dense"})
+    (fake / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(ModelError, match="Dense"):
+        OnnxMiniLMEmbedder(fake, cache_dir=tmp_path / "c").embed(["x"])
+    assert not (tmp_path / "c").exists()
+
+
+def test_missing_torch_for_export_is_a_model_error(tmp_path: Path) -> None:
+    """With no export cached and torch unimportable, the error says what to do."""
+    script = (
+        "import sys\n"
+        "sys.modules['torch'] = None\n"
+        "from memd.errors import ModelError\n"
+        "from memd.models.onnx_embedder import OnnxMiniLMEmbedder\n"
+        "try:\n"
+        "    OnnxMiniLMEmbedder(cache_dir=sys.argv[1]).embed(['x'])\n"
+        "except ModelError as exc:\n"
+        "    print(exc)\n"
+    )
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "empty")],
+                          capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "needs torch" in proc.stdout and "'models' extra" in proc.stdout
+
+
+def test_unreadable_cached_file_is_exported_again(
+    tmp_path: Path, onnx: OnnxMiniLMEmbedder
+) -> None:
+    ref = onnx.embed(["I prefer tabs over spaces"])[0]
+    cache = tmp_path / "onnx"
+    cache.mkdir()
+    assert onnx.onnx_path is not None
+    broken = cache / onnx.onnx_path.name  # same model, same versions: same key
+    broken.write_bytes(b"not an onnx file")
+    again = OnnxMiniLMEmbedder(cache_dir=cache)
+    assert np.allclose(again.embed(["I prefer tabs over spaces"])[0], ref, atol=1e-6)
+    assert again.onnx_path == broken and broken.stat().st_size > 10_000_000
+    assert [p.name for p in cache.iterdir()] == [broken.name]
