@@ -277,12 +277,12 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     if settings.host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("listening on %s: anyone who can reach it can read this memory",
                     settings.host)
-    from memd.server.discovery import remove_daemon_file, write_daemon_file
-
     # Long-lived start-up objects (modules, model, settings) leave the GC's young
     # generations for good: without this, full collections walk them and add ~10 ms
     # pauses to the p99 of request handling.
     import gc
+
+    from memd.server.discovery import remove_daemon_file, write_daemon_file
 
     gc.collect()
     gc.freeze()
