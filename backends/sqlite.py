@@ -23,7 +23,7 @@ import apsw
 import numpy as np
 
 from memd.backends.vector_cache import UserVectors
-from memd.errors import MigrationError, NotFound, StorageError
+from memd.errors import InvalidInput, MigrationError, NotFound, StorageError
 from memd.types import (
     Fact,
     Job,
@@ -266,6 +266,8 @@ class SQLiteStore:
         with self._lock:
             try:
                 return list(self._db.execute(sql, params))
+            except OverflowError as exc:
+                raise InvalidInput(f"a number is out of range: {exc}") from exc
             except apsw.Error as exc:
                 raise StorageError(f"SQLite: {exc}") from exc
 
@@ -279,6 +281,8 @@ class SQLiteStore:
                 from memd.errors import Conflict
 
                 raise Conflict(f"conflicting write: {exc}") from exc
+            except OverflowError as exc:
+                raise InvalidInput(f"a number is out of range: {exc}") from exc
             except apsw.Error as exc:
                 raise StorageError(f"SQLite: {exc}") from exc
 

@@ -300,8 +300,9 @@ def test_client_disconnect_mid_stream_keeps_what_arrived(stack: Stack) -> None:
             received += chunk
             if b'"ok:"' in received:
                 break  # hang up after the first words
-    stack.upstream.gate.set()
+    # memd notices the hang-up while the upstream is still held back, and stores then
     stack.until(lambda: len(stack.messages()) == 2)
+    stack.upstream.gate.set()
     reply = stack.messages()[-1]
     assert reply.role == "assistant" and reply.content == "ok:"
     assert reply.metadata.get("incomplete") is True

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from memd.models.embedder import CachedEmbedder
 
 MAX_MESSAGES_PER_CALL = 1000
+MAX_WINDOW = 100_000_000  # tokens; far above any model, far below SQLite's int64
 HISTORY_PAGE = 64
 FACT_MIN_IMPORTANCE = 0.5  # seed 004 stage 1
 
@@ -108,8 +109,9 @@ class SessionsMixin:
         uid = v.check_id(user_id, "user_id")
         for what, n in (("context_window", context_window),
                         ("max_response_tokens", max_response_tokens)):
-            if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
-                raise InvalidInput(f"{what} must be a non-negative integer")
+            if n is not None and (not isinstance(n, int) or isinstance(n, bool)
+                                  or not 0 <= n <= MAX_WINDOW):
+                raise InvalidInput(f"{what} must be an integer between 0 and {MAX_WINDOW}")
         prompt_hash, prompt_tokens = None, 0
         with self.store.transaction():
             if system_prompt is not None:
