@@ -62,7 +62,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO / "../shared/benchdata/longmemeval/longmemeval_s_cleaned_498of500.json.gz"
 KS: tuple[int, ...] = (1, 3, 5, 10)
 METRICS: tuple[str, ...] = ("recall_any", "recall_all", "ndcg_any")
-LEVELS: tuple[str, ...] = ("session", "turn")
+LEVELS: tuple[str, ...] = ("session", "strict", "turn")
 T = TypeVar("T", bound=Hashable)
 TurnKey = tuple[str, int]  # (haystack session id, index of the turn in its session)
 
@@ -213,10 +213,19 @@ def metrics_at(
 def evaluate_turns(
     ranked: Sequence[TurnKey], evidence: Collection[TurnKey], ks: Sequence[int] = KS
 ) -> dict[str, dict[str, float]]:
-    """Turn- and session-level metrics of a ranking of user turns."""
-    sessions = dedupe(sid for sid, _ in ranked)
+    """Turn- and session-level metrics of a ranking of user turns.
+
+    ``session``: a turn hit counts for its session (the protocol as the README states
+    it). ``strict``: the paper code's turn-to-session mapping, where a non-evidence turn
+    of an evidence session is relabelled (``noans_...``) and so stands for a different,
+    irrelevant session; only evidence turns find their session. Both deduplicate in rank
+    order; nDCG is computed on the deduplicated list."""
+    targets = {sid for sid, _ in evidence}
+    strict = (sid if sid not in targets or (sid, i) in evidence else f"noans:{sid}"
+              for sid, i in ranked)
     return {
-        "session": metrics_at(sessions, {sid for sid, _ in evidence}, ks),
+        "session": metrics_at(dedupe(sid for sid, _ in ranked), targets, ks),
+        "strict": metrics_at(dedupe(strict), targets, ks),
         "turn": metrics_at(ranked, evidence, ks),
     }
 
@@ -472,9 +481,10 @@ def candidates(engine: Memd, q: Question, ing: Ingested) -> list[Candidate]:
     return out
 
 
-def fixed_rank(cands: Sequence[Candidate], w: Weights, k: int,
-               true_cosine: bool = True) -> list[TurnKey]:
-    """User turns ranked by memd's message score as the recommended fix computes it.
+def fixed_scores(cands: Sequence[Candidate], w: Weights, k: int,
+                 true_cosine: bool = True) -> list[tuple[TurnKey, float]]:
+    """User turns with memd's message score as the recommended fix computes it, best
+    first (ties by turn key).
 
     The pool is the engine's: the top ``k`` of the vector channel and of the keyword
     channel (both over all messages). Each candidate scores ``w.similarity * max(cos, 0)
@@ -482,7 +492,8 @@ def fixed_rank(cands: Sequence[Candidate], w: Weights, k: int,
     access and entity are the same constant for every message, so they are left out.
     With ``true_cosine`` a keyword-only candidate gets its real cosine (the engine gives
     it 0, unlike memory candidates, whose vectors it fetches); with ``true_cosine=False``
-    this reproduces ``Memd.search`` over messages (up to ties and its top-k cut)."""
+    this reproduces ``Memd.search`` over messages (up to the order of exact ties, which
+    the engine breaks by random message id, and its top-k cut)."""
     scored = []
     for c in cands:
         in_knn = c.knn_rank < k
@@ -492,8 +503,21 @@ def fixed_rank(cands: Sequence[Candidate], w: Weights, k: int,
         sim = c.cosine if (in_knn or true_cosine) else 0.0
         total = (w.similarity * max(sim, 0.0) + w.keyword * (c.keyword if in_kw else 0.0)
                  + w.freshness * math.exp(-w.freshness_lambda * c.hours))
-        scored.append((-total, c.key))
-    return [key for _, key in sorted(scored)]
+        scored.append((c.key, total))
+    return sorted(scored, key=lambda t: (-t[1], t[0]))
+
+
+def fixed_rank(cands: Sequence[Candidate], w: Weights, k: int,
+               true_cosine: bool = True) -> list[TurnKey]:
+    """The turn keys of :func:`fixed_scores`, best first."""
+    return [key for key, _ in fixed_scores(cands, w, k, true_cosine)]
+
+
+def same_up_to_ties(ranked: Sequence[TurnKey], scored: Sequence[tuple[TurnKey, float]]) -> bool:
+    """Whether ``ranked`` is ``scored``'s order, except among items of equal score."""
+    score = dict(scored)
+    return all(key in score for key in ranked) and [
+        round(score[key], 9) for key in ranked] == [round(s, 9) for _, s in scored[:len(ranked)]]
 
 
 # --------------------------------------------------------------------------- running
@@ -510,7 +534,7 @@ class Run:
     latencies_ms: list[float] = field(default_factory=list)
     user_hits: list[int] = field(default_factory=list)
     mismatches: int = 0
-    replica_agree: int = 0  # questions where fixed_rank(true_cosine=False) == Memd.search
+    replica_agree: int = 0  # questions where fixed_scores(true_cosine=False) ~ Memd.search
     misses: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> dict[str, dict[str, dict[str, float]]]:
@@ -594,8 +618,8 @@ def run(
                 scores = evaluate_turns(res.ranked, ev)
                 out.per_question["memd"].append(scores)
                 cands = candidates(engine, q, ing)
-                replica = fixed_rank(cands, engine.settings.weights, k, true_cosine=False)
-                out.replica_agree += replica[:len(res.ranked)] == res.ranked
+                out.replica_agree += same_up_to_ties(res.ranked, fixed_scores(
+                    cands, engine.settings.weights, k, true_cosine=False))
                 for v, other in others:
                     ranked = (fixed_rank(cands, v.weights, v.k) if v.fix
                               else memd_search(other, q, ing, v.k).ranked)
@@ -652,15 +676,16 @@ def run(
 def format_table(summary: Mapping[str, Mapping[str, Mapping[str, float]]],
                  ks: Sequence[int] = KS) -> str:
     """Method × level × metric rows, one column per k."""
-    head = f"{'method':<22} {'level':<8} {'metric':<11}" + "".join(f"{'@' + str(k):>8}"
-                                                                    for k in ks)
+    width = max([len("method"), *map(len, summary)])
+    head = f"{'method':<{width}} {'level':<8} {'metric':<11}" + "".join(
+        f"{'@' + str(k):>8}" for k in ks)
     lines = [head, "-" * len(head)]
     for method, levels in summary.items():
         for level in LEVELS:
             if level not in levels:
                 continue
             for metric in METRICS:
-                lines.append(f"{method:<22} {level:<8} {metric:<11}" + "".join(
+                lines.append(f"{method:<{width}} {level:<8} {metric:<11}" + "".join(
                     f"{levels[level][f'{metric}@{k}']:>8.3f}" for k in ks))
     return "\n".join(lines)
 

@@ -68,6 +68,14 @@ def test_metrics_at_keys_and_session_dedupe(lme: ModuleType) -> None:
     assert out["session"]["recall_all@2"] == 0.0
     assert out["session"]["recall_all@3"] == 1.0
     assert out["turn"]["recall_any@3"] == 0.0
+    # strict (the paper code): a non-evidence turn of an evidence session does not count
+    # for it, and stands for a distinct session when deduplicating
+    ranked = [("s2", 1), ("s1", 0), ("s2", 0)]
+    out = lme.evaluate_turns(ranked, {("s2", 0)}, (1, 2, 3))
+    assert out["session"]["recall_any@1"] == 1.0
+    assert out["strict"]["recall_any@1"] == 0.0
+    assert out["strict"]["recall_any@2"] == 0.0
+    assert out["strict"]["recall_any@3"] == 1.0
     assert lme.dedupe(["b", "a", "b", "c", "a"]) == ["b", "a", "c"]
 
 
@@ -98,6 +106,43 @@ def test_parse_date_and_variants(lme: ModuleType) -> None:
     assert lme.parse_variant("semantic", "default", 50).weights == PRESETS["semantic"]
     with pytest.raises(SystemExit):
         lme.parse_variant("nonsense=1", "default", 50)
+
+
+def test_fixed_scoring_pool_and_true_cosine(lme: ModuleType) -> None:
+    cand = lme.Candidate
+    cands = [
+        cand(("a", 0), 0.50, 0, 0.0, None, 0.0),   # vector channel only
+        cand(("b", 0), 0.40, 1, 1.0, 0, 0.0),      # both channels
+        cand(("c", 0), 0.45, 5, 0.5, 1, 0.0),      # keyword channel only (k=2)
+        cand(("d", 0), 0.90, 7, 0.0, None, 0.0),   # in no channel's top 2: never returned
+    ]
+    w = PRESETS["semantic"]  # 0.75 similarity, 0.25 keyword, no freshness
+    engine_like = lme.fixed_scores(cands, w, 2, true_cosine=False)
+    assert [key for key, _ in engine_like] == [("b", 0), ("a", 0), ("c", 0)]
+    assert dict(engine_like)[("c", 0)] == pytest.approx(0.25 * 0.5)  # cosine counted as 0
+    fixed = lme.fixed_rank(cands, w, 2)
+    assert fixed == [("b", 0), ("c", 0), ("a", 0)]  # 0.75*0.45 + 0.125 > 0.75*0.5
+    assert lme.same_up_to_ties([("b", 0), ("a", 0)], engine_like)
+    assert not lme.same_up_to_ties([("a", 0), ("b", 0)], engine_like)
+    tied = [(("x", 0), 1.0), (("y", 0), 1.0), (("z", 0), 0.5)]
+    assert lme.same_up_to_ties([("y", 0), ("x", 0)], tied)
+
+
+def test_recording_embedder_reuses_wanted_vectors(lme: ModuleType) -> None:
+    from memd.models.embedder import FakeEmbedder
+
+    emb = lme.RecordingEmbedder(FakeEmbedder())
+    emb.want(["kept"])
+    first = emb.embed(["kept", "other"])
+    assert emb.texts_embedded == 2
+    again = emb.embed(["kept"])
+    assert emb.texts_embedded == 2  # served from the memo
+    assert (again[0] == first[0]).all()
+    emb.embed(["other"])
+    assert emb.texts_embedded == 3  # not wanted, not kept
+    emb.forget()
+    emb.embed(["kept"])
+    assert emb.texts_embedded == 4
 
 
 # ------------------------------------------------------------------- end to end
@@ -173,7 +218,7 @@ def test_end_to_end_tiny_run(lme: ModuleType, dataset: Path, tmp_path: Path,
     summary = result["summary"]
     assert set(summary) >= {"memd", "memd[semantic]", "fix[freshness=0]", "bm25", "dense",
                             "bm25-sessdoc", "dense-sessdoc"}
-    assert set(summary["memd"]) == {"session", "turn"}
+    assert set(summary["memd"]) == {"session", "strict", "turn"}
     assert set(summary["bm25-sessdoc"]) == {"session"}
     for levels in summary.values():
         for metrics in levels.values():
