@@ -56,9 +56,9 @@ if ((models)); then
     # It must be in place before sentence-transformers, which would pick its own.
     step "installing torch 2.13.0 (CPU build)"
     pip_q install torch==2.13.0
-    extras="models,test,postgres"
+    extras="models,test,postgres,bench"
 else
-    extras="test,postgres"
+    extras="test,postgres,bench"
 fi
 
 step "installing memd (editable) with extras [$extras]"
