@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 from memd.types import (
+    ApiKey,
     Fact,
     Job,
     Memory,
@@ -26,6 +27,7 @@ from memd.types import (
     NewMessage,
     Session,
     Usage,
+    User,
 )
 
 Vector = Sequence[float]
@@ -206,6 +208,30 @@ class Store(Protocol):
     def finish_call(self, call_id: str, status: int, metadata: dict[str, Any]) -> None: ...
 
     def get_call(self, user_id: str, call_id: str) -> dict[str, Any] | None: ...
+
+    # -- accounts (authenticated mode; backends/accounts.py) ---------------------------
+    def create_user(self, user_id: str, name: str, now: float) -> User: ...
+
+    def get_user(self, user_id: str) -> User | None: ...
+
+    def list_users(self) -> list[User]: ...
+
+    def add_api_key(self, key_id: str, user_id: str, key_hash: str, label: str,
+                    now: float) -> ApiKey: ...
+
+    def api_key_user(self, key_hash: str, now: float) -> str | None:
+        """The user of the live (unrevoked) key with this SHA-256, else None."""
+        ...
+
+    def list_api_keys(self, user_id: str | None = None) -> list[ApiKey]: ...
+
+    def revoke_api_key(self, key_id: str, now: float) -> bool: ...
+
+    def add_workspace_member(self, workspace: str, user_id: str, now: float) -> bool: ...
+
+    def remove_workspace_member(self, workspace: str, user_id: str) -> bool: ...
+
+    def workspace_members(self, workspace: str) -> list[str]: ...
 
     # -- usage -----------------------------------------------------------------------
     def record_usage(self, usage: Usage) -> None: ...

@@ -51,6 +51,8 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "memd's PostgreSQL backend needs the 'postgres' extra: pip install 'memd[postgres]'"
     ) from exc
 
+from memd.auth import current_actor
+from memd.backends.accounts import AccountsMixin
 from memd.errors import Conflict, InvalidInput, MemdError, MigrationError, NotFound, StorageError
 from memd.types import (
     Fact,
@@ -152,12 +154,14 @@ def _error(exc: psycopg.Error) -> MemdError:
     return StorageError(f"PostgreSQL: {exc}")
 
 
-class PostgresStore:
+class PostgresStore(AccountsMixin):
     """The Store protocol over one PostgreSQL database (pgvector and pg_trgm required).
 
     ``partitions`` are the hash partition counts of (sessions, memories, history) used when
     the schema is first created; an existing database keeps the counts it was made with.
     """
+
+    _P = "%s"
 
     def __init__(
         self, dsn: str, dim: int = 384, partitions: tuple[int, int, int] = (256, 256, 512),
@@ -314,6 +318,7 @@ class PostgresStore:
                 self._local.conn = conn
                 try:
                     with conn.transaction():
+                        self._act(conn)
                         yield conn
                 finally:
                     self._local.conn = None
@@ -329,9 +334,40 @@ class PostgresStore:
                 yield conn
                 return
             with self._pool.connection() as conn:
+                self._act(conn)  # starts the implicit transaction the reads run in
                 yield conn
         except psycopg.Error as exc:
             raise _error(exc) from exc
+
+    @staticmethod
+    def _act(conn: Conn) -> None:
+        """Row-Level Security: in a request authenticated as a user, the transaction runs
+        as the unprivileged ``memd_app`` role with ``memd.user_id`` set to that user, so
+        the policies of sql/postgres/003_auth.sql bind every query in it (both settings
+        are transaction-local and vanish when the pooled connection goes back)."""
+        actor = current_actor()
+        if actor is not None:
+            conn.execute(
+                "SELECT set_config('role', 'memd_app', true), "
+                "set_config('memd.user_id', %s, true)", (actor,),
+            )
+
+    def check_row_security(self) -> None:
+        """Raise unless the role and policies that auth mode relies on are in place."""
+        rows = self._q(
+            "SELECT pg_has_role(current_user, oid, 'MEMBER') FROM pg_roles "
+            "WHERE rolname = 'memd_app'"
+        )
+        if not rows or not rows[0][0]:
+            raise StorageError(
+                "auth mode needs the role memd_app, granted to memd's login role; a DBA "
+                "can run: CREATE ROLE memd_app NOLOGIN; GRANT memd_app TO <login role>; "
+                "then drop and re-create memd's database, or apply sql/postgres/"
+                "003_auth.sql again"
+            )
+        policies = self._q("SELECT count(*) FROM pg_policies WHERE policyname = 'memd_own_rows'")
+        if int(policies[0][0]) < 8:
+            raise StorageError("the Row-Level Security policies of 003_auth.sql are missing")
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -622,6 +658,8 @@ class PostgresStore:
         text = search_text(query)
         if text is None:
             return []
+        if current_actor() is not None:
+            return self._keyword_messages_rls(user_id, text, k, session_id)
         where = "user_id = %s AND content_tsv @@ websearch_to_tsquery('english', %s)"
         params: list[Any] = [text, user_id, text]
         if session_id is not None:
@@ -632,6 +670,21 @@ class PostgresStore:
             "ts_rank_cd(content_tsv, websearch_to_tsquery('english', %s)) AS r "
             f"FROM messages WHERE {where} ORDER BY r DESC, message_id LIMIT %s",
             (*params, k),
+        )
+        top = max((float(r[-1]) for r in rows), default=0.0) or 1.0
+        return [(self._message(r), float(r[-1]) / top) for r in rows]
+
+    def _keyword_messages_rls(
+        self, user_id: str, text: str, k: int, session_id: str | None
+    ) -> list[tuple[Message, float]]:
+        """keyword_messages under RLS: the GIN probe runs in memd_keyword_message_ids
+        (see sql/postgres/003_auth.sql), the rows are read through the policies."""
+        rows = self._q(
+            f"SELECT {_MESSAGE_COLS}, k.rank FROM memd_keyword_message_ids("
+            "%s, websearch_to_tsquery('english', %s), %s, %s) AS k (kid, kat, rank) "
+            "JOIN messages ON user_id = %s AND message_id = k.kid AND created_at = k.kat "
+            "ORDER BY k.rank DESC, message_id",
+            (user_id, text, k, session_id, user_id),
         )
         top = max((float(r[-1]) for r in rows), default=0.0) or 1.0
         return [(self._message(r), float(r[-1]) / top) for r in rows]
@@ -818,6 +871,19 @@ class PostgresStore:
         if text is None:
             return []
         where, params = self._where(user_id, flt)
+        if current_actor() is not None:
+            # Under RLS: ids from the GIN probe in memd_keyword_memory_ids (over-fetched,
+            # as the rest of the filter applies after it), rows through the policies.
+            rows = self._q(
+                f"SELECT {_MEMORY_COLS}, k.rank FROM memd_keyword_memory_ids("
+                "%s, websearch_to_tsquery('english', %s), %s, %s, %s) AS k (kid, ktier, rank) "
+                "JOIN memories ON memory_id = k.kid AND memory_tier = k.ktier "
+                f"WHERE {where} ORDER BY k.rank DESC, memory_id LIMIT %s",
+                (user_id, text, 4 * k + 20, not flt.include_inactive,
+                 None if flt.workspaces is None else list(flt.workspaces), *params, k),
+            )
+            top = max((float(r[-1]) for r in rows), default=0.0) or 1.0
+            return [(self._memory(r), float(r[-1]) / top) for r in rows]
         rows = self._q(
             f"SELECT {_MEMORY_COLS}, "
             "ts_rank_cd(content_tsv, websearch_to_tsquery('english', %s)) AS r "

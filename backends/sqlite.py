@@ -22,6 +22,7 @@ from typing import Any
 import apsw
 import numpy as np
 
+from memd.backends.accounts import AccountsMixin
 from memd.backends.vector_cache import UserVectors
 from memd.errors import InvalidInput, MigrationError, NotFound, StorageError
 from memd.types import (
@@ -130,8 +131,10 @@ def fts_query(text: str) -> str | None:
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in unique)
 
 
-class SQLiteStore:
+class SQLiteStore(AccountsMixin):
     """The Store protocol over one SQLite file (or ``:memory:``)."""
+
+    _P = "?"
 
     def __init__(self, path: str | Path = ":memory:", dim: int = 384) -> None:
         self.path = str(path)

@@ -245,10 +245,16 @@ def status(ctx: click.Context) -> None:
               help="sqlite (default), a .db path, or postgresql://... (env MEMD_DB).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--auth/--no-auth", default=None,
+              help="Require an API key on every request (team mode; env MEMD_AUTH).")
+@click.option("--unauthenticated", is_flag=True,
+              help="Allow a non-loopback --host without --auth (anyone who can reach the "
+                   "port reads and writes this memory).")
 @click.pass_context
 @handles_errors
 def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: str | None,
-          upstream_api_key: str | None, db: str | None, log_level: str) -> None:
+          upstream_api_key: str | None, db: str | None, log_level: str, auth: bool | None,
+          unauthenticated: bool) -> None:
     """Run the daemon in the foreground: the OpenAI-compatible memory proxy and the
     native API, on 127.0.0.1 unless told otherwise."""
     import logging
@@ -262,7 +268,12 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     opts = ctx.obj or {}
     settings = load_settings(opts.get("config"), data_dir=opts.get("data_dir"), host=host,
                              port=port, upstream_url=upstream_url,
-                             upstream_api_key=upstream_api_key, db=db)
+                             upstream_api_key=upstream_api_key, db=db, auth=auth)
+    loopback = settings.host in ("127.0.0.1", "localhost", "::1")
+    if not loopback and not settings.auth and not unauthenticated:
+        raise InvalidInput(f"refusing to serve {settings.host} without --auth: anyone who "
+                           "can reach it could read this memory (add --auth and create keys "
+                           "with 'memd key create', or pass --unauthenticated)")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     engine = memd.open(settings=settings)
     app = create_app(engine, settings)
@@ -274,9 +285,11 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     log.info("store: %s; embedder: %s", where, engine.embedder.name)
     log.info("upstream: %s", settings.upstream_url or "none (set --upstream-url to proxy "
              "chats; the native API works without one)")
-    if settings.host not in ("127.0.0.1", "localhost", "::1"):
-        log.warning("listening on %s: anyone who can reach it can read this memory",
-                    settings.host)
+    if settings.auth:
+        log.info("auth: every request needs an API key (memd key create --user NAME)")
+    elif not loopback:
+        log.warning("listening on %s without auth: anyone who can reach it can read this "
+                    "memory", settings.host)
     # Long-lived start-up objects (modules, model, settings) leave the GC's young
     # generations for good: without this, full collections walk them and add ~10 ms
     # pauses to the p99 of request handling.
@@ -294,6 +307,148 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     finally:
         remove_daemon_file(marker)
         engine.close()
+
+
+# -- accounts: authenticated (team) mode ------------------------------------------------
+@main.group()
+def user() -> None:
+    """Users of an authenticated daemon (memd serve --auth)."""
+
+
+@user.command(name="add")
+@click.argument("user_id")
+@click.option("--name", default="", help="A display name.")
+@click.pass_context
+@handles_errors
+def user_add(ctx: click.Context, user_id: str, name: str) -> None:
+    """Add a user; then give them a key with 'memd key create --user USER_ID'."""
+    import time
+
+    from memd.engine import validate as v
+
+    with _open(ctx) as m:
+        m.store.create_user(v.check_id(user_id, "user_id"), name, time.time())
+    click.echo(f"added user {user_id}")
+
+
+@user.command(name="list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handles_errors
+def user_list(ctx: click.Context, as_json: bool) -> None:
+    """List the users."""
+    with _open(ctx) as m:
+        users = m.store.list_users()
+    if as_json:
+        click.echo(json.dumps([{"user_id": u.id, "name": u.name, "created_at": u.created_at}
+                               for u in users], indent=2))
+        return
+    for u in users:
+        click.echo(f"{u.id}\t{u.name}")
+
+
+@main.group()
+def key() -> None:
+    """API keys of an authenticated daemon: only their SHA-256 is stored."""
+
+
+@key.command(name="create")
+@click.option("--user", "user_id", required=True, help="Whose key (memd user add first).")
+@click.option("--label", default="", help="What the key is for, e.g. a machine.")
+@click.pass_context
+@handles_errors
+def key_create(ctx: click.Context, user_id: str, label: str) -> None:
+    """Create a key and print it once: it cannot be shown again."""
+    import time
+
+    from memd.auth import hash_key, key_id_of, new_key
+
+    secret = new_key()
+    digest = hash_key(secret)
+    with _open(ctx) as m:
+        m.store.add_api_key(key_id_of(digest), user_id, digest, label, time.time())
+    click.echo(f"key id:  {key_id_of(digest)}", err=True)
+    click.echo("the key (shown once; use it as the OpenAI API key or 'Authorization: "
+               "Bearer ...'):", err=True)
+    click.echo(secret)
+
+
+@key.command(name="list")
+@click.option("--user", "user_id", help="Only this user's keys.")
+@click.pass_context
+@handles_errors
+def key_list(ctx: click.Context, user_id: str | None) -> None:
+    """List keys (ids, owners, labels, last use; never the keys themselves)."""
+    with _open(ctx) as m:
+        keys = m.store.list_api_keys(user_id)
+    for k in keys:
+        state = "revoked" if k.revoked_at else "live"
+        click.echo(f"{k.id}\t{k.user_id}\t{state}\t{k.label}")
+
+
+@key.command(name="revoke")
+@click.argument("key_id")
+@click.pass_context
+@handles_errors
+def key_revoke(ctx: click.Context, key_id: str) -> None:
+    """Revoke a key: requests with it are refused from now on."""
+    import time
+
+    with _open(ctx) as m:
+        if not m.store.revoke_api_key(key_id, time.time()):
+            raise NotFound(f"no live key {key_id!r} (see memd key list)")
+    click.echo(f"revoked {key_id}")
+
+
+@main.group()
+def workspace() -> None:
+    """Workspace membership: a workspace's memories are shared among its members."""
+
+
+@workspace.command(name="add")
+@click.argument("workspace_name")
+@click.argument("user_ids", nargs=-1, required=True)
+@click.pass_context
+@handles_errors
+def workspace_add(ctx: click.Context, workspace_name: str, user_ids: tuple[str, ...]) -> None:
+    """Make users members of a workspace."""
+    import time
+
+    from memd.engine import validate as v
+
+    ws = v.check_id(workspace_name, "workspace")
+    with _open(ctx) as m:
+        for uid in user_ids:
+            m.store.add_workspace_member(ws, uid, time.time())
+        members = m.store.workspace_members(ws)
+    click.echo(f"{ws}: {', '.join(members)}")
+
+
+@workspace.command(name="remove")
+@click.argument("workspace_name")
+@click.argument("user_ids", nargs=-1, required=True)
+@click.pass_context
+@handles_errors
+def workspace_remove(ctx: click.Context, workspace_name: str,
+                     user_ids: tuple[str, ...]) -> None:
+    """Remove users from a workspace (their memories stay theirs)."""
+    with _open(ctx) as m:
+        for uid in user_ids:
+            if not m.store.remove_workspace_member(workspace_name, uid):
+                raise NotFound(f"{uid!r} is not a member of {workspace_name!r}")
+        members = m.store.workspace_members(workspace_name)
+    click.echo(f"{workspace_name}: {', '.join(members) or '(no members)'}")
+
+
+@workspace.command(name="members")
+@click.argument("workspace_name")
+@click.pass_context
+@handles_errors
+def workspace_members(ctx: click.Context, workspace_name: str) -> None:
+    """List a workspace's members."""
+    with _open(ctx) as m:
+        for uid in m.store.workspace_members(workspace_name):
+            click.echo(uid)
 
 
 if __name__ == "__main__":

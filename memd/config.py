@@ -87,6 +87,9 @@ class Settings:
     upstream_timeout: float = 600.0
     max_body_bytes: int = 8 * 1024 * 1024
     allowed_hosts: tuple[str, ...] = ()  # Host names accepted besides loopback ones
+    # authenticated (team) mode: every request needs an API key (memd key create) and
+    # acts only as the key's user; on PostgreSQL, Row-Level Security binds each request
+    auth: bool = False
     job_interval: float = 0.5  # seconds between background job polls
     # USD per million tokens, [input, output], by model name ("*" for any other model);
     # usage rows get cost_microcents from it (seed 001 usage_logs)
@@ -107,6 +110,7 @@ _ENV = {
     "MEMD_EMBEDDER": "embedder",
     "MEMD_EMBEDDER_PATH": "embedder_path",
     "MEMD_USER": "default_user",
+    "MEMD_AUTH": "auth",
 }
 
 
@@ -119,6 +123,10 @@ def _coerce(name: str, value: Any) -> Any:
         return tuple(value.split(",")) if isinstance(value, str) else tuple(value)
     if name in ("port",):
         return int(value)
+    if name == "auth" and isinstance(value, str):
+        if value.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            raise InvalidInput(f"auth must be true or false, not {value!r}")
+        return value.lower() in ("1", "true", "yes", "on")
     if name == "weights":
         if not isinstance(value, dict):
             raise InvalidInput("config: [weights] must be a table")

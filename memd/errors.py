@@ -4,11 +4,14 @@
     ├── InvalidInput        bad input from a caller: empty or oversized text, bad id, bad role
     ├── NotFound            an id that does not exist for this user
     ├── Conflict            a write that contradicts stored state (e.g. a duplicate id)
+    ├── Unauthorized        auth is on and the request has no valid API key
+    ├── Forbidden           the key's user asked to act as someone else
     ├── StorageError        the store failed (locked, corrupt, disk full, driver error)
     │   └── MigrationError  a schema migration failed or the schema is newer than this code
     └── ModelError          an embedder or tokenizer could not be loaded or run
 
-The HTTP layer maps InvalidInput to 400/422, NotFound to 404, Conflict to 409; the CLI
+The HTTP layer maps InvalidInput to 400/422, NotFound to 404, Conflict to 409,
+Unauthorized to 401 and Forbidden to 403; the CLI
 prints the message and exits 2 (bad input) or 1 (other failures).
 """
 
@@ -31,6 +34,14 @@ class NotFound(MemdError, LookupError):
 
 class Conflict(MemdError):
     type = "conflict_error"
+
+
+class Unauthorized(MemdError):
+    type = "authentication_error"
+
+
+class Forbidden(MemdError):
+    type = "permission_error"
 
 
 class StorageError(MemdError):

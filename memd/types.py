@@ -313,3 +313,24 @@ class Usage:
     cost_microcents: int = 0
     latency_ms: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """A user of an authenticated (team) daemon."""
+
+    id: str
+    name: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """An API key's record. The key itself is never stored: only its SHA-256."""
+
+    id: str
+    user_id: str
+    label: str
+    created_at: float
+    last_used_at: float | None = None
+    revoked_at: float | None = None

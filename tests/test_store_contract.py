@@ -97,7 +97,8 @@ def test_migrations_are_recorded_once(tmp_path: Path) -> None:
     s.close()
     s = SQLiteStore(tmp_path / "m.db", dim=DIM)
     assert s.get_memory("alice", s.list_memories("alice", MemoryFilter())[0].id) is not None
-    assert s.schema_version() == 3
+    files = list((Path(__file__).parent.parent / "sql" / "sqlite").glob("[0-9]*.sql"))
+    assert s.schema_version() == len(files) == 4
     s.close()
     with pytest.raises(MigrationError, match="8-dim"):
         SQLiteStore(tmp_path / "m.db", dim=16)
@@ -547,7 +548,7 @@ def test_pg_migrations_are_recorded_once_and_keep_the_layout(pg_store: Any) -> N
     dsn = pg.cluster().dsn(pg_store.database)
     pg_store.insert_memory(memory("kept across reopen"), vec(0))
     again = PostgresStore(dsn, dim=DIM, partitions=(8, 8, 8))
-    assert again.schema_version() == 2 and again.partitions == PG_PARTITIONS
+    assert again.schema_version() == 3 and again.partitions == PG_PARTITIONS
     assert len(again.list_memories("alice", MemoryFilter())) == 1
     again.close()
     with pytest.raises(MigrationError, match="8-dim.*16-dim"):

@@ -100,6 +100,18 @@ class Memd(SessionsMixin):
     def _text(self, text: Any, what: str = "text") -> str:
         return v.normalize_text(text, self.settings.max_text_chars, what)
 
+    def shared_owners(self, user_id: str, workspace: str | None) -> list[tuple[str, MemoryFilter]]:
+        """The other members of ``workspace`` when ``user_id`` is one, each with the
+        filter of what they share: their global memories of that workspace. Membership
+        exists only in authenticated (team) mode, so in local mode this is empty."""
+        if workspace is None:
+            return []
+        members = self.store.workspace_members(workspace)
+        if user_id not in members:
+            return []
+        flt = MemoryFilter(workspaces=(workspace,), scope=Scope.GLOBAL, now=self.now())
+        return [(other, flt) for other in members if other != user_id]
+
     def visible_workspaces(self, workspace: str | None) -> tuple[str, ...]:
         """What a call scoped to ``workspace`` sees: its own memories plus the user's
         global ones (no workspace)."""
@@ -247,9 +259,11 @@ class Memd(SessionsMixin):
             include_superseded=include_inactive, now=self.now(),
             session_id=v.check_optional_id(session_id, "session_id"),
         )
+        uid = v.check_id(user_id, "user_id")
         return search(
-            self.store, self.embedder, v.check_id(user_id, "user_id"), q, k, kinds_, flt,
-            self.settings.weights, self.now(), session_id=flt.session_id,
+            self.store, self.embedder, uid, q, k, kinds_, flt, self.settings.weights,
+            self.now(), session_id=flt.session_id,
+            shared=() if spans_all else self.shared_owners(uid, ws),
         )
 
     # -- facts -----------------------------------------------------------------------

@@ -56,30 +56,39 @@ def _hours(now: float, then: float | None) -> float:
 def score_memories(
     store: Store, user_id: str, query: str, qvec: np.ndarray, flt: MemoryFilter,
     weights: Weights, now: float, channels: Channels = Channels(),
+    shared: Sequence[tuple[str, MemoryFilter]] = (),
 ) -> list[ScoredMemory]:
-    """Memory and summary candidates for ``query``, scored, best first."""
+    """Memory and summary candidates for ``query``, scored, best first. ``shared`` names
+    other owners whose memories the user may read (fellow members of a workspace), each
+    with the filter that says which (their global memories of that workspace): they
+    come in through the vector, keyword and entity channels."""
     found: dict[str, Memory] = {}
     sims: dict[str, float] = {}
     keyword: dict[str, float] = {}
-    for mem, sim in store.nearest_memories(user_id, qvec, channels.knn_k, flt):
-        found[mem.id], sims[mem.id] = mem, sim
-    for mem, rel in store.keyword_memories(user_id, query, channels.keyword_k, flt):
-        found.setdefault(mem.id, mem)
-        keyword[mem.id] = rel
+    entity_hits: set[str] = set()
+    entities = extract_entities(query)
+    for owner, owner_flt in ((user_id, flt), *shared):
+        for mem, sim in store.nearest_memories(owner, qvec, channels.knn_k, owner_flt):
+            found[mem.id], sims[mem.id] = mem, sim
+        for mem, rel in store.keyword_memories(owner, query, channels.keyword_k, owner_flt):
+            found.setdefault(mem.id, mem)
+            keyword[mem.id] = rel
+        if entities:
+            for mem in store.memories_by_entities(owner, entities, channels.entity_k,
+                                                  owner_flt):
+                found.setdefault(mem.id, mem)
+                entity_hits.add(mem.id)
     frequent = store.list_memories(
         user_id, _with_scope(flt, Scope.GLOBAL), limit=channels.frequent_k, order="access_count"
     )
     for mem in frequent:
         found.setdefault(mem.id, mem)
-    entities = extract_entities(query)
-    entity_hits = set()
-    if entities:
-        for mem in store.memories_by_entities(user_id, entities, channels.entity_k, flt):
-            found.setdefault(mem.id, mem)
-            entity_hits.add(mem.id)
-    missing = [mid for mid in found if mid not in sims]
-    if missing:
-        for mid, vec in store.get_memory_vectors(user_id, missing).items():
+    missing: dict[str, list[str]] = {}
+    for mid, mem in found.items():
+        if mid not in sims:
+            missing.setdefault(mem.user_id, []).append(mid)
+    for owner, ids in missing.items():
+        for mid, vec in store.get_memory_vectors(owner, ids).items():
             sims[mid] = float(np.dot(qvec, np.asarray(vec, dtype=np.float32)))
     query_entities = set(entities)
     max_access = max((m.access_count for m in found.values()), default=0)
@@ -165,13 +174,15 @@ def score_facts(
 def search(
     store: Store, embedder: CachedEmbedder, user_id: str, query: str, k: int,
     kinds: Sequence[str], flt: MemoryFilter, weights: Weights, now: float,
-    session_id: str | None = None,
+    session_id: str | None = None, shared: Sequence[tuple[str, MemoryFilter]] = (),
 ) -> list[Hit]:
-    """Search memories, summaries, messages and facts; the best ``k`` hits overall."""
+    """Search memories, summaries, messages and facts; the best ``k`` hits overall
+    (``shared``: see :func:`score_memories`)."""
     qvec = embedder.embed_query(query)
     hits: list[Hit] = []
     if "memory" in kinds or "summary" in kinds:
-        for s in score_memories(store, user_id, query, qvec, flt, weights, now):
+        for s in score_memories(store, user_id, query, qvec, flt, weights, now,
+                                shared=shared):
             if s.memory.kind in kinds:
                 m = s.memory
                 hits.append(Hit(

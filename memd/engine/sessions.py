@@ -93,6 +93,8 @@ class SessionsMixin:
         def now(self) -> float: ...
         def new_id(self) -> str: ...
         def visible_workspaces(self, workspace: str | None) -> tuple[str, ...]: ...
+        def shared_owners(self, user_id: str,
+                          workspace: str | None) -> list[tuple[str, MemoryFilter]]: ...
         def set_fact(self, user_id: str, category: str, key: str, value: str, *,
                      workspace: str | None = None, confidence: float = 1.0,
                      importance: float = 0.8, is_correction: bool = False,
@@ -255,7 +257,8 @@ class SessionsMixin:
             flt = MemoryFilter(workspaces=visible, now=now,
                                session_id=session.id if session else None)
             scored = score_memories(self.store, uid, query, qvec, flt,
-                                    self.settings.weights, now)
+                                    self.settings.weights, now,
+                                    shared=self.shared_owners(uid, ws))
             floor = self.settings.min_similarity
             mem_cands = [
                 Candidate(s.memory.kind, s.memory.id, s.memory.text, s.memory.token_count,

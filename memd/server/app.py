@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 import memd
 from memd.config import Settings
 from memd.engine.memory import Memd
-from memd.errors import Conflict, InvalidInput, MemdError, NotFound
+from memd.errors import Conflict, Forbidden, InvalidInput, MemdError, NotFound, Unauthorized
 
 log = logging.getLogger("memd.server")
 
@@ -48,6 +48,10 @@ def status_for(exc: MemdError) -> int:
         return 404
     if isinstance(exc, Conflict):
         return 409
+    if isinstance(exc, Unauthorized):
+        return 401
+    if isinstance(exc, Forbidden):
+        return 403
     return 500
 
 
@@ -208,6 +212,8 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
 
     @app.get("/health")
     def health() -> dict[str, Any]:
+        if settings.auth:  # answered without a key: status only
+            return {"status": "ok", "version": memd.__version__, "auth": True}
         return {"status": "ok", "version": memd.__version__,
                 "store": type(engine.store).__name__, "embedder": engine.embedder.name,
                 "pending_jobs": engine.store.pending_jobs()}
@@ -216,7 +222,14 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
     for router in (api.router, proxy.router):
         app.include_router(router)
         app.include_router(router, prefix="/w/{workspace}", dependencies=scoped)
-    app.add_middleware(
+    if settings.auth:
+        from memd.server.security import Authenticate
+
+        check = getattr(engine.store, "check_row_security", None)
+        if check is not None:
+            check()  # PostgreSQL: refuse to serve users without RLS in place
+        app.add_middleware(Authenticate, engine=engine)
+    app.add_middleware(  # added last: runs first
         Guard, allowed_hosts=LOOPBACK_HOSTS | frozenset(h.lower() for h in settings.allowed_hosts),
         max_body=settings.max_body_bytes,
     )

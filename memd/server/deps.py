@@ -1,8 +1,9 @@
 """Request context shared by the routers: the engine, the acting user, the workspace.
 
 Local mode (the default) trusts the caller: the user is the body's ``user_id``, else the
-``X-Memd-User`` header, else the configured default user. The workspace is the
-``/w/{workspace}`` path prefix, else the body's ``workspace``.
+``X-Memd-User`` header, else the configured default user. In authenticated mode the user
+is the API key's (:mod:`memd.server.security`); naming anyone else is a 403. The
+workspace is the ``/w/{workspace}`` path prefix, else the body's ``workspace``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from fastapi import Request
 
 from memd.engine import validate as v
 from memd.engine.memory import Memd
-from memd.errors import InvalidInput
+from memd.errors import Forbidden, InvalidInput
 
 
 def engine_of(request: Request) -> Memd:
@@ -21,6 +22,13 @@ def engine_of(request: Request) -> Memd:
 
 def user_of(request: Request, body_user: str | None = None) -> str:
     header = request.headers.get("x-memd-user")
+    authed: str | None = getattr(request.state, "memd_user", None)
+    if authed is not None:
+        for named in (body_user, header):
+            if named is not None and named != authed:
+                raise Forbidden(f"this API key acts as {authed!r}; it cannot act as "
+                                f"{named!r}")
+        return authed
     chosen = body_user or header or engine_of(request).settings.default_user
     if body_user and header and body_user != header:
         raise InvalidInput("user_id in the body and the X-Memd-User header disagree")

@@ -66,10 +66,12 @@ async def close_upstream(app: Any) -> None:
 
 def _headers(request: Request) -> dict[str, str]:
     out = {"accept-encoding": "identity", "content-type": "application/json"}
-    key = request.app.state.settings.upstream_api_key
+    settings = request.app.state.settings
+    key = settings.upstream_api_key
     if key:
         out["authorization"] = f"Bearer {key}"
-    elif "authorization" in request.headers:
+    elif "authorization" in request.headers and not settings.auth:
+        # local mode passes the client's key through; in auth mode it is memd's own key
         out["authorization"] = request.headers["authorization"]
     return out
 

@@ -1,0 +1,78 @@
+"""Authenticated (team) mode: every request carries an API key and acts as its user.
+
+Keys travel as ``Authorization: Bearer memd_...`` (what an OpenAI client sends as its
+``api_key``) or ``X-Api-Key``. The middleware resolves the key's SHA-256 to a user before
+the app sees the request, then runs the whole request (streamed replies included) under
+:func:`memd.auth.acting_as`: the routes take the user from there
+(:func:`memd.server.deps.user_of`), and the PostgreSQL backend keys Row-Level Security on
+it. ``GET /health`` answers without a key, with nothing but its status.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import anyio
+
+from memd.auth import acting_as, hash_key, looks_like_key
+from memd.engine.memory import Memd
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+OPEN_PATHS = frozenset({"/health"})
+
+
+def presented_key(headers: dict[str, str]) -> str | None:
+    auth = headers.get("authorization", "")
+    scheme, _, value = auth.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return headers.get("x-api-key") or None
+
+
+class Authenticate:
+    """Pure ASGI middleware: 401 without a live key; otherwise the request acts as the
+    key's user (``scope["state"]["memd_user"]`` and the :mod:`memd.auth` context)."""
+
+    def __init__(self, app: ASGIApp, engine: Memd) -> None:
+        self.app = app
+        self.engine = engine
+
+    async def _deny(self, send: Send, message: str) -> None:
+        body = json.dumps({"error": {"type": "authentication_error",
+                                     "message": message}}).encode()
+        await send({"type": "http.response.start", "status": 401,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()),
+                                (b"www-authenticate", b'Bearer realm="memd"')]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        key = presented_key(headers)
+        if key is None:
+            await self._deny(send, "this memd requires an API key: send 'Authorization: "
+                                   "Bearer memd_...' (an administrator creates one with "
+                                   "'memd key create --user NAME')")
+            return
+        user = None
+        if looks_like_key(key):
+            user = await anyio.to_thread.run_sync(
+                self.engine.store.api_key_user, hash_key(key), time.time()
+            )
+        if user is None:
+            await self._deny(send, "invalid or revoked API key")
+            return
+        scope.setdefault("state", {})["memd_user"] = user
+        with acting_as(user):
+            await self.app(scope, receive, send)
