@@ -1,0 +1,336 @@
+"""Authenticated (team) mode, on a real uvicorn port, on SQLite and on PostgreSQL: keys,
+isolation of two users across every endpoint, workspace sharing, and (PostgreSQL)
+Row-Level Security checked with raw SQL under the application role."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from click.testing import CliRunner
+from servers import FakeUpstream, serve
+
+import memd
+from memd.auth import hash_key, key_id_of, new_key
+from memd.cli import main as cli
+from memd.config import load_settings
+from memd.engine.memory import Memd
+from memd.server.app import create_app
+
+USERS = ("alice", "bob", "carol")
+
+
+@dataclass
+class Team:
+    base: str
+    engine: Memd
+    upstream: FakeUpstream
+    keys: dict[str, str]
+    dsn: str | None
+
+    def http(self, user: str | None, **headers: str) -> httpx.Client:
+        if user is not None:
+            headers["Authorization"] = f"Bearer {self.keys[user]}"
+        return httpx.Client(base_url=self.base, headers=headers, timeout=30)
+
+
+def _postgres_url() -> str:
+    from pg import database
+
+    from memd.backends.postgres import PostgresStore
+
+    def migrate(dsn: str) -> None:
+        PostgresStore(dsn, dim=384, partitions=(4, 4, 4)).close()
+
+    return database(key=("e2e", 384), setup=migrate)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def team(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Team]:
+    upstream = FakeUpstream()
+    with serve(upstream.app) as up:
+        settings = replace(load_settings(data_dir=tmp_path / "d"), upstream_url=f"{up}/v1",
+                           job_interval=0.05, auth=True)
+        dsn = None
+        if request.param == "postgres":
+            dsn = _postgres_url()
+            settings = replace(settings, db=dsn, pg_partitions=(4, 4, 4))
+        engine = memd.open(settings=settings)
+        keys = {}
+        for user in USERS:
+            engine.store.create_user(user, user.title(), time.time())
+            keys[user] = new_key()
+            digest = hash_key(keys[user])
+            engine.store.add_api_key(key_id_of(digest), user, digest, "test", time.time())
+        with serve(create_app(engine, settings)) as base:
+            yield Team(base, engine, upstream, keys, dsn)
+        engine.close()
+
+
+def ok(resp: httpx.Response, status: int = 200) -> Any:
+    assert resp.status_code == status, resp.text
+    return resp.json()
+
+
+def seed(team: Team, user: str, secret: str) -> dict[str, str]:
+    """Give ``user`` one of everything through the API; returns the ids."""
+    with team.http(user) as c:
+        mem = ok(c.post("/v1/memories", json={"text": f"{secret} is my deploy target"}),
+                 201)["memory"]["id"]
+        sess = ok(c.post("/v1/sessions", json={}), 201)["id"]
+        ok(c.post(f"/v1/sessions/{sess}/messages", json={"messages": [
+            {"role": "user", "content": f"remember {secret} please"},
+            {"role": "assistant", "content": "noted"}]}), 201)
+        fact = ok(c.put("/v1/facts", json={"category": "project", "key": "codename",
+                                           "value": secret}))
+        chat = c.post("/v1/chat/completions", json={"model": "fake-model", "messages": [
+            {"role": "user", "content": f"what do you know about {secret}?"}]})
+        ok(chat)
+        return {"memory": mem, "session": sess, "fact": fact["fact"]["id"],
+                "call": chat.headers["x-memd-call"], "chat_session": chat.headers["x-memd-session"]}
+
+
+def routes(team: Team) -> set[tuple[str, str]]:
+    """Every (method, path) the daemon serves at the root (the /w/{workspace} copies are
+    the same handlers), from its OpenAPI document."""
+    with team.http("alice") as c:
+        spec = ok(c.get("/openapi.json"))
+    return {(m.upper(), p) for p, ops in spec["paths"].items() for m in ops
+            if not p.startswith("/w/")}
+
+
+def test_every_request_needs_a_live_key(team: Team) -> None:
+    with team.http(None) as anon:
+        assert ok(anon.get("/health"))["status"] == "ok"  # liveness only, no data
+        assert "pending_jobs" not in anon.get("/health").json()
+        for method, path in sorted(routes(team)):
+            if path == "/health":
+                continue
+            url = path.replace("{memory_id}", "m").replace("{session_id}", "s").replace(
+                "{call_id}", "c")
+            resp = anon.request(method, url, json={})
+            assert resp.status_code == 401, (method, path, resp.text)
+            assert resp.json()["error"]["type"] == "authentication_error"
+            assert resp.headers["www-authenticate"].startswith("Bearer")
+        bad = anon.get("/v1/memories", headers={"Authorization": "Bearer memd_" + "x" * 43})
+        assert bad.status_code == 401 and "invalid" in bad.json()["error"]["message"]
+        assert anon.get("/v1/memories", headers={"X-Api-Key": team.keys["bob"]}).status_code == 200
+    # a revoked key stops working at once
+    key_id = key_id_of(hash_key(team.keys["carol"]))
+    assert team.engine.store.revoke_api_key(key_id, time.time())
+    with team.http("carol") as c:
+        assert c.get("/v1/memories").status_code == 401
+
+
+def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team) -> None:
+    bob = seed(team, "bob", "Zanzibar")
+    before = {
+        "memory": team.engine.get(bob["memory"], "bob"),
+        "messages": len(team.engine.messages(bob["session"], "bob")),
+        "facts": team.engine.facts("bob"),
+    }
+    tested: set[tuple[str, str]] = set()
+
+    def call(c: httpx.Client, method: str, route: str, url: str, status: int,
+             **kw: Any) -> Any:
+        tested.add((method, route))
+        resp = c.request(method, url, **kw)
+        assert resp.status_code == status, (method, url, resp.text)
+        return resp.json()
+
+    def no_trace(body: Any) -> None:  # bob's memory, message and fact (alice's own
+        text = str(body)                # queries name Zanzibar too)
+        assert "my deploy target" not in text and "remember Zanzibar" not in text
+        assert "codename" not in text
+
+    with team.http("alice") as c, team.http("alice", **{"X-Memd-User": "bob"}) as posing:
+        m, s = bob["memory"], bob["session"]
+        # memories: read, list, change, delete, create as bob
+        call(c, "GET", "/v1/memories/{memory_id}", f"/v1/memories/{m}", 404)
+        call(c, "GET", "/v1/memories/{memory_id}", f"/v1/memories/{m}?user_id=bob", 403)
+        call(c, "PATCH", "/v1/memories/{memory_id}", f"/v1/memories/{m}", 404,
+             json={"text": "hijacked"})
+        call(c, "PATCH", "/v1/memories/{memory_id}", f"/v1/memories/{m}", 403,
+             json={"text": "hijacked", "user_id": "bob"})
+        call(c, "DELETE", "/v1/memories/{memory_id}", f"/v1/memories/{m}", 404)
+        call(c, "DELETE", "/v1/memories/{memory_id}", f"/v1/memories/{m}?user_id=bob", 403)
+        no_trace(call(c, "GET", "/v1/memories", "/v1/memories", 200))
+        call(c, "GET", "/v1/memories", "/v1/memories?user_id=bob", 403)
+        call(posing, "GET", "/v1/memories", "/v1/memories", 403)
+        call(c, "POST", "/v1/memories", "/v1/memories", 403,
+             json={"text": "planted", "user_id": "bob"})
+        # search and context
+        for kinds in (["memory", "summary", "fact"], ["message"]):
+            no_trace(call(c, "POST", "/v1/search", "/v1/search", 200,
+                          json={"query": "Zanzibar deploy target", "kinds": kinds}))
+        call(c, "POST", "/v1/search", "/v1/search", 403,
+             json={"query": "Zanzibar", "user_id": "bob"})
+        call(posing, "POST", "/v1/search", "/v1/search", 403, json={"query": "Zanzibar"})
+        no_trace(call(c, "POST", "/v1/context", "/v1/context", 200,
+                      json={"query": "What is the Zanzibar deploy target?"}))
+        call(c, "POST", "/v1/context", "/v1/context", 404, json={"session_id": s})
+        call(c, "POST", "/v1/context", "/v1/context", 403,
+             json={"query": "Zanzibar", "user_id": "bob"})
+        # sessions and messages
+        call(c, "POST", "/v1/sessions", "/v1/sessions", 403, json={"user_id": "bob"})
+        call(c, "GET", "/v1/sessions/{session_id}", f"/v1/sessions/{s}", 404)
+        call(c, "GET", "/v1/sessions/{session_id}/messages", f"/v1/sessions/{s}/messages", 404)
+        call(c, "POST", "/v1/sessions/{session_id}/messages", f"/v1/sessions/{s}/messages",
+             404, json={"messages": [{"role": "user", "content": "planted"}]})
+        # facts
+        no_trace(call(c, "GET", "/v1/facts", "/v1/facts", 200))
+        call(c, "GET", "/v1/facts", "/v1/facts?user_id=bob", 403)
+        call(c, "PUT", "/v1/facts", "/v1/facts", 403, json={
+            "category": "project", "key": "codename", "value": "planted", "user_id": "bob"})
+        # the proxy: a chat naming bob's session neither joins it nor sees bob's memory
+        chat = {"model": "fake-model", "messages": [
+            {"role": "user", "content": "What is the Zanzibar deploy target?"}]}
+        sent = len(team.upstream.requests)
+        named = c.post("/v1/chat/completions", json=chat,
+                       headers={"X-Memd-Session": bob["chat_session"]})
+        # SQLite's session ids are global: the id is taken (409); PostgreSQL keys sessions
+        # by (user, id): alice gets a session of her own under that id
+        assert named.status_code in (200, 409), named.text
+        if named.status_code == 200:
+            no_trace(team.upstream.requests[-1]["messages"][:-1])
+        else:
+            assert len(team.upstream.requests) == sent
+        call(c, "POST", "/v1/chat/completions", "/v1/chat/completions", 200, json=chat)
+        no_trace(team.upstream.requests[-1]["messages"][:-1])
+        call(posing, "POST", "/v1/chat/completions", "/v1/chat/completions", 403, json=chat)
+        call(c, "GET", "/v1/calls/{call_id}", f"/v1/calls/{bob['call']}", 404)
+        # no user data behind these two; they must still work for alice
+        call(c, "GET", "/v1/models", "/v1/models", 200)
+        call(c, "POST", "/v1/embeddings", "/v1/embeddings", 200,
+             json={"input": "hello", "model": "minilm"})
+    # the upstream never sees memd's own key
+    assert all(team.keys["alice"] not in str(h) for h in team.upstream.headers)
+    # every endpoint was tried (a new route must be added here)
+    assert routes(team) - {("GET", "/health")} <= tested, routes(team) - tested
+    after, was = team.engine.get(bob["memory"], "bob"), before["memory"]
+    assert (after.text, after.is_active, after.superseded_by, after.updated_at) == (
+        was.text, was.is_active, was.superseded_by, was.updated_at)
+    assert len(team.engine.messages(bob["session"], "bob")) == before["messages"]
+    assert team.engine.facts("bob") == before["facts"]
+
+
+def test_workspace_memories_are_shared_among_members_only(team: Team) -> None:
+    for user in ("alice", "bob"):
+        team.engine.store.add_workspace_member("rocket", user, time.time())
+    with team.http("bob") as bob:
+        shared = ok(bob.post("/w/rocket/v1/memories",
+                             json={"text": "The rocket launch pad uses Terraform"}),
+                    201)["memory"]["id"]
+        private = ok(bob.post("/v1/memories",
+                              json={"text": "My rocket hobby budget is 300 euros"}),
+                     201)["memory"]["id"]
+    query = {"query": "rocket launch pad Terraform budget", "k": 20}
+    with team.http("alice") as alice:
+        found = [h["id"] for h in ok(alice.post("/w/rocket/v1/search", json=query))["hits"]]
+        assert shared in found and private not in found
+        ctx = ok(alice.post("/w/rocket/v1/context",
+                            json={"query": "What does the rocket launch pad use?"}))
+        assert "Terraform" in str(ctx["messages"])
+        # shared for reading, owned by bob: alice cannot change or delete it
+        assert alice.delete(f"/w/rocket/v1/memories/{shared}").status_code == 404
+        assert alice.patch(f"/v1/memories/{shared}", json={"text": "x"}).status_code == 404
+        # outside the workspace, bob's memory is not alice's
+        found = [h["id"] for h in ok(alice.post("/v1/search", json=query))["hits"]]
+        assert shared not in found
+    with team.http("carol") as carol:  # not a member
+        found = [h["id"] for h in ok(carol.post("/w/rocket/v1/search", json=query))["hits"]]
+        assert shared not in found and private not in found
+    assert team.engine.get(shared, "bob").text == "The rocket launch pad uses Terraform"
+
+
+@pytest.mark.parametrize("team", ["postgres"], indirect=True)
+def test_row_level_security_holds_for_raw_sql(team: Team) -> None:
+    """Under the application role, with memd.user_id naming alice, no statement reaches
+    bob's rows, whatever its WHERE clause; without the setting it reaches nothing."""
+    assert team.dsn is not None
+    seed(team, "alice", "Aardvark")
+    seed(team, "bob", "Zanzibar")
+    deadline = time.monotonic() + 20
+    while team.engine.store.pending_jobs():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    tables = ["sessions", "messages", "memories", "facts", "memory_entities", "usage_log",
+              "calls", "users", "api_keys"]
+    with psycopg.connect(team.dsn) as conn:
+        owner = {t: conn.execute(f"SELECT count(*) FROM {t} WHERE user_id = 'bob'").fetchone()
+                 for t in tables}
+        assert all(n is not None and n[0] > 0 for t, n in owner.items()
+                   if t != "memory_entities"), owner
+        conn.rollback()
+        with conn.transaction(force_rollback=True):
+            conn.execute("SET LOCAL ROLE memd_app")
+            for t in tables:
+                assert conn.execute(f"SELECT count(*) FROM {t}").fetchone() == (0,), t
+        with conn.transaction(force_rollback=True):
+            conn.execute("SET LOCAL ROLE memd_app")
+            conn.execute("SELECT set_config('memd.user_id', 'alice', true)")
+            for t in tables:
+                rows = conn.execute(f"SELECT DISTINCT user_id FROM {t}").fetchall()
+                assert rows in ([("alice",)], []), (t, rows)
+            assert conn.execute("SELECT count(*) FROM messages WHERE user_id = 'bob' "
+                                "OR content LIKE '%Zanzibar%'").fetchone() == (0,)
+            hits = conn.execute("SELECT * FROM memd_keyword_message_ids('bob', "
+                                "to_tsquery('english', 'zanzibar'), 10, NULL)").fetchall()
+            assert hits == []
+            assert conn.execute("SELECT * FROM memd_keyword_memory_ids('bob', "
+                                "to_tsquery('english', 'zanzibar'), 10, true, NULL)"
+                                ).fetchall() == []
+            assert conn.execute("UPDATE memories SET content_text = 'x' WHERE user_id = 'bob'"
+                                ).rowcount == 0
+            assert conn.execute("DELETE FROM sessions WHERE user_id = 'bob'").rowcount == 0
+            deleted = conn.execute("DELETE FROM facts").rowcount
+            assert deleted == 1  # alice's one fact, not bob's
+        with conn.transaction(force_rollback=True):
+            conn.execute("SET LOCAL ROLE memd_app")
+            conn.execute("SELECT set_config('memd.user_id', 'alice', true)")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level"):
+                conn.execute("UPDATE facts SET user_id = 'bob'")
+        with conn.transaction(force_rollback=True):
+            conn.execute("SET LOCAL ROLE memd_app")
+            conn.execute("SELECT set_config('memd.user_id', 'alice', true)")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("INSERT INTO usage_log (usage_id, user_id, created_at) "
+                             "VALUES ('u1', 'bob', 0)")
+        assert conn.execute("SELECT count(*) FROM facts WHERE user_id = 'bob'").fetchone() \
+            == owner["facts"]
+
+
+def test_keys_users_and_workspaces_from_the_cli(tmp_path: Path) -> None:
+    run = CliRunner().invoke
+    base = ["--data-dir", str(tmp_path / "d")]
+    assert run(cli, [*base, "user", "add", "dana", "--name", "Dana"]).exit_code == 0
+    dup = run(cli, [*base, "user", "add", "dana"])
+    assert dup.exit_code != 0 and "already exists" in dup.output
+    made = run(cli, [*base, "key", "create", "--user", "dana", "--label", "laptop"])
+    assert made.exit_code == 0, made.output
+    secret = made.stdout.strip().splitlines()[-1]
+    assert secret.startswith("memd_") and len(secret) > 40
+    listed = run(cli, [*base, "key", "list"]).output
+    assert "dana" in listed and "live" in listed and secret not in listed
+    nobody = run(cli, [*base, "key", "create", "--user", "nobody"])
+    assert nobody.exit_code == 2 and "no user 'nobody'" in nobody.output
+    with memd.open(tmp_path / "d") as m:
+        assert m.store.api_key_user(hash_key(secret), time.time()) == "dana"
+        # only the hash is stored
+        assert secret not in str(m.store.list_api_keys())
+    key_id = key_id_of(hash_key(secret))
+    assert run(cli, [*base, "key", "revoke", key_id]).exit_code == 0
+    assert run(cli, [*base, "key", "revoke", key_id]).exit_code == 2
+    with memd.open(tmp_path / "d") as m:
+        assert m.store.api_key_user(hash_key(secret), time.time()) is None
+    assert run(cli, [*base, "workspace", "add", "rocket", "dana"]).output.strip() == \
+        "rocket: dana"
+    assert run(cli, [*base, "workspace", "members", "rocket"]).output.strip() == "dana"
+    refused = run(cli, [*base, "serve", "--host", "0.0.0.0"])
+    assert refused.exit_code == 2 and "without --auth" in refused.output
