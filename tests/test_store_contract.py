@@ -20,6 +20,7 @@ import numpy as np
 import pg
 import pytest
 
+from memd.auth import acting_as
 from memd.backends.base import Store
 from memd.errors import Conflict, MigrationError, NotFound
 from memd.types import (
@@ -426,13 +427,18 @@ def _executed_plans(store: Any, *settings: str) -> Iterator[list[dict[str, Any]]
 
     with store.transaction():
         conn = store._current()
+        role = conn.execute("SELECT current_user").fetchone()[0]
+        conn.execute("SET LOCAL ROLE NONE")  # auto_explain's settings are superuser's
         conn.execute("LOAD 'auto_explain'")
         for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_format = json",
-                        "auto_explain.log_level = notice", *settings):
+                        "auto_explain.log_level = notice",
+                        "auto_explain.log_nested_statements = on", *settings):
             conn.execute(f"SET LOCAL {setting}")
+        conn.execute(f"SET LOCAL ROLE {role}")  # memd_app when acting as a user (RLS)
         conn.add_notice_handler(on_notice)
         try:
             yield plans
+            conn.execute("SET LOCAL ROLE NONE")
             conn.execute("SET LOCAL auto_explain.log_min_duration = -1")
         finally:
             conn.remove_notice_handler(on_notice)
@@ -513,7 +519,8 @@ def test_pg_hot_queries_touch_one_partition_through_indexes(pg_store: Any) -> No
         assert all(n["Node Type"] != "Seq Scan" for n in scans), plan
         assert {_hash_partition(n["Relation Name"]) for n in scans if "Relation Name" in n} \
             == {part}
-        assert any(index_part in n.get("Index Name", "") for n in scans), plan
+        assert any(index_part in n.get("Index Name", "") for n in scans), (
+            index_part, [(n["Node Type"], n.get("Index Name")) for n in scans])
 
     # A test partition holds a few hundred rows per user, where reading them all (a
     # sequential scan, or a user_id index scan plus a sort for KNN) is genuinely cheaper
@@ -540,6 +547,30 @@ def test_pg_hot_queries_touch_one_partition_through_indexes(pg_store: Any) -> No
     assert len(hits) == 2 and hits[0][1] == 1.0
     (plan,) = plans
     check(plan, "content_tsv")  # GIN over the generated tsvector
+
+    # The same under Row-Level Security (an authenticated request acting as alice, as the
+    # role memd_app): still one partition, through the same indexes. Keyword search
+    # probes the GIN index inside memd_keyword_memory_ids (the @@ match is not LEAKPROOF,
+    # so PostgreSQL would not use the index below a policy), then reads rows by key.
+    with acting_as("alice"):
+        with _executed_plans(s, "enable_seqscan = off") as plans:
+            assert s.get_messages("alice", alice_session, active_only=True,
+                                  newest_first=True, limit=20) == history
+        (plan,) = plans
+        check(plan, "turn_index")
+        with _executed_plans(s, "enable_seqscan = off", "enable_sort = off") as plans:
+            assert [m.id for m, _ in s.nearest_memories("alice", vec(0), 10,
+                                                        MemoryFilter(now=now))] \
+                == [m.id for m, _ in near]
+        (plan,) = plans
+        check(plan, "embedding")
+        with _executed_plans(s, "enable_seqscan = off") as plans:
+            assert s.keyword_memories("alice", "rarealice", 10, MemoryFilter(now=now)) == hits
+        inner = [p for p in plans if any("content_tsv" in n.get("Index Name", "")
+                                         for n in _scans(p))]
+        assert len(inner) == 1 and len(plans) == 2, plans
+        for plan in plans:  # the GIN probe, and the rows read back by an index
+            check(plan, "content_tsv" if plan is inner[0] else "memories_")
 
 
 def test_pg_migrations_are_recorded_once_and_keep_the_layout(pg_store: Any) -> None:
