@@ -227,6 +227,9 @@ def test_workspace_memories_are_shared_among_members_only(team: Team) -> None:
         shared = ok(bob.post("/w/rocket/v1/memories",
                              json={"text": "The rocket launch pad uses Terraform"}),
                     201)["memory"]["id"]
+        by_entity = ok(bob.post("/w/rocket/v1/memories",
+                                json={"text": "Ansible provisions the Saturn boosters"}),
+                       201)["memory"]["id"]
         private = ok(bob.post("/v1/memories",
                               json={"text": "My rocket hobby budget is 300 euros"}),
                      201)["memory"]["id"]
@@ -234,6 +237,10 @@ def test_workspace_memories_are_shared_among_members_only(team: Team) -> None:
     with team.http("alice") as alice:
         found = [h["id"] for h in ok(alice.post("/w/rocket/v1/search", json=query))["hits"]]
         assert shared in found and private not in found
+        ask = {"query": "Who provisions Saturn?", "kinds": ["memory"]}
+        hits = ok(alice.post("/w/rocket/v1/search", json=ask))["hits"]
+        entity = {h["id"]: h["breakdown"]["entity"] for h in hits}
+        assert entity.get(by_entity, 0) > 0, hits  # shared memories keep their entities
         ctx = ok(alice.post("/w/rocket/v1/context",
                             json={"query": "What does the rocket launch pad use?"}))
         assert "Terraform" in str(ctx["messages"])

@@ -142,6 +142,13 @@ BEGIN
     -- A workspace's memories are readable (not writable) by its members.
     CREATE POLICY memd_workspace_read ON memories FOR SELECT TO memd_app
         USING (workspace <> '' AND memd_shares_workspace(workspace, user_id));
+    -- ... and so are their entity links (the entity channel of retrieval)
+    CREATE POLICY memd_workspace_read ON memory_entities FOR SELECT TO memd_app
+        USING (EXISTS (SELECT 1 FROM memories m
+                       WHERE m.user_id = memory_entities.user_id
+                         AND m.memory_id = memory_entities.memory_id
+                         AND m.workspace <> ''
+                         AND memd_shares_workspace(m.workspace, m.user_id)));
     CREATE POLICY memd_own_user ON users FOR SELECT TO memd_app
         USING (user_id = current_setting('memd.user_id', true));
     CREATE POLICY memd_own_keys ON api_keys FOR SELECT TO memd_app
