@@ -194,6 +194,11 @@ class PostgresStore(AccountsMixin):
         """Prepare a new pooled connection: pgvector types, strict iterative HNSW scans."""
         register_vector(conn)
         conn.execute("SET hnsw.iterative_scan = strict_order")
+        # psycopg prepares a statement after 5 runs; PostgreSQL's generic plan for it
+        # would then lock every partition of the production layout (512 history hash
+        # partitions x their months, plus indexes), exhausting max_locks_per_transaction.
+        # Custom plans prune to the user's partition at plan time.
+        conn.execute("SET plan_cache_mode = force_custom_plan")
         conn.commit()
 
     def _migrate(self, conn: Conn) -> None:

@@ -603,3 +603,29 @@ def test_pg_concurrent_appends_keep_turns_unique(pg_store: Any) -> None:
     turns = [m.turn_index for m in s.get_messages("alice", sess.id)]
     assert turns == list(range(1, 41))
     assert s.get_session("alice", sess.id).turn_count == 40
+
+
+def test_pg_repeated_queries_keep_pruning_partitions() -> None:
+    """psycopg prepares a statement once it has run 5 times; a generic plan for it would
+    open (and lock) every partition, which at the production layout's thousands of leaves
+    exhausts max_locks_per_transaction. The store keeps custom plans: the 30th run of
+    the history query (prepared after 5, then planned
+    generic after 5 more by default) still locks only the user's partition of each table."""
+    from memd.backends.postgres import PostgresStore
+
+    s = PostgresStore(pg.database(), dim=DIM, partitions=(32, 32, 32))
+    try:
+        sess = s.create_session(session())
+        s.append_messages("alice", sess.id, [NewMessage("user", "hi")], [1], [None],
+                          time.time())
+        with s.transaction():
+            conn = s._current()
+            for _ in range(30):
+                assert len(s.get_messages("alice", sess.id, limit=5)) == 1
+            locked = conn.execute(
+                "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                "WHERE l.pid = pg_backend_pid() AND c.relname LIKE 'messages%%'"
+            ).fetchone()[0]
+        assert 0 < locked < 200, locked  # one hash partition: its months and indexes
+    finally:
+        s.close()
