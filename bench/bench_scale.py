@@ -52,11 +52,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import scale_data as sd
-from bench_engine import pct, sentence
+# memd runs numpy's BLAS on one thread (memd/__init__.py), which only works if it is set
+# before numpy loads: two spinning OpenBLAS threads double the CPU time of a KNN and
+# slow it on a busy 2-core machine.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import memd
+import numpy as np  # noqa: E402
+import scale_data as sd  # noqa: E402
+from bench_engine import pct, sentence  # noqa: E402
+
+import memd  # noqa: E402
 from memd.engine.memory import Memd
 from memd.models.embedder import FakeEmbedder
 
