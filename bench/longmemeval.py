@@ -41,6 +41,7 @@ import hashlib
 import json
 import math
 import re
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -60,6 +61,7 @@ from memd.models.embedder import Embedder, FakeEmbedder, MiniLMEmbedder
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO / "../shared/benchdata/longmemeval/longmemeval_s_cleaned_498of500.json.gz"
+DEFAULT_CACHE = Path.home() / ".cache" / "memd-bench" / "embeddings.sqlite"
 KS: tuple[int, ...] = (1, 3, 5, 10)
 METRICS: tuple[str, ...] = ("recall_any", "recall_all", "ndcg_any")
 LEVELS: tuple[str, ...] = ("session", "strict", "turn")
@@ -156,6 +158,13 @@ def spread(n: int, limit: int | None) -> list[int]:
     if limit is None or limit >= n:
         return list(range(n))
     return [i * n // limit for i in range(max(limit, 0))]
+
+
+def interleaved(n: int) -> list[int]:
+    """``range(n)`` in golden-ratio order: every prefix is spread over the whole range
+    (the file is grouped by question type, so a cut-short run still covers every type)."""
+    golden = (math.sqrt(5) - 1) / 2
+    return sorted(range(n), key=lambda i: ((i * golden) % 1.0, i))
 
 
 def load_questions(path: Path, limit: int | None = None, first: bool = False) -> list[Question]:
@@ -289,17 +298,63 @@ def session_docs(q: Question) -> list[tuple[str, str]]:
     return [(s.id, " ".join(t for _, t in s.user_turns())) for s in q.sessions]
 
 
-class RecordingEmbedder:
-    """Wraps an embedder; remembers the vectors of texts registered with :meth:`want`, so
-    the dense baseline reuses the vectors memd computed for the same user turns."""
+class VectorCache:
+    """A persistent ``text -> vector`` store for the benchmark (one SQLite file, keyed by
+    model name and the text's BLAKE2b hash), shared by memd's ingestion and the
+    baselines and across runs: the vectors are the model's own, so a cached run scores
+    exactly like an uncached one, and re-runs (tuning, variants) skip the model."""
 
-    def __init__(self, inner: Embedder) -> None:
+    def __init__(self, path: Path, model: str, dim: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path, self.model, self.dim = path, f"{model}/{dim}", dim
+        self._db = sqlite3.connect(path, timeout=60.0)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, "
+                         "key BLOB NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (model, key))")
+        self._db.commit()
+
+    def get(self, keys: Sequence[bytes]) -> dict[bytes, np.ndarray]:
+        out: dict[bytes, np.ndarray] = {}
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), 500):
+            chunk = unique[start:start + 500]
+            rows = self._db.execute(
+                f"SELECT key, vector FROM vectors WHERE model = ? AND key IN "
+                f"({', '.join('?' * len(chunk))})", (self.model, *chunk))
+            for key, blob in rows:
+                out[bytes(key)] = np.frombuffer(blob, dtype=np.float32)
+        return out
+
+    def put(self, items: Iterable[tuple[bytes, np.ndarray]]) -> None:
+        self._db.executemany(
+            "INSERT OR IGNORE INTO vectors (model, key, vector) VALUES (?, ?, ?)",
+            [(self.model, k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in items])
+        self._db.commit()
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class RecordingEmbedder:
+    """Wraps an embedder; remembers the vectors of texts registered with :meth:`want`
+    (or :meth:`prefetch`), so the dense baseline reuses the vectors memd computed for the
+    same user turns. With a :class:`VectorCache`, vectors also come from and go to disk.
+
+    :meth:`prefetch` embeds a question's texts before memd ingests them: one model call
+    over every text not cached yet, which the embedder sorts by length and batches (memd's
+    jobs embed one session at a time); memd then gets the very same vectors through its
+    public API, from the memo."""
+
+    def __init__(self, inner: Embedder, cache: VectorCache | None = None) -> None:
         self.inner = inner
         self.name = inner.name
         self.dim = inner.dim
+        self.cache = cache
         self._wanted: set[bytes] = set()
         self._memo: dict[bytes, np.ndarray] = {}
-        self.texts_embedded = 0
+        self.texts_embedded = 0  # texts sent to the model
+        self.cache_hits = 0  # texts read from the disk cache
+        self.model_s = 0.0  # time spent in the model
 
     @staticmethod
     def _key(text: str) -> bytes:
@@ -312,21 +367,63 @@ class RecordingEmbedder:
         self._wanted.clear()
         self._memo.clear()
 
+    def _model(self, texts: Sequence[str]) -> np.ndarray:
+        t0 = time.perf_counter()
+        vecs = self.inner.embed(texts)
+        self.model_s += time.perf_counter() - t0
+        self.texts_embedded += len(texts)
+        return vecs
+
+    def prefetch(self, texts: Iterable[str], chunk: int = 1024) -> None:
+        """Want ``texts`` and have all their vectors at hand (memo, disk cache, model)."""
+        by_key = {self._key(t): t for t in texts}
+        self._wanted.update(by_key)
+        todo = [k for k in by_key if k not in self._memo]
+        if self.cache is not None and todo:
+            found = self.cache.get(todo)
+            self.cache_hits += len(found)
+            self._memo.update(found)
+            todo = [k for k in todo if k not in found]
+        todo.sort(key=lambda k: len(by_key[k]))
+        for start in range(0, len(todo), chunk):
+            keys = todo[start:start + chunk]
+            vecs = self._model([by_key[k] for k in keys])
+            self._memo.update(zip(keys, vecs, strict=True))
+            if self.cache is not None:
+                self.cache.put(zip(keys, vecs, strict=True))
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         keys = [self._key(t) for t in texts]
         todo = [i for i, k in enumerate(keys) if k not in self._memo]
-        fresh = self.inner.embed([texts[i] for i in todo]) if todo else None
-        self.texts_embedded += len(todo)
+        if self.cache is not None and todo:  # e.g. memories memd extracted from the turns
+            found = self.cache.get([keys[i] for i in todo])
+            self.cache_hits += len(found)
+            self._wanted.update(found)
+            self._memo.update(found)
+            todo = [i for i in todo if keys[i] not in found]
+        fresh = self._model([texts[i] for i in todo]) if todo else None
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for j, i in enumerate(todo):
             assert fresh is not None
             out[i] = fresh[j]
             if keys[i] in self._wanted:
                 self._memo[keys[i]] = fresh[j]
+        if self.cache is not None and fresh is not None:
+            self.cache.put((keys[i], fresh[j]) for j, i in enumerate(todo))
         for i, k in enumerate(keys):
             if k in self._memo:
                 out[i] = self._memo[k]
         return out
+
+
+def make_embedder(name: str) -> Embedder:
+    """The benchmark's model: MiniLM on onnxruntime (default; the torch model's vectors
+    within 1e-6), on torch, or the fake hash embedder."""
+    if name == "minilm-onnx":
+        from memd.models.onnx_embedder import OnnxMiniLMEmbedder
+
+        return OnnxMiniLMEmbedder()
+    return MiniLMEmbedder() if name == "minilm" else FakeEmbedder()
 
 
 # ------------------------------------------------------------------------------ memd
@@ -414,9 +511,8 @@ class Variant:
     """Another memd scoring of the same ingested data.
 
     ``engine`` variants call ``Memd.search`` with other weights (and search ``k``);
-    ``fix`` variants re-rank the engine's own channel outputs in the harness with the
-    scoring change this benchmark recommends (every candidate gets its true cosine,
-    only user turns compete), see :func:`fixed_rank`."""
+    ``fix`` variants re-rank the engine's own channel outputs in the harness (only user
+    turns compete, every candidate with its true cosine), see :func:`fixed_rank`."""
 
     label: str
     weights: Weights
@@ -461,10 +557,10 @@ class Candidate:
     hours: float  # age at search time
 
 
-def candidates(engine: Memd, q: Question, ing: Ingested) -> list[Candidate]:
-    """Every user turn with its vector and keyword channel standing, from the store
-    (the channels memd's ``score_messages`` draws from, asked for all the user's
-    messages instead of the top ``k``)."""
+def candidates(engine: Memd, q: Question, ing: Ingested, role: str = "user") -> list[Candidate]:
+    """Every user turn (or assistant turn) with its vector and keyword channel standing,
+    from the store (the channels memd's ``score_messages`` draws from, asked for all the
+    user's messages instead of the top ``k``)."""
     qvec = engine.embedder.embed_query(q.text)
     n = len(ing.by_message)
     now = engine.now()
@@ -473,7 +569,7 @@ def candidates(engine: Memd, q: Question, ing: Ingested) -> list[Candidate]:
           enumerate(engine.store.keyword_messages(ing.user_id, q.text, n))}
     out = []
     for rank, (msg, cos) in enumerate(knn):
-        if msg.role != "user":
+        if msg.role != role:
             continue
         kw_rank, rel = kw.get(msg.id, (None, 0.0))
         out.append(Candidate(ing.by_message[msg.id], cos, rank, rel, kw_rank,
@@ -483,17 +579,17 @@ def candidates(engine: Memd, q: Question, ing: Ingested) -> list[Candidate]:
 
 def fixed_scores(cands: Sequence[Candidate], w: Weights, k: int,
                  true_cosine: bool = True) -> list[tuple[TurnKey, float]]:
-    """User turns with memd's message score as the recommended fix computes it, best
-    first (ties by turn key).
+    """User turns with memd's message score, best first (ties by turn key).
 
     The pool is the engine's: the top ``k`` of the vector channel and of the keyword
     channel (both over all messages). Each candidate scores ``w.similarity * max(cos, 0)
     + w.keyword * keyword + w.freshness * exp(-lambda * hours)``; authority, importance,
     access and entity are the same constant for every message, so they are left out.
-    With ``true_cosine`` a keyword-only candidate gets its real cosine (the engine gives
-    it 0, unlike memory candidates, whose vectors it fetches); with ``true_cosine=False``
-    this reproduces ``Memd.search`` over messages (up to the order of exact ties, which
-    the engine breaks by random message id, and its top-k cut)."""
+    With ``true_cosine`` a keyword-only candidate gets its real cosine, as in the engine
+    (which reads its vector from the embedding cache), and this reproduces ``Memd.search``
+    over messages (up to the order of exact ties, which the engine breaks by random
+    message id, and its top-k cut); ``true_cosine=False`` scores it 0, as the engine did
+    before."""
     scored = []
     for c in cands:
         in_knn = c.knn_rank < k
@@ -534,8 +630,10 @@ class Run:
     latencies_ms: list[float] = field(default_factory=list)
     user_hits: list[int] = field(default_factory=list)
     mismatches: int = 0
-    replica_agree: int = 0  # questions where fixed_scores(true_cosine=False) ~ Memd.search
+    replica_agree: int = 0  # questions where fixed_scores ~ Memd.search
     misses: list[dict[str, Any]] = field(default_factory=list)
+    prefetch_s: float = 0.0  # embedding every question's texts before memd ingests them
+    embedder: RecordingEmbedder | None = None
 
     def summary(self) -> dict[str, dict[str, dict[str, float]]]:
         out: dict[str, dict[str, dict[str, float]]] = {}
@@ -578,14 +676,24 @@ def diagnose(q: Question, res: MemdResult, dense: Sequence[TurnKey],
 def run(
     questions: Sequence[Question], embedder_name: str, preset: str, variants: Sequence[str],
     k: int, sim_time: bool, with_sessdoc: bool, log: Callable[[str], None],
-    dump: TextIO | None = None,
+    dump: TextIO | None = None, cache_path: Path | None = None,
+    resumed: Sequence[Mapping[str, Any]] = (),
 ) -> Run:
-    """Ingest and evaluate every question with memd and the baselines."""
-    inner: Embedder = MiniLMEmbedder() if embedder_name == "minilm" else FakeEmbedder()
-    emb = RecordingEmbedder(inner)
+    """Ingest and evaluate every question with memd and the baselines; ``resumed`` are
+    the dump rows of questions an earlier run finished (their metrics count, they are
+    not run again)."""
+    inner = make_embedder(embedder_name)
+    cache = VectorCache(cache_path, inner.name, inner.dim) if cache_path else None
+    emb = RecordingEmbedder(inner, cache)
     clock = SimClock()
     parsed = [parse_variant(v, preset, k) for v in variants]
-    out = Run()
+    out = Run(embedder=emb)
+    for row in resumed:
+        out.types.append(row["type"])
+        for method, scores in row["metrics"].items():
+            out.per_question[method].append(scores)
+    finished = {row["id"] for row in resumed}
+    questions = [q for q in questions if q.id not in finished]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="memd-longmemeval-") as tmp:
         # A few haystack turns are longer than memd's default message limit (32,000
@@ -606,10 +714,10 @@ def run(
                 emb.forget()
                 user_turns = q.user_turns()
                 docs = session_docs(q)
-                emb.want([t for _, t in user_turns])
-                emb.want([q.text])
-                if with_sessdoc:
-                    emb.want([d for _, d in docs])
+                t_pre = time.perf_counter()
+                emb.prefetch([t.content for s in q.sessions for t in s.turns if t.content]
+                             + [q.text] + ([d for _, d in docs] if with_sessdoc else []))
+                out.prefetch_s += time.perf_counter() - t_pre
                 clock.at = None
                 ing = ingest(engine, q, clock, sim_time)
                 res = memd_search(engine, q, ing, k)
@@ -619,7 +727,7 @@ def run(
                 out.per_question["memd"].append(scores)
                 cands = candidates(engine, q, ing)
                 out.replica_agree += same_up_to_ties(res.ranked, fixed_scores(
-                    cands, engine.settings.weights, k, true_cosine=False))
+                    cands, engine.settings.weights, k))
                 for v, other in others:
                     ranked = (fixed_rank(cands, v.weights, v.k) if v.fix
                               else memd_search(other, q, ing, v.k).ranked)
@@ -655,6 +763,9 @@ def run(
                         "candidates": [[*c.key, round(c.cosine, 5), c.knn_rank,
                                         round(c.keyword, 5), c.keyword_rank, round(c.hours, 3)]
                                        for c in cands],
+                        "assistant": [[*c.key, round(c.cosine, 5), c.knn_rank,
+                                       round(c.keyword, 5), c.keyword_rank, round(c.hours, 3)]
+                                      for c in candidates(engine, q, ing, "assistant")],
                     }) + "\n")
                     dump.flush()
                 miss = diagnose(q, res, dense, scores)
@@ -669,6 +780,8 @@ def run(
                     f"elapsed {elapsed:.0f}s, eta {elapsed / n * (len(questions) - n):.0f}s")
         finally:
             engine.close()  # the variants share its store
+            if cache is not None:
+                cache.close()
     return out
 
 
@@ -703,6 +816,39 @@ def compare(summary: Mapping[str, Mapping[str, Mapping[str, float]]],
     return out
 
 
+def plot(summary: Mapping[str, Mapping[str, Mapping[str, float]]], path: Path,
+         title: str, ks: Sequence[int] = KS) -> None:
+    """recall_any@k and recall_all@k against k, session and turn level, one line per
+    method (session-document baselines dashed, session level only)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), sharex=True)
+    for row, level in enumerate(("session", "turn")):
+        for col, metric in enumerate(("recall_any", "recall_all")):
+            ax = axes[row][col]
+            for method, levels in summary.items():
+                if level not in levels:
+                    continue
+                ys = [levels[level][f"{metric}@{k}"] for k in ks]
+                ax.plot(ks, ys, marker="o", label=method,
+                        linestyle="--" if "sessdoc" in method else "-",
+                        linewidth=2.5 if method == "memd" else 1.2)
+            ax.set_title(f"{level} level, {metric}@k")
+            ax.set_xticks(list(ks))
+            ax.set_ylim(0, 1.02)
+            ax.grid(alpha=0.3)
+            if row == 1:
+                ax.set_xlabel("k")
+    axes[0][0].legend(loc="lower right", fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 TARGETS = (("session", "recall_any@5", 0.98), ("session", "recall_all@5", 0.90),
            ("turn", "recall_any@5", 0.88))
 
@@ -713,7 +859,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--limit", type=int,
                     help="evaluate N questions spread evenly over the file (all types)")
     ap.add_argument("--first", action="store_true", help="with --limit: the first N instead")
-    ap.add_argument("--embedder", default="minilm", choices=["minilm", "fake"])
+    ap.add_argument("--embedder", default="minilm-onnx",
+                    choices=["minilm-onnx", "minilm", "fake"],
+                    help="MiniLM on onnxruntime (default), on torch, or the fake hash model")
+    ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
+                    help="persistent embedding cache shared by memd's ingestion and the "
+                    "baselines (default %(default)s; not used with the fake embedder)")
+    ap.add_argument("--no-cache", action="store_true", help="embed everything afresh")
     ap.add_argument("--preset", default="default", choices=sorted(PRESETS),
                     help="memd retrieval weights preset")
     ap.add_argument("--variant", action="append", default=[],
@@ -727,6 +879,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write figures and memd's misses as JSON")
     ap.add_argument("--dump", type=Path, help="write every question's user-turn channel "
                     "data (cosine, ranks, keyword score, age) as JSON lines, for re-scoring")
+    ap.add_argument("--plot", type=Path, help="write recall_any@k and recall_all@k vs k "
+                    "(memd vs baselines) as a PNG (needs matplotlib)")
+    ap.add_argument("--interleave", action="store_true", help="run the questions in an "
+                    "order whose every prefix spreads over the file (for long runs)")
+    ap.add_argument("--resume", action="store_true", help="with --dump: keep the questions "
+                    "already in the dump (their metrics count) and append the others")
+    ap.add_argument("--report", action="store_true", help="with --resume: only report the "
+                    "dump's figures (--out, --plot), run no question")
     ap.add_argument("--quick", action="store_true", help="= --limit 5 --embedder fake (CI)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -737,12 +897,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     questions = load_questions(args.data.resolve(), args.limit, args.first)
+    if args.interleave:
+        questions = [questions[i] for i in interleaved(len(questions))]
     log(f"{len(questions)} evaluable questions from {args.data.name} "
         f"({time.perf_counter() - t0:.1f}s to load)")
     with contextlib.ExitStack() as stack:
-        dump = stack.enter_context(args.dump.open("w")) if args.dump else None
+        resumed: list[dict[str, Any]] = []
+        if args.report:
+            args.resume = True
+        if args.resume and args.dump and args.dump.exists():
+            wanted = {q.id for q in questions}
+            resumed = [r for r in map(json.loads, args.dump.read_text().splitlines())
+                       if r["id"] in wanted]
+            log(f"resuming: {len(resumed)} questions already in {args.dump}")
+        if args.report:  # figures of the dump's questions only; run nothing
+            done = {r["id"] for r in resumed}
+            questions = [q for q in questions if q.id in done]
+        mode = "a" if args.resume else "w"
+        dump = stack.enter_context(args.dump.open(mode)) if args.dump else None
+        cache = None if args.no_cache or args.embedder == "fake" else args.cache
         result = run(questions, args.embedder, args.preset, args.variant, args.k,
-                     args.clock == "haystack", not args.no_sessdoc, log, dump)
+                     args.clock == "haystack", not args.no_sessdoc, log, dump, cache,
+                     resumed)
     wall = time.perf_counter() - t0
     summary = result.summary()
     ingest_s = result.append_s + result.jobs_s
@@ -753,19 +929,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         if result.append_s else None,
         "append_s": round(result.append_s, 1), "jobs_s": round(result.jobs_s, 1),
     }
-    latency = {"p50_ms": round(percentile(result.latencies_ms, 50), 1),
-               "p95_ms": round(percentile(result.latencies_ms, 95), 1)}
-    print(f"LongMemEval_S, {len(questions)} questions, embedder={args.embedder}, "
+    emb = result.embedder
+    model = {
+        "cache": str(cache) if cache else None,
+        "prefetch_s": round(result.prefetch_s, 1),
+        "texts_embedded": emb.texts_embedded if emb else 0,
+        "cache_hits": emb.cache_hits if emb else 0,
+        "model_s": round(emb.model_s, 1) if emb else 0.0,
+        "texts_per_s": round(emb.texts_embedded / emb.model_s, 1)
+        if emb and emb.model_s else None,
+    }
+    ran = len(result.latencies_ms)  # questions run by this process (not resumed)
+    latency = {"p50_ms": round(percentile(result.latencies_ms, 50), 1) if ran else None,
+               "p95_ms": round(percentile(result.latencies_ms, 95), 1) if ran else None}
+    print(f"LongMemEval_S, {len(result.types)} questions ({ran} run now), "
+          f"embedder={args.embedder}, "
           f"preset={args.preset}, k={args.k}, clock={args.clock}")
     print(format_table(summary))
-    print(f"\nmemd ingest (append + embedding/extraction jobs): {throughput['turns']} turns, "
-          f"{throughput['turns_per_s']} turns/s (append alone {throughput['append_turns_per_s']}"
-          f" turns/s)")
-    print(f"memd search latency (query embedding included): p50 {latency['p50_ms']} ms, "
-          f"p95 {latency['p95_ms']} ms; user hits per search: min {min(result.user_hits)}, "
-          f"mean {statistics.fmean(result.user_hits):.1f} of k={args.k}")
-    print(f"harness replica of memd's message scoring agrees on {result.replica_agree}/"
-          f"{len(questions)} questions")
+    print()
+    if ran:
+        print(f"embedding ({args.embedder}): {model['texts_embedded']} texts through the "
+              f"model in {model['model_s']} s ({model['texts_per_s']} texts/s), "
+              f"{model['cache_hits']} from the cache {model['cache']}; prefetch "
+              f"{model['prefetch_s']} s")
+        print(f"memd ingest (append + embedding/extraction jobs, vectors prefetched): "
+              f"{throughput['turns']} turns, {throughput['turns_per_s']} turns/s (append "
+              f"alone {throughput['append_turns_per_s']} turns/s)")
+        print(f"memd search latency (query embedding included): p50 {latency['p50_ms']} ms, "
+              f"p95 {latency['p95_ms']} ms; user hits per search: min {min(result.user_hits)}, "
+              f"mean {statistics.fmean(result.user_hits):.1f} of k={args.k}")
+        print(f"harness replica of memd's message scoring agrees on {result.replica_agree}/"
+              f"{ran} questions")
     if result.mismatches:
         print(f"WARNING: {result.mismatches} hits whose metadata disagreed with the id map")
     below = compare(summary)
@@ -777,20 +971,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         got = summary["memd"][level][key]
         print(f"target {level} {key} >= {target}: {got:.3f} {'ok' if got >= target else 'MISS'}")
     print(f"total wall time {wall:.0f}s")
+    earlier = None
+    if resumed:  # what the dump says about the questions run before
+        ms = [float(r["search_ms"]) for r in resumed]
+        earlier = {"questions": len(resumed), "turns": sum(int(r["turns"]) for r in resumed),
+                   "ingest_s": round(sum(float(r["ingest_s"]) for r in resumed), 1),
+                   "search_p50_ms": round(percentile(ms, 50), 1),
+                   "search_p95_ms": round(percentile(ms, 95), 1)}
+        print(f"from the dump ({len(resumed)} questions): {earlier['turns']} turns ingested "
+              f"in {earlier['ingest_s']} s (vectors prefetched); search p50 "
+              f"{earlier['search_p50_ms']} ms, p95 {earlier['search_p95_ms']} ms")
     if args.out:
         args.out.write_text(json.dumps({
-            "config": {"data": str(args.data), "questions": len(questions),
+            "config": {"data": str(args.data), "questions": len(result.types),
+                       "questions_run": ran,
                        "embedder": args.embedder, "preset": args.preset,
                        "weights": asdict(PRESETS[args.preset]), "variants": args.variant,
                        "k": args.k, "clock": args.clock, "first": args.first,
                        "date": datetime.now(UTC).isoformat()},
             "summary": summary,
             "session_recall_all@5_by_type": result.by_type("recall_all@5"),
-            "memd_ingest": throughput, "memd_search_latency": latency,
-            "wall_s": round(wall, 1), "below_baseline": below,
+            "memd_ingest": throughput if ran else None, "embedding": model if ran else None,
+            "memd_search_latency": latency if ran else None,
+            "wall_s": round(wall, 1), "resumed_from_dump": earlier, "below_baseline": below,
             "memd_misses": result.misses,
         }, indent=1))
         log(f"wrote {args.out}")
+    if args.plot:
+        plot(summary, args.plot, f"LongMemEval_S, {len(result.types)} questions")
+        log(f"wrote {args.plot}")
     return 0
 
 

@@ -77,8 +77,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from longmemeval import (  # bench/ is on sys.path: this script runs as bench/mem0_compare.py
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as memd sets it, before numpy loads
+
+import numpy as np  # noqa: E402
+from longmemeval import (  # noqa: E402  # bench/ is on sys.path: this script runs as bench/mem0_compare.py
     DEFAULT_DATA,
     KS,
     Question,

@@ -31,7 +31,10 @@ class Weights:
     """Weights of the multi-signal retrieval score (see memd.engine.score)."""
 
     similarity: float = 0.45
-    keyword: float = 0.10
+    # similarity : keyword = 0.64 : 0.36, a convex combination of the two channels (cosine
+    # and max-normalized BM25), the fusion that beats either alone when its weight is
+    # tuned (Bruch et al., TOIS 2023); tuned on half of LongMemEval_S (bench/README.md)
+    keyword: float = 0.25
     freshness: float = 0.10
     access: float = 0.05
     authority: float = 0.15

@@ -118,10 +118,14 @@ def _with_scope(flt: MemoryFilter, scope: Scope) -> MemoryFilter:
 
 def score_messages(
     store: Store, user_id: str, query: str, qvec: np.ndarray, weights: Weights, now: float,
-    k: int, session_id: str | None = None,
+    k: int, session_id: str | None = None, embedder: CachedEmbedder | None = None,
 ) -> list[tuple[Message, float, dict[str, float]]]:
     """Messages for ``query``: vector and keyword channels, scored with the same formula
-    (messages have no access history or provenance: neutral authority and importance)."""
+    (messages have no access history or provenance: neutral authority and importance).
+
+    Like memory candidates, a message found by the keyword channel alone gets its true
+    cosine with the query, its vector read from ``embedder``'s persistent cache (never
+    computed here: a message whose embedding job has not run yet keeps similarity 0)."""
     found: dict[str, Message] = {}
     sims: dict[str, float] = {}
     keyword: dict[str, float] = {}
@@ -130,6 +134,12 @@ def score_messages(
     for msg, rel in store.keyword_messages(user_id, query, k, session_id):
         found.setdefault(msg.id, msg)
         keyword[msg.id] = rel
+    missing = [m for m in found.values() if m.id not in sims and m.content]
+    if embedder is not None and missing:
+        vecs = embedder.cached([m.content or "" for m in missing])
+        for m, vec in zip(missing, vecs, strict=True):
+            if vec is not None:
+                sims[m.id] = float(np.dot(qvec, vec))
     out = []
     for mid, msg in found.items():
         total, parts = score(
@@ -193,7 +203,7 @@ def search(
                 ))
     if "message" in kinds:
         for msg, total, parts in score_messages(
-            store, user_id, query, qvec, weights, now, max(k, 10), session_id
+            store, user_id, query, qvec, weights, now, max(k, 10), session_id, embedder
         ):
             hits.append(Hit(
                 kind="message", id=msg.id, text=msg.content or "", score=total,

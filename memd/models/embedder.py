@@ -176,6 +176,16 @@ class CachedEmbedder:
                 )
         return np.stack([found[h] for h in hashes]).astype(np.float32)
 
+    def cached(self, texts: Sequence[str]) -> list[np.ndarray | None]:
+        """The persistent cache's vectors of ``texts`` (``None`` where a text was never
+        embedded); never calls the model, so it is cheap enough for the query path."""
+        if self.cache is None or not texts:
+            return [None] * len(texts)
+        hashes = [text_hash(t) for t in texts]
+        found = self.cache.get_cached_embeddings(self.name, hashes)
+        return [np.frombuffer(found[h], dtype=np.float32) if h in found else None
+                for h in hashes]
+
     def embed_query(self, text: str) -> np.ndarray:
         """One query vector, from the in-process LRU when seen recently (not persisted:
         queries are not worth a disk write)."""
