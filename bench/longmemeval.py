@@ -1,8 +1,15 @@
 """LongMemEval_S retrieval quality: memd's message search against BM25 and dense baselines.
 
     nice -n 19 .venv/bin/python bench/longmemeval.py --limit 40       # subset, real MiniLM
-    nice -n 19 .venv/bin/python bench/longmemeval.py --out lme.json   # all 418 questions
+    nice -n 19 .venv/bin/python bench/longmemeval.py --interleave \
+        --dump lme.jsonl --out lme.json                                # all 418 questions
+    .venv/bin/python bench/longmemeval.py --dump lme.jsonl --report \
+        --out lme.json --plot lme.png                                  # figures of a dump
     .venv/bin/python bench/longmemeval.py --quick                     # 5 questions, fake model
+
+MiniLM runs on onnxruntime (``--embedder minilm`` for torch); vectors are cached by text
+hash in ``--cache`` (``~/.cache/memd-bench/embeddings.sqlite``) for memd and the
+baselines alike, so a re-run does not touch the model.
 
 Protocol (the paper's ``src/retrieval``, see ``../shared/benchdata/README.md``): skip the
 ``_abs`` questions and those with no user-side ``has_answer`` turn; retrieve USER turns

@@ -13,9 +13,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pytest
 
 from memd.config import PRESETS
+from memd.models.embedder import FakeEmbedder
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "longmemeval.py"
 
@@ -234,3 +236,28 @@ def test_end_to_end_tiny_run(lme: ModuleType, dataset: Path, tmp_path: Path,
     assert [r["id"] for r in rows] == ["q1", "q2"]
     assert all(len(r["candidates"]) == 6 * 2 + 1 for r in rows)  # user turns only
     assert "agrees on 2/2" in printed
+
+
+def test_vector_cache_and_prefetch(lme: ModuleType, tmp_path: Path) -> None:
+    path = tmp_path / "emb.sqlite"
+    cache = lme.VectorCache(path, "fake-hash", 384)
+    emb = lme.RecordingEmbedder(FakeEmbedder(), cache)
+    emb.prefetch(["a b", "c d", "a b"])
+    assert emb.texts_embedded == 2 and emb.cache_hits == 0
+    before = emb.embed(["a b", "c d"])
+    assert emb.texts_embedded == 2  # served from the memo
+    cache.close()
+    again = lme.RecordingEmbedder(FakeEmbedder(), lme.VectorCache(path, "fake-hash", 384))
+    again.prefetch(["a b", "c d", "e f"])
+    assert again.texts_embedded == 1 and again.cache_hits == 2
+    np.testing.assert_array_equal(again.embed(["a b", "c d"]), before)
+    again.forget()
+    again.embed(["e f"])  # not in the memo any more: from the disk cache, not the model
+    assert again.texts_embedded == 1 and again.cache_hits == 3
+
+
+def test_interleaved_prefixes_spread(lme: ModuleType) -> None:
+    order = lme.interleaved(100)
+    assert sorted(order) == list(range(100))
+    first = sorted(order[:10])
+    assert max(b - a for a, b in zip(first, first[1:], strict=False)) <= 20

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import memd
@@ -268,3 +269,25 @@ def test_working_tier_and_tags_filters(m: Memd) -> None:
     tagged = m.search("caching note", "alice", tags=["keep"])
     assert [h.text for h in tagged] == ["durable note about caching"]
     assert m.list("alice", tier=Tier.SESSION)[0].tags == ("tmp",)
+
+
+def test_keyword_only_message_gets_its_true_cosine(tmp_path: Path) -> None:
+    """A message the keyword channel finds but the vector channel's top k misses is scored
+    with its real cosine (from the embedding cache), not 0."""
+    with memd.open(tmp_path / "d", embedder="fake") as m:
+        s = m.create_session("u")
+        fillers = [{"role": "user", "content": f"trip {i}"} for i in range(20)]
+        target = ("zanzibar came up once while we were sorting out the kitchen shelves, "
+                  "the paint colours and the new garden fence")
+        m.append(s.id, "u", [*fillers, {"role": "user", "content": target}])
+        while m.run_jobs():
+            pass
+        qvec = m.embedder.embed_query("zanzibar trip")
+        near = {msg.content for msg, _ in m.store.nearest_messages("u", qvec, 10)}
+        assert target not in near  # the vector channel's top 10 misses it
+        hits = m.search("zanzibar trip", "u", k=10, kinds=["message"])
+        hit = next(h for h in hits if h.text == target)
+        assert hit.breakdown["keyword"] > 0
+        assert hit.breakdown["similarity"] == pytest.approx(
+            0.45 * max(float(np.dot(qvec, m.embedder.embed([target])[0])), 0.0), abs=1e-6)
+        assert hit.breakdown["similarity"] > 0
