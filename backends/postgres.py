@@ -31,10 +31,10 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -74,6 +74,7 @@ log = logging.getLogger("memd.postgres")
 Vector = Sequence[float]
 Conn = psycopg.Connection[TupleRow]
 Params = Sequence[Any] | Mapping[str, Any]
+T = TypeVar("T")
 
 _MEMORY_COLS = (
     "memory_id, user_id, workspace, session_id, memory_tier, memory_scope, content_text, "
@@ -143,6 +144,14 @@ def search_text(text: str) -> str | None:
     safe with any user text. PostgreSQL's english configuration drops stopwords."""
     words = [w for w in dict.fromkeys(_WORD.findall(text.lower())) if w != "or"][:32]
     return " or ".join(words) or None
+
+
+def _ranked(rows: Sequence[Sequence[Any]], make: Callable[[Sequence[Any]], T]
+            ) -> list[tuple[T, float]]:
+    """Keyword rows, their rank last: each mapped by ``make``, with its rank relative to
+    the best one (1.0 for the top row)."""
+    top = max((float(r[-1]) for r in rows), default=0.0) or 1.0
+    return [(make(r), float(r[-1]) / top) for r in rows]
 
 
 def _error(exc: psycopg.Error) -> MemdError:
@@ -676,8 +685,7 @@ class PostgresStore(AccountsMixin):
             f"FROM messages WHERE {where} ORDER BY r DESC, message_id LIMIT %s",
             (*params, k),
         )
-        top = max((float(r[-1]) for r in rows), default=0.0) or 1.0
-        return [(self._message(r), float(r[-1]) / top) for r in rows]
+        return _ranked(rows, self._message)
 
     def _keyword_messages_rls(
         self, user_id: str, text: str, k: int, session_id: str | None
@@ -691,8 +699,7 @@ class PostgresStore(AccountsMixin):
             "ORDER BY k.rank DESC, message_id",
             (user_id, text, k, session_id, user_id),
         )
-        top = max((float(r[-1]) for r in rows), default=0.0) or 1.0
-        return [(self._message(r), float(r[-1]) / top) for r in rows]
+        return _ranked(rows, self._message)
 
     # -- memories --------------------------------------------------------------------
     def insert_memory(self, memory: Memory, vector: Vector | None) -> Memory:
@@ -800,15 +807,20 @@ class PostgresStore(AccountsMixin):
             (user_id, ids),
         )
 
-    def delete_memory(self, user_id: str, memory_id: str) -> bool:
+    def _delete_memories(self, user_id: str, where: str, params: Sequence[Any]) -> int:
+        """Delete the user's memories matching ``where`` and everything derived from
+        them (see :meth:`_forget`); returns how many."""
         with self._txn() as conn:
             removed = conn.execute(
-                "DELETE FROM memories WHERE user_id = %s AND memory_id = %s "
+                f"DELETE FROM memories WHERE user_id = %s AND {where} "
                 "RETURNING memory_id, content_hash",
-                (user_id, memory_id),
+                (user_id, *params),
             ).fetchall()
             self._forget(conn, user_id, removed)
-        return bool(removed)
+        return len(removed)
+
+    def delete_memory(self, user_id: str, memory_id: str) -> bool:
+        return self._delete_memories(user_id, "memory_id = %s", (memory_id,)) > 0
 
     @staticmethod
     def _where(user_id: str, flt: MemoryFilter) -> tuple[str, list[Any]]:
@@ -887,8 +899,7 @@ class PostgresStore(AccountsMixin):
                 (user_id, text, 4 * k + 20, not flt.include_inactive,
                  None if flt.workspaces is None else list(flt.workspaces), *params, k),
             )
-            top = max((float(r[-1]) for r in rows), default=0.0) or 1.0
-            return [(self._memory(r), float(r[-1]) / top) for r in rows]
+            return _ranked(rows, self._memory)
         rows = self._q(
             f"SELECT {_MEMORY_COLS}, "
             "ts_rank_cd(content_tsv, websearch_to_tsquery('english', %s)) AS r "
@@ -897,8 +908,7 @@ class PostgresStore(AccountsMixin):
             "ORDER BY r DESC, memory_id LIMIT %s",
             (text, *params, text, k),
         )
-        top = max((float(r[-1]) for r in rows), default=0.0) or 1.0
-        return [(self._memory(r), float(r[-1]) / top) for r in rows]
+        return _ranked(rows, self._memory)
 
     def memories_by_entities(
         self, user_id: str, entities: Sequence[str], k: int, flt: MemoryFilter
@@ -1156,11 +1166,5 @@ class PostgresStore(AccountsMixin):
         )
 
     def delete_session_working_memory(self, user_id: str, session_id: str) -> int:
-        with self._txn() as conn:
-            removed = conn.execute(
-                "DELETE FROM memories WHERE user_id = %s AND session_id = %s "
-                "AND memory_tier = 0 RETURNING memory_id, content_hash",
-                (user_id, session_id),
-            ).fetchall()
-            self._forget(conn, user_id, removed)
-        return len(removed)
+        return self._delete_memories(user_id, "session_id = %s AND memory_tier = 0",
+                                     (session_id,))
