@@ -53,14 +53,14 @@ class AccountsMixin:
 
     def api_key_user(self, key_hash: str, now: float) -> str | None:
         """The user of a live key with this hash (and its use recorded), else None."""
-        rows = self._q(self._sql("SELECT key_id, user_id FROM api_keys "
+        rows = self._q(self._sql("SELECT key_id, user_id, last_used_at FROM api_keys "
                                  "WHERE key_hash = ? AND revoked_at IS NULL"), (key_hash,))
         if not rows:
             return None
-        key_id, user_id = rows[0]
-        self._x(self._sql("UPDATE api_keys SET last_used_at = ? WHERE key_id = ? "
-                          "AND (last_used_at IS NULL OR last_used_at < ?)"),
-                (now, key_id, now - 60.0))  # at most one write a minute per key
+        key_id, user_id, last_used = rows[0]
+        if last_used is None or last_used < now - 60.0:  # at most one write a minute per key
+            self._x(self._sql("UPDATE api_keys SET last_used_at = ? WHERE key_id = ?"),
+                    (now, key_id))
         return str(user_id)
 
     def list_api_keys(self, user_id: str | None = None) -> list[ApiKey]:
