@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -27,18 +27,20 @@ import memd
 from memd.config import Settings
 from memd.engine.memory import Memd
 from memd.errors import Conflict, Forbidden, InvalidInput, MemdError, NotFound, Unauthorized
+from memd.server.security import (
+    ASGIApp,
+    Authenticate,
+    Receive,
+    Scope,
+    Send,
+    error_body,
+    scope_headers,
+    send_error,
+)
 
 log = logging.getLogger("memd.server")
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-def error_body(kind: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {"error": {"type": kind, "message": message, **extra}}
 
 
 def status_for(exc: MemdError) -> int:
@@ -64,32 +66,22 @@ class Guard:
         self.allowed = allowed_hosts
         self.max_body = max_body
 
-    async def _reply(self, send: Send, status: int, kind: str, message: str) -> None:
-        import json
-
-        body = json.dumps(error_body(kind, message)).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                   for k, v in scope.get("headers", [])}
+        headers = scope_headers(scope)
         host = headers.get("host", "")
         name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
         if name.lower() not in self.allowed:
-            await self._reply(send, 421, "host_not_allowed",
-                              f"Host {host!r} is not allowed (DNS-rebinding guard); add it "
-                              "to allowed_hosts in the config to serve it")
+            await send_error(send, 421, "host_not_allowed",
+                             f"Host {host!r} is not allowed (DNS-rebinding guard); add it "
+                             "to allowed_hosts in the config to serve it")
             return
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
-            await self._reply(send, 413, "request_too_large",
-                              f"body of {declared} bytes exceeds the {self.max_body}-byte limit")
+            await send_error(send, 413, "request_too_large",
+                             f"body of {declared} bytes exceeds the {self.max_body}-byte limit")
             return
         chunks: list[bytes] = []
         size = 0
@@ -101,8 +93,8 @@ class Guard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
-                await self._reply(send, 413, "request_too_large",
-                                  f"body exceeds the {self.max_body}-byte limit")
+                await send_error(send, 413, "request_too_large",
+                                 f"body exceeds the {self.max_body}-byte limit")
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
@@ -223,8 +215,6 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
         app.include_router(router)
         app.include_router(router, prefix="/w/{workspace}", dependencies=scoped)
     if settings.auth:
-        from memd.server.security import Authenticate
-
         check = getattr(engine.store, "check_row_security", None)
         if check is not None:
             check()  # PostgreSQL: refuse to serve users without RLS in place

@@ -26,8 +26,8 @@ from starlette.concurrency import run_in_threadpool
 from memd.engine.chat import PreparedCall, finish_chat, prepare_chat
 from memd.engine.memory import Memd
 from memd.errors import InvalidInput, NotFound
-from memd.server.app import error_body
 from memd.server.deps import engine_of, user_of, workspace_of
+from memd.server.security import error_body
 
 log = logging.getLogger("memd.proxy")
 router = APIRouter()

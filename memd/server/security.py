@@ -6,6 +6,9 @@ the app sees the request, then runs the whole request (streamed replies included
 :func:`memd.auth.acting_as`: the routes take the user from there
 (:func:`memd.server.deps.user_of`), and the PostgreSQL backend keys Row-Level Security on
 it. ``GET /health`` answers without a key, with nothing but its status.
+
+Also here: the ASGI types, header parsing and error replies that this middleware and the
+daemon's guard (:class:`memd.server.app.Guard`) share.
 """
 
 from __future__ import annotations
@@ -28,6 +31,27 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 OPEN_PATHS = frozenset({"/health"})
 
 
+def error_body(kind: str, message: str, **extra: Any) -> dict[str, Any]:
+    """memd's error shape: ``{"error": {"type": ..., "message": ...}}``."""
+    return {"error": {"type": kind, "message": message, **extra}}
+
+
+def scope_headers(scope: Scope) -> dict[str, str]:
+    """An ASGI request's headers, names lower-cased."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1")
+            for k, v in scope.get("headers", [])}
+
+
+async def send_error(send: Send, status: int, kind: str, message: str,
+                     *headers: tuple[bytes, bytes]) -> None:
+    """Answer from a middleware, before the app: memd's error body."""
+    body = json.dumps(error_body(kind, message)).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
 def presented_key(headers: dict[str, str]) -> str | None:
     auth = headers.get("authorization", "")
     scheme, _, value = auth.partition(" ")
@@ -44,22 +68,16 @@ class Authenticate:
         self.app = app
         self.engine = engine
 
-    async def _deny(self, send: Send, message: str) -> None:
-        body = json.dumps({"error": {"type": "authentication_error",
-                                     "message": message}}).encode()
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()),
-                                (b"www-authenticate", b'Bearer realm="memd"')]})
-        await send({"type": "http.response.body", "body": body})
+    @staticmethod
+    async def _deny(send: Send, message: str) -> None:
+        await send_error(send, 401, "authentication_error", message,
+                         (b"www-authenticate", b'Bearer realm="memd"'))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                   for k, v in scope.get("headers", [])}
-        key = presented_key(headers)
+        key = presented_key(scope_headers(scope))
         if key is None:
             await self._deny(send, "this memd requires an API key: send 'Authorization: "
                                    "Bearer memd_...' (an administrator creates one with "
