@@ -9,6 +9,8 @@ forgetting leaves no readable bytes behind.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import re
 import threading
@@ -81,7 +83,9 @@ _STOPWORDS = frozenset(
     "me my of on or our so that the this to was we what when where which who why how "
     "with you your".split()
 )
-_FTS_WORD = re.compile(r"\w+", re.UNICODE)
+# Words as FTS5's unicode61 tokenizer cuts them: letters and digits (``_`` separates).
+_FTS_WORD = re.compile(r"[^\W_]+")
+_MARK_LETTERS = "bcdfghjklmnpqrstvwxz"  # no vowels, no y: see 005_fts_per_user.sql
 
 
 def _ws(workspace: str | None) -> str:
@@ -114,21 +118,39 @@ _SCOPES = tuple(Scope)
 _PROVENANCES = tuple(Provenance)
 
 
-def owner_token(user_id: str) -> str:
-    """The full-text token that marks a user's rows (see 001_core.sql)."""
-    return "u" + user_id.encode("utf-8").hex()
+@functools.lru_cache(maxsize=4096)
+def user_mark(user_id: str) -> str:
+    """The 12 consonants that start every full-text term of this user's rows (a 52-bit
+    hash of the id; a collision could only mix two users' rankings, never their rows,
+    which are read back by user_id)."""
+    n = int.from_bytes(hashlib.blake2b(user_id.encode("utf-8"), digest_size=8).digest(),
+                       "big")
+    out = []
+    for _ in range(12):
+        n, r = divmod(n, len(_MARK_LETTERS))
+        out.append(_MARK_LETTERS[r])
+    return "".join(out)
 
 
-def fts_query(text: str) -> str | None:
-    """An FTS5 MATCH expression for free text: quoted words OR-ed, stopwords dropped.
-    Quoting makes any user text safe (no FTS syntax errors)."""
+def fts_text(user_id: str | None, text: str | None) -> str:
+    """What the full-text index holds for a row: each word prefixed with its user's mark."""
+    if not user_id or not text:
+        return ""
+    mark = user_mark(user_id)
+    return " ".join(mark + w for w in _FTS_WORD.findall(text.lower()))
+
+
+def fts_query(user_id: str, text: str) -> str | None:
+    """An FTS5 MATCH expression for free text: the user's quoted terms OR-ed, stopwords
+    dropped. Quoting makes any user text safe (no FTS syntax errors)."""
     words = [w for w in _FTS_WORD.findall(text.lower()) if w not in _STOPWORDS]
     if not words:
         words = _FTS_WORD.findall(text.lower())
     unique = list(dict.fromkeys(words))[:32]
     if not unique:
         return None
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in unique)
+    mark = user_mark(user_id)
+    return " OR ".join(f'"{mark}{w}"' for w in unique)
 
 
 class SQLiteStore(AccountsMixin):
@@ -161,6 +183,7 @@ class SQLiteStore(AccountsMixin):
         db.load_extension(sqlite_vec.loadable_path())
         db.enable_load_extension(False)
         db.set_busy_timeout(10_000)
+        db.create_scalar_function("memd_fts_text", fts_text, 2, deterministic=True)
         for pragma in (
             "journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON",
             "secure_delete = ON", "temp_store = MEMORY", "cache_size = -65536",
@@ -453,9 +476,9 @@ class SQLiteStore(AccountsMixin):
                 )
                 if m.content:
                     self._x(
-                        "INSERT INTO messages_fts (rowid, content, owner, session_id, "
-                        "message_id) VALUES (last_insert_rowid(), ?, ?, ?, ?)",
-                        (m.content, owner_token(user_id), session_id, m.id),
+                        "INSERT INTO messages_fts (rowid, content, session_id, message_id) "
+                        "VALUES (last_insert_rowid(), ?, ?, ?)",
+                        (fts_text(user_id, m.content), session_id, m.id),
                     )
                 out.append(m)
             self._x(
@@ -562,14 +585,14 @@ class SQLiteStore(AccountsMixin):
     def keyword_messages(
         self, user_id: str, query: str, k: int, session_id: str | None = None
     ) -> list[tuple[Message, float]]:
-        match = fts_query(query)
+        match = fts_query(user_id, query)
         if match is None:
             return []
         sql = (
-            "SELECT message_id, -bm25(messages_fts, 1.0, 0.0) AS r FROM messages_fts "
+            "SELECT message_id, -bm25(messages_fts) AS r FROM messages_fts "
             "WHERE messages_fts MATCH ?"
         )
-        params: list[Any] = [f'owner:"{owner_token(user_id)}" AND content:({match})']
+        params: list[Any] = [match]
         if session_id is not None:
             sql += " AND session_id = ?"
             params.append(session_id)
@@ -607,9 +630,9 @@ class SQLiteStore(AccountsMixin):
                  _json(list(m.tags)), _json(list(m.entities)), _json(m.metadata)),
             )
             self._x(
-                "INSERT INTO memories_fts (rowid, content_text, owner, memory_id) "
-                "VALUES (last_insert_rowid(), ?, ?, ?)",
-                (m.text, owner_token(m.user_id), m.id),
+                "INSERT INTO memories_fts (rowid, content_text, memory_id) "
+                "VALUES (last_insert_rowid(), ?, ?)",
+                (fts_text(m.user_id, m.text), m.id),
             )
             if vector is not None:
                 self._put_memory_vector(m.id, m.user_id, m.workspace, m.is_active, vector)
@@ -684,9 +707,9 @@ class SQLiteStore(AccountsMixin):
                 rowid = self._q("SELECT rowid FROM memories WHERE memory_id = ?", (memory_id,))
                 self._x("DELETE FROM memories_fts WHERE rowid = ?", (rowid[0][0],))
                 self._x(
-                    "INSERT INTO memories_fts (rowid, content_text, owner, memory_id) "
-                    "VALUES (?, ?, ?, ?)",
-                    (rowid[0][0], changes["text"], owner_token(user_id), memory_id),
+                    "INSERT INTO memories_fts (rowid, content_text, memory_id) "
+                    "VALUES (?, ?, ?)",
+                    (rowid[0][0], fts_text(user_id, changes["text"]), memory_id),
                 )
             if vector is not None:
                 active = bool(changes.get("is_active", current.is_active))
@@ -802,15 +825,15 @@ class SQLiteStore(AccountsMixin):
     def keyword_memories(
         self, user_id: str, query: str, k: int, flt: MemoryFilter
     ) -> list[tuple[Memory, float]]:
-        match = fts_query(query)
+        match = fts_query(user_id, query)
         if match is None:
             return []
         # Rank in FTS5 alone (cheap), then fetch and filter the few winners by key:
         # joining every match to memories first costs ~3x more on a large store.
         pairs = self._q(
-            "SELECT memory_id, -bm25(memories_fts, 1.0, 0.0) AS r FROM memories_fts "
+            "SELECT memory_id, -bm25(memories_fts) AS r FROM memories_fts "
             "WHERE memories_fts MATCH ? ORDER BY r DESC LIMIT ?",
-            (f'owner:"{owner_token(user_id)}" AND content_text:({match})', k * 3 + 10),
+            (match, k * 3 + 10),
         )
         by_id = self._memories_by_ids(user_id, [p[0] for p in pairs], flt)
         kept = [(by_id[mid], float(r)) for mid, r in pairs if mid in by_id][:k]

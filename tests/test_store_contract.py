@@ -99,7 +99,7 @@ def test_migrations_are_recorded_once(tmp_path: Path) -> None:
     s = SQLiteStore(tmp_path / "m.db", dim=DIM)
     assert s.get_memory("alice", s.list_memories("alice", MemoryFilter())[0].id) is not None
     files = list((Path(__file__).parent.parent / "sql" / "sqlite").glob("[0-9]*.sql"))
-    assert s.schema_version() == len(files) == 4
+    assert s.schema_version() == len(files) == 5
     s.close()
     with pytest.raises(MigrationError, match="8-dim"):
         SQLiteStore(tmp_path / "m.db", dim=16)
@@ -241,6 +241,52 @@ def test_keyword_search_tracks_text_updates(store: Store) -> None:
     assert [x.id for x, _ in store.keyword_memories("alice", "kubernetes", 5, flt)] == [m.id]
     assert store.keyword_memories("bob", "kubernetes", 5, flt) == []
     assert store.keyword_memories("alice", '"); DROP TABLE memories; --', 5, flt) == []
+
+
+def test_keyword_ranking_ignores_other_users_rows(store: Store) -> None:
+    pie = store.insert_memory(memory("apple pie recipe"), vec(0))
+    bread = store.insert_memory(memory("banana bread loaf"), vec(0))
+    flt = MemoryFilter()
+    before = dict((m.id, s) for m, s in store.keyword_memories("alice", "apple banana", 5, flt))
+    assert set(before) == {pie.id, bread.id}
+    for i in range(60):  # makes "apple" common in the store, but not in alice's rows
+        store.insert_memory(memory(f"apple orchard note {i}", user="bob"), vec(1))
+    after = dict((m.id, s) for m, s in store.keyword_memories("alice", "apple banana", 5, flt))
+    assert after == pytest.approx(before)
+    assert [m.id for m, _ in store.keyword_memories("alice", "apples", 5, flt)] == [pie.id]
+
+
+def test_sqlite_full_text_of_an_older_data_dir_is_reindexed(tmp_path: Path) -> None:
+    """A data dir from before 005_fts_per_user.sql (shared terms plus an owner column)
+    is reindexed when opened: its memories and messages are found by keyword after."""
+    from memd.backends.sqlite import SQLiteStore
+
+    s = SQLiteStore(tmp_path / "old.db", dim=DIM)
+    m = s.insert_memory(memory("deploys with docker"), vec(0))
+    sess = s.create_session(session())
+    s.append_messages("alice", sess.id, [NewMessage("user", "the cluster runs kubernetes")],
+                      [1], [None], 1.0)
+    s.insert_memory(memory("docker for bob", user="bob"), vec(0))
+    with s.transaction():  # back to the schema-4 layout, holding the old index
+        for table in ("memories_fts", "messages_fts"):
+            s._x(f"DROP TABLE {table}")
+            # SQLite 3.54 leaves a contentless_unindexed table's _content shadow behind
+            s._x(f"DROP TABLE IF EXISTS {table}_content")
+        s._x("CREATE VIRTUAL TABLE memories_fts USING fts5(content_text, owner, "
+             "memory_id UNINDEXED, tokenize = 'porter unicode61 remove_diacritics 2')")
+        s._x("CREATE VIRTUAL TABLE messages_fts USING fts5(content, owner, session_id "
+             "UNINDEXED, message_id UNINDEXED, tokenize = 'porter unicode61 "
+             "remove_diacritics 2')")
+        s._x("DELETE FROM schema_migrations WHERE version = 5")
+    s.close()
+    s = SQLiteStore(tmp_path / "old.db", dim=DIM)
+    assert s.schema_version() == 5
+    assert [x.id for x, _ in s.keyword_memories("alice", "docker", 5, MemoryFilter())] == [m.id]
+    assert [x.content for x, _ in s.keyword_messages("alice", "kubernetes", 5)] \
+        == ["the cluster runs kubernetes"]
+    # contentless: the index keeps no copy of the text
+    assert s._q("SELECT content_text FROM memories_fts") == [(None,), (None,)]
+    s.close()
 
 
 def test_tags_entities_vectors_and_access(store: Store) -> None:

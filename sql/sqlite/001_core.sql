@@ -177,7 +177,7 @@ CREATE TABLE embedding_cache (
     PRIMARY KEY (model, content_hash)
 ) WITHOUT ROWID;
 
--- Full-text indexes (BM25). ``owner`` holds one token per user ('u' + hex of the user
+-- Full-text indexes (BM25; replaced by 005_fts_per_user.sql). ``owner`` holds one token per user ('u' + hex of the user
 -- id), so a query ANDs the user's doclist instead of reading every match's row; the
 -- rowid equals the memories/messages rowid.
 CREATE VIRTUAL TABLE memories_fts USING fts5(
