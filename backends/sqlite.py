@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import apsw
 import numpy as np
@@ -183,7 +183,7 @@ class SQLiteStore(AccountsMixin):
         db.load_extension(sqlite_vec.loadable_path())
         db.enable_load_extension(False)
         db.set_busy_timeout(10_000)
-        db.create_scalar_function("memd_fts_text", fts_text, 2, deterministic=True)
+        db.create_scalar_function("memd_fts_text", cast(Any, fts_text), 2, deterministic=True)
         for pragma in (
             "journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON",
             "secure_delete = ON", "temp_store = MEMORY", "cache_size = -65536",
@@ -275,7 +275,7 @@ class SQLiteStore(AccountsMixin):
     def _cached_vectors(self, user_id: str) -> UserVectors:
         """The user's vectors in memory, (re)loaded when another process wrote."""
         with self._lock:
-            version = int(self._db.execute("PRAGMA data_version").fetchone()[0])
+            version = int(self._db.execute("PRAGMA data_version").fetchall()[0][0])
             if version != self._data_version:
                 self._vectors.clear()
                 self._data_version = version

@@ -64,6 +64,7 @@ default next to it). Exits 1 when the vectors disagree or mem0 tried the network
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -212,6 +213,8 @@ class MemdWorker:
         self.engine = memd.open(Path(req["dir"]), embedder=req["embedder"], clock=self.clock,
                                 max_text_chars=req["max_text_chars"])
         self.engine.embedder.inner.embed(["load the model"])  # mem0 loads at construction
+        gc.collect()
+        gc.freeze()  # as `memd serve` does after start-up
         versions = {d: version(d) for d in ("memd", "onnxruntime", "numpy")}
         return {"load_s": time.perf_counter() - t0, "versions": versions}
 

@@ -292,3 +292,32 @@ def test_keyword_only_message_gets_its_true_cosine(tmp_path: Path) -> None:
         assert hit.breakdown["similarity"] == pytest.approx(
             0.45 * max(float(np.dot(qvec, m.embedder.embed([target])[0])), 0.0), abs=1e-6)
         assert hit.breakdown["similarity"] > 0
+
+
+def test_message_search_runs_keyword_channel_beside_the_embedding_as_the_same_user(
+    tmp_path: Path,
+) -> None:
+    """The keyword channel runs in a worker thread while the query is embedded; it must
+    act as the request's user (PostgreSQL's row-level security reads that context)."""
+    import threading
+
+    from memd.auth import acting_as, current_actor
+
+    with memd.open(tmp_path / "d", embedder="fake") as m:
+        s = m.create_session("u")
+        m.append(s.id, "u", [{"role": "user", "content": "the zanzibar itinerary"}])
+        while m.run_jobs():
+            pass
+        seen: list[tuple[str | None, str]] = []
+        real = m.store.keyword_messages
+
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            seen.append((current_actor(), threading.current_thread().name))
+            return real(*args, **kwargs)
+
+        m.store.keyword_messages = spy  # type: ignore[method-assign]
+        with acting_as("u"):
+            hits = m.search("zanzibar", "u", k=5, kinds=["message"])
+        assert [h.text for h in hits] == ["the zanzibar itinerary"]
+        assert hits[0].breakdown["keyword"] > 0
+        assert seen == [("u", seen[0][1])] and seen[0][1].startswith("memd-keyword")

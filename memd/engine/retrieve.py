@@ -17,7 +17,9 @@ equal output.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +32,12 @@ from memd.models.embedder import CachedEmbedder
 from memd.types import Fact, Hit, Memory, MemoryFilter, Message, Provenance, Scope
 
 KINDS = ("memory", "summary", "message", "fact")
+
+# Runs a search's keyword channel, which needs no query vector, while the caller embeds
+# the query (onnxruntime and SQLite/psycopg release the GIL): ~0.8 ms off a message
+# search whose ~4 ms is the embedding. A few workers, so concurrent requests do not
+# queue behind one another.
+_SIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memd-keyword")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,30 +124,46 @@ def _with_scope(flt: MemoryFilter, scope: Scope) -> MemoryFilter:
     return replace(flt, scope=scope)
 
 
+KeywordMessages = list[tuple[Message, float, np.ndarray | None]]
+
+
+def keyword_messages(
+    store: Store, user_id: str, query: str, k: int, session_id: str | None = None,
+    embedder: CachedEmbedder | None = None,
+) -> KeywordMessages:
+    """The keyword channel over messages: (message, relevance, its cached vector or None).
+    Needs no query vector, so it can run while the query is embedded."""
+    hits = store.keyword_messages(user_id, query, k, session_id)
+    vecs: Sequence[np.ndarray | None] = [None] * len(hits)
+    if embedder is not None and hits:
+        vecs = embedder.cached([m.content or "" for m, _ in hits])
+    return [(m, rel, vec) for (m, rel), vec in zip(hits, vecs, strict=True)]
+
+
 def score_messages(
     store: Store, user_id: str, query: str, qvec: np.ndarray, weights: Weights, now: float,
     k: int, session_id: str | None = None, embedder: CachedEmbedder | None = None,
+    keyword_hits: KeywordMessages | None = None,
 ) -> list[tuple[Message, float, dict[str, float]]]:
     """Messages for ``query``: vector and keyword channels, scored with the same formula
     (messages have no access history or provenance: neutral authority and importance).
 
     Like memory candidates, a message found by the keyword channel alone gets its true
     cosine with the query, its vector read from ``embedder``'s persistent cache (never
-    computed here: a message whose embedding job has not run yet keeps similarity 0)."""
+    computed here: a message whose embedding job has not run yet keeps similarity 0).
+    ``keyword_hits``: the keyword channel's result, when the caller ran it already."""
     found: dict[str, Message] = {}
     sims: dict[str, float] = {}
     keyword: dict[str, float] = {}
     for msg, sim in store.nearest_messages(user_id, qvec, k, session_id):
         found[msg.id], sims[msg.id] = msg, sim
-    for msg, rel in store.keyword_messages(user_id, query, k, session_id):
+    if keyword_hits is None:
+        keyword_hits = keyword_messages(store, user_id, query, k, session_id, embedder)
+    for msg, rel, vec in keyword_hits:
         found.setdefault(msg.id, msg)
         keyword[msg.id] = rel
-    missing = [m for m in found.values() if m.id not in sims and m.content]
-    if embedder is not None and missing:
-        vecs = embedder.cached([m.content or "" for m in missing])
-        for m, vec in zip(missing, vecs, strict=True):
-            if vec is not None:
-                sims[m.id] = float(np.dot(qvec, vec))
+        if msg.id not in sims and msg.content and vec is not None:
+            sims[msg.id] = float(np.dot(qvec, vec))
     out = []
     for mid, msg in found.items():
         total, parts = score(
@@ -188,7 +212,17 @@ def search(
 ) -> list[Hit]:
     """Search memories, summaries, messages and facts; the best ``k`` hits overall
     (``shared``: see :func:`score_memories`)."""
-    qvec = embedder.embed_query(query)
+    message_k = max(k, 10)
+    pending: Future[KeywordMessages] | None = None
+    if "message" in kinds:  # overlaps the query embedding (see _SIDE); same acting user
+        pending = _SIDE.submit(contextvars.copy_context().run, keyword_messages, store,
+                               user_id, query, message_k, session_id, embedder)
+    try:
+        qvec = embedder.embed_query(query)
+    except BaseException:
+        if pending is not None:
+            pending.cancel()
+        raise
     hits: list[Hit] = []
     if "memory" in kinds or "summary" in kinds:
         for s in score_memories(store, user_id, query, qvec, flt, weights, now,
@@ -202,8 +236,10 @@ def search(
                     metadata={**m.metadata, "tier": int(m.tier), "tags": list(m.tags)},
                 ))
     if "message" in kinds:
+        assert pending is not None
         for msg, total, parts in score_messages(
-            store, user_id, query, qvec, weights, now, max(k, 10), session_id, embedder
+            store, user_id, query, qvec, weights, now, message_k, session_id, embedder,
+            pending.result(),
         ):
             hits.append(Hit(
                 kind="message", id=msg.id, text=msg.content or "", score=total,
