@@ -275,7 +275,7 @@ class SQLiteStore(AccountsMixin):
     def _cached_vectors(self, user_id: str) -> UserVectors:
         """The user's vectors in memory, (re)loaded when another process wrote."""
         with self._lock:
-            version = int(self._db.execute("PRAGMA data_version").fetchall()[0][0])
+            version = int(cast(int, self._db.execute("PRAGMA data_version").fetchall()[0][0]))
             if version != self._data_version:
                 self._vectors.clear()
                 self._data_version = version
