@@ -15,6 +15,7 @@ import json
 import re
 import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
@@ -113,6 +114,12 @@ def _load(text: str) -> Any:
     return json.loads(text)
 
 
+# Users with at most this many embedded messages keep them in memory too (a message
+# search's vector channel then costs ~0.1 ms instead of ~0.6 ms through vec0), the
+# least recently searched dropped first beyond the total; bigger histories stay on vec0.
+MESSAGE_CACHE_USER = 10_000
+MESSAGE_CACHE_TOTAL = 50_000
+
 _TIERS = tuple(Tier)
 _SCOPES = tuple(Scope)
 _PROVENANCES = tuple(Provenance)
@@ -163,6 +170,7 @@ class SQLiteStore(AccountsMixin):
         self.dim = dim
         self._lock = threading.RLock()
         self._vectors: dict[str, UserVectors] = {}
+        self._message_vectors: OrderedDict[str, UserVectors | None] = OrderedDict()
         self._data_version = -1
         self._checkpointer: apsw.Connection | None = None
         try:
@@ -266,19 +274,27 @@ class SQLiteStore(AccountsMixin):
                 with self._db:
                     yield
             except apsw.Error as exc:
-                self._vectors.clear()
+                self._drop_caches()
                 raise StorageError(f"SQLite: {exc}") from exc
             except BaseException:
-                self._vectors.clear()  # rolled back: the cache may be ahead of the file
+                self._drop_caches()  # rolled back: the caches may be ahead of the file
                 raise
+
+    def _drop_caches(self) -> None:
+        self._vectors.clear()
+        self._message_vectors.clear()
+
+    def _check_data_version(self) -> None:
+        """Drop the vector caches when another connection changed the file."""
+        version = int(cast(int, self._db.execute("PRAGMA data_version").fetchall()[0][0]))
+        if version != self._data_version:
+            self._drop_caches()
+            self._data_version = version
 
     def _cached_vectors(self, user_id: str) -> UserVectors:
         """The user's vectors in memory, (re)loaded when another process wrote."""
         with self._lock:
-            version = int(cast(int, self._db.execute("PRAGMA data_version").fetchall()[0][0]))
-            if version != self._data_version:
-                self._vectors.clear()
-                self._data_version = version
+            self._check_data_version()
             cached = self._vectors.get(user_id)
             if cached is None:
                 rows = self._q(
@@ -287,6 +303,27 @@ class SQLiteStore(AccountsMixin):
                 )
                 cached = self._vectors[user_id] = UserVectors(self.dim, rows)
             return cached
+
+    def _cached_message_vectors(self, user_id: str) -> UserVectors | None:
+        """The user's message vectors in memory (session id in the workspace slot), or
+        None when the user has more than MESSAGE_CACHE_USER of them."""
+        with self._lock:
+            self._check_data_version()
+            cache = self._message_vectors
+            if user_id in cache:
+                cache.move_to_end(user_id)
+                return cache[user_id]
+            rows = self._q(
+                "SELECT message_id, embedding, session_id, 1 FROM message_vec "
+                "WHERE user_id = ? LIMIT ?", (user_id, MESSAGE_CACHE_USER + 1),
+            )
+            vectors = UserVectors(self.dim, rows) if len(rows) <= MESSAGE_CACHE_USER else None
+            cache[user_id] = vectors
+            total = sum(len(v.ids) for v in cache.values() if v is not None)
+            while total > MESSAGE_CACHE_TOTAL and len(cache) > 1:
+                _, dropped = cache.popitem(last=False)
+                total -= len(dropped.ids) if dropped is not None else 0
+            return vectors
 
     def _q(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -559,6 +596,12 @@ class SQLiteStore(AccountsMixin):
                 self._x(
                     "UPDATE messages SET has_embedding = 1 WHERE message_id = ?", (message_id,)
                 )
+                cached = self._message_vectors.get(user_id)
+                if cached is not None:
+                    if len(cached.ids) < MESSAGE_CACHE_USER:
+                        cached.upsert(message_id, vector, rows[0][0], True)
+                    else:  # grown past the bound: back to vec0 for this user
+                        self._message_vectors[user_id] = None
 
     def messages_missing_embedding(self, user_id: str, limit: int) -> list[Message]:
         rows = self._q(
@@ -571,6 +614,10 @@ class SQLiteStore(AccountsMixin):
     def nearest_messages(
         self, user_id: str, vector: Vector, k: int, session_id: str | None = None
     ) -> list[tuple[Message, float]]:
+        cached = self._cached_message_vectors(user_id)
+        if cached is not None:
+            pairs = cached.knn(vector, k, False, None if session_id is None else (session_id,))
+            return self._messages_with(user_id, pairs)
         sql = (
             "SELECT message_id, distance FROM message_vec WHERE embedding MATCH ? AND k = ? "
             "AND user_id = ?"
@@ -1088,7 +1135,7 @@ class SQLiteStore(AccountsMixin):
                 [(now, i) for i in ids],
             )
             self._many("UPDATE memory_vec SET active = 0 WHERE memory_id = ?", [(i,) for i in ids])
-            self._vectors.clear()
+            self._drop_caches()
         return len(ids)
 
     def expire_sessions(self, now: float) -> int:

@@ -189,6 +189,57 @@ def test_message_search_keyword_and_vector(store: Store) -> None:
     assert store.nearest_messages("bob", vec(0), 5) == []
 
 
+def test_sqlite_message_knn_from_memory_equals_vec0(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small histories answer the message vector channel from memory; it must give what
+    vec0 gives (same ids, order and cosine, per session too), stay in step with new
+    embeddings, and hand a history grown past the bound back to vec0."""
+    import memd.backends.sqlite as sq
+
+    s = sq.SQLiteStore(tmp_path / "m.db", dim=DIM)
+    rng = np.random.default_rng(5)
+    sessions = [s.create_session(session()) for _ in range(3)]
+    ids: list[str] = []
+    for i in range(30):
+        msgs = s.append_messages("alice", sessions[i % 3].id, [NewMessage("user", f"m{i}")],
+                                 [1], [None], 1.0)
+        ids.append(msgs[0].id)
+    vecs = rng.normal(size=(30, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    s.set_message_embeddings("alice", list(zip(ids[:20], vecs[:20], strict=True)))
+    query = vecs[3] + 0.5 * vecs[7]
+    query /= np.linalg.norm(query)
+
+    def both(session_id: str | None = None) -> tuple[list[Any], list[Any]]:
+        monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 10_000)
+        s._drop_caches()
+        fast = [(m.id, round(x, 5)) for m, x in s.nearest_messages("alice", query, 8, session_id)]
+        assert s._message_vectors["alice"] is not None
+        monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 0)
+        s._drop_caches()
+        slow = [(m.id, round(x, 5)) for m, x in s.nearest_messages("alice", query, 8, session_id)]
+        assert s._message_vectors["alice"] is None
+        return fast, slow
+
+    for sid in (None, sessions[1].id):
+        fast, slow = both(sid)
+        assert fast == slow and len(fast) == (8 if sid is None else 7)
+    monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 25)
+    s._drop_caches()
+    s.nearest_messages("alice", query, 3)  # loads 20 vectors
+    s.set_message_embeddings("alice", list(zip(ids[20:], vecs[20:], strict=True)))
+    assert s._message_vectors["alice"] is None  # 30 > 25: vec0 again
+    near = s.nearest_messages("alice", vecs[25], 1)
+    assert near[0][0].id == ids[25] and near[0][1] == pytest.approx(1.0, abs=1e-5)
+    monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 10_000)
+    s._drop_caches()
+    s.nearest_messages("alice", query, 3)
+    s.set_message_embeddings("alice", [(ids[0], vecs[29])])  # re-embedded: cache follows
+    top2 = s.nearest_messages("alice", vecs[29], 2)  # ids[29] has the same vector
+    assert {m.id for m, _ in top2} == {ids[0], ids[29]}
+    s.close()
+
+
 # -- memories -----------------------------------------------------------------------
 def test_memory_round_trip_and_hash_lookup(store: Store) -> None:
     m = memory("I prefer tabs", workspace="projA", tags=("style",), entities=("tabs",),
