@@ -211,11 +211,11 @@ def test_sqlite_message_knn_from_memory_equals_vec0(tmp_path: Path,
     query /= np.linalg.norm(query)
 
     def both(session_id: str | None = None) -> tuple[list[Any], list[Any]]:
-        monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 10_000)
+        monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 4096)
         s._drop_caches()
         fast = [(m.id, round(x, 5)) for m, x in s.nearest_messages("alice", query, 8, session_id)]
         assert s._message_vectors["alice"] is not None
-        monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 0)
+        monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 1)
         s._drop_caches()
         slow = [(m.id, round(x, 5)) for m, x in s.nearest_messages("alice", query, 8, session_id)]
         assert s._message_vectors["alice"] is None
@@ -231,7 +231,7 @@ def test_sqlite_message_knn_from_memory_equals_vec0(tmp_path: Path,
     assert s._message_vectors["alice"] is None  # 30 > 25: vec0 again
     near = s.nearest_messages("alice", vecs[25], 1)
     assert near[0][0].id == ids[25] and near[0][1] == pytest.approx(1.0, abs=1e-5)
-    monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 10_000)
+    monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 4096)
     s._drop_caches()
     s.nearest_messages("alice", query, 3)
     s.set_message_embeddings("alice", [(ids[0], vecs[29])])  # re-embedded: cache follows
