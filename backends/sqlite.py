@@ -171,6 +171,8 @@ class SQLiteStore(AccountsMixin):
         self._lock = threading.RLock()
         self._vectors: dict[str, UserVectors] = {}
         self._message_vectors: OrderedDict[str, UserVectors | None] = OrderedDict()
+        self._message_loads: set[str] = set()  # users whose vectors a thread is loading
+        self._closed = False
         self._data_version = -1
         self._checkpointer: apsw.Connection | None = None
         try:
@@ -263,6 +265,7 @@ class SQLiteStore(AccountsMixin):
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             if self._checkpointer is not None:
                 self._checkpointer.close()
             self._db.close()
@@ -303,6 +306,33 @@ class SQLiteStore(AccountsMixin):
                 )
                 cached = self._vectors[user_id] = UserVectors(self.dim, rows)
             return cached
+
+    def _message_vectors_or_warm(self, user_id: str) -> UserVectors | None:
+        """The user's message vectors if in memory; else None, after starting a thread
+        that loads them, so a user's first search is not slowed by the load (~6 ms for
+        250 vectors, more on a big file) and one-off searches never pay for it."""
+        with self._lock:
+            self._check_data_version()
+            if user_id in self._message_vectors:
+                self._message_vectors.move_to_end(user_id)
+                return self._message_vectors[user_id]
+            if user_id in self._message_loads:
+                return None
+            self._message_loads.add(user_id)
+        threading.Thread(target=self._warm_message_vectors, args=(user_id,),
+                         name="memd-message-vectors", daemon=True).start()
+        return None
+
+    def _warm_message_vectors(self, user_id: str) -> None:
+        try:
+            with self._lock:
+                if not self._closed:
+                    self._cached_message_vectors(user_id)
+        except StorageError:
+            pass  # the next search uses vec0 and tries again
+        finally:
+            with self._lock:
+                self._message_loads.discard(user_id)
 
     def _cached_message_vectors(self, user_id: str) -> UserVectors | None:
         """The user's message vectors in memory (session id in the workspace slot), or
@@ -619,7 +649,7 @@ class SQLiteStore(AccountsMixin):
     def nearest_messages(
         self, user_id: str, vector: Vector, k: int, session_id: str | None = None
     ) -> list[tuple[Message, float]]:
-        cached = self._cached_message_vectors(user_id)
+        cached = self._message_vectors_or_warm(user_id)
         if cached is not None:
             pairs = cached.knn(vector, k, False, None if session_id is None else (session_id,))
             return self._messages_with(user_id, pairs)

@@ -213,12 +213,12 @@ def test_sqlite_message_knn_from_memory_equals_vec0(tmp_path: Path,
     def both(session_id: str | None = None) -> tuple[list[Any], list[Any]]:
         monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 4096)
         s._drop_caches()
+        assert s._cached_message_vectors("alice") is not None  # loaded: from memory
         fast = [(m.id, round(x, 5)) for m, x in s.nearest_messages("alice", query, 8, session_id)]
-        assert s._message_vectors["alice"] is not None
         monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 1)
         s._drop_caches()
+        assert s._cached_message_vectors("alice") is None  # over the bound: vec0
         slow = [(m.id, round(x, 5)) for m, x in s.nearest_messages("alice", query, 8, session_id)]
-        assert s._message_vectors["alice"] is None
         return fast, slow
 
     for sid in (None, sessions[1].id):
@@ -226,14 +226,22 @@ def test_sqlite_message_knn_from_memory_equals_vec0(tmp_path: Path,
         assert fast == slow and len(fast) == (8 if sid is None else 7)
     monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 25)
     s._drop_caches()
-    s.nearest_messages("alice", query, 3)  # loads 20 vectors
+    # a first search answers from vec0 and loads the vectors in a thread meanwhile
+    first = s.nearest_messages("alice", query, 8)
+    again = s.nearest_messages("alice", query, 8)
+    assert [m.id for m, _ in first] == [m.id for m, _ in again]
+    assert [x for _, x in first] == pytest.approx([x for _, x in again], abs=1e-5)
+    deadline = time.monotonic() + 10
+    while s._message_vectors.get("alice") is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(s._message_vectors["alice"].ids) == 20  # type: ignore[union-attr]
     s.set_message_embeddings("alice", list(zip(ids[20:], vecs[20:], strict=True)))
     assert s._message_vectors["alice"] is None  # 30 > 25: vec0 again
     near = s.nearest_messages("alice", vecs[25], 1)
     assert near[0][0].id == ids[25] and near[0][1] == pytest.approx(1.0, abs=1e-5)
     monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 4096)
     s._drop_caches()
-    s.nearest_messages("alice", query, 3)
+    s._cached_message_vectors("alice")
     s.set_message_embeddings("alice", [(ids[0], vecs[29])])  # re-embedded: cache follows
     top2 = s.nearest_messages("alice", vecs[29], 2)  # ids[29] has the same vector
     assert {m.id for m, _ in top2} == {ids[0], ids[29]}
