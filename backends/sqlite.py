@@ -172,6 +172,7 @@ class SQLiteStore(AccountsMixin):
         self._vectors: dict[str, UserVectors] = {}
         self._message_vectors: OrderedDict[str, UserVectors | None] = OrderedDict()
         self._message_loads: set[str] = set()  # users whose vectors a thread is loading
+        self._message_seen: set[str] = set()  # users who searched messages once already
         self._closed = False
         self._data_version = -1
         self._checkpointer: apsw.Connection | None = None
@@ -308,15 +309,19 @@ class SQLiteStore(AccountsMixin):
             return cached
 
     def _message_vectors_or_warm(self, user_id: str) -> UserVectors | None:
-        """The user's message vectors if in memory; else None, after starting a thread
-        that loads them, so a user's first search is not slowed by the load (~6 ms for
-        250 vectors, more on a big file) and one-off searches never pay for it."""
+        """The user's message vectors if in memory; else None, and from a user's second
+        search on, a thread loads them: searches are not slowed by the load (~6 ms for
+        250 vectors, more on a big file; it holds the store's lock meanwhile), and
+        one-off searches never pay for it."""
         with self._lock:
             self._check_data_version()
             if user_id in self._message_vectors:
                 self._message_vectors.move_to_end(user_id)
                 return self._message_vectors[user_id]
             if user_id in self._message_loads:
+                return None
+            if user_id not in self._message_seen:  # a one-off search: vec0 is enough
+                self._message_seen.add(user_id)
                 return None
             self._message_loads.add(user_id)
         threading.Thread(target=self._warm_message_vectors, args=(user_id,),

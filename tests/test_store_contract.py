@@ -226,8 +226,9 @@ def test_sqlite_message_knn_from_memory_equals_vec0(tmp_path: Path,
         assert fast == slow and len(fast) == (8 if sid is None else 7)
     monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 25)
     s._drop_caches()
-    # a first search answers from vec0 and loads the vectors in a thread meanwhile
+    # early searches answer from vec0; the second starts loading the vectors in a thread
     first = s.nearest_messages("alice", query, 8)
+    assert not s._message_loads
     again = s.nearest_messages("alice", query, 8)
     assert [m.id for m, _ in first] == [m.id for m, _ in again]
     assert [x for _, x in first] == pytest.approx([x for _, x in again], abs=1e-5)
