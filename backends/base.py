@@ -15,16 +15,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
 
 from memd.types import (
     ApiKey,
     Fact,
+    Found,
     Job,
     Memory,
     MemoryFilter,
     Message,
     NewMessage,
+    Scope,
     Session,
     Usage,
     User,
@@ -38,12 +43,32 @@ class Store(Protocol):
     """Storage for sessions, messages, memories, facts, entities, usage and jobs."""
 
     dim: int
+    #: Whether reads from different threads run in parallel (PostgreSQL: a pooled
+    #: connection each) rather than taking turns (SQLite: one connection).
+    concurrent_reads: bool
 
     # -- lifecycle -------------------------------------------------------------------
     def close(self) -> None: ...
 
     def transaction(self) -> AbstractContextManager[None]:
         """Group writes atomically; nests (inner blocks join the outer transaction)."""
+        ...
+
+    def in_transaction(self) -> bool:
+        """Whether this thread is inside ``transaction()``: its uncommitted writes are
+        invisible to other threads (and on SQLite, which has one connection, another
+        thread waits for the transaction to end), so the engine does its reads here
+        rather than in side threads."""
+        ...
+
+    def read_batch(self) -> AbstractContextManager[None]:
+        """Run a group of reads (a context compile, a search) as one unit of work: on
+        PostgreSQL one pooled connection and one transaction instead of one per read.
+        A write inside commits with it without waiting for its flush, so it is for
+        best-effort bookkeeping (the access stats a compile enqueues): a server crash
+        may lose the last ones, as SQLite's synchronous=NORMAL may; and a write that
+        fails there fails the whole batch (no savepoint of its own). Inside a
+        transaction it joins that transaction, which keeps its durability."""
         ...
 
     def schema_version(self) -> int: ...
@@ -91,6 +116,17 @@ class Store(Protocol):
         after_turn: int | None = None, before_turn: int | None = None,
         limit: int | None = None, newest_first: bool = False,
     ) -> list[Message]: ...
+
+    def recent_messages(
+        self, user_id: str, session_id: str, token_budget: int, *,
+        before_turn: int | None = None, limit: int = 512,
+    ) -> list[Message]:
+        """The session's active messages, newest first, as long as the tokens of the
+        messages newer than each are at most ``token_budget`` (so the first message
+        that crosses the budget is the last one returned); looks at the ``limit``
+        newest active messages (before ``before_turn``) at most. A negative token count
+        counts as 0."""
+        ...
 
     def get_message(self, user_id: str, message_id: str) -> Message | None: ...
 
@@ -170,6 +206,18 @@ class Store(Protocol):
     ) -> list[Memory]: ...
 
     def get_memory_vectors(self, user_id: str, memory_ids: Sequence[str]) -> dict[str, Vector]:
+        ...
+
+    def memory_candidates(
+        self, user_id: str, query: str, vector: Vector, flt: MemoryFilter, *,
+        knn_k: int, keyword_k: int, entities: Sequence[str] = (), entity_k: int = 0,
+        frequent_k: int = 0,
+    ) -> dict[str, Found]:
+        """Retrieval's candidate channels over ``user_id``'s memories passing ``flt``, by
+        id: the ``knn_k`` nearest to ``vector``, the ``keyword_k`` best full-text matches
+        of ``query``, up to ``entity_k`` linked to ``entities`` and the ``frequent_k``
+        most accessed global ones; each with its true cosine with ``vector`` whichever
+        channel found it. :func:`compose_candidates` is the reference."""
         ...
 
     def record_access(
@@ -272,3 +320,66 @@ class Store(Protocol):
     def expire_sessions(self, now: float) -> int: ...
 
     def delete_session_working_memory(self, user_id: str, session_id: str) -> int: ...
+
+
+def recent_query(
+    columns: str, user_id: str, session_id: str, before_turn: int | None, *, mark: str,
+    active: str, nonneg: str,
+) -> tuple[str, list[Any]]:
+    """``Store.recent_messages`` as one SQL statement for either backend: the running
+    token sum is a window over turn numbers and counts only, and just the messages it
+    keeps are read in full. ``mark`` is the placeholder, ``active`` the SQL for an active
+    message, ``nonneg`` the two-argument max function; the caller appends the limit and
+    the budget to the parameters returned."""
+    where = f"user_id = {mark} AND session_id = {mark} AND {active}"
+    params: list[Any] = [user_id, session_id]
+    if before_turn is not None:
+        where += f" AND turn_index < {mark}"
+        params.append(before_turn)
+    tokens = f"{nonneg}(token_count, 0)"
+    return (
+        f"SELECT {columns} FROM messages WHERE {where} AND turn_index >= ("
+        f"SELECT min(turn_index) FROM (SELECT turn_index, sum({tokens}) OVER (ORDER BY "
+        f"turn_index DESC ROWS UNBOUNDED PRECEDING) - {tokens} AS newer FROM (SELECT "
+        f"turn_index, token_count FROM messages WHERE {where} ORDER BY turn_index DESC "
+        f"LIMIT {mark}) AS page) AS w WHERE newer <= {mark}) ORDER BY turn_index DESC",
+        [*params, *params],
+    )
+
+
+def compose_candidates(
+    store: Store, user_id: str, query: str, vector: Vector, flt: MemoryFilter, *,
+    knn_k: int, keyword_k: int, entities: Sequence[str] = (), entity_k: int = 0,
+    frequent_k: int = 0,
+) -> dict[str, Found]:
+    """``Store.memory_candidates`` from the single-channel methods: a call per channel,
+    then the vectors of the candidates the KNN did not find. The embedded backend uses
+    it as is (its calls are in-process); a networked backend answers in one round trip
+    and must agree with it."""
+    found: dict[str, Memory] = {}
+    sims: dict[str, float] = {}
+    keyword: dict[str, float] = {}
+    by_entity: set[str] = set()
+    for mem, sim in store.nearest_memories(user_id, vector, knn_k, flt):
+        found[mem.id], sims[mem.id] = mem, sim
+    if keyword_k > 0:
+        for mem, rel in store.keyword_memories(user_id, query, keyword_k, flt):
+            found.setdefault(mem.id, mem)
+            keyword[mem.id] = rel
+    if entities and entity_k > 0:
+        for mem in store.memories_by_entities(user_id, entities, entity_k, flt):
+            found.setdefault(mem.id, mem)
+            by_entity.add(mem.id)
+    if frequent_k > 0:
+        for mem in store.list_memories(user_id, replace(flt, scope=Scope.GLOBAL),
+                                       limit=frequent_k, order="access_count"):
+            found.setdefault(mem.id, mem)
+    missing = [mid for mid in found if mid not in sims]
+    if missing:
+        q = np.asarray(vector, dtype=np.float32)
+        for mid, vec in store.get_memory_vectors(user_id, missing).items():
+            sims[mid] = float(np.dot(q, np.asarray(vec, dtype=np.float32)))
+    return {
+        mid: Found(mem, sims.get(mid, 0.0), keyword.get(mid, 0.0), mid in by_entity)
+        for mid, mem in found.items()
+    }

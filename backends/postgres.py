@@ -26,6 +26,7 @@ PostgreSQL and is not done here.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -33,6 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from importlib import resources
 from typing import Any, TypeVar, cast
 
@@ -44,7 +46,7 @@ try:
     from pgvector.psycopg import register_vector
     from psycopg import sql
     from psycopg.rows import TupleRow
-    from psycopg.types.json import Jsonb
+    from psycopg.types.json import Jsonb, set_json_loads
     from psycopg_pool import ConnectionPool
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
@@ -53,9 +55,11 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from memd.auth import current_actor
 from memd.backends.accounts import AccountsMixin
+from memd.backends.base import recent_query
 from memd.errors import Conflict, InvalidInput, MemdError, MigrationError, NotFound, StorageError
 from memd.types import (
     Fact,
+    Found,
     Job,
     Memory,
     MemoryFilter,
@@ -76,12 +80,49 @@ Conn = psycopg.Connection[TupleRow]
 Params = Sequence[Any] | Mapping[str, Any]
 T = TypeVar("T")
 
+# Memories are read from the view memory_rows (memories with their memory_stats row, see
+# sql/postgres/004_memory_stats.sql) and written to the two tables.
 _MEMORY_COLS = (
     "memory_id, user_id, workspace, session_id, memory_tier, memory_scope, content_text, "
     "content_hash, provenance_type, provenance_message_id, confidence, importance, "
     "relevance_accumulator, access_count, last_accessed_at, created_at, updated_at, "
     "expires_at, is_active, is_validated, token_count, superseded_by, tags, entities, metadata"
 )
+_MEMORY_TABLE_COLS = (
+    "memory_id, user_id, workspace, session_id, memory_tier, memory_scope, content_text, "
+    "content_hash, provenance_type, provenance_message_id, confidence, importance, "
+    "created_at, updated_at, expires_at, is_active, is_validated, token_count, "
+    "superseded_by, tags, entities, metadata"
+)
+_STATS_COLS = "user_id, memory_id, access_count, last_accessed_at, relevance_accumulator"
+_STATS_DEFAULTS = {"relevance_accumulator": "0", "access_count": "0", "last_accessed_at": ""}
+# _MEMORY_COLS over ``r`` (memories columns) left-joined to memory_stats ``s``.
+_JOINED_COLS = ", ".join(
+    (f"coalesce(s.{c}, {_STATS_DEFAULTS[c]})" if _STATS_DEFAULTS[c] else f"s.{c}")
+    if c in _STATS_DEFAULTS else f"r.{c}"
+    for c in _MEMORY_COLS.split(", ")
+)
+# The memories that have stats, by a join from memory_stats: ordering by its access_count
+# reads the user's most accessed memories from idx_memory_stats_access in order, stopping
+# at the LIMIT.
+_ACCESSED = (
+    "(SELECT m.*, s.access_count AS hits FROM memory_stats s JOIN memories m "
+    "ON m.user_id = s.user_id AND m.memory_id = s.memory_id) AS accessed"
+)
+
+
+def _with_stats(inner: str, tail: str = "", order: str = "") -> str:
+    """``inner`` (a SELECT of _MEMORY_TABLE_COLS then ``tail`` columns, over one user's
+    memories) with each row's stats: a primary-key probe per row ``inner`` kept
+    (LATERAL with LIMIT 1, which keeps it from being flattened into a join that the
+    planner would answer by hashing the user's whole stats). Its one parameter, the user
+    id, follows ``inner``'s (it prunes memory_stats to that user's partition when the
+    statement is planned)."""
+    return (f"SELECT {_JOINED_COLS}{tail} FROM ({inner}) AS r LEFT JOIN LATERAL (SELECT "
+            "access_count, last_accessed_at, relevance_accumulator FROM memory_stats "
+            f"WHERE user_id = %s AND memory_id = r.memory_id LIMIT 1) AS s ON true {order}")
+
+
 _MESSAGE_COLS = (
     "message_id, session_id, user_id, turn_index, role, content, token_count, created_at, "
     "name, tool_calls, tool_call_id, content_hash, model_id, finish_reason, prompt_tokens, "
@@ -105,9 +146,10 @@ _MEMORY_UPDATABLE = {
     "tier": "memory_tier", "scope": "memory_scope", "confidence": "confidence",
     "importance": "importance", "is_active": "is_active", "is_validated": "is_validated",
     "superseded_by": "superseded_by", "expires_at": "expires_at", "tags": "tags",
-    "metadata": "metadata", "updated_at": "updated_at", "access_count": "access_count",
-    "entities": "entities", "provenance": "provenance_type",
+    "metadata": "metadata", "updated_at": "updated_at", "entities": "entities",
+    "provenance": "provenance_type",
 }
+_STATS_UPDATABLE = {"access_count": "access_count"}  # in memory_stats
 _SESSION_UPDATABLE = {
     "status", "summary_text", "summary_token_count", "expires_at", "metadata", "updated_at",
     "model_id", "context_window_size", "max_response_tokens",
@@ -146,6 +188,11 @@ def search_text(text: str) -> str | None:
     return " or ".join(words) or None
 
 
+def _json_loads(data: bytes | str) -> Any:
+    """``json.loads``, with the most common value (metadata ``{}``) made without it."""
+    return {} if data == b"{}" else json.loads(data)
+
+
 def _ranked(rows: Sequence[Sequence[Any]], make: Callable[[Sequence[Any]], T]
             ) -> list[tuple[T, float]]:
     """Keyword rows, their rank last: each mapped by ``make``, with its rank relative to
@@ -171,6 +218,7 @@ class PostgresStore(AccountsMixin):
     """
 
     _P = "%s"
+    concurrent_reads = True  # a pooled connection per thread
 
     def __init__(
         self, dsn: str, dim: int = 384, partitions: tuple[int, int, int] = (256, 256, 512),
@@ -202,6 +250,7 @@ class PostgresStore(AccountsMixin):
     def _configure(conn: Conn) -> None:
         """Prepare a new pooled connection: pgvector types, strict iterative HNSW scans."""
         register_vector(conn)
+        set_json_loads(_json_loads, conn)
         conn.execute("SET hnsw.iterative_scan = strict_order")
         # psycopg prepares a statement after 5 runs; PostgreSQL's generic plan for it
         # would then lock every partition of the production layout (512 history hash
@@ -325,6 +374,9 @@ class PostgresStore(AccountsMixin):
         conn = self._current()
         try:
             if conn is not None:
+                if getattr(self._local, "batch", False):
+                    yield conn  # no savepoint: a write in a read batch fails the batch
+                    return
                 with conn.transaction():
                     yield conn
                 return
@@ -388,9 +440,26 @@ class PostgresStore(AccountsMixin):
         with self._txn():
             yield
 
-    def _q(self, query: Any, params: Params = ()) -> list[tuple[Any, ...]]:
+    def in_transaction(self) -> bool:
+        return self._current() is not None and not getattr(self._local, "batch", False)
+
+    @contextmanager
+    def read_batch(self) -> Iterator[None]:
+        if self._current() is not None:  # joins the transaction, keeps its durability
+            yield
+            return
+        with self._txn() as conn:
+            conn.execute("SET LOCAL synchronous_commit = off")
+            self._local.batch = True
+            try:
+                yield
+            finally:
+                self._local.batch = False
+
+    def _q(self, query: Any, params: Params = (), *, binary: bool = True
+           ) -> list[tuple[Any, ...]]:
         with self._read() as conn:
-            return conn.execute(query, params).fetchall()
+            return conn.execute(query, params, binary=binary).fetchall()
 
     def _x(self, query: Any, params: Params = ()) -> int:
         """Execute one write; returns the number of rows changed."""
@@ -610,6 +679,16 @@ class PostgresStore(AccountsMixin):
             params.append(limit)
         return [self._message(r) for r in self._q(query, params)]
 
+    def recent_messages(
+        self, user_id: str, session_id: str, token_budget: int, *,
+        before_turn: int | None = None, limit: int = 512,
+    ) -> list[Message]:
+        query, params = recent_query(
+            _MESSAGE_COLS, user_id, session_id, before_turn, mark="%s",
+            active="NOT is_compressed AND NOT is_pruned", nonneg="greatest",
+        )
+        return [self._message(r) for r in self._q(query, (*params, limit, token_budget))]
+
     def find_chain(self, user_id: str, chain_hashes: Sequence[str]) -> list[Message]:
         if not chain_hashes:
             return []
@@ -707,14 +786,18 @@ class PostgresStore(AccountsMixin):
         emb = self._vector(vector) if vector is not None else None
         with self._txn() as conn:
             conn.execute(
-                f"INSERT INTO memories ({_MEMORY_COLS}, embedding) "
-                f"VALUES ({', '.join(['%s'] * 26)})",
+                f"INSERT INTO memories ({_MEMORY_TABLE_COLS}, embedding) "
+                f"VALUES ({', '.join(['%s'] * 23)})",
                 (m.id, m.user_id, _ws(m.workspace), m.session_id, int(m.tier), int(m.scope),
                  m.text, m.content_hash, int(m.provenance), m.provenance_message_id,
-                 m.confidence, m.importance, m.relevance_accumulator, m.access_count,
-                 m.last_accessed_at, m.created_at, m.updated_at, m.expires_at,
+                 m.confidence, m.importance, m.created_at, m.updated_at, m.expires_at,
                  m.is_active, m.is_validated, m.token_count, m.superseded_by,
                  list(m.tags), list(m.entities), Jsonb(m.metadata), emb),
+            )
+            conn.execute(
+                f"INSERT INTO memory_stats ({_STATS_COLS}) VALUES (%s, %s, %s, %s, %s)",
+                (m.user_id, m.id, m.access_count, m.last_accessed_at,
+                 m.relevance_accumulator),
             )
             if m.entities:
                 self.link_entities(m.user_id, m.id, m.entities)
@@ -722,13 +805,13 @@ class PostgresStore(AccountsMixin):
 
     def get_memory(self, user_id: str, memory_id: str) -> Memory | None:
         rows = self._q(
-            f"SELECT {_MEMORY_COLS} FROM memories WHERE user_id = %s AND memory_id = %s",
+            f"SELECT {_MEMORY_COLS} FROM memory_rows WHERE user_id = %s AND memory_id = %s",
             (user_id, memory_id),
         )
         return self._memory(rows[0]) if rows else None
 
     def find_memory_id(self, memory_id: str) -> tuple[str, Memory] | None:
-        rows = self._q(f"SELECT {_MEMORY_COLS} FROM memories WHERE memory_id = %s", (memory_id,))
+        rows = self._q(f"SELECT {_MEMORY_COLS} FROM memory_rows WHERE memory_id = %s", (memory_id,))
         if not rows:
             return None
         mem = self._memory(rows[0])
@@ -738,7 +821,7 @@ class PostgresStore(AccountsMixin):
         self, user_id: str, workspace: str | None, content_hash: str
     ) -> Memory | None:
         rows = self._q(
-            f"SELECT {_MEMORY_COLS} FROM memories WHERE user_id = %s AND content_hash = %s "
+            f"SELECT {_MEMORY_COLS} FROM memory_rows WHERE user_id = %s AND content_hash = %s "
             "AND workspace = %s AND is_active ORDER BY created_at, memory_id LIMIT 1",
             (user_id, content_hash, _ws(workspace)),
         )
@@ -747,12 +830,15 @@ class PostgresStore(AccountsMixin):
     def update_memory(
         self, user_id: str, memory_id: str, vector: Vector | None = None, **changes: Any
     ) -> Memory:
-        bad = set(changes) - set(_MEMORY_UPDATABLE)
+        bad = set(changes) - set(_MEMORY_UPDATABLE) - set(_STATS_UPDATABLE)
         if bad:
             raise ValueError(f"not updatable on a memory: {sorted(bad)}")
         sets: list[sql.Composable] = []
         values: list[Any] = []
+        stats = {k: v for k, v in changes.items() if k in _STATS_UPDATABLE}
         for k, v in changes.items():
+            if k in stats:
+                continue
             sets.append(sql.SQL("{} = %s").format(sql.Identifier(_MEMORY_UPDATABLE[k])))
             if k in ("tags", "entities"):
                 v = list(v)
@@ -767,18 +853,23 @@ class PostgresStore(AccountsMixin):
             sets.append(sql.SQL("embedding = %s"))
             values.append(self._vector(vector))
         with self._txn() as conn:
+            # A tier change to or from 0 moves the row between memories_working and
+            # memories_durable; the read after the updates finds it where it landed.
             if sets:
-                # A tier change to or from 0 moves the row between memories_working and
-                # memories_durable; RETURNING reads it where it landed.
-                query = sql.SQL(
-                    "UPDATE memories SET {} WHERE user_id = %s AND memory_id = %s RETURNING "
-                ).format(sql.SQL(", ").join(sets)) + sql.SQL(_MEMORY_COLS)
-                row = conn.execute(query, (*values, user_id, memory_id)).fetchone()
-            else:
-                row = conn.execute(
-                    f"SELECT {_MEMORY_COLS} FROM memories WHERE user_id = %s AND memory_id = %s",
-                    (user_id, memory_id),
-                ).fetchone()
+                conn.execute(sql.SQL(
+                    "UPDATE memories SET {} WHERE user_id = %s AND memory_id = %s"
+                ).format(sql.SQL(", ").join(sets)), (*values, user_id, memory_id))
+            if stats:
+                conn.execute(sql.SQL(
+                    "UPDATE memory_stats SET {} WHERE user_id = %s AND memory_id = %s"
+                ).format(sql.SQL(", ").join(
+                    sql.SQL("{} = %s").format(sql.Identifier(_STATS_UPDATABLE[k]))
+                    for k in stats
+                )), (*(int(v) for v in stats.values()), user_id, memory_id))
+            row = conn.execute(
+                f"SELECT {_MEMORY_COLS} FROM memory_rows WHERE user_id = %s AND memory_id = %s",
+                (user_id, memory_id),
+            ).fetchone()
             if row is None:
                 raise NotFound(f"no memory {memory_id!r} for user {user_id!r}")
             if "entities" in changes:
@@ -794,10 +885,12 @@ class PostgresStore(AccountsMixin):
         if not removed:
             return
         ids = [r[0] for r in removed]
-        conn.execute(
-            "DELETE FROM memory_entities WHERE user_id = %s AND memory_id = ANY(%s)",
-            (user_id, ids),
-        )
+        for table in ("memory_entities", "memory_stats"):
+            conn.execute(
+                sql.SQL("DELETE FROM {} WHERE user_id = %s AND memory_id = ANY(%s)").format(
+                    sql.Identifier(table)),
+                (user_id, ids),
+            )
         conn.execute(
             "DELETE FROM embedding_cache WHERE content_hash = ANY(%s)", ([r[1] for r in removed],)
         )
@@ -859,7 +952,7 @@ class PostgresStore(AccountsMixin):
             raise ValueError(f"cannot order memories by {order!r}")
         where, params = self._where(user_id, flt)
         query = sql.SQL(
-            f"SELECT {_MEMORY_COLS} FROM memories WHERE {where} "
+            f"SELECT {_MEMORY_COLS} FROM memory_rows WHERE {where} "
             "ORDER BY {} DESC, memory_id LIMIT %s OFFSET %s"
         ).format(sql.Identifier(order))
         return [self._memory(r) for r in self._q(query, (*params, limit, offset))]
@@ -873,10 +966,10 @@ class PostgresStore(AccountsMixin):
     ) -> list[tuple[Memory, float]]:
         q = self._vector(vector)
         where, params = self._where(user_id, flt)
-        rows = self._q(
-            f"SELECT {_MEMORY_COLS}, 1 - (embedding <=> %s) FROM memories "
+        rows = self._q(_with_stats(
+            f"SELECT {_MEMORY_TABLE_COLS}, 1 - (embedding <=> %s) AS sim FROM memories "
             f"WHERE {where} AND embedding IS NOT NULL ORDER BY embedding <=> %s LIMIT %s",
-            (q, *params, q, k),
+            ", r.sim"), (q, *params, q, k, user_id),
         )
         pairs = [(self._memory(r), float(r[-1])) for r in rows]
         return sorted(pairs, key=lambda p: (-p[1], p[0].id))
@@ -887,28 +980,98 @@ class PostgresStore(AccountsMixin):
         text = search_text(query)
         if text is None:
             return []
+        query_sql, params = self._keyword_select(user_id, text, k, flt)
+        rows = self._q(_with_stats(query_sql, ", r.rank_", "ORDER BY r.rank_ DESC, r.memory_id"),
+                       (*params, user_id))
+        return _ranked(rows, self._memory)
+
+    def _keyword_select(
+        self, user_id: str, text: str, k: int, flt: MemoryFilter, extra: str = "",
+        extra_params: Sequence[Any] = (),
+    ) -> tuple[str, list[Any]]:
+        """The keyword channel's SELECT over memories: _MEMORY_TABLE_COLS, ``extra``
+        columns, the rank (``rank_``); best first."""
         where, params = self._where(user_id, flt)
         if current_actor() is not None:
             # Under RLS: ids from the GIN probe in memd_keyword_memory_ids (over-fetched,
             # as the rest of the filter applies after it), rows through the policies.
-            rows = self._q(
-                f"SELECT {_MEMORY_COLS}, k.rank FROM memd_keyword_memory_ids("
-                "%s, websearch_to_tsquery('english', %s), %s, %s, %s) AS k (kid, ktier, rank) "
+            return (
+                f"SELECT {_MEMORY_TABLE_COLS}{extra}, k.rank::float8 AS rank_ FROM "
+                "memd_keyword_memory_ids(%s, websearch_to_tsquery('english', %s), %s, %s, %s) "
+                "AS k (kid, ktier, rank) "
                 "JOIN memories ON memory_id = k.kid AND memory_tier = k.ktier "
                 f"WHERE {where} ORDER BY k.rank DESC, memory_id LIMIT %s",
-                (user_id, text, 4 * k + 20, not flt.include_inactive,
-                 None if flt.workspaces is None else list(flt.workspaces), *params, k),
+                [*extra_params, user_id, text, 4 * k + 20, not flt.include_inactive,
+                 None if flt.workspaces is None else list(flt.workspaces), *params, k],
             )
-            return _ranked(rows, self._memory)
-        rows = self._q(
-            f"SELECT {_MEMORY_COLS}, "
-            "ts_rank_cd(content_tsv, websearch_to_tsquery('english', %s)) AS r "
+        return (
+            f"SELECT {_MEMORY_TABLE_COLS}{extra}, "
+            "ts_rank_cd(content_tsv, websearch_to_tsquery('english', %s))::float8 AS rank_ "
             f"FROM memories WHERE {where} "
             "AND content_tsv @@ websearch_to_tsquery('english', %s) "
-            "ORDER BY r DESC, memory_id LIMIT %s",
-            (text, *params, text, k),
+            "ORDER BY rank_ DESC, memory_id LIMIT %s",
+            [*extra_params, text, *params, text, k],
         )
-        return _ranked(rows, self._memory)
+
+    def memory_candidates(
+        self, user_id: str, query: str, vector: Vector, flt: MemoryFilter, *,
+        knn_k: int, keyword_k: int, entities: Sequence[str] = (), entity_k: int = 0,
+        frequent_k: int = 0,
+    ) -> dict[str, Found]:
+        """All channels in one statement (a UNION ALL of one branch per channel, each
+        row tagged with its channel), every row with its cosine computed in the server:
+        one round trip, and no vector leaves the database."""
+        q = self._vector(vector)
+        where, params = self._where(user_id, flt)
+
+        def tagged(via: str) -> str:
+            return f", 1 - (embedding <=> %s) AS sim, '{via}' AS via"
+
+        branches = [
+            f"(SELECT {_MEMORY_TABLE_COLS}{tagged('v')}, 0::float8 AS rank_ FROM memories "
+            f"WHERE {where} AND embedding IS NOT NULL ORDER BY embedding <=> %s LIMIT %s)"
+        ]
+        args: list[Any] = [q, *params, q, knn_k]
+        text = search_text(query)
+        if text is not None and keyword_k > 0:
+            kw_sql, kw_params = self._keyword_select(user_id, text, keyword_k, flt,
+                                                     tagged("k"), [q])
+            branches.append(f"({kw_sql})")
+            args += kw_params
+        if entities and entity_k > 0:
+            branches.append(
+                f"(SELECT {_MEMORY_TABLE_COLS}{tagged('e')}, 0::float8 FROM memories "
+                f"WHERE {where} "
+                "AND memory_id IN (SELECT e.memory_id FROM memory_entities e "
+                "WHERE e.user_id = %s AND e.entity = ANY(%s)) "
+                "ORDER BY importance DESC, memory_id LIMIT %s)"
+            )
+            args += [q, *params, user_id, list(entities), entity_k]
+        if frequent_k > 0:
+            g_where, g_params = self._where(user_id, replace(flt, scope=Scope.GLOBAL))
+            branches.append(
+                f"(SELECT {_MEMORY_TABLE_COLS}{tagged('f')}, 0::float8 FROM {_ACCESSED} "
+                f"WHERE {g_where} ORDER BY hits DESC, memory_id LIMIT %s)"
+            )
+            args += [q, *g_params, frequent_k]
+        rows = self._q(_with_stats(" UNION ALL ".join(branches), ", r.sim, r.via, r.rank_"),
+                       (*args, user_id))
+        top = max((float(r[-1]) for r in rows if r[-2] == "k"), default=0.0) or 1.0
+        mems: dict[str, Memory] = {}
+        sims: dict[str, float] = {}
+        keyword: dict[str, float] = {}
+        by_entity: set[str] = set()
+        for r in rows:
+            mid = r[0]
+            if mid not in mems:
+                mems[mid] = self._memory(r)
+                sims[mid] = float(r[-3]) if r[-3] is not None else 0.0
+            if r[-2] == "k":
+                keyword[mid] = float(r[-1]) / top
+            elif r[-2] == "e":
+                by_entity.add(mid)
+        return {mid: Found(mem, sims[mid], keyword.get(mid, 0.0), mid in by_entity)
+                for mid, mem in mems.items()}
 
     def memories_by_entities(
         self, user_id: str, entities: Sequence[str], k: int, flt: MemoryFilter
@@ -917,7 +1080,7 @@ class PostgresStore(AccountsMixin):
             return []
         where, params = self._where(user_id, flt)
         rows = self._q(
-            f"SELECT {_MEMORY_COLS} FROM memories WHERE {where} AND memory_id IN "
+            f"SELECT {_MEMORY_COLS} FROM memory_rows WHERE {where} AND memory_id IN "
             "(SELECT e.memory_id FROM memory_entities e WHERE e.user_id = %s "
             "AND e.entity = ANY(%s)) ORDER BY importance DESC, memory_id LIMIT %s",
             (*params, user_id, list(entities), k),
@@ -927,16 +1090,16 @@ class PostgresStore(AccountsMixin):
     def get_memory_vectors(self, user_id: str, memory_ids: Sequence[str]) -> dict[str, Vector]:
         if not memory_ids:
             return {}
-        rows = self._q(
+        rows = self._q(  # binary: pgvector's text format parses floats one by one
             "SELECT memory_id, embedding FROM memories WHERE user_id = %s "
             "AND memory_id = ANY(%s) AND embedding IS NOT NULL",
-            (user_id, list(memory_ids)),
+            (user_id, list(memory_ids)), binary=True,
         )
         return {mid: cast(Vector, _array(v)) for mid, v in rows}
 
     def record_access(self, user_id: str, hits: Sequence[tuple[str, float]], now: float) -> None:
         self._many(
-            "UPDATE memories SET access_count = access_count + 1, last_accessed_at = %s, "
+            "UPDATE memory_stats SET access_count = access_count + 1, last_accessed_at = %s, "
             "relevance_accumulator = relevance_accumulator + %s "
             "WHERE user_id = %s AND memory_id = %s",
             [(now, rel, user_id, mid) for mid, rel in hits],
@@ -944,7 +1107,7 @@ class PostgresStore(AccountsMixin):
 
     def max_access_count(self, user_id: str) -> int:
         rows = self._q(
-            "SELECT max(access_count) FROM memories WHERE user_id = %s AND is_active",
+            "SELECT max(access_count) FROM memory_rows WHERE user_id = %s AND is_active",
             (user_id,),
         )
         return int(rows[0][0] or 0)
@@ -1130,12 +1293,12 @@ class PostgresStore(AccountsMixin):
         while True:
             if user_id is None:
                 rows = self._q(
-                    f"SELECT {_MEMORY_COLS} FROM memories WHERE (user_id, memory_id) > (%s, %s) "
+                    f"SELECT {_MEMORY_COLS} FROM memory_rows WHERE (user_id, memory_id) > (%s, %s) "
                     "ORDER BY user_id, memory_id LIMIT 500", last,
                 )
             else:
                 rows = self._q(
-                    f"SELECT {_MEMORY_COLS} FROM memories WHERE user_id = %s "
+                    f"SELECT {_MEMORY_COLS} FROM memory_rows WHERE user_id = %s "
                     "AND memory_id > %s ORDER BY memory_id LIMIT 500", (user_id, last[1]),
                 )
             if not rows:

@@ -17,7 +17,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from importlib import resources
 from pathlib import Path
 from typing import Any, cast
@@ -26,10 +26,12 @@ import apsw
 import numpy as np
 
 from memd.backends.accounts import AccountsMixin
+from memd.backends.base import compose_candidates, recent_query
 from memd.backends.vector_cache import UserVectors
 from memd.errors import InvalidInput, MigrationError, NotFound, StorageError
 from memd.types import (
     Fact,
+    Found,
     Job,
     Memory,
     MemoryFilter,
@@ -164,11 +166,13 @@ class SQLiteStore(AccountsMixin):
     """The Store protocol over one SQLite file (or ``:memory:``)."""
 
     _P = "?"
+    concurrent_reads = False  # one connection, one lock
 
     def __init__(self, path: str | Path = ":memory:", dim: int = 384) -> None:
         self.path = str(path)
         self.dim = dim
         self._lock = threading.RLock()
+        self._depth = threading.local()  # this thread's transaction() nesting
         self._vectors: dict[str, UserVectors] = {}
         self._message_vectors: OrderedDict[str, UserVectors | None] = OrderedDict()
         self._message_loads: set[str] = set()  # users whose vectors a thread is loading
@@ -274,6 +278,7 @@ class SQLiteStore(AccountsMixin):
     @contextmanager
     def transaction(self) -> Iterator[None]:
         with self._lock:
+            self._depth.n = getattr(self._depth, "n", 0) + 1
             try:
                 with self._db:
                     yield
@@ -283,6 +288,15 @@ class SQLiteStore(AccountsMixin):
             except BaseException:
                 self._drop_caches()  # rolled back: the caches may be ahead of the file
                 raise
+            finally:
+                self._depth.n -= 1
+
+    def in_transaction(self) -> bool:
+        return bool(getattr(self._depth, "n", 0))
+
+    def read_batch(self) -> AbstractContextManager[None]:
+        """Nothing to share on SQLite: every read is an in-process call already."""
+        return nullcontext()
 
     def _drop_caches(self) -> None:
         self._vectors.clear()
@@ -586,6 +600,16 @@ class SQLiteStore(AccountsMixin):
             sql += " LIMIT ?"
             params.append(limit)
         return [self._message(r) for r in self._q(sql, params)]
+
+    def recent_messages(
+        self, user_id: str, session_id: str, token_budget: int, *,
+        before_turn: int | None = None, limit: int = 512,
+    ) -> list[Message]:
+        query, params = recent_query(
+            _MESSAGE_COLS, user_id, session_id, before_turn, mark="?",
+            active="is_compressed = 0 AND is_pruned = 0", nonneg="max",
+        )
+        return [self._message(r) for r in self._q(query, (*params, limit, token_budget))]
 
     def find_chain(self, user_id: str, chain_hashes: Sequence[str]) -> list[Message]:
         if not chain_hashes:
@@ -949,6 +973,16 @@ class SQLiteStore(AccountsMixin):
             if i is not None and cached.live[i]:
                 out[mid] = cached.mat[i].copy()
         return out
+
+    def memory_candidates(
+        self, user_id: str, query: str, vector: Vector, flt: MemoryFilter, *,
+        knn_k: int, keyword_k: int, entities: Sequence[str] = (), entity_k: int = 0,
+        frequent_k: int = 0,
+    ) -> dict[str, Found]:
+        return compose_candidates(
+            self, user_id, query, vector, flt, knn_k=knn_k, keyword_k=keyword_k,
+            entities=entities, entity_k=entity_k, frequent_k=frequent_k,
+        )
 
     def record_access(self, user_id: str, hits: Sequence[tuple[str, float]], now: float) -> None:
         with self.transaction():

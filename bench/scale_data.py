@@ -240,8 +240,8 @@ def _norm(value: str) -> str:
 
 _MEM_COLS = (
     "memory_id, user_id, workspace, memory_tier, memory_scope, content_text, content_hash, "
-    "provenance_type, confidence, importance, access_count, created_at, updated_at, "
-    "is_active, token_count, embedding"
+    "provenance_type, confidence, importance, created_at, updated_at, is_active, "
+    "token_count, embedding"
 )
 _MSG_COLS = ("message_id, session_id, user_id, turn_index, role, content, token_count, "
              "created_at")
@@ -273,8 +273,8 @@ def build_postgres(path: Path, spec: Spec, dbname: str,
         conn.execute("SET synchronous_commit = off")
         indexes = conn.execute(
             "SELECT i.indexname, i.indexdef FROM pg_indexes i WHERE i.tablename IN "
-            "('memories', 'messages') AND i.schemaname = current_schema() AND NOT EXISTS "
-            "(SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname) "
+            "('memories', 'messages', 'memory_stats') AND i.schemaname = current_schema() "
+            "AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname) "
             "ORDER BY i.indexname").fetchall()
         for name, _ in indexes:
             conn.execute(f'DROP INDEX "{name}"')
@@ -282,14 +282,19 @@ def build_postgres(path: Path, spec: Spec, dbname: str,
         n_mem = n_msg = 0
         for i, (user, users_mem, users_msg) in enumerate(spec.plan()):
             with conn.transaction(), conn.cursor() as cur:
+                counts: list[tuple[str, int]] = []
                 with cur.copy(f"COPY memories ({_MEM_COLS}) FROM STDIN") as cp:
                     for chunk in user_memories(spec, user, users_mem, now):
                         for m, vec in chunk:
                             cp.write_row((m.id, m.user_id, "", int(m.tier), int(m.scope),
                                           m.text, m.content_hash, int(m.provenance),
-                                          m.confidence, m.importance, m.access_count,
-                                          m.created_at, m.updated_at, True, m.token_count,
-                                          vec))
+                                          m.confidence, m.importance, m.created_at,
+                                          m.updated_at, True, m.token_count, vec))
+                            counts.append((m.id, m.access_count))
+                with cur.copy("COPY memory_stats (user_id, memory_id, access_count) "
+                              "FROM STDIN") as cp:  # access stats: their own table
+                    for mid, count in counts:
+                        cp.write_row((user, mid, count))
                 n_mem += users_mem
                 sessions = list(user_sessions(spec, user, users_msg))
                 with cur.copy(f"COPY sessions ({_SESSION_COLS}) FROM STDIN") as cp:

@@ -90,6 +90,13 @@ class Table:
     exprs: Mapping[str, str] = field(default_factory=dict)  # target column -> SQLite expr
     vectors: Mapping[str, VectorSource] = field(default_factory=dict)
     monthly: str | None = None  # history partitioned by the month of this column
+    source: str | None = None  # the source table, when it is not ``name``: the target
+    # table is a projection of it (its other columns belong to other targets)
+
+    @property
+    def origin(self) -> str:
+        """The source table this target table is copied from."""
+        return self.source or self.name
 
 
 TABLES: tuple[Table, ...] = (
@@ -102,7 +109,10 @@ TABLES: tuple[Table, ...] = (
           vectors={"embedding": VectorSource("message_vec", "message_id")},
           monthly="created_at"),
     Table("memories", ("user_id", "memory_id"),
+          skip=frozenset({"access_count", "last_accessed_at", "relevance_accumulator"}),
           vectors={"embedding": VectorSource("memory_vec", "memory_id")}),
+    # PostgreSQL keeps access stats in a narrow table (sql/postgres/004_memory_stats.sql).
+    Table("memory_stats", ("user_id", "memory_id"), source="memories"),
     Table("facts", ("user_id", "fact_id")),
     Table("memory_entities", ("user_id", "entity", "memory_id")),
     Table("usage_log", ("user_id", "usage_id")),
@@ -259,7 +269,7 @@ def _columns(spec: Table, source_cols: list[str], target: list[tuple[str, int, s
             cols.append(_Column(name, oid, _kind(pg_type, where), f't."{name}"'))
     mapped = {c.name for c in cols} | set(spec.skip)
     lost = [c for c in source_cols if c not in mapped]
-    if lost:
+    if lost and spec.source is None:
         raise MigrationError(
             f"{spec.name}: source columns {lost} have no target column; declare them in "
             "memd.migrate.TABLES (skip= if PostgreSQL derives them)"
@@ -386,7 +396,7 @@ class _Source:
         """The table's rows as raw values in ``cols`` order, vectors merged in."""
         plain = [c for c in cols if c.vectors is None]
         vec = [c for c in cols if c.vectors is not None]
-        query = f'SELECT {", ".join(c.source or "" for c in plain)} FROM "{spec.name}" t'
+        query = f'SELECT {", ".join(c.source or "" for c in plain)} FROM "{spec.origin}" t'
         if not vec:
             for r in self.db.execute(query):
                 yield list(r)
@@ -650,8 +660,8 @@ def migrate(
         made = 0
         try:
             for spec in tables:
-                if spec.monthly and spec.name in src.tables:
-                    for month in src.months(spec.name, spec.monthly):
+                if spec.monthly and spec.origin in src.tables:
+                    for month in src.months(spec.origin, spec.monthly):
                         made += store.ensure_history_partitions(month, months=1)
         finally:
             store.close()
@@ -670,7 +680,7 @@ def migrate(
             tgt.close()
     finally:
         src.close()
-    absent = [t.name for t in tables if t.name not in src.tables]
+    absent = [t.name for t in tables if t.origin not in src.tables]
     return Result(str(source), where, results, absent, made, time.perf_counter() - started,
                   phases)
 
@@ -680,15 +690,15 @@ def _run(src: _Source, tgt: _Target, tables: Sequence[Table], batch_size: int,
     import psycopg
 
     clock = time.perf_counter()
-    present = [t for t in tables if t.name in src.tables]
+    present = [t for t in tables if t.origin in src.tables]
     plans: list[_Plan] = []
-    counts = {t.name: src.count(t.name) for t in present}
+    counts = {t.name: src.count(t.origin) for t in present}
     with progress("checking", sum(counts.values())) as advance:
         for spec in present:
             target_cols = tgt.columns(spec.name)
             if not target_cols:
                 raise MigrationError(f"the target has no table {spec.name}")
-            cols = _columns(spec, src.columns(spec.name), target_cols)
+            cols = _columns(spec, src.columns(spec.origin), target_cols)
             digests = _digest_source(src, spec, cols, advance)
             plans.append(_Plan(spec, cols, digests,
                                tgt.digests(spec, cols, list(digests), _ignore)))

@@ -218,6 +218,19 @@ class MemoryFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class Found:
+    """A memory found by retrieval's candidate channels (see ``Store.memory_candidates``):
+    its cosine with the query (0.0 when it has no vector yet), its full-text relevance
+    in [0, 1] (0.0 unless the keyword channel found it) and whether the query's
+    entities led to it."""
+
+    memory: Memory
+    similarity: float = 0.0
+    keyword: float = 0.0
+    entity: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Hit:
     """One search result: a memory, message, summary or fact, with its score breakdown."""
 

@@ -320,4 +320,74 @@ def test_message_search_runs_keyword_channel_beside_the_embedding_as_the_same_us
             hits = m.search("zanzibar", "u", k=5, kinds=["message"])
         assert [h.text for h in hits] == ["the zanzibar itinerary"]
         assert hits[0].breakdown["keyword"] > 0
-        assert seen == [("u", seen[0][1])] and seen[0][1].startswith("memd-keyword")
+        assert seen == [("u", seen[0][1])] and seen[0][1].startswith("memd-side")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def engine_on(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """An engine with the fake embedder on each backend (a new PostgreSQL database)."""
+    if request.param == "sqlite":
+        engine = memd.open(tmp_path / "d", embedder="fake")
+    else:
+        import pg
+
+        engine = memd.open(tmp_path / "d", embedder="fake", db=pg.database(),
+                           pg_partitions=(4, 4, 4))
+    yield engine
+    engine.close()
+
+
+def test_context_and_search_inside_a_transaction_see_its_writes(engine_on: Memd) -> None:
+    """In a caller's transaction the reads stay on this thread: another thread would not
+    see the uncommitted turn (PostgreSQL) or would wait for the transaction to end while
+    the transaction waits for it (SQLite, one connection)."""
+    import threading
+
+    m = engine_on
+    s = m.create_session("u")
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        with m.store.transaction():
+            m.append(s.id, "u", [{"role": "user", "content": "the quokka census"}])
+            out["ctx"] = m.context("u", session_id=s.id)
+            out["hits"] = m.search("quokka", "u", k=5, kinds=["message"])
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive(), "context/search inside a transaction deadlocked"
+    assert out["ctx"].messages[-1] == {"role": "user", "content": "the quokka census"}
+    assert [h.text for h in out["hits"]] == ["the quokka census"]
+
+
+def test_context_reads_history_beside_retrieval_as_the_same_user(engine_on: Memd) -> None:
+    """On PostgreSQL the history is read in a worker thread (its own connection) while
+    the query is embedded and memories gathered, acting as the request's user (row-level
+    security reads it); on SQLite, whose reads take turns on one connection, it is not."""
+    import threading
+
+    from memd.auth import acting_as, current_actor
+
+    m = engine_on
+    s = m.create_session("u")
+    m.append(s.id, "u", [{"role": "user", "content": f"turn {i} about otters"}
+                         for i in range(5)])
+    m.add("otters hold hands while sleeping", "u")
+    seen: list[tuple[str | None, str]] = []
+    real = m.store.recent_messages
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append((current_actor(), threading.current_thread().name))
+        return real(*args, **kwargs)
+
+    m.store.recent_messages = spy  # type: ignore[method-assign]
+    with acting_as("u"):
+        ctx = m.context("u", session_id=s.id, query="otters")
+    assert [msg["content"] for msg in ctx.messages if msg["role"] == "user"] \
+        == [f"turn {i} about otters" for i in range(5)]
+    assert any("otters hold hands" in msg["content"] for msg in ctx.messages
+               if msg["role"] == "system")
+    assert len(seen) == 1 and seen[0][0] == "u"
+    side = seen[0][1].startswith("memd-side")
+    assert side == m.store.concurrent_reads

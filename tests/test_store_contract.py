@@ -365,6 +365,85 @@ def test_tags_entities_vectors_and_access(store: Store) -> None:
     assert store.memory_users() == ["alice"]
 
 
+def test_recent_messages_stop_at_the_message_that_crosses_the_budget(store: Store) -> None:
+    sess = store.create_session(session())
+    counts = [5, 7, -3, 11, 2, 4, 6, 9]  # a negative count counts as 0
+    stored = store.append_messages(
+        "alice", sess.id, [NewMessage("user", f"m{i}") for i in range(len(counts))], counts,
+        [None] * len(counts), 1.0)
+    store.mark_compressed("alice", sess.id, [stored[5].id], "summary-1")
+    turns = [m.turn_index for m in stored]
+
+    def recent(budget: int, **kw: Any) -> list[int]:
+        return [m.turn_index for m in store.recent_messages("alice", sess.id, budget, **kw)]
+
+    active = [t for t in turns[::-1] if t != turns[5]]  # newest first, compressed left out
+    # newer-than sums, newest first: 9->0, 6->9, (4 compressed), 2->15, 11->17, -3->28,
+    # 7->28, 5->35
+    assert recent(0) == active[:1]
+    assert recent(15) == active[:3]
+    assert recent(16) == active[:3] and recent(17) == active[:4]
+    assert recent(28) == active[:6]
+    assert recent(10_000) == active
+    assert recent(10_000, limit=3) == active[:3]
+    assert recent(10_000, before_turn=turns[4]) == [t for t in active if t < turns[4]]
+    assert store.recent_messages("alice", "no-such-session", 100) == []
+    assert store.recent_messages("bob", sess.id, 100) == []
+
+
+def test_memory_candidates_agree_with_the_single_channel_composition(store: Store) -> None:
+    from memd.backends.base import compose_candidates
+
+    texts = ["alpha rust compiler", "beta python asyncio", "gamma rust borrow checker",
+             "delta tea", "epsilon coffee python", "zeta rust", "eta nothing", "theta misc"]
+    made = []
+    for i, text in enumerate(texts):
+        m = store.insert_memory(memory(
+            text, entities=("rust",) if "rust" in text else (), importance=0.1 * i,
+            scope=Scope.LOCAL if i == 6 else Scope.GLOBAL,
+            session_id="s1" if i == 6 else None, tier=Tier.WORKING if i == 7 else Tier.SEMANTIC,
+        ), vec(i % DIM) if i != 5 else None)  # "zeta rust" has no vector yet
+        made.append(m)
+    store.insert_memory(memory("rust for bob", user="bob"), vec(0))
+    store.record_access("alice", [(made[3].id, 0.5), (made[3].id, 0.5), (made[1].id, 0.2)],
+                        now=50.0)
+    q = vec(0, 2)
+    for flt in (MemoryFilter(now=20.0), MemoryFilter(now=20.0, session_id="s2"),
+                MemoryFilter(tiers=(Tier.SEMANTIC,))):
+        kw: dict[str, Any] = dict(knn_k=3, keyword_k=3, entities=["rust"], entity_k=2,
+                                  frequent_k=2)
+        got = store.memory_candidates("alice", "rust python", q, flt, **kw)
+        want = compose_candidates(store, "alice", "rust python", q, flt, **kw)
+        assert got.keys() == want.keys() and got
+        for mid, f in got.items():
+            w = want[mid]
+            assert f.memory == w.memory and f.entity == w.entity
+            assert f.similarity == pytest.approx(w.similarity, abs=1e-6)
+            assert f.keyword == pytest.approx(w.keyword, abs=1e-6)
+        assert all(f.memory.user_id == "alice" for f in got.values())
+        assert made[3].id in got and got[made[3].id].memory.access_count == 2  # frequent
+        if flt.session_id == "s2":
+            assert made[6].id not in got  # another session's local memory
+    only_knn = store.memory_candidates("alice", "", q, MemoryFilter(), knn_k=2, keyword_k=5)
+    assert len(only_knn) == 2 and all(f.keyword == 0.0 for f in only_knn.values())
+
+
+def test_read_batch_groups_reads_and_keeps_its_writes(store: Store) -> None:
+    sess = store.create_session(session())
+    assert not store.in_transaction()
+    with store.read_batch():
+        assert not store.in_transaction()  # a batch is not a transaction of the caller's
+        assert store.get_session("alice", sess.id) is not None
+        job = store.enqueue_job("access", {"hits": []}, "alice", 1.0)
+    assert job in {j.id for j in store.claim_jobs(2.0, 10)}
+    with store.transaction():
+        assert store.in_transaction()
+        store.append_messages("alice", sess.id, [NewMessage("user", "hi")], [1], [None], 1.0)
+        with store.read_batch():  # joins: sees the transaction's own writes
+            assert [m.content for m in store.get_messages("alice", sess.id)] == ["hi"]
+    assert not store.in_transaction()
+
+
 def test_delete_removes_every_derived_copy(store: Store) -> None:
     m = store.insert_memory(memory("secret plan zebra", entities=("zebra",)), vec(0))
     store.put_cached_embeddings("model", [(m.content_hash, vec(0).tobytes())])
@@ -609,7 +688,7 @@ def test_pg_each_user_lands_in_one_partition_of_each_table(pg_store: Any) -> Non
 def test_pg_hot_queries_touch_one_partition_through_indexes(pg_store: Any) -> None:
     s, now = pg_store, time.time()
     for user in ("alice", "bob", "carol", "dave", "erin", "frank"):
-        _load(s, user, 400, now)
+        _load(s, user, 1000, now)  # enough that the GIN probe beats reading the user's rows
         sess = s.create_session(session(user))
         s.append_messages(user, sess.id, [NewMessage("user", f"turn {i}") for i in range(200)],
                           [1] * 200, [None] * 200, now)
@@ -650,7 +729,7 @@ def test_pg_hot_queries_touch_one_partition_through_indexes(pg_store: Any) -> No
 
     with _executed_plans(s, "enable_seqscan = off") as plans:
         hits = s.keyword_memories("alice", "rarealice", 10, MemoryFilter(now=now))
-    assert len(hits) == 2 and hits[0][1] == 1.0
+    assert len(hits) == 5 and hits[0][1] == 1.0
     (plan,) = plans
     check(plan, "content_tsv")  # GIN over the generated tsvector
 
@@ -679,13 +758,75 @@ def test_pg_hot_queries_touch_one_partition_through_indexes(pg_store: Any) -> No
             check(plan, "content_tsv" if plan is inner[0] else "memories_")
 
 
+def test_pg_access_bumps_leave_memory_rows_alone(pg_store: Any) -> None:
+    """Access stats live in memory_stats: a bump writes no new version of the memory's
+    row (which would go into its HNSW, GIN and b-tree indexes again)."""
+    s = pg_store
+    a = s.insert_memory(memory("often used"), vec(0))
+    version = "SELECT xmin::text FROM memories WHERE user_id = 'alice' AND memory_id = %s"
+    before = s._q(version, (a.id,))
+    s.record_access("alice", [(a.id, 0.5)], now=5.0)
+    s.update_memory("alice", a.id, access_count=7)
+    assert s._q(version, (a.id,)) == before
+    got = s.get_memory("alice", a.id)
+    assert got is not None and got.access_count == 7 and got.last_accessed_at == 5.0
+    assert s._q("SELECT count(*) FROM memory_stats")[0][0] == 1
+    assert s.delete_memory("alice", a.id)
+    assert s._q("SELECT count(*) FROM memory_stats")[0][0] == 0
+
+
+def test_pg_schema_3_database_keeps_its_access_stats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database made by an older memd (schema 3: access stats in memories) is moved to
+    memory_stats by migration 004 with every count intact."""
+    import shutil
+    from importlib import resources
+
+    from memd.backends import postgres
+
+    real = resources.files("memd.sql") / "postgres"
+    old = tmp_path / "sql" / "postgres"
+    old.mkdir(parents=True)
+    for f in real.iterdir():
+        if f.name.endswith(".sql") and int(f.name.split("_", 1)[0]) <= 3:
+            shutil.copy(str(f), old / f.name)
+    dsn = pg.database()
+    with monkeypatch.context() as mp:
+        mp.setattr(postgres.resources, "files", lambda _pkg: tmp_path / "sql")
+        v3 = postgres.PostgresStore(dsn, dim=DIM, partitions=PG_PARTITIONS)
+    assert v3.schema_version() == 3
+    with v3.transaction():
+        for i, user in enumerate(("alice", "bob")):
+            v3._current().execute(
+                "INSERT INTO memories (memory_id, user_id, memory_tier, memory_scope, "
+                "content_text, content_hash, provenance_type, created_at, updated_at, "
+                "token_count, access_count, last_accessed_at, relevance_accumulator) "
+                "VALUES (%s, %s, 3, 1, 'x', 'h', 0, 1, 1, 1, %s, %s, %s)",
+                (f"m{i}", user, 3 + i, 40.0 + i, 0.5 + i))
+    v3.close()
+    v4 = postgres.PostgresStore(dsn, dim=DIM, partitions=PG_PARTITIONS)
+    try:
+        assert v4.schema_version() == 4
+        for i, user in enumerate(("alice", "bob")):
+            got = v4.get_memory(user, f"m{i}")
+            assert got is not None
+            assert (got.access_count, got.last_accessed_at, got.relevance_accumulator) \
+                == (3 + i, 40.0 + i, 0.5 + i)
+        v4.record_access("alice", [("m0", 1.0)], now=99.0)
+        got = v4.get_memory("alice", "m0")
+        assert got is not None and got.access_count == 4 and got.last_accessed_at == 99.0
+    finally:
+        v4.close()
+
+
 def test_pg_migrations_are_recorded_once_and_keep_the_layout(pg_store: Any) -> None:
     from memd.backends.postgres import PostgresStore
 
     dsn = pg.cluster().dsn(pg_store.database)
     pg_store.insert_memory(memory("kept across reopen"), vec(0))
     again = PostgresStore(dsn, dim=DIM, partitions=(8, 8, 8))
-    assert again.schema_version() == 3 and again.partitions == PG_PARTITIONS
+    assert again.schema_version() == 4 and again.partitions == PG_PARTITIONS
     assert len(again.list_memories("alice", MemoryFilter())) == 1
     again.close()
     with pytest.raises(MigrationError, match="8-dim.*16-dim"):

@@ -260,11 +260,12 @@ class Memd(SessionsMixin):
             session_id=v.check_optional_id(session_id, "session_id"),
         )
         uid = v.check_id(user_id, "user_id")
-        return search(
-            self.store, self.embedder, uid, q, k, kinds_, flt, self.settings.weights,
-            self.now(), session_id=flt.session_id,
-            shared=() if spans_all else self.shared_owners(uid, ws),
-        )
+        with self.store.read_batch():
+            return search(
+                self.store, self.embedder, uid, q, k, kinds_, flt, self.settings.weights,
+                self.now(), session_id=flt.session_id,
+                shared=() if spans_all else self.shared_owners(uid, ws),
+            )
 
     # -- facts -----------------------------------------------------------------------
     def set_fact(

@@ -29,15 +29,15 @@ from memd.config import Weights
 from memd.engine.extract import extract_entities
 from memd.engine.score import Signals, score
 from memd.models.embedder import CachedEmbedder
-from memd.types import Fact, Hit, Memory, MemoryFilter, Message, Provenance, Scope
+from memd.types import Fact, Found, Hit, Memory, MemoryFilter, Message, Provenance
 
 KINDS = ("memory", "summary", "message", "fact")
 
-# Runs a search's keyword channel, which needs no query vector, while the caller embeds
-# the query (onnxruntime and SQLite/psycopg release the GIL): ~0.8 ms off a message
-# search whose ~4 ms is the embedding. A few workers, so concurrent requests do not
-# queue behind one another.
-_SIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memd-keyword")
+# Runs what needs no query vector while the caller embeds the query (onnxruntime and
+# SQLite/psycopg release the GIL): a search's keyword channel over messages (~0.8 ms off
+# a message search whose ~4 ms is the embedding), a compile's history read. A few
+# workers, so concurrent requests do not queue behind one another.
+SIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memd-side")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,58 +70,34 @@ def score_memories(
     other owners whose memories the user may read (fellow members of a workspace), each
     with the filter that says which (their global memories of that workspace): they
     come in through the vector, keyword and entity channels."""
-    found: dict[str, Memory] = {}
-    sims: dict[str, float] = {}
-    keyword: dict[str, float] = {}
-    entity_hits: set[str] = set()
     entities = extract_entities(query)
-    for owner, owner_flt in ((user_id, flt), *shared):
-        for mem, sim in store.nearest_memories(owner, qvec, channels.knn_k, owner_flt):
-            found[mem.id], sims[mem.id] = mem, sim
-        for mem, rel in store.keyword_memories(owner, query, channels.keyword_k, owner_flt):
-            found.setdefault(mem.id, mem)
-            keyword[mem.id] = rel
-        if entities:
-            for mem in store.memories_by_entities(owner, entities, channels.entity_k,
-                                                  owner_flt):
-                found.setdefault(mem.id, mem)
-                entity_hits.add(mem.id)
-    frequent = store.list_memories(
-        user_id, _with_scope(flt, Scope.GLOBAL), limit=channels.frequent_k, order="access_count"
-    )
-    for mem in frequent:
-        found.setdefault(mem.id, mem)
-    missing: dict[str, list[str]] = {}
-    for mid, mem in found.items():
-        if mid not in sims:
-            missing.setdefault(mem.user_id, []).append(mid)
-    for owner, ids in missing.items():
-        for mid, vec in store.get_memory_vectors(owner, ids).items():
-            sims[mid] = float(np.dot(qvec, np.asarray(vec, dtype=np.float32)))
+    found: dict[str, Found] = {}
+    owners = ((user_id, flt, channels.frequent_k), *((o, f, 0) for o, f in shared))
+    for owner, owner_flt, frequent_k in owners:
+        found.update(store.memory_candidates(
+            owner, query, qvec, owner_flt, knn_k=channels.knn_k,
+            keyword_k=channels.keyword_k, entities=entities, entity_k=channels.entity_k,
+            frequent_k=frequent_k,
+        ))
     query_entities = set(entities)
-    max_access = max((m.access_count for m in found.values()), default=0)
+    max_access = max((f.memory.access_count for f in found.values()), default=0)
     out = []
-    for mid, mem in found.items():
+    for f in found.values():
+        mem = f.memory
         total, parts = score(
             Signals(
-                similarity=sims.get(mid, 0.0), keyword=keyword.get(mid, 0.0),
+                similarity=f.similarity, keyword=f.keyword,
                 hours_since_access=_hours(now, mem.last_accessed_at or mem.created_at),
                 access_count=mem.access_count, max_access_count=max_access,
                 confidence=mem.confidence, provenance=mem.provenance,
                 importance=mem.importance,
-                entity_match=mid in entity_hits or bool(query_entities & set(mem.entities)),
+                entity_match=f.entity or bool(query_entities & set(mem.entities)),
             ),
             weights,
         )
-        out.append(ScoredMemory(mem, total, parts, sims.get(mid, 0.0)))
+        out.append(ScoredMemory(mem, total, parts, f.similarity))
     out.sort(key=lambda s: (-s.score, s.memory.id))
     return out
-
-
-def _with_scope(flt: MemoryFilter, scope: Scope) -> MemoryFilter:
-    from dataclasses import replace
-
-    return replace(flt, scope=scope)
 
 
 KeywordMessages = list[tuple[Message, float, np.ndarray | None]]
@@ -214,8 +190,9 @@ def search(
     (``shared``: see :func:`score_memories`)."""
     message_k = max(k, 10)
     pending: Future[KeywordMessages] | None = None
-    if "message" in kinds:  # overlaps the query embedding (see _SIDE); same acting user
-        pending = _SIDE.submit(contextvars.copy_context().run, keyword_messages, store,
+    if "message" in kinds and not store.in_transaction():
+        # Overlaps the query embedding (see SIDE), as the same acting user.
+        pending = SIDE.submit(contextvars.copy_context().run, keyword_messages, store,
                                user_id, query, message_k, session_id, embedder)
     try:
         qvec = embedder.embed_query(query)
@@ -236,10 +213,9 @@ def search(
                     metadata={**m.metadata, "tier": int(m.tier), "tags": list(m.tags)},
                 ))
     if "message" in kinds:
-        assert pending is not None
         for msg, total, parts in score_messages(
             store, user_id, query, qvec, weights, now, message_k, session_id, embedder,
-            pending.result(),
+            pending.result() if pending is not None else None,
         ):
             hits.append(Hit(
                 kind="message", id=msg.id, text=msg.content or "", score=total,
