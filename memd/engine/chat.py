@@ -124,6 +124,7 @@ def prepare_chat(
     max_response_tokens: int | None = None, tools: Any = None,
 ) -> PreparedCall:
     """Resolve the session, store the new messages, compile the context to forward."""
+    from memd.engine.sessions import last_user_text  # sessions imports this module
     uid = v.check_id(user_id, "user_id")
     ws = v.check_optional_id(workspace, "workspace")
     sid = v.check_optional_id(session_id, "session_id")
@@ -143,10 +144,13 @@ def prepare_chat(
             engine.append(session.id, uid, new)
         session = engine.session(session.id, uid)
     tool_tokens = count_text(json.dumps(tools, sort_keys=True)) if tools else 0
+    # The query is the request's last user message, which is the session's newest now
+    # (named here, so that the compile can read the history while it retrieves).
     ctx = engine.context(
         uid, session_id=session.id, messages=system, model=model,
         max_response_tokens=max_response_tokens, tool_tokens=tool_tokens,
         use_session_prompt=False,
+        query=last_user_text(history, engine.settings.max_text_chars),
     )
     call_id = "call-" + uuid.uuid4().hex
     engine.store.record_call(call_id, uid, session.id, session.workspace, model,

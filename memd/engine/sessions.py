@@ -266,7 +266,8 @@ class SessionsMixin:
                                        self, uid, session, window)
         elif session is not None:
             stored = _recent_history(self, uid, session, window)
-            query = query or _last_user_text(reversed(stored))
+            if query is None:
+                query = _last_user_text(reversed(stored))
         qvec = self.embedder.embed_query(query) if query else None
         now = self.now()
         visible = self.visible_workspaces(ws)
@@ -354,6 +355,15 @@ def _recent_history(
 
 def _last_user_text(newest_first: Iterable[NewMessage | Message]) -> str | None:
     return next((m.content for m in newest_first if m.role == "user" and m.content), None)
+
+
+def last_user_text(messages: Sequence[Any], max_chars: int) -> str | None:
+    """The text of the last user message among OpenAI-style ``messages`` (multimodal
+    parts joined as they are stored), or None: what ``context`` would take as the query
+    once they are stored."""
+    return _last_user_text(
+        m for m in (_message(raw, max_chars) for raw in reversed(messages))
+    )
 
 
 def _as_dict(m: NewMessage) -> dict[str, Any]:
