@@ -61,6 +61,14 @@ class Store(Protocol):
         rather than in side threads."""
         ...
 
+    def side_reads(self) -> AbstractContextManager[None]:
+        """Mark the reads of this thread, one of the engine's worker threads, as side
+        reads. A request thread may hold a connection for its read batch while it waits
+        for its worker, so on PostgreSQL side reads come from a pool of their own: with
+        one shared pool, workers could wait for ever once request threads hold every
+        connection."""
+        ...
+
     def read_batch(self) -> AbstractContextManager[None]:
         """Run a group of reads (a context compile, a search) as one unit of work: on
         PostgreSQL one pooled connection and one transaction instead of one per read.

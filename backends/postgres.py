@@ -222,7 +222,7 @@ class PostgresStore(AccountsMixin):
 
     def __init__(
         self, dsn: str, dim: int = 384, partitions: tuple[int, int, int] = (256, 256, 512),
-        *, pool_size: int = 8,
+        *, pool_size: int = 8, side_pool_size: int = 4,
     ) -> None:
         self.dim = dim
         self.partitions = partitions
@@ -239,10 +239,20 @@ class PostgresStore(AccountsMixin):
             dsn, min_size=1, max_size=pool_size, configure=self._configure, open=False,
             name="memd",
         )
+        # The engine's worker threads (side_reads) read from a pool of their own: a
+        # request thread may hold a connection of the main pool (a read batch) while it
+        # waits for its worker, so a worker waiting on the main pool could wait for ever
+        # once every request thread holds one.
+        self._side_pool: ConnectionPool[Conn] = ConnectionPool(
+            dsn, min_size=1, max_size=side_pool_size, configure=self._configure,
+            open=False, name="memd-side",
+        )
         try:
             self._pool.open(wait=True, timeout=30.0)
+            self._side_pool.open()
         except psycopg.Error as exc:
             self._pool.close()
+            self._side_pool.close()
             raise StorageError(f"cannot open a PostgreSQL connection pool: {exc}") from exc
 
     # -- connection ------------------------------------------------------------------
@@ -362,6 +372,18 @@ class PostgresStore(AccountsMixin):
 
     def close(self) -> None:
         self._pool.close()
+        self._side_pool.close()
+
+    @contextmanager
+    def side_reads(self) -> Iterator[None]:
+        self._local.side = True
+        try:
+            yield
+        finally:
+            self._local.side = False
+
+    def _pool_of_thread(self) -> ConnectionPool[Conn]:
+        return self._side_pool if getattr(self._local, "side", False) else self._pool
 
     def _current(self) -> Conn | None:
         conn: Conn | None = getattr(self._local, "conn", None)
@@ -380,7 +402,7 @@ class PostgresStore(AccountsMixin):
                 with conn.transaction():
                     yield conn
                 return
-            with self._pool.connection() as conn:
+            with self._pool_of_thread().connection() as conn:
                 self._local.conn = conn
                 try:
                     with conn.transaction():
@@ -399,7 +421,7 @@ class PostgresStore(AccountsMixin):
             if conn is not None:
                 yield conn
                 return
-            with self._pool.connection() as conn:
+            with self._pool_of_thread().connection() as conn:
                 self._act(conn)  # starts the implicit transaction the reads run in
                 yield conn
         except psycopg.Error as exc:

@@ -298,6 +298,9 @@ class SQLiteStore(AccountsMixin):
         """Nothing to share on SQLite: every read is an in-process call already."""
         return nullcontext()
 
+    def side_reads(self) -> AbstractContextManager[None]:
+        return nullcontext()  # one connection; no pool to keep apart
+
     def _drop_caches(self) -> None:
         self._vectors.clear()
         self._message_vectors.clear()

@@ -391,3 +391,33 @@ def test_context_reads_history_beside_retrieval_as_the_same_user(engine_on: Memd
     assert len(seen) == 1 and seen[0][0] == "u"
     side = seen[0][1].startswith("memd-side")
     assert side == m.store.concurrent_reads
+
+
+def test_workers_never_wait_on_connections_their_callers_hold(tmp_path: Path) -> None:
+    """A compile or a search holds a pooled connection (its read batch) while it waits
+    for its worker thread; the workers read from a pool of their own. With every
+    connection of the main pool held by a waiting request, they still finish (one
+    shared pool would stall them until the pool's 30 s timeout, then fail)."""
+    import threading
+
+    import pg
+
+    with memd.open(tmp_path / "d", embedder="fake", db=pg.database(),
+                   pg_partitions=(4, 4, 4)) as m:
+        s = m.create_session("u")
+        m.append(s.id, "u", [{"role": "user", "content": "the narwhal tusk survey"}])
+        while m.run_jobs():
+            pass
+        m.store._pool.resize(min_size=1, max_size=1)  # type: ignore[attr-defined]
+        out: dict[str, Any] = {}
+
+        def run() -> None:
+            out["ctx"] = m.context("u", session_id=s.id, query="narwhal")
+            out["hits"] = m.search("narwhal", "u", k=5, kinds=["message"])
+
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        worker.join(timeout=20)
+        assert not worker.is_alive(), "a worker waited on a connection its caller held"
+        assert out["ctx"].messages[-1]["content"] == "the narwhal tusk survey"
+        assert [h.text for h in out["hits"]] == ["the narwhal tusk survey"]

@@ -18,9 +18,10 @@ equal output.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -38,6 +39,18 @@ KINDS = ("memory", "summary", "message", "fact")
 # a message search whose ~4 ms is the embedding), a compile's history read. A few
 # workers, so concurrent requests do not queue behind one another.
 SIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memd-side")
+T = TypeVar("T")
+
+
+def aside(store: Store, fn: Callable[..., T], *args: Any) -> Future[T]:
+    """``fn(*args)`` in a SIDE worker, as the same acting user (PostgreSQL's row-level
+    security reads it from the context), its reads marked as side reads
+    (``Store.side_reads``: the caller may hold a connection while it waits)."""
+    def run() -> T:
+        with store.side_reads():
+            return fn(*args)
+
+    return SIDE.submit(contextvars.copy_context().run, run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,8 +205,8 @@ def search(
     pending: Future[KeywordMessages] | None = None
     if "message" in kinds and not store.in_transaction():
         # Overlaps the query embedding (see SIDE), as the same acting user.
-        pending = SIDE.submit(contextvars.copy_context().run, keyword_messages, store,
-                               user_id, query, message_k, session_id, embedder)
+        pending = aside(store, keyword_messages, store, user_id, query, message_k,
+                        session_id, embedder)
     try:
         qvec = embedder.embed_query(query)
     except BaseException:

@@ -8,7 +8,6 @@ ingesting the extracted memories (which needs an embedding for dedup) are durabl
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
@@ -19,7 +18,7 @@ from memd.engine import validate as v
 from memd.engine.chat import chain_hashes
 from memd.engine.compile import Candidate, CompileInput, compile_context
 from memd.engine.extract import extract
-from memd.engine.retrieve import SIDE, score_memories
+from memd.engine.retrieve import aside, score_memories
 from memd.engine.write import fact_tag
 from memd.errors import InvalidInput, NotFound
 from memd.models.tokens import count_text, message_tokens
@@ -262,8 +261,7 @@ class SessionsMixin:
             # connection of its own) while this one embeds the query and gathers memories.
             # (Not on SQLite: its reads take turns on one connection, and handing the GIL
             # back and forth cost more than the overlap saved: +1.5 ms at p50.)
-            history_read = SIDE.submit(contextvars.copy_context().run, _recent_history,
-                                       self, uid, session, window)
+            history_read = aside(self.store, _recent_history, self, uid, session, window)
         elif session is not None:
             stored = _recent_history(self, uid, session, window)
             if query is None:
