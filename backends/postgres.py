@@ -88,14 +88,10 @@ _MEMORY_COLS = (
     "relevance_accumulator, access_count, last_accessed_at, created_at, updated_at, "
     "expires_at, is_active, is_validated, token_count, superseded_by, tags, entities, metadata"
 )
-_MEMORY_TABLE_COLS = (
-    "memory_id, user_id, workspace, session_id, memory_tier, memory_scope, content_text, "
-    "content_hash, provenance_type, provenance_message_id, confidence, importance, "
-    "created_at, updated_at, expires_at, is_active, is_validated, token_count, "
-    "superseded_by, tags, entities, metadata"
-)
 _STATS_COLS = "user_id, memory_id, access_count, last_accessed_at, relevance_accumulator"
 _STATS_DEFAULTS = {"relevance_accumulator": "0", "access_count": "0", "last_accessed_at": ""}
+# The columns of the memories table itself: _MEMORY_COLS without the stats.
+_MEMORY_TABLE_COLS = ", ".join(c for c in _MEMORY_COLS.split(", ") if c not in _STATS_DEFAULTS)
 # _MEMORY_COLS over ``r`` (memories columns) left-joined to memory_stats ``s``.
 _JOINED_COLS = ", ".join(
     (f"coalesce(s.{c}, {_STATS_DEFAULTS[c]})" if _STATS_DEFAULTS[c] else f"s.{c}")
@@ -478,10 +474,9 @@ class PostgresStore(AccountsMixin):
             finally:
                 self._local.batch = False
 
-    def _q(self, query: Any, params: Params = (), *, binary: bool = True
-           ) -> list[tuple[Any, ...]]:
-        with self._read() as conn:
-            return conn.execute(query, params, binary=binary).fetchall()
+    def _q(self, query: Any, params: Params = ()) -> list[tuple[Any, ...]]:
+        with self._read() as conn:  # binary results: no text parsing of floats, vectors
+            return conn.execute(query, params, binary=True).fetchall()
 
     def _x(self, query: Any, params: Params = ()) -> int:
         """Execute one write; returns the number of rows changed."""
@@ -1112,10 +1107,10 @@ class PostgresStore(AccountsMixin):
     def get_memory_vectors(self, user_id: str, memory_ids: Sequence[str]) -> dict[str, Vector]:
         if not memory_ids:
             return {}
-        rows = self._q(  # binary: pgvector's text format parses floats one by one
+        rows = self._q(
             "SELECT memory_id, embedding FROM memories WHERE user_id = %s "
             "AND memory_id = ANY(%s) AND embedding IS NOT NULL",
-            (user_id, list(memory_ids)), binary=True,
+            (user_id, list(memory_ids)),
         )
         return {mid: cast(Vector, _array(v)) for mid, v in rows}
 

@@ -32,6 +32,24 @@ def clock() -> Clock:
     return Clock()
 
 
+def _record_calls(store: Any, method: str) -> list[tuple[str | None, str]]:
+    """Wrap ``store.<method>``; each call appends (acting user, thread name) to the list
+    returned."""
+    import threading
+
+    from memd.auth import current_actor
+
+    seen: list[tuple[str | None, str]] = []
+    real = getattr(store, method)
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append((current_actor(), threading.current_thread().name))
+        return real(*args, **kwargs)
+
+    setattr(store, method, spy)
+    return seen
+
+
 @pytest.fixture
 def m(tmp_path: Path, clock: Clock) -> Any:
     engine = memd.open(tmp_path / "d", clock=clock)
@@ -299,23 +317,15 @@ def test_message_search_runs_keyword_channel_beside_the_embedding_as_the_same_us
 ) -> None:
     """The keyword channel runs in a worker thread while the query is embedded; it must
     act as the request's user (PostgreSQL's row-level security reads that context)."""
-    import threading
 
-    from memd.auth import acting_as, current_actor
+    from memd.auth import acting_as
 
     with memd.open(tmp_path / "d", embedder="fake") as m:
         s = m.create_session("u")
         m.append(s.id, "u", [{"role": "user", "content": "the zanzibar itinerary"}])
         while m.run_jobs():
             pass
-        seen: list[tuple[str | None, str]] = []
-        real = m.store.keyword_messages
-
-        def spy(*args: Any, **kwargs: Any) -> Any:
-            seen.append((current_actor(), threading.current_thread().name))
-            return real(*args, **kwargs)
-
-        m.store.keyword_messages = spy  # type: ignore[method-assign]
+        seen = _record_calls(m.store, "keyword_messages")
         with acting_as("u"):
             hits = m.search("zanzibar", "u", k=5, kinds=["message"])
         assert [h.text for h in hits] == ["the zanzibar itinerary"]
@@ -365,23 +375,15 @@ def test_context_reads_history_beside_retrieval_as_the_same_user(engine_on: Memd
     """On PostgreSQL the history is read in a worker thread (its own connection) while
     the query is embedded and memories gathered, acting as the request's user (row-level
     security reads it); on SQLite, whose reads take turns on one connection, it is not."""
-    import threading
 
-    from memd.auth import acting_as, current_actor
+    from memd.auth import acting_as
 
     m = engine_on
     s = m.create_session("u")
     m.append(s.id, "u", [{"role": "user", "content": f"turn {i} about otters"}
                          for i in range(5)])
     m.add("otters hold hands while sleeping", "u")
-    seen: list[tuple[str | None, str]] = []
-    real = m.store.recent_messages
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        seen.append((current_actor(), threading.current_thread().name))
-        return real(*args, **kwargs)
-
-    m.store.recent_messages = spy  # type: ignore[method-assign]
+    seen = _record_calls(m.store, "recent_messages")
     with acting_as("u"):
         ctx = m.context("u", session_id=s.id, query="otters")
     assert [msg["content"] for msg in ctx.messages if msg["role"] == "user"] \
