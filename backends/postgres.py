@@ -45,6 +45,7 @@ try:
     import psycopg
     from pgvector.psycopg import register_vector
     from psycopg import sql
+    from psycopg.pq import TransactionStatus
     from psycopg.rows import TupleRow
     from psycopg.types.json import Jsonb, set_json_loads
     from psycopg_pool import ConnectionPool
@@ -88,6 +89,7 @@ _MEMORY_COLS = (
     "relevance_accumulator, access_count, last_accessed_at, created_at, updated_at, "
     "expires_at, is_active, is_validated, token_count, superseded_by, tags, entities, metadata"
 )
+_INERROR = TransactionStatus.INERROR
 _STATS_COLS = "user_id, memory_id, access_count, last_accessed_at, relevance_accumulator"
 _STATS_DEFAULTS = {"relevance_accumulator": "0", "access_count": "0", "last_accessed_at": ""}
 # The columns of the memories table itself: _MEMORY_COLS without the stats.
@@ -386,14 +388,19 @@ class PostgresStore(AccountsMixin):
         return conn
 
     @contextmanager
-    def _txn(self) -> Iterator[Conn]:
+    def _txn(self, savepoint: bool = True) -> Iterator[Conn]:
         """A connection in a transaction: a savepoint in the thread's current transaction,
-        or a pooled connection in a new one that commits at the end of the block."""
+        or a pooled connection in a new one that commits at the end of the block.
+
+        ``savepoint=False`` is for writes no caller handles a failure of (no Conflict can
+        come out of them): they join the current transaction as they are and save the
+        SAVEPOINT and RELEASE round trips. If one fails, the transaction is aborted,
+        and leaving it then raises (below) rather than commit what came before."""
         conn = self._current()
         try:
             if conn is not None:
-                if getattr(self._local, "batch", False):
-                    yield conn  # no savepoint: a write in a read batch fails the batch
+                if not savepoint or getattr(self._local, "batch", False):
+                    yield conn  # a failure fails the whole transaction (or read batch)
                     return
                 with conn.transaction():
                     yield conn
@@ -404,6 +411,14 @@ class PostgresStore(AccountsMixin):
                     with conn.transaction():
                         self._act(conn)
                         yield conn
+                        # psycopg's COMMIT of a transaction an error aborted is a silent
+                        # ROLLBACK: a caller that caught the error must not think its
+                        # other writes were kept.
+                        if conn.info.transaction_status == _INERROR:
+                            raise StorageError(
+                                "the transaction was rolled back: a statement in it failed "
+                                "and the error was caught inside it"
+                            )
                 finally:
                     self._local.conn = None
         except psycopg.Error as exc:
@@ -633,16 +648,19 @@ class PostgresStore(AccountsMixin):
         chain_hashes: Sequence[str | None] | None = None,
     ) -> list[Message]:
         chains = list(chain_hashes) if chain_hashes is not None else [None] * len(messages)
-        with self._txn() as conn:
-            # FOR UPDATE: concurrent appends to one session take turns, so turns stay unique.
+        # No savepoint: nothing here raises an error a caller goes on from (the row lock
+        # keeps the turns unique; NotFound comes before any write).
+        with self._txn(savepoint=False) as conn:
+            # The session's row lock: concurrent appends to one session take turns, so
+            # turns stay unique. Taken by the update itself, which returns the new count.
             row = conn.execute(
-                "SELECT turn_count FROM sessions WHERE user_id = %s AND session_id = %s "
-                "FOR UPDATE",
-                (user_id, session_id),
+                "UPDATE sessions SET turn_count = turn_count + %s, updated_at = %s "
+                "WHERE user_id = %s AND session_id = %s RETURNING turn_count",
+                (len(messages), now, user_id, session_id),
             ).fetchone()
             if row is None:
                 raise NotFound(f"no session {session_id!r} for user {user_id!r}")
-            turn = int(row[0])
+            turn = int(row[0]) - len(messages)
             out: list[Message] = []
             for msg, tokens, chash, chain in zip(
                 messages, token_counts, content_hashes, chains, strict=True
@@ -667,11 +685,6 @@ class PostgresStore(AccountsMixin):
                       m.prompt_tokens, m.completion_tokens, m.latency_ms, False, None, False,
                       Jsonb(m.metadata), m.chain_hash) for m in out],
                 )
-            conn.execute(
-                "UPDATE sessions SET turn_count = %s, updated_at = %s "
-                "WHERE user_id = %s AND session_id = %s",
-                (turn, now, user_id, session_id),
-            )
         return out
 
     def get_messages(
@@ -1241,12 +1254,13 @@ class PostgresStore(AccountsMixin):
         run_after: float | None = None,
     ) -> str:
         job_id = uuid.uuid4().hex
-        self._x(
-            "INSERT INTO jobs (job_id, kind, user_id, payload, run_after, created_at) "
-            "VALUES (%s, %s, %s, %s, %s, %s)",
-            (job_id, kind, user_id, Jsonb(payload), now if run_after is None else run_after,
-             now),
-        )
+        with self._txn(savepoint=False) as conn:  # a fresh id: no Conflict to go on from
+            conn.execute(
+                "INSERT INTO jobs (job_id, kind, user_id, payload, run_after, created_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s)",
+                (job_id, kind, user_id, Jsonb(payload),
+                 now if run_after is None else run_after, now),
+            )
         return job_id
 
     def claim_jobs(self, now: float, limit: int, lease_seconds: float = 60.0) -> list[Job]:

@@ -22,7 +22,7 @@ import pytest
 
 from memd.auth import acting_as
 from memd.backends.base import Store
-from memd.errors import Conflict, MigrationError, NotFound
+from memd.errors import Conflict, InvalidInput, MigrationError, NotFound, StorageError
 from memd.types import (
     Fact,
     Memory,
@@ -850,6 +850,37 @@ def test_pg_concurrent_appends_keep_turns_unique(pg_store: Any) -> None:
     turns = [m.turn_index for m in s.get_messages("alice", sess.id)]
     assert turns == list(range(1, 41))
     assert s.get_session("alice", sess.id).turn_count == 40
+
+
+def test_pg_a_caught_failure_without_savepoint_rolls_the_transaction_back_loudly(
+    pg_store: Any,
+) -> None:
+    """Jobs and appended messages join the caller's transaction without a savepoint (two
+    round trips fewer each). If one fails and the caller catches the error inside the
+    transaction, leaving the transaction raises: psycopg's COMMIT of an aborted
+    transaction would otherwise be a silent ROLLBACK of everything in it."""
+    s = pg_store
+    sess = s.create_session(session())
+    with pytest.raises(StorageError, match="rolled back"), s.transaction():
+        s.record_usage(Usage(id="u1", user_id="alice", created_at=1.0))
+        s.append_messages("alice", sess.id, [NewMessage("user", "kept?")], [1], [None], 1.0)
+        with pytest.raises(InvalidInput):  # the server refuses \u0000 in jsonb
+            s.enqueue_job("ingest", {"text": "a\x00b"}, "alice", 1.0)
+    assert s.list_usage("alice") == []
+    assert s.get_messages("alice", sess.id) == []
+    assert s.claim_jobs(10.0, 10) == []
+    assert s.get_session("alice", sess.id).turn_count == 0
+    # Without a caught error the same writes commit, turn numbers and all.
+    with s.transaction():
+        s.append_messages("alice", sess.id, [NewMessage("user", "one"),
+                                             NewMessage("assistant", "two")], [1, 1],
+                          [None, None], 2.0)
+        s.enqueue_job("embed_messages", {"ids": []}, "alice", 2.0)
+    assert [m.turn_index for m in s.get_messages("alice", sess.id)] == [1, 2]
+    assert s.get_session("alice", sess.id).turn_count == 2
+    with pytest.raises(NotFound):
+        s.append_messages("alice", "no-such-session", [NewMessage("user", "x")], [1], [None],
+                          3.0)
 
 
 def test_pg_repeated_queries_keep_pruning_partitions() -> None:

@@ -149,17 +149,19 @@ class SessionsMixin:
         self, session_id: str, user_id: str, messages: Sequence[Any]
     ) -> list[Message]:
         """Append messages to a session (OpenAI dicts or NewMessage), atomically."""
-        session = self.session(session_id, user_id)
         if isinstance(messages, Mapping | str) or not 1 <= len(messages) <= MAX_MESSAGES_PER_CALL:
             raise InvalidInput(f"messages must be a list of 1-{MAX_MESSAGES_PER_CALL} messages")
         news = [_message(m, self.settings.max_text_chars) for m in messages]
-        counts = [message_tokens(_as_dict(m), session.model) for m in news]
         hashes = [
             hashlib.sha256(m.content.encode("utf-8")).hexdigest() if m.content else None
             for m in news
         ]
         now = self.now()
+        # The session is read in the transaction: one connection and one round of
+        # BEGIN/COMMIT for the whole append on PostgreSQL, not a checkout of its own.
         with self.store.transaction():
+            session = self.session(session_id, user_id)
+            counts = [message_tokens(_as_dict(m), session.model) for m in news]
             last = self.store.get_messages(session.user_id, session.id, newest_first=True,
                                            limit=1)
             chains = chain_hashes([_as_dict(m) for m in news],
