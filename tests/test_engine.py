@@ -372,9 +372,10 @@ def test_context_and_search_inside_a_transaction_see_its_writes(engine_on: Memd)
 
 
 def test_context_reads_history_beside_retrieval_as_the_same_user(engine_on: Memd) -> None:
-    """On PostgreSQL the history is read in a worker thread (its own connection) while
-    the query is embedded and memories gathered, acting as the request's user (row-level
-    security reads it); on SQLite, whose reads take turns on one connection, it is not."""
+    """On PostgreSQL the history and the facts are read in a worker thread (its own
+    connection) while the query is embedded and memories gathered, acting as the
+    request's user (row-level security reads it); on SQLite, whose reads take turns on
+    one connection, they are not."""
 
     from memd.auth import acting_as
 
@@ -383,16 +384,19 @@ def test_context_reads_history_beside_retrieval_as_the_same_user(engine_on: Memd
     m.append(s.id, "u", [{"role": "user", "content": f"turn {i} about otters"}
                          for i in range(5)])
     m.add("otters hold hands while sleeping", "u")
+    m.set_fact("u", "pets", "otter_name", "Pebble")
     seen = _record_calls(m.store, "recent_messages")
+    facts_seen = _record_calls(m.store, "get_facts")
     with acting_as("u"):
         ctx = m.context("u", session_id=s.id, query="otters")
     assert [msg["content"] for msg in ctx.messages if msg["role"] == "user"] \
         == [f"turn {i} about otters" for i in range(5)]
-    assert any("otters hold hands" in msg["content"] for msg in ctx.messages
-               if msg["role"] == "system")
-    assert len(seen) == 1 and seen[0][0] == "u"
-    side = seen[0][1].startswith("memd-side")
-    assert side == m.store.concurrent_reads
+    system = [msg["content"] for msg in ctx.messages if msg["role"] == "system"]
+    assert any("otters hold hands" in text for text in system)
+    assert any("Pebble" in text for text in system)
+    for calls in (seen, facts_seen):
+        assert len(calls) == 1 and calls[0][0] == "u"
+        assert calls[0][1].startswith("memd-side") == m.store.concurrent_reads
 
 
 def test_workers_never_wait_on_connections_their_callers_hold(tmp_path: Path) -> None:

@@ -18,12 +18,13 @@ from memd.engine import validate as v
 from memd.engine.chat import chain_hashes
 from memd.engine.compile import Candidate, CompileInput, compile_context
 from memd.engine.extract import extract
-from memd.engine.retrieve import aside, score_memories
+from memd.engine.retrieve import ScoredMemory, aside, score_memories
 from memd.engine.write import fact_tag
 from memd.errors import InvalidInput, NotFound
 from memd.models.tokens import count_text, message_tokens
 from memd.types import (
     Context,
+    Fact,
     MemoryFilter,
     Message,
     NewMessage,
@@ -255,49 +256,50 @@ class SessionsMixin:
                 pending.append((i, new))
         if query is None:
             query = _last_user_text(m for _, m in reversed(pending))
-        stored: list[Message] = []
-        history_read: Future[list[Message]] | None = None
-        if (session is not None and query is not None and self.store.concurrent_reads
-                and not self.store.in_transaction()):
-            # The query is known already: the history is read in a side thread (on a
-            # connection of its own) while this one embeds the query and gathers memories.
-            # (Not on SQLite: its reads take turns on one connection, and handing the GIL
-            # back and forth cost more than the overlap saved: +1.5 ms at p50.)
-            history_read = aside(self.store, _recent_history, self, uid, session, window)
-        elif session is not None:
-            stored = _recent_history(self, uid, session, window)
-            if query is None:
-                query = _last_user_text(reversed(stored))
-        qvec = self.embedder.embed_query(query) if query else None
         now = self.now()
         visible = self.visible_workspaces(ws)
-        facts = [
-            f for f in self.store.get_facts(uid, workspaces=visible)
-            if f.importance >= FACT_MIN_IMPORTANCE
-        ]
-        fact_tags = {fact_tag(f.category, f.key) for f in facts}
-        fact_cands = [
-            Candidate("fact", f.id, f.text, count_text(f.text), f.importance * f.confidence)
-            for f in facts
-        ]
-        mem_cands: list[Candidate] = []
+        stored: list[Message] = []
+        all_facts: list[Fact] = []
+        side: Future[tuple[list[Message], list[Fact]]] | None = None
+        if (session is not None and query is not None and self.store.concurrent_reads
+                and not self.store.in_transaction()):
+            # The query is known already: the history and the facts are read in a side
+            # thread (on a connection of its own) while this one embeds the query and
+            # gathers memories. (Not on SQLite: its reads take turns on one connection,
+            # and handing the GIL back and forth cost more than the overlap saved: +1.5 ms
+            # at p50.)
+            side = aside(self.store, _history_and_facts, self, uid, session, window, visible)
+        else:
+            if session is not None:
+                stored = _recent_history(self, uid, session, window)
+                if query is None:
+                    query = _last_user_text(reversed(stored))
+            all_facts = self.store.get_facts(uid, workspaces=visible)
+        qvec = self.embedder.embed_query(query) if query else None
+        scored: list[ScoredMemory] = []
         if query and qvec is not None:
             flt = MemoryFilter(workspaces=visible, now=now,
                                session_id=session.id if session else None)
             scored = score_memories(self.store, uid, query, qvec, flt,
                                     self.settings.weights, now,
                                     shared=self.shared_owners(uid, ws))
-            floor = self.settings.min_similarity
-            mem_cands = [
-                Candidate(s.memory.kind, s.memory.id, s.memory.text, s.memory.token_count,
-                          s.score)
-                for s in scored
-                if not fact_tags.intersection(s.memory.tags)
-                and (s.memory.tier == Tier.PROCEDURAL or s.similarity >= floor
-                     or s.breakdown["keyword"] > 0 or s.breakdown["entity"] > 0)
-            ]
-        if history_read is not None:
-            stored = history_read.result()
+        if side is not None:
+            stored, all_facts = side.result()
+        facts = [f for f in all_facts if f.importance >= FACT_MIN_IMPORTANCE]
+        fact_tags = {fact_tag(f.category, f.key) for f in facts}
+        fact_cands = [
+            Candidate("fact", f.id, f.text, count_text(f.text), f.importance * f.confidence)
+            for f in facts
+        ]
+        floor = self.settings.min_similarity
+        mem_cands = [
+            Candidate(s.memory.kind, s.memory.id, s.memory.text, s.memory.token_count,
+                      s.score)
+            for s in scored
+            if not fact_tags.intersection(s.memory.tags)
+            and (s.memory.tier == Tier.PROCEDURAL or s.similarity >= floor
+                 or s.breakdown["keyword"] > 0 or s.breakdown["entity"] > 0)
+        ]
         history = stored + [_transient(m, uid, session, len(stored) + i, model)
                             for i, m in pending]
         ctx = compile_context(CompileInput(
@@ -316,6 +318,14 @@ class SessionsMixin:
         if used:  # access stats off the critical path (seed 000 §6.4 phase 5)
             self.store.enqueue_job("access", {"hits": used}, uid, now)
         return ctx
+
+
+def _history_and_facts(
+    engine: SessionsMixin, user_id: str, session: Session, window: int,
+    visible: Sequence[str],
+) -> tuple[list[Message], list[Fact]]:
+    return (_recent_history(engine, user_id, session, window),
+            engine.store.get_facts(user_id, workspaces=visible))
 
 
 def _recent_history(
