@@ -316,6 +316,22 @@ def test_keyword_ranking_ignores_other_users_rows(store: Store) -> None:
     assert [m.id for m, _ in store.keyword_memories("alice", "apples", 5, flt)] == [pie.id]
 
 
+def test_keyword_channel_reaches_past_top_matches_the_filter_drops(store: Store) -> None:
+    """The best keyword matches may all be filtered out (another workspace, inactive):
+    the channel still returns the best k that pass, however far down they rank."""
+    for i in range(12):
+        store.insert_memory(memory(f"kiwi kiwi kiwi {i}", workspace="other"), vec(0))
+    store.insert_memory(memory("kiwi kiwi kiwi gone", is_active=False), vec(0))
+    mine = [store.insert_memory(memory(f"a long note that mentions one kiwi, number {i}"),
+                                vec(0)) for i in range(4)]
+    flt = MemoryFilter(workspaces=("",))
+    got = store.keyword_memories("alice", "kiwi", 3, flt)
+    assert len(got) == 3 and {m.id for m, _ in got} <= {m.id for m in mine}
+    assert got[0][1] == pytest.approx(1.0)
+    everywhere = store.keyword_memories("alice", "kiwi", 3, MemoryFilter())
+    assert all(m.workspace == "other" for m, _ in everywhere)
+
+
 def test_sqlite_full_text_of_an_older_data_dir_is_reindexed(tmp_path: Path) -> None:
     """A data dir from before 005_fts_per_user.sql (shared terms plus an owner column)
     is reindexed when opened: its memories and messages are found by keyword after."""
