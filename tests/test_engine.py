@@ -399,6 +399,44 @@ def test_context_reads_history_beside_retrieval_as_the_same_user(engine_on: Memd
         assert calls[0][1].startswith("memd-side") == m.store.concurrent_reads
 
 
+def test_access_job_is_enqueued_beside_the_reply_and_the_runner_waits_for_it(
+    engine_on: Memd,
+) -> None:
+    """A compile's access job is enqueued in a side thread on PostgreSQL (as the same
+    user), in line on SQLite and inside a caller's transaction; running the jobs waits
+    for an enqueue still in flight, so no access is lost or counted late."""
+    import threading
+    import time as _time
+
+    from memd.auth import acting_as
+
+    m = engine_on
+    s = m.create_session("u")
+    m.append(s.id, "u", [{"role": "user", "content": "tell me about otters"}])
+    mem = m.add("otters hold hands while sleeping", "u").memory
+    m.run_jobs()
+    seen: list[tuple[str | None, str]] = _record_calls(m.store, "enqueue_job")
+    real = m.store.enqueue_job
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name.startswith("memd-side"):
+            _time.sleep(0.3)  # still in flight when the runner starts
+        return real(*args, **kwargs)
+
+    m.store.enqueue_job = slow  # type: ignore[method-assign]
+    with acting_as("u"):
+        m.context("u", session_id=s.id, query="otters")
+    m.run_jobs()
+    assert m.get(mem.id, "u").access_count == mem.access_count + 1
+    assert len(seen) == 1 and seen[0][0] == "u"
+    assert seen[0][1].startswith("memd-side") == m.store.concurrent_reads
+    with m.store.transaction():
+        m.context("u", session_id=s.id, query="otters")
+    assert seen[1][1] == threading.current_thread().name
+    m.run_jobs()
+    assert m.get(mem.id, "u").access_count == mem.access_count + 2
+
+
 def test_workers_never_wait_on_connections_their_callers_hold(tmp_path: Path) -> None:
     """A compile or a search holds a pooled connection (its read batch) while it waits
     for its worker thread; the workers read from a pool of their own. With every

@@ -7,19 +7,30 @@ exponential backoff, then parked as dead with its error, never silently dropped.
 Kinds: ``embed_messages`` (vectors for new messages), ``ingest`` (a memory the inline
 extractor found, through the full write path) and ``access`` (retrieval statistics of
 a compiled context).
+
+A compile's ``access`` job is enqueued off the request's critical path where the store
+reads concurrently (PostgreSQL): in a side thread, on a connection of its own, without
+waiting for a durable commit, the same guarantee as the job's own commit on SQLite. The
+runner waits for those enqueues before it claims jobs, and so does closing the engine.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING, Any
 
+from memd.engine.retrieve import aside
 from memd.engine.write import MemoryDraft, ingest
 from memd.errors import MemdError
 from memd.types import Job, Provenance, Scope, Tier
 
 if TYPE_CHECKING:
     from memd.engine.memory import Memd
+
+log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
 BATCH = 64
@@ -28,14 +39,47 @@ BATCH = 64
 class JobRunner:
     def __init__(self, memd: Memd) -> None:
         self.memd = memd
+        self._lock = threading.Lock()
+        self._pending: set[Future[None]] = set()
         self.handlers: dict[str, Callable[[Job], None]] = {
             "embed_messages": self._embed_messages,
             "ingest": self._ingest,
             "access": self._access,
         }
 
+    def enqueue_aside(self, kind: str, payload: dict[str, Any], user_id: str,
+                      now: float) -> None:
+        """Enqueue a job without holding up the caller where the store allows it (see
+        the module docstring); otherwise, and inside a caller's transaction, in line."""
+        store = self.memd.store
+        if not store.concurrent_reads or store.in_transaction():
+            store.enqueue_job(kind, payload, user_id, now)
+            return
+
+        def enqueue() -> None:
+            with store.read_batch():  # its own transaction, not waiting for the WAL flush
+                store.enqueue_job(kind, payload, user_id, now)
+
+        def settled(future: Future[None]) -> None:
+            with self._lock:
+                self._pending.discard(future)
+            if future.exception() is not None:  # statistics only: say so, go on
+                log.warning("a %s job was not enqueued: %s", kind, future.exception())
+
+        future = aside(store, enqueue)
+        with self._lock:
+            self._pending.add(future)
+        future.add_done_callback(settled)
+
+    def flush(self) -> None:
+        """Wait for the enqueues still in flight."""
+        with self._lock:
+            pending = list(self._pending)
+        wait(pending)
+
     def run_due(self, limit: int = 1000) -> int:
         """Run up to ``limit`` due jobs; returns how many completed."""
+        self.flush()
         done = 0
         while done < limit:
             jobs = self.memd.store.claim_jobs(self.memd.now(), min(BATCH, limit - done))

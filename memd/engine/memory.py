@@ -85,6 +85,7 @@ class Memd(SessionsMixin):
         return cls(store, embedder, settings, clock)
 
     def close(self) -> None:
+        self.jobs.flush()
         self.store.close()
 
     def __enter__(self) -> Memd:

@@ -36,6 +36,7 @@ from memd.types import (
 if TYPE_CHECKING:
     from memd.backends.base import Store
     from memd.config import Settings
+    from memd.engine.jobs import JobRunner
     from memd.engine.write import FactResult
     from memd.models.embedder import CachedEmbedder
 
@@ -91,6 +92,7 @@ class SessionsMixin:
         store: Store
         settings: Settings
         embedder: CachedEmbedder
+        jobs: JobRunner
 
         def now(self) -> float: ...
         def new_id(self) -> str: ...
@@ -316,7 +318,7 @@ class SessionsMixin:
         ))
         used = [(i.id, i.score or 0.0) for i in ctx.report.items if i.section == "memory"]
         if used:  # access stats off the critical path (seed 000 §6.4 phase 5)
-            self.store.enqueue_job("access", {"hits": used}, uid, now)
+            self.jobs.enqueue_aside("access", {"hits": used}, uid, now)
         return ctx
 
 
