@@ -6,7 +6,10 @@ implementation. psycopg 3 (sync) over a small ``psycopg_pool`` pool; each pooled
 has pgvector's types registered. A transaction belongs to one thread: the connection of the
 current ``with store.transaction():`` is kept in a thread-local, and inner blocks (and every
 writing method called inside one) run in a savepoint, so a failed write, e.g. a Conflict the
-caller handles, undoes only itself and the outer transaction goes on, as on SQLite.
+caller handles, undoes only itself and the outer transaction goes on, as on SQLite. The two
+writes of every turn, ``append_messages`` and ``enqueue_job``, cannot raise a Conflict and
+skip the savepoint (two round trips each); should one fail all the same, the transaction
+raises when it ends rather than let psycopg's COMMIT silently roll it back.
 Driver errors leave as memd errors: IntegrityError -> Conflict, DataError -> InvalidInput
 (values PostgreSQL cannot store, such as NUL characters), anything else -> StorageError.
 
