@@ -22,7 +22,7 @@ partition; working memory (tier 0) sits in UNLOGGED leaves. The session sweep
 
 Vectors: KNN is ``ORDER BY embedding <=> q LIMIT k`` over HNSW indexes (cosine), with
 pgvector's iterative index scan so that filters never starve the result. Keyword search is
-``websearch_to_tsquery`` over a generated tsvector with ``ts_rank_cd`` normalized by the best
+``websearch_to_tsquery`` over a generated tsvector with ``ts_rank`` normalized by the best
 hit, so relevance is in [0, 1] as on SQLite. Secure deletion is a VACUUM matter on
 PostgreSQL and is not done here.
 """
@@ -93,6 +93,7 @@ _MEMORY_COLS = (
     "expires_at, is_active, is_validated, token_count, superseded_by, tags, entities, metadata"
 )
 _INERROR = TransactionStatus.INERROR
+_IDLE = TransactionStatus.IDLE
 _STATS_COLS = "user_id, memory_id, access_count, last_accessed_at, relevance_accumulator"
 _STATS_DEFAULTS = {"relevance_accumulator": "0", "access_count": "0", "last_accessed_at": ""}
 # The columns of the memories table itself: _MEMORY_COLS without the stats.
@@ -211,6 +212,13 @@ def _error(exc: psycopg.Error) -> MemdError:
     return StorageError(f"PostgreSQL: {exc}")
 
 
+def _rolled_back() -> StorageError:
+    """psycopg's COMMIT of a transaction an error aborted is a silent ROLLBACK: a caller
+    that caught the error must not think its other writes were kept."""
+    return StorageError("the transaction was rolled back: a statement in it failed and the "
+                        "error was caught inside it")
+
+
 class PostgresStore(AccountsMixin):
     """The Store protocol over one PostgreSQL database (pgvector and pg_trgm required).
 
@@ -236,9 +244,12 @@ class PostgresStore(AccountsMixin):
                 self._add_history_months(conn, time.time(), _HISTORY_MONTHS)
         except psycopg.Error as exc:
             raise StorageError(f"cannot open the PostgreSQL store: {exc}") from exc
+        # Autocommit connections: a read outside a transaction is its one statement, one
+        # round trip (an implicit transaction would add a BEGIN and a COMMIT); every
+        # write block opens its transaction explicitly (conn.transaction()).
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             dsn, min_size=1, max_size=pool_size, configure=self._configure, open=False,
-            name="memd",
+            name="memd", kwargs={"autocommit": True},
         )
         # The engine's worker threads (side_reads) read from a pool of their own: a
         # request thread may hold a connection of the main pool (a read batch) while it
@@ -246,7 +257,7 @@ class PostgresStore(AccountsMixin):
         # once every request thread holds one.
         self._side_pool: ConnectionPool[Conn] = ConnectionPool(
             dsn, min_size=1, max_size=side_pool_size, configure=self._configure,
-            open=False, name="memd-side",
+            open=False, name="memd-side", kwargs={"autocommit": True},
         )
         try:
             self._pool.open(wait=True, timeout=30.0)
@@ -268,7 +279,6 @@ class PostgresStore(AccountsMixin):
         # partitions x their months, plus indexes), exhausting max_locks_per_transaction.
         # Custom plans prune to the user's partition at plan time.
         conn.execute("SET plan_cache_mode = force_custom_plan")
-        conn.commit()
 
     def _migrate(self, conn: Conn) -> None:
         """Apply sql/postgres/NNN_*.sql in order, each in its own transaction, under an
@@ -402,6 +412,13 @@ class PostgresStore(AccountsMixin):
         conn = self._current()
         try:
             if conn is not None:
+                if conn.info.transaction_status == _IDLE:  # a read batch's connection
+                    with conn.transaction():
+                        conn.execute("SET LOCAL synchronous_commit = off")
+                        yield conn
+                        if conn.info.transaction_status == _INERROR:
+                            raise _rolled_back()
+                    return
                 if not savepoint or getattr(self._local, "batch", False):
                     yield conn  # a failure fails the whole transaction (or read batch)
                     return
@@ -414,14 +431,8 @@ class PostgresStore(AccountsMixin):
                     with conn.transaction():
                         self._act(conn)
                         yield conn
-                        # psycopg's COMMIT of a transaction an error aborted is a silent
-                        # ROLLBACK: a caller that caught the error must not think its
-                        # other writes were kept.
                         if conn.info.transaction_status == _INERROR:
-                            raise StorageError(
-                                "the transaction was rolled back: a statement in it failed "
-                                "and the error was caught inside it"
-                            )
+                            raise _rolled_back()
                 finally:
                     self._local.conn = None
         except psycopg.Error as exc:
@@ -436,8 +447,12 @@ class PostgresStore(AccountsMixin):
                 yield conn
                 return
             with self._pool_of_thread().connection() as conn:
-                self._act(conn)  # starts the implicit transaction the reads run in
-                yield conn
+                if current_actor() is None:
+                    yield conn  # autocommit: the statement is a transaction of its own
+                    return
+                with conn.transaction():  # _act's settings last as long as it
+                    self._act(conn)
+                    yield conn
         except psycopg.Error as exc:
             raise _error(exc) from exc
 
@@ -484,13 +499,28 @@ class PostgresStore(AccountsMixin):
         if self._current() is not None:  # joins the transaction, keeps its durability
             yield
             return
-        with self._txn() as conn:
-            conn.execute("SET LOCAL synchronous_commit = off")
-            self._local.batch = True
-            try:
-                yield
-            finally:
-                self._local.batch = False
+        if current_actor() is not None:  # row-level security's settings need a transaction
+            with self._txn() as conn:
+                conn.execute("SET LOCAL synchronous_commit = off")
+                self._local.batch = True
+                try:
+                    yield
+                finally:
+                    self._local.batch = False
+            return
+        # One autocommit connection for the batch, no transaction: each read is one round
+        # trip; a write opens a transaction of its own (_txn), without the WAL-flush wait.
+        try:
+            with self._pool_of_thread().connection() as conn:
+                self._local.conn = conn
+                self._local.batch = True
+                try:
+                    yield
+                finally:
+                    self._local.conn = None
+                    self._local.batch = False
+        except psycopg.Error as exc:
+            raise _error(exc) from exc
 
     def _q(self, query: Any, params: Params = ()) -> list[tuple[Any, ...]]:
         with self._read() as conn:  # binary results: no text parsing of floats, vectors
@@ -793,7 +823,7 @@ class PostgresStore(AccountsMixin):
             params.append(session_id)
         rows = self._q(
             f"SELECT {_MESSAGE_COLS}, "
-            "ts_rank_cd(content_tsv, websearch_to_tsquery('english', %s)) AS r "
+            "ts_rank(content_tsv, websearch_to_tsquery('english', %s)) AS r "
             f"FROM messages WHERE {where} ORDER BY r DESC, message_id LIMIT %s",
             (*params, k),
         )
@@ -1039,7 +1069,7 @@ class PostgresStore(AccountsMixin):
             )
         return (
             f"SELECT {_MEMORY_TABLE_COLS}{extra}, "
-            "ts_rank_cd(content_tsv, websearch_to_tsquery('english', %s))::float8 AS rank_ "
+            "ts_rank(content_tsv, websearch_to_tsquery('english', %s))::float8 AS rank_ "
             f"FROM memories WHERE {where} "
             "AND content_tsv @@ websearch_to_tsquery('english', %s) "
             "ORDER BY rank_ DESC, memory_id LIMIT %s",

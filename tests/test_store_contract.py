@@ -774,6 +774,27 @@ def test_pg_hot_queries_touch_one_partition_through_indexes(pg_store: Any) -> No
             check(plan, "content_tsv" if plan is inner[0] else "memories_")
 
 
+def test_pg_keyword_relevance_is_ts_rank_alike_with_and_without_rls(pg_store: Any) -> None:
+    """Keyword relevance on PostgreSQL is ts_rank (seed 002 §2.3) of the OR of the query's
+    words, relative to the best hit; the row-level-security path's function (migration
+    005) ranks exactly as the owner's query does."""
+    s = pg_store
+    texts = ["docker", "docker compose and docker swarm", "docker docker docker, only docker",
+             "nothing relevant"]
+    made = [s.insert_memory(memory(t), vec(i)) for i, t in enumerate(texts)]
+    expected = [float(r) for (r,) in s._q(
+        "SELECT ts_rank(to_tsvector('english', t), websearch_to_tsquery('english', 'docker'))"
+        "::float8 FROM unnest(%s::text[]) WITH ORDINALITY AS x (t, n) ORDER BY n",
+        (texts[:3],))]
+    top = max(expected)
+    hits = s.keyword_memories("alice", "docker", 10, MemoryFilter())
+    assert {m.id: round(rel, 6) for m, rel in hits} \
+        == {made[i].id: round(expected[i] / top, 6) for i in range(3)}
+    assert [m.id for m, _ in hits][0] == made[2].id and len(set(expected)) == 3
+    with acting_as("alice"):
+        assert s.keyword_memories("alice", "docker", 10, MemoryFilter()) == hits
+
+
 def test_pg_access_bumps_leave_memory_rows_alone(pg_store: Any) -> None:
     """Access stats live in memory_stats: a bump writes no new version of the memory's
     row (which would go into its HNSW, GIN and b-tree indexes again)."""
@@ -823,7 +844,8 @@ def test_pg_schema_3_database_keeps_its_access_stats(
     v3.close()
     v4 = postgres.PostgresStore(dsn, dim=DIM, partitions=PG_PARTITIONS)
     try:
-        assert v4.schema_version() == 4
+        assert v4.schema_version() == max(int(f.name.split("_", 1)[0]) for f in real.iterdir()
+                                          if f.name.endswith(".sql"))
         for i, user in enumerate(("alice", "bob")):
             got = v4.get_memory(user, f"m{i}")
             assert got is not None
@@ -842,7 +864,8 @@ def test_pg_migrations_are_recorded_once_and_keep_the_layout(pg_store: Any) -> N
     dsn = pg.cluster().dsn(pg_store.database)
     pg_store.insert_memory(memory("kept across reopen"), vec(0))
     again = PostgresStore(dsn, dim=DIM, partitions=(8, 8, 8))
-    assert again.schema_version() == 4 and again.partitions == PG_PARTITIONS
+    assert again.schema_version() == pg_store.schema_version() >= 5
+    assert again.partitions == PG_PARTITIONS
     assert len(again.list_memories("alice", MemoryFilter())) == 1
     again.close()
     with pytest.raises(MigrationError, match="8-dim.*16-dim"):
@@ -897,6 +920,46 @@ def test_pg_a_caught_failure_without_savepoint_rolls_the_transaction_back_loudly
     with pytest.raises(NotFound):
         s.append_messages("alice", "no-such-session", [NewMessage("user", "x")], [1], [None],
                           3.0)
+
+
+def test_pg_reads_are_one_statement_each_and_a_batch_write_is_atomic(
+    pg_store: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pooled connections are in autocommit: a read outside a transaction, alone or in a
+    read batch (a compile's), is its statement alone, with no BEGIN and COMMIT round
+    trips around it. A write in a read batch still runs in a transaction of its own, so
+    one that fails halfway leaves nothing behind and the batch goes on."""
+    from psycopg._connection_base import BaseConnection
+
+    s = pg_store
+    sess = s.create_session(session())
+    commands: list[bytes] = []
+    exec_command = BaseConnection._exec_command
+
+    me = threading.current_thread()
+
+    def spy(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is me:  # not the pool's threads making connections
+            commands.append(command if isinstance(command, bytes) else str(command).encode())
+        return exec_command(self, command, *args, **kwargs)
+
+    monkeypatch.setattr(BaseConnection, "_exec_command", spy)
+    assert s.get_session("alice", sess.id) is not None
+    with s.read_batch():
+        assert s.get_session("alice", sess.id) is not None
+        assert s.get_messages("alice", sess.id) == []
+    assert commands == []
+    with s.read_batch():
+        # The session's turn count is raised before the message insert fails (the
+        # server refuses NUL in text): both are undone.
+        with pytest.raises(InvalidInput):
+            s.append_messages("alice", sess.id, [NewMessage("user", "a\x00b")], [1], [None],
+                              1.0)
+        assert s.get_session("alice", sess.id).turn_count == 0
+        s.append_messages("alice", sess.id, [NewMessage("user", "kept")], [1], [None], 2.0)
+    assert any(c.startswith(b"BEGIN") for c in commands)
+    assert [m.content for m in s.get_messages("alice", sess.id)] == ["kept"]
+    assert s.get_session("alice", sess.id).turn_count == 1
 
 
 def test_pg_repeated_queries_keep_pruning_partitions() -> None:
