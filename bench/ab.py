@@ -1,0 +1,137 @@
+"""Interleaved A/B of two memd revisions on bench_scale's PostgreSQL dataset.
+
+This machine's speed drifts by up to 2x within an hour, so two benchmark runs taken one
+after the other compare the hour as much as the code. Here both revisions run at once, in
+two processes over the same dataset, and take turns in 2-second slots: A compiles (or
+appends) in the even slots while B sleeps, B in the odd ones. Each prints its p50, p90
+and p99 over all its slots.
+
+    .venv/bin/python bench/ab.py HEAD~1                       # HEAD~1 against this checkout
+    .venv/bin/python bench/ab.py HEAD~1 --what append --slots 20
+
+The old revision is checked out into a temporary git worktree (its ``memd.backends`` and
+``memd.sql`` linked in, as an installed package maps them) and runs with this checkout's
+SQL migrations, so that it can open a dataset the new revision has migrated. The dataset
+must exist (run bench_scale.py once). ``--what append`` appends to a session of a scratch
+user, not the target's, so the timed phases of later runs see the same target data.
+
+PostgreSQL only: on SQLite the two processes would share one database file, and each
+compile writes its access job in line, so one side's writes wait on the other's lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SLOT = 2.0  # seconds
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One side: open the dataset, warm up, then run in slots ``args.slot``, +2, +4..."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    sys.path.insert(0, str(HERE))
+    import gc
+
+    import numpy as np
+    import scale_data as sd
+    from bench_engine import sentence
+
+    import memd
+    from memd.models.embedder import FakeEmbedder
+
+    spec = sd.Spec()
+    base = Path(args.data_dir).expanduser()
+    cluster = sd.PgCluster(base / "pg" / "pgdata", sd.PG_SETTINGS)
+    m = memd.open(base / "pg" / "app", db=cluster.dsn(f"scale_{spec.key()}_256_256_512"),
+                  embedder=FakeEmbedder(), pg_partitions=(256, 256, 512))
+    rng = random.Random(3)
+    sessions = [s.id for s in m.store.list_sessions(sd.TARGET, limit=1000)]
+    queries = [sentence(rng, 8) for _ in range(50)]
+    for q in queries:
+        m.embedder.embed_query(q)
+    scratch = m.create_session("ab-scratch").id
+
+    def op(i: int) -> None:
+        if args.what == "append":
+            m.append(scratch, "ab-scratch", [{"role": "user", "content": sentence(rng, 20)}])
+        else:
+            m.context(sd.TARGET, session_id=sessions[i % len(sessions)],
+                      query=queries[i % 50])
+
+    for i in range(len(sessions)):  # every session visited once: steady state
+        op(i)
+    gc.collect()
+    gc.freeze()  # as `memd serve` does after start-up
+    first = args.start
+    times: list[float] = []
+    i = 0
+    for k in range(args.slots):
+        slot = first + 2 * k + args.slot
+        while time.time() < slot * SLOT:
+            time.sleep(0.005)
+        while time.time() < (slot + 0.9) * SLOT:
+            t = time.perf_counter()
+            op(i)
+            times.append((time.perf_counter() - t) * 1000)
+            i += 1
+    m.close()
+    print(f"{args.label}: {args.what}, n {len(times)}: p50 "
+          f"{np.percentile(times, 50):.2f} p90 {np.percentile(times, 90):.2f} p99 "
+          f"{np.percentile(times, 99):.2f} ms", flush=True)
+
+
+def checkout(rev: str, into: Path) -> Path:
+    """``rev`` as a worktree under ``into``, laid out as the installed package is."""
+    tree = into / "a"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree),
+                    rev], check=True)
+    (tree / "memd" / "backends").symlink_to(tree / "backends")
+    (tree / "memd" / "sql").symlink_to(ROOT / "sql")  # this checkout's migrations
+    return tree
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("rev", help="the revision to compare this checkout with (A)")
+    ap.add_argument("--what", choices=("compile", "append"), default="compile")
+    ap.add_argument("--slots", type=int, default=30, help="slots per side (2 s each)")
+    ap.add_argument("--data-dir", default="~/.cache/memd-bench")
+    ap.add_argument("--slot", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--start", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--label", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.slot is not None:
+        worker(args)
+        return
+    with tempfile.TemporaryDirectory(prefix="memd-ab-") as tmp:
+        tree = checkout(args.rev, Path(tmp))
+        try:
+            # Both sides open the dataset and warm up (~10 s) before the first slot.
+            start = int(time.time() / SLOT) + 15
+            common = [sys.executable, __file__, args.rev, "--what", args.what, "--slots",
+                      str(args.slots), "--data-dir", args.data_dir, "--start", str(start)]
+            sides = [
+                subprocess.Popen([*common, "--slot", "0", "--label", f"A {args.rev}"],
+                                 env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tmp),
+                subprocess.Popen([*common, "--slot", "1", "--label", "B this checkout"],
+                                 env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=tmp),
+            ]
+            codes = [p.wait() for p in sides]
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                            str(tree)], check=False)
+    if any(codes):
+        sys.exit(f"a side failed (exit codes {codes})")
+
+
+if __name__ == "__main__":
+    main()
