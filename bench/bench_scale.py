@@ -22,6 +22,9 @@ Measured per backend, each timed phase after a warm-up, through memd's public AP
   ONNX model runs each time);
 * search (``Memd.search``, default kinds) the same two ways;
 * append-turn latency (``Memd.append``, one user message);
+* on PostgreSQL, compile and append again in team mode (``compile_team``,
+  ``append_team``): acting as the target, as an authenticated request does, so every
+  read and write runs as the role ``memd_app`` under row-level security;
 * the growth curve: compile and search (embedding cached) for the growth users;
 * ingestion throughput into a new user: ``add`` (memories/s) and ``append`` + the
   background jobs that embed the messages (messages/s), with the fake embedder and, on
@@ -66,6 +69,7 @@ import scale_data as sd  # noqa: E402
 from bench_engine import pct, sentence  # noqa: E402
 
 import memd  # noqa: E402
+from memd.auth import acting_as
 from memd.engine.memory import Memd
 from memd.models.embedder import FakeEmbedder
 
@@ -246,6 +250,21 @@ def latency_phases(m: Memd, args: argparse.Namespace, rng: random.Random) -> dic
 
     out["append"] = timed(append, n, warm=10)
     log(f"  append: p50 {out['append']['p50']} p99 {out['append']['p99']} ms")
+    if m.store.concurrent_reads:  # PostgreSQL: team mode too, under row-level security
+        m.store.check_row_security()
+
+        def team_compile(i: int) -> None:
+            with acting_as(user):
+                compile_cached(i)
+
+        def team_append(i: int) -> None:
+            with acting_as(user):
+                append(i)
+
+        for name, fn in (("compile_team", team_compile), ("append_team", team_append)):
+            out[name] = timed(fn, n, warm=20)
+            log(f"  {name}: p50 {out[name]['p50']} p99 {out[name]['p99']} ms "
+                f"(cpu p50 {out[name]['cpu_p50']} p99 {out[name]['cpu_p99']})")
     return out
 
 
