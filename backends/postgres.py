@@ -401,14 +401,15 @@ class PostgresStore(AccountsMixin):
         return conn
 
     @contextmanager
-    def _txn(self, savepoint: bool = True) -> Iterator[Conn]:
+    def _txn(self, savepoint: bool = True, *, async_commit: bool = False) -> Iterator[Conn]:
         """A connection in a transaction: a savepoint in the thread's current transaction,
         or a pooled connection in a new one that commits at the end of the block.
 
         ``savepoint=False`` is for writes no caller handles a failure of (no Conflict can
         come out of them): they join the current transaction as they are and save the
         SAVEPOINT and RELEASE round trips. If one fails, the transaction is aborted,
-        and leaving it then raises (below) rather than commit what came before."""
+        and leaving it then raises (below) rather than commit what came before.
+        ``async_commit``: a new transaction commits without waiting for the WAL flush."""
         conn = self._current()
         try:
             if conn is not None:
@@ -429,7 +430,7 @@ class PostgresStore(AccountsMixin):
                 self._local.conn = conn
                 try:
                     with conn.transaction():
-                        self._act(conn)
+                        self._act(conn, async_commit)
                         yield conn
                         if conn.info.transaction_status == _INERROR:
                             raise _rolled_back()
@@ -457,17 +458,23 @@ class PostgresStore(AccountsMixin):
             raise _error(exc) from exc
 
     @staticmethod
-    def _act(conn: Conn) -> None:
+    def _act(conn: Conn, async_commit: bool = False) -> None:
         """Row-Level Security: in a request authenticated as a user, the transaction runs
         as the unprivileged ``memd_app`` role with ``memd.user_id`` set to that user, so
         the policies of sql/postgres/003_auth.sql bind every query in it (both settings
-        are transaction-local and vanish when the pooled connection goes back)."""
+        are transaction-local and vanish when the pooled connection goes back).
+        ``async_commit`` turns the transaction's synchronous_commit off, in the same
+        statement."""
         actor = current_actor()
         if actor is not None:
             conn.execute(
                 "SELECT set_config('role', 'memd_app', true), "
-                "set_config('memd.user_id', %s, true)", (actor,),
+                "set_config('memd.user_id', %s, true)"
+                + (", set_config('synchronous_commit', 'off', true)" if async_commit else ""),
+                (actor,),
             )
+        elif async_commit:
+            conn.execute("SET LOCAL synchronous_commit = off")
 
     def check_row_security(self) -> None:
         """Raise unless the role and policies that auth mode relies on are in place."""
@@ -500,8 +507,7 @@ class PostgresStore(AccountsMixin):
             yield
             return
         if current_actor() is not None:  # row-level security's settings need a transaction
-            with self._txn() as conn:
-                conn.execute("SET LOCAL synchronous_commit = off")
+            with self._txn(async_commit=True):
                 self._local.batch = True
                 try:
                     yield

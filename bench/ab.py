@@ -13,7 +13,9 @@ The old revision is checked out into a temporary git worktree (its ``memd.backen
 ``memd.sql`` linked in, as an installed package maps them) and runs with this checkout's
 SQL migrations, so that it can open a dataset the new revision has migrated. The dataset
 must exist (run bench_scale.py once). ``--what append`` appends to a session of a scratch
-user, not the target's, so the timed phases of later runs see the same target data.
+user, not the target's, so the timed phases of later runs see the same target data
+(except with ``--team``: row-level security lets a request write only its own user's
+rows, so team-mode appends go to a new session of the target).
 
 PostgreSQL only: on SQLite the two processes would share one database file, and each
 compile writes its access job in line, so one side's writes wait on the other's lock.
@@ -46,6 +48,7 @@ def worker(args: argparse.Namespace) -> None:
     from bench_engine import sentence
 
     import memd
+    from memd.auth import acting_as
     from memd.models.embedder import FakeEmbedder
 
     spec = sd.Spec()
@@ -58,9 +61,13 @@ def worker(args: argparse.Namespace) -> None:
     queries = [sentence(rng, 8) for _ in range(50)]
     for q in queries:
         m.embedder.embed_query(q)
-    scratch = m.create_session("ab-scratch").id
+    scratch = m.create_session(sd.TARGET if args.team else "ab-scratch").id
 
     def op(i: int) -> None:
+        with acting_as(sd.TARGET if args.team else None):
+            run(i)
+
+    def run(i: int) -> None:
         if args.what == "append":
             m.append(scratch, "ab-scratch", [{"role": "user", "content": sentence(rng, 20)}])
         else:
@@ -84,7 +91,7 @@ def worker(args: argparse.Namespace) -> None:
             times.append((time.perf_counter() - t) * 1000)
             i += 1
     m.close()
-    print(f"{args.label}: {args.what}, n {len(times)}: p50 "
+    print(f"{args.label}: {args.what}{' (team)' if args.team else ''}, n {len(times)}: p50 "
           f"{np.percentile(times, 50):.2f} p90 {np.percentile(times, 90):.2f} p99 "
           f"{np.percentile(times, 99):.2f} ms", flush=True)
 
@@ -104,6 +111,8 @@ def main() -> None:
     ap.add_argument("rev", help="the revision to compare this checkout with (A)")
     ap.add_argument("--what", choices=("compile", "append"), default="compile")
     ap.add_argument("--slots", type=int, default=30, help="slots per side (2 s each)")
+    ap.add_argument("--team", action="store_true",
+                    help="act as the target user (team mode: row-level security)")
     ap.add_argument("--data-dir", default="~/.cache/memd-bench")
     ap.add_argument("--slot", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--start", type=int, help=argparse.SUPPRESS)
@@ -118,7 +127,8 @@ def main() -> None:
             # Both sides open the dataset and warm up (~10 s) before the first slot.
             start = int(time.time() / SLOT) + 15
             common = [sys.executable, __file__, args.rev, "--what", args.what, "--slots",
-                      str(args.slots), "--data-dir", args.data_dir, "--start", str(start)]
+                      str(args.slots), "--data-dir", args.data_dir, "--start", str(start),
+                      *(["--team"] if args.team else [])]
             sides = [
                 subprocess.Popen([*common, "--slot", "0", "--label", f"A {args.rev}"],
                                  env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tmp),

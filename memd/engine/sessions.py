@@ -326,8 +326,9 @@ def _history_and_facts(
     engine: SessionsMixin, user_id: str, session: Session, window: int,
     visible: Sequence[str],
 ) -> tuple[list[Message], list[Fact]]:
-    return (_recent_history(engine, user_id, session, window),
-            engine.store.get_facts(user_id, workspaces=visible))
+    with engine.store.read_batch():  # one connection (and, for RLS, one transaction)
+        return (_recent_history(engine, user_id, session, window),
+                engine.store.get_facts(user_id, workspaces=visible))
 
 
 def _recent_history(
