@@ -399,6 +399,41 @@ def test_context_reads_history_beside_retrieval_as_the_same_user(engine_on: Memd
         assert calls[0][1].startswith("memd-side") == m.store.concurrent_reads
 
 
+def test_context_reads_history_only_as_far_back_as_any_split_could_keep(
+    engine_on: Memd, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The history read stops at the first message past the most tokens any task type's
+    split could give the history (85 % of what the window leaves after the reply's
+    reserve), not at the whole window: the compiled context is the same as with a
+    whole-window read, from fewer messages."""
+    from memd.engine import sessions
+
+    m = engine_on
+    s = m.create_session("u", context_window=2000, max_response_tokens=400)
+    m.append(s.id, "u", [{"role": "user" if i % 2 == 0 else "assistant",
+                          "content": f"turn {i} about the otter census and its counters"}
+                         for i in range(120)])
+    read: list[Any] = []
+    real = m.store.recent_messages
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        page = real(*args, **kwargs)
+        read.extend(page)
+        return page
+
+    monkeypatch.setattr(m.store, "recent_messages", spy)
+    ctx = m.context("u", session_id=s.id, query="otters")
+    bounded = list(read)
+    read.clear()
+    monkeypatch.setattr(sessions, "history_budget_bound", lambda window, *_: window)
+    whole = m.context("u", session_id=s.id, query="otters")
+    assert ctx.messages == whole.messages and ctx.report == whole.report
+    assert ctx.report.history_cut and len(bounded) < len(read)
+    reach = (2000 - 400) * 85 // 100
+    tokens = [msg.token_count for msg in bounded]
+    assert sum(tokens[:-1]) <= reach < sum(tokens)
+
+
 def test_access_job_is_enqueued_beside_the_reply_and_the_runner_waits_for_it(
     engine_on: Memd,
 ) -> None:

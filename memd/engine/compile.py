@@ -153,6 +153,16 @@ def classify_task(history: Sequence[Message], has_tools: bool) -> str:
     return CONTINUATION
 
 
+def history_budget_bound(context_window: int, max_response_tokens: int,
+                         tool_tokens: int) -> int:
+    """The most tokens of history any task type's split can keep (``compile_context``'s
+    B_hist, before system messages are counted): older history could never be sent, so
+    the engine reads no further back."""
+    b = max(0, context_window - max_response_tokens - tool_tokens)
+    return max(b - b * mem // 100 if mem + hist == 100 else b * hist // 100
+               for mem, hist in TASK_SPLITS.values())
+
+
 def history_blocks(history: Sequence[Message]) -> list[list[Message]]:
     """Group ``history`` into blocks that must be kept or cut together; orphans are left out.
 

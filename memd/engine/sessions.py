@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from memd.engine import validate as v
 from memd.engine.chat import chain_hashes
-from memd.engine.compile import Candidate, CompileInput, compile_context
+from memd.engine.compile import (
+    Candidate,
+    CompileInput,
+    compile_context,
+    history_budget_bound,
+)
 from memd.engine.extract import extract
 from memd.engine.retrieve import ScoredMemory, aside, score_memories
 from memd.engine.write import fact_tag
@@ -260,6 +265,10 @@ class SessionsMixin:
             query = _last_user_text(m for _, m in reversed(pending))
         now = self.now()
         visible = self.visible_workspaces(ws)
+        reserve = (max_response_tokens if max_response_tokens is not None
+                   else (session.max_response_tokens if session
+                         else self.settings.default_max_response_tokens))
+        reach = history_budget_bound(window, reserve, tool_tokens)
         stored: list[Message] = []
         all_facts: list[Fact] = []
         side: Future[tuple[list[Message], list[Fact]]] | None = None
@@ -270,10 +279,10 @@ class SessionsMixin:
             # gathers memories. (Not on SQLite: its reads take turns on one connection,
             # and handing the GIL back and forth cost more than the overlap saved: +1.5 ms
             # at p50.)
-            side = aside(self.store, _history_and_facts, self, uid, session, window, visible)
+            side = aside(self.store, _history_and_facts, self, uid, session, reach, visible)
         else:
             if session is not None:
-                stored = _recent_history(self, uid, session, window)
+                stored = _recent_history(self, uid, session, reach)
                 if query is None:
                     query = _last_user_text(reversed(stored))
             all_facts = self.store.get_facts(uid, workspaces=visible)
@@ -306,12 +315,7 @@ class SessionsMixin:
                             for i, m in pending]
         ctx = compile_context(CompileInput(
             system=system, history=history, facts=fact_cands, memories=mem_cands,
-            context_window=window,
-            max_response_tokens=max_response_tokens
-            if max_response_tokens is not None
-            else (session.max_response_tokens if session
-                  else self.settings.default_max_response_tokens),
-            tool_tokens=tool_tokens,
+            context_window=window, max_response_tokens=reserve, tool_tokens=tool_tokens,
             session_summary=session.summary_text if session else None,
             session_summary_tokens=session.summary_token_count if session else 0,
             task_type=task_type, model=model,
@@ -323,21 +327,22 @@ class SessionsMixin:
 
 
 def _history_and_facts(
-    engine: SessionsMixin, user_id: str, session: Session, window: int,
+    engine: SessionsMixin, user_id: str, session: Session, reach: int,
     visible: Sequence[str],
 ) -> tuple[list[Message], list[Fact]]:
     with engine.store.read_batch():  # one connection (and, for RLS, one transaction)
-        return (_recent_history(engine, user_id, session, window),
+        return (_recent_history(engine, user_id, session, reach),
                 engine.store.get_facts(user_id, workspaces=visible))
 
 
 def _recent_history(
-    engine: SessionsMixin, user_id: str, session: Session, window: int
+    engine: SessionsMixin, user_id: str, session: Session, reach: int
 ) -> list[Message]:
-    """The newest active messages back to the first one that crosses the whole window
-    (older ones could never fit), oldest first: usually one query."""
+    """The newest active messages back to the first one that crosses ``reach`` tokens,
+    the most history the compile could keep (older ones could never fit), oldest first:
+    usually one query."""
     out: list[Message] = []
-    budget = window
+    budget = reach
     before: int | None = None
     limit = HISTORY_SCAN
     while True:
