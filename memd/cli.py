@@ -277,6 +277,14 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
         raise InvalidInput(f"refusing to serve {settings.host} without --auth: anyone who "
                            "can reach it could read this memory (add --auth and create keys "
                            "with 'memd key create', or pass --unauthenticated)")
+    from memd.server.discovery import find_daemon, remove_daemon_file, write_daemon_file
+
+    running = find_daemon(settings.data_dir)
+    if running is not None:  # two daemons on one SQLite file starve each other's writes
+        base = running.base_url
+        running.close()
+        raise InvalidInput(f"a memd daemon already serves {settings.data_dir} at {base}: "
+                           "stop it first, or give this one its own --data-dir")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     engine = memd.open(settings=settings)
     app = create_app(engine, settings)
@@ -297,8 +305,6 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     # generations for good: without this, full collections walk them and add ~10 ms
     # pauses to the p99 of request handling.
     import gc
-
-    from memd.server.discovery import remove_daemon_file, write_daemon_file
 
     gc.collect()
     gc.freeze()

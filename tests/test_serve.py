@@ -51,6 +51,12 @@ def test_cli_uses_the_running_daemon(tmp_path: Path) -> None:
         served = (tmp_path / "serve.log").read_text()
         assert "POST /v1/memories" in served and "POST /v1/search" in served
         assert "listening on http://127.0.0.1:" in served
+        # A second daemon on the same data dir is refused (on one SQLite file their
+        # writes would starve each other), and the first goes on serving.
+        second = run("serve", "--port", str(free_port()), env=env)
+        assert second.returncode == 2, second.stderr
+        assert f"already serves {tmp_path / 'data'} at http://127.0.0.1:{port}" in second.stderr
+        assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
