@@ -414,11 +414,8 @@ class PostgresStore(AccountsMixin):
         try:
             if conn is not None:
                 if conn.info.transaction_status == _IDLE:  # a read batch's connection
-                    with conn.transaction():
-                        conn.execute("SET LOCAL synchronous_commit = off")
+                    with self._own_txn(conn, async_commit=True):
                         yield conn
-                        if conn.info.transaction_status == _INERROR:
-                            raise _rolled_back()
                     return
                 if not savepoint or getattr(self._local, "batch", False):
                     yield conn  # a failure fails the whole transaction (or read batch)
@@ -429,15 +426,22 @@ class PostgresStore(AccountsMixin):
             with self._pool_of_thread().connection() as conn:
                 self._local.conn = conn
                 try:
-                    with conn.transaction():
-                        self._act(conn, async_commit)
+                    with self._own_txn(conn, async_commit):
                         yield conn
-                        if conn.info.transaction_status == _INERROR:
-                            raise _rolled_back()
                 finally:
                     self._local.conn = None
         except psycopg.Error as exc:
             raise _error(exc) from exc
+
+    @contextmanager
+    def _own_txn(self, conn: Conn, async_commit: bool) -> Iterator[None]:
+        """A transaction of ``conn``'s own, as the acting user (_act); leaving it after a
+        statement in it failed raises instead of committing what came before."""
+        with conn.transaction():
+            self._act(conn, async_commit)
+            yield
+            if conn.info.transaction_status == _INERROR:
+                raise _rolled_back()
 
     @contextmanager
     def _read(self) -> Iterator[Conn]:

@@ -159,8 +159,15 @@ def history_budget_bound(context_window: int, max_response_tokens: int,
     B_hist, before system messages are counted): older history could never be sent, so
     the engine reads no further back."""
     b = max(0, context_window - max_response_tokens - tool_tokens)
-    return max(b - b * mem // 100 if mem + hist == 100 else b * hist // 100
-               for mem, hist in TASK_SPLITS.values())
+    return max(_split(b, task)[1] for task in TASK_SPLITS)
+
+
+def _split(b: int, task: str) -> tuple[int, int]:
+    """(B_mem, B_hist): budget ``b`` split as ``task``'s shares say; a split that sums to
+    100 % gives the history what the memory's rounding leaves."""
+    mem_share, hist_share = TASK_SPLITS[task]
+    b_mem = b * mem_share // 100
+    return b_mem, b - b_mem if mem_share + hist_share == 100 else b * hist_share // 100
 
 
 def history_blocks(history: Sequence[Message]) -> list[list[Message]]:
@@ -198,9 +205,7 @@ def compile_context(inp: CompileInput) -> Context:
     s_tokens = sum(message_tokens(m, model) for m in inp.system)
     c, r, t = inp.context_window, inp.max_response_tokens, inp.tool_tokens
     b = max(0, c - s_tokens - r - t)
-    mem_share, hist_share = TASK_SPLITS[task]
-    b_mem = b * mem_share // 100
-    b_hist = b - b_mem if mem_share + hist_share == 100 else b * hist_share // 100
+    b_mem, b_hist = _split(b, task)
 
     blocks = history_blocks(inp.history)
     kept: list[list[Message]] = []
