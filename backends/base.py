@@ -334,13 +334,13 @@ class Store(Protocol):
 
 def recent_query(
     columns: str, user_id: str, session_id: str, before_turn: int | None, *, mark: str,
-    active: str, nonneg: str,
+    active: str, nonneg: str, table: str = "messages",
 ) -> tuple[str, list[Any]]:
     """``Store.recent_messages`` as one SQL statement for either backend: the running
     token sum is a window over turn numbers and counts only, and just the messages it
     keeps are read in full. ``mark`` is the placeholder, ``active`` the SQL for an active
-    message, ``nonneg`` the two-argument max function; the caller appends the limit and
-    the budget to the parameters returned."""
+    message, ``nonneg`` the two-argument max function, ``table`` what holds the user's
+    messages; the caller appends the limit and the budget to the parameters returned."""
     where = f"user_id = {mark} AND session_id = {mark} AND {active}"
     params: list[Any] = [user_id, session_id]
     if before_turn is not None:
@@ -348,10 +348,10 @@ def recent_query(
         params.append(before_turn)
     tokens = f"{nonneg}(token_count, 0)"
     return (
-        f"SELECT {columns} FROM messages WHERE {where} AND turn_index >= ("
+        f"SELECT {columns} FROM {table} WHERE {where} AND turn_index >= ("
         f"SELECT min(turn_index) FROM (SELECT turn_index, sum({tokens}) OVER (ORDER BY "
         f"turn_index DESC ROWS UNBOUNDED PRECEDING) - {tokens} AS newer FROM (SELECT "
-        f"turn_index, token_count FROM messages WHERE {where} ORDER BY turn_index DESC "
+        f"turn_index, token_count FROM {table} WHERE {where} ORDER BY turn_index DESC "
         f"LIMIT {mark}) AS page) AS w WHERE newer <= {mark}) ORDER BY turn_index DESC",
         [*params, *params],
     )

@@ -1004,6 +1004,82 @@ def test_pg_reads_are_one_statement_each_and_a_batch_write_is_atomic(
     assert s.get_session("alice", sess.id).turn_count == 1
 
 
+def test_pg_own_partition_statements_read_what_the_parents_would() -> None:
+    """Outside row-level security and transactions, the memory candidates and the history
+    are read from the user's own partitions (named from the server's hash function),
+    prepared once per pooled connection and run with their generic plan; they return what
+    the same reads through the partitioned parents return."""
+    from memd.backends import postgres as pgb
+
+    s = pgb.PostgresStore(pg.database(), dim=DIM, partitions=(32, 32, 32))
+    try:
+        now = time.time()
+        users = [f"user-{i}" for i in range(40)] + ["ünïcode", "x" * 200]
+        sessions = {}
+        for i, user in enumerate(users):
+            sess = sessions[user] = s.create_session(session(user))
+            s.append_messages(user, sess.id, [NewMessage("user", f"turn {j} of {user}")
+                                              for j in range(6)], [3] * 6, [None] * 6, now)
+            kept = s.insert_memory(memory(f"rust notes {i}", user=user, entities=("rust",)),
+                                   vec(i % DIM))
+            s.insert_memory(memory(f"scratch rust {i}", user=user, tier=Tier.WORKING,
+                                   session_id=sess.id, scope=Scope.LOCAL), vec((i + 1) % DIM))
+            s.link_entities(user, kept.id, ["rust"])
+            s.record_access(user, [(kept.id, 1.0)], now)
+        with s.transaction():  # inside one: the parents, which see its writes
+            assert not any(s._tables(user).own for user in users)
+        flt = MemoryFilter(now=now)
+
+        def reads(user: str) -> tuple[Any, ...]:
+            return (
+                s.memory_candidates(user, "rust notes", vec(0), flt, knn_k=5, keyword_k=5,
+                                    entities=["rust"], entity_k=5, frequent_k=5),
+                s.recent_messages(user, sessions[user].id, 10),
+            )
+
+        mine = {user: reads(user) for user in users}
+        assert all(s._tables(user).own for user in users)
+        for user in users:
+            tables = s._tables(user)
+            for table in ("memory_stats", "memory_entities", "messages"):
+                (leaf,), = s._q(f"SELECT DISTINCT tableoid::regclass::text FROM {table} "
+                                "WHERE user_id = %s", (user,))
+                assert leaf.startswith(getattr(tables, table)), (user, table, leaf)
+            for table in ("memories_durable", "memories_working"):
+                (leaf,), = s._q(f"SELECT DISTINCT tableoid::regclass::text FROM {table} "
+                                "WHERE user_id = %s", (user,))
+                assert re.search(rf"FROM {leaf}\b", tables.memories), (user, leaf)
+        with s._own_pool.connection() as conn:
+            plans = conn.execute(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE statement LIKE %s", ("%UNION ALL%",)).fetchall()
+        assert plans and all(g >= 1 and c == 0 for g, c in plans), plans
+        s._tables = lambda user: pgb._PARENTS  # type: ignore[method-assign]
+        for user in users:
+            found, history = mine[user]
+            assert reads(user) == mine[user]
+            assert len(found) == 2 and len(history) == 4  # 10 tokens: 3 + 3 + 3 (+ 1 over)
+            assert all(f.memory.user_id == user for f in found.values())
+    finally:
+        s.close()
+
+
+def test_pg_own_partitions_are_not_read_under_row_level_security(pg_store: Any) -> None:
+    """An authenticated request reads through the parents, whose policies bind it: bob's
+    private memories stay out of alice's request even when it names bob."""
+    s = pg_store
+    s.insert_memory(memory("bob's private rust notes", user="bob"), vec(0))
+    flt = MemoryFilter()
+    kw: dict[str, Any] = dict(knn_k=5, keyword_k=5, entities=["rust"], entity_k=5,
+                              frequent_k=5)
+    assert len(s.memory_candidates("bob", "rust notes", vec(0), flt, **kw)) == 1
+    with acting_as("alice"):
+        assert s.memory_candidates("bob", "rust notes", vec(0), flt, **kw) == {}
+    with s.transaction():  # a transaction's own write is seen by its reads
+        made = s.insert_memory(memory("fresh rust notes", user="bob"), vec(1))
+        assert made.id in s.memory_candidates("bob", "rust notes", vec(1), flt, **kw)
+
+
 def test_pg_repeated_queries_keep_pruning_partitions() -> None:
     """psycopg prepares a statement once it has run 5 times; a generic plan for it would
     open (and lock) every partition, which at the production layout's thousands of leaves
