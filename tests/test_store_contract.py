@@ -1045,10 +1045,17 @@ def test_pg_own_partition_statements_read_what_the_parents_would() -> None:
                 (leaf,), = s._q(f"SELECT DISTINCT tableoid::regclass::text FROM {table} "
                                 "WHERE user_id = %s", (user,))
                 assert leaf.startswith(getattr(tables, table)), (user, table, leaf)
+            sharing = 0
             for table in ("memories_durable", "memories_working"):
                 (leaf,), = s._q(f"SELECT DISTINCT tableoid::regclass::text FROM {table} "
                                 "WHERE user_id = %s", (user,))
                 assert re.search(rf"FROM {leaf}\b", tables.memories), (user, leaf)
+                sharing += s._q(f"SELECT count(DISTINCT user_id) FROM {leaf} "
+                                "WHERE user_id <> %s", (user,))[0][0]
+            # A generic plan only for a user alone in their memory partitions.
+            assert s._alone_in(user, tables) == (sharing == 0), (user, sharing)
+        alone = [user for user in users if s._alone_in(user, s._tables(user))]
+        assert 0 < len(alone) < len(users)  # 42 users in 32 partitions: both kinds
         with s._own_pool.connection() as conn:
             plans = conn.execute(
                 "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
