@@ -59,7 +59,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from memd.auth import current_actor
 from memd.backends.accounts import AccountsMixin
-from memd.backends.base import recent_query
+from memd.backends.base import PROVENANCES, SCOPES, TIERS, recent_query
 from memd.errors import Conflict, InvalidInput, MemdError, MigrationError, NotFound, StorageError
 from memd.types import (
     Fact,
@@ -69,11 +69,9 @@ from memd.types import (
     MemoryFilter,
     Message,
     NewMessage,
-    Provenance,
     Scope,
     Session,
     SessionStatus,
-    Tier,
     Usage,
 )
 
@@ -708,8 +706,8 @@ class PostgresStore(AccountsMixin):
     @staticmethod
     def _memory(r: Sequence[Any]) -> Memory:
         return Memory(
-            id=r[0], user_id=r[1], workspace=_unws(r[2]), session_id=r[3], tier=Tier(r[4]),
-            scope=Scope(r[5]), text=r[6], content_hash=r[7], provenance=Provenance(r[8]),
+            id=r[0], user_id=r[1], workspace=_unws(r[2]), session_id=r[3], tier=TIERS[r[4]],
+            scope=SCOPES[r[5]], text=r[6], content_hash=r[7], provenance=PROVENANCES[r[8]],
             provenance_message_id=r[9], confidence=r[10], importance=r[11],
             relevance_accumulator=r[12], access_count=r[13], last_accessed_at=r[14],
             created_at=r[15], updated_at=r[16], expires_at=r[17], is_active=r[18],

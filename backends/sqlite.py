@@ -26,7 +26,7 @@ import apsw
 import numpy as np
 
 from memd.backends.accounts import AccountsMixin
-from memd.backends.base import compose_candidates, recent_query
+from memd.backends.base import PROVENANCES, SCOPES, TIERS, compose_candidates, recent_query
 from memd.backends.vector_cache import UserVectors
 from memd.errors import InvalidInput, MigrationError, NotFound, StorageError
 from memd.types import (
@@ -37,11 +37,8 @@ from memd.types import (
     MemoryFilter,
     Message,
     NewMessage,
-    Provenance,
-    Scope,
     Session,
     SessionStatus,
-    Tier,
     Usage,
 )
 
@@ -128,10 +125,6 @@ def _strings(text: str) -> tuple[str, ...]:
 # least recently searched dropped first beyond the total; bigger histories stay on vec0.
 MESSAGE_CACHE_USER = 4096
 MESSAGE_CACHE_TOTAL = 50_000
-
-_TIERS = tuple(Tier)
-_SCOPES = tuple(Scope)
-_PROVENANCES = tuple(Provenance)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -450,8 +443,8 @@ class SQLiteStore(AccountsMixin):
     @staticmethod
     def _memory(r: Sequence[Any]) -> Memory:
         return Memory(
-            id=r[0], user_id=r[1], workspace=_unws(r[2]), session_id=r[3], tier=_TIERS[r[4]],
-            scope=_SCOPES[r[5]], text=r[6], content_hash=r[7], provenance=_PROVENANCES[r[8]],
+            id=r[0], user_id=r[1], workspace=_unws(r[2]), session_id=r[3], tier=TIERS[r[4]],
+            scope=SCOPES[r[5]], text=r[6], content_hash=r[7], provenance=PROVENANCES[r[8]],
             provenance_message_id=r[9], confidence=r[10], importance=r[11],
             relevance_accumulator=r[12], access_count=r[13], last_accessed_at=r[14],
             created_at=r[15], updated_at=r[16], expires_at=r[17], is_active=bool(r[18]),
