@@ -837,6 +837,37 @@ def test_pg_rls_tests_own_rows_before_the_sharing_functions(pg_store: Any) -> No
         assert -1 < f.find("current_setting('memd.user_id'") < first, f
 
 
+def test_pg_entity_reads_under_rls_plan_only_the_users_partition(pg_store: Any) -> None:
+    """memory_entities' workspace-read policy calls memd_shared_memory (migration 007):
+    its EXISTS over memories could not be pruned, so every read of memory_entities under
+    row-level security planned a subquery over every memories partition (the entity
+    channel took 160-450 ms in team mode at the production layout). A fellow member's
+    workspace memory is still found by its entities, their private one is not."""
+    s = pg_store
+    s.check_row_security()
+    for user in ("alice", "bob"):
+        s.create_user(user, user, 1.0)
+        s.add_workspace_member("team", user, 1.0)
+    made = {}
+    for key, user, ws in (("own", "alice", None), ("shared", "bob", "team"),
+                          ("private", "bob", None)):
+        made[key] = s.insert_memory(memory(f"{key} rust notes", user=user, workspace=ws,
+                                           entities=("rust",)), vec(len(made)))
+        s.link_entities(user, made[key].id, ["rust"])
+    (part,) = {_hash_partition(r[0]) for r in s._q(
+        "SELECT DISTINCT tableoid::regclass::text FROM memories WHERE user_id = 'alice'")}
+    with acting_as("alice"):
+        with _executed_plans(s) as plans:
+            mine = s.memories_by_entities("alice", ["rust"], 10, MemoryFilter())
+        assert [m.id for m in mine] == [made["own"].id]
+        read = {_hash_partition(n["Relation Name"]) for plan in plans for n in _scans(plan)
+                if "Relation Name" in n}
+        assert read == {part}, read
+        shared = s.memories_by_entities("bob", ["rust"], 10, MemoryFilter(workspaces=("team",)))
+        assert [m.id for m in shared] == [made["shared"].id]
+        assert s.memories_by_entities("bob", ["rust"], 10, MemoryFilter()) == shared
+
+
 def test_pg_access_bumps_leave_memory_rows_alone(pg_store: Any) -> None:
     """Access stats live in memory_stats: a bump writes no new version of the memory's
     row (which would go into its HNSW, GIN and b-tree indexes again)."""
