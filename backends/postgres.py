@@ -304,7 +304,8 @@ class PostgresStore(AccountsMixin):
         # Statements over one user's own partitions (_Tables.own), prepared on first use
         # and run with their generic plan: no planning per call.
         self._own_pool: ConnectionPool[Conn] = ConnectionPool(
-            dsn, min_size=2, max_size=side_pool_size, configure=self._configure_own,
+            dsn, min_size=min(2, side_pool_size), max_size=pool_size + side_pool_size,
+            configure=self._configure_own,
             open=False, name="memd-own", kwargs={"autocommit": True},
         )
         self._own: dict[str, _Tables] = {}  # user id -> its partitions
@@ -602,10 +603,13 @@ class PostgresStore(AccountsMixin):
 
     def _tables(self, user_id: str) -> _Tables:
         """Where to read ``user_id``'s rows: their own partitions when no row-level
-        security applies and no transaction is open (its writes would not be seen from
-        another connection); the parents otherwise. Which partitions is asked of the
-        server once per user (its hash function), then kept."""
-        if current_actor() is not None or self.in_transaction():
+        security applies and the thread's connection is in no transaction (its writes
+        would not be seen from another connection; a read batch's is not in one); the
+        parents otherwise. Which partitions is asked of the server once per user (its
+        hash function), then kept."""
+        conn = self._current()
+        if current_actor() is not None or (
+                conn is not None and conn.info.transaction_status != _IDLE):
             return _PARENTS
         tables = self._own.get(user_id)
         if tables is None:

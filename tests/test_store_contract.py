@@ -850,7 +850,7 @@ def test_pg_entity_reads_under_rls_plan_only_the_users_partition(pg_store: Any) 
         s.add_workspace_member("team", user, 1.0)
     made = {}
     for key, user, ws in (("own", "alice", None), ("shared", "bob", "team"),
-                          ("private", "bob", None)):
+                          ("private", "bob", None), ("outsider", "carol", "team")):
         made[key] = s.insert_memory(memory(f"{key} rust notes", user=user, workspace=ws,
                                            entities=("rust",)), vec(len(made)))
         s.link_entities(user, made[key].id, ["rust"])
@@ -866,6 +866,10 @@ def test_pg_entity_reads_under_rls_plan_only_the_users_partition(pg_store: Any) 
         shared = s.memories_by_entities("bob", ["rust"], 10, MemoryFilter(workspaces=("team",)))
         assert [m.id for m in shared] == [made["shared"].id]
         assert s.memories_by_entities("bob", ["rust"], 10, MemoryFilter()) == shared
+        # The links themselves: a fellow member's workspace memory's, not their private
+        # one's, nor those of a "team" memory of carol, who is no member.
+        links = {r[0] for r in s._q("SELECT memory_id FROM memory_entities")}
+        assert links == {made["own"].id, made["shared"].id}, links
 
 
 def test_pg_access_bumps_leave_memory_rows_alone(pg_store: Any) -> None:
@@ -1087,11 +1091,21 @@ def test_pg_own_partition_statements_read_what_the_parents_would() -> None:
             assert s._alone_in(user, tables) == (sharing == 0), (user, sharing)
         alone = [user for user in users if s._alone_in(user, s._tables(user))]
         assert 0 < len(alone) < len(users)  # 42 users in 32 partitions: both kinds
-        with s._own_pool.connection() as conn:
-            plans = conn.execute(
-                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-                "WHERE statement LIKE %s", ("%UNION ALL%",)).fetchall()
-        assert plans and all(g >= 1 and c == 0 for g, c in plans), plans
+        pool = s._own_pool
+        conns = [pool.getconn() for _ in range(pool.get_stats()["pool_size"])]
+        try:  # every connection of the pool: what it prepared, and how it planned it
+            prepared = [row for conn in conns for row in conn.execute(
+                "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")]
+        finally:
+            for conn in conns:
+                pool.putconn(conn)
+        unions = [row for row in prepared if "UNION ALL" in row[0]]
+        assert unions and all(g >= 1 and c == 0 for _, g, c in prepared), prepared
+        # A generic plan over a parent would lock every partition: none is named here.
+        parents = re.compile(r"\b(memories|memory_stats|memory_entities|messages)\b(?!_)")
+        assert not [st for st, _, _ in prepared if parents.search(st.replace(" AS memories", ""))]
+        # Users who share their partitions ran their candidates elsewhere (custom plans).
+        assert len(unions) <= len(alone)
         s._tables = lambda user: pgb._PARENTS  # type: ignore[method-assign]
         for user in users:
             found, history = mine[user]
@@ -1116,6 +1130,9 @@ def test_pg_own_partitions_are_not_read_under_row_level_security(pg_store: Any) 
     with s.transaction():  # a transaction's own write is seen by its reads
         made = s.insert_memory(memory("fresh rust notes", user="bob"), vec(1))
         assert made.id in s.memory_candidates("bob", "rust notes", vec(1), flt, **kw)
+    with s.read_batch(), s.transaction():  # also one opened inside a read batch
+        made = s.insert_memory(memory("newer rust notes", user="bob"), vec(2))
+        assert made.id in s.memory_candidates("bob", "rust notes", vec(2), flt, **kw)
 
 
 def test_pg_repeated_queries_keep_pruning_partitions() -> None:
