@@ -144,8 +144,11 @@ class _Tables:
     memory_stats: str = "memory_stats"
     memory_entities: str = "memory_entities"
     messages: str = "messages"
-    own: bool = False
     memory_leaves: tuple[str, ...] = ()  # the two partitions ``memories`` reads (own)
+
+    @property
+    def own(self) -> bool:
+        return bool(self.memory_leaves)
 
 
 _PARENTS = _Tables()
@@ -163,7 +166,7 @@ def _own_tables(key_hash: int, partitions: tuple[int, int, int]) -> _Tables:
     return _Tables(
         memories=f"(SELECT * FROM {working} UNION ALL SELECT * FROM {durable})",
         memory_stats=leaf("memory_stats", m), memory_entities=leaf("memory_entities", m),
-        messages=leaf("messages", h), own=True, memory_leaves=(working, durable),
+        messages=leaf("messages", h), memory_leaves=(working, durable),
     )
 
 
