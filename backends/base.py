@@ -150,7 +150,9 @@ class Store(Protocol):
 
     def mark_compressed(
         self, user_id: str, session_id: str, message_ids: Sequence[str], summary_id: str
-    ) -> None: ...
+    ) -> None:
+        """Mark messages compressed into ``summary_id`` and raise the session's
+        history_version (every change to stored messages but an append must)."""
 
     def set_message_embeddings(
         self, user_id: str, items: Sequence[tuple[str, Vector]]

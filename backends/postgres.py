@@ -180,7 +180,7 @@ _SESSION_COLS = (
     "session_id, user_id, workspace, created_at, updated_at, expires_at, status, model_id, "
     "context_window_size, system_prompt_hash, system_prompt_tokens, max_response_tokens, "
     "turn_count, total_prompt_tokens, total_completion_tokens, total_cost_microcents, "
-    "summary_text, summary_token_count, parent_session_id, metadata"
+    "summary_text, summary_token_count, parent_session_id, metadata, history_version"
 )
 _FACT_COLS = (
     "fact_id, user_id, category, key, value, confidence, importance, created_at, updated_at, "
@@ -697,7 +697,7 @@ class PostgresStore(AccountsMixin):
             system_prompt_hash=r[9], system_prompt_tokens=r[10], max_response_tokens=r[11],
             turn_count=r[12], total_prompt_tokens=r[13], total_completion_tokens=r[14],
             total_cost_microcents=r[15], summary_text=r[16], summary_token_count=r[17],
-            parent_session_id=r[18], metadata=r[19],
+            parent_session_id=r[18], metadata=r[19], history_version=r[20],
         )
 
     @staticmethod
@@ -739,12 +739,13 @@ class PostgresStore(AccountsMixin):
     def create_session(self, session: Session) -> Session:
         s = session
         self._x(
-            f"INSERT INTO sessions ({_SESSION_COLS}) VALUES ({', '.join(['%s'] * 20)})",
+            f"INSERT INTO sessions ({_SESSION_COLS}) VALUES ({', '.join(['%s'] * 21)})",
             (s.id, s.user_id, _ws(s.workspace), s.created_at, s.updated_at, s.expires_at,
              int(s.status), s.model, s.context_window, s.system_prompt_hash,
              s.system_prompt_tokens, s.max_response_tokens, s.turn_count,
              s.total_prompt_tokens, s.total_completion_tokens, s.total_cost_microcents,
-             s.summary_text, s.summary_token_count, s.parent_session_id, Jsonb(s.metadata)),
+             s.summary_text, s.summary_token_count, s.parent_session_id, Jsonb(s.metadata),
+             s.history_version),
         )
         return session
 
@@ -904,11 +905,16 @@ class PostgresStore(AccountsMixin):
     def mark_compressed(
         self, user_id: str, session_id: str, message_ids: Sequence[str], summary_id: str
     ) -> None:
-        self._x(
-            "UPDATE messages SET is_compressed = true, compressed_summary_id = %s "
-            "WHERE user_id = %s AND session_id = %s AND message_id = ANY(%s)",
-            (summary_id, user_id, session_id, list(message_ids)),
-        )
+        with self._txn() as conn:
+            conn.execute(
+                "UPDATE messages SET is_compressed = true, compressed_summary_id = %s "
+                "WHERE user_id = %s AND session_id = %s AND message_id = ANY(%s)",
+                (summary_id, user_id, session_id, list(message_ids)),
+            )
+            conn.execute(
+                "UPDATE sessions SET history_version = history_version + 1 "
+                "WHERE user_id = %s AND session_id = %s", (user_id, session_id),
+            )
 
     def set_message_embeddings(self, user_id: str, items: Sequence[tuple[str, Vector]]) -> None:
         self._many(

@@ -83,6 +83,9 @@ class Settings:
     min_similarity: float = 0.3
     default_context_window: int = 8192
     default_max_response_tokens: int = 1024
+    # messages of recent session histories kept in the process between compiles, checked
+    # against each session's history state (memd.engine.history); 0 turns it off
+    history_cache_messages: int = 50_000
     # daemon
     host: str = "127.0.0.1"
     port: int = 8765

@@ -72,6 +72,9 @@ class Session:
     summary_token_count: int = 0
     parent_session_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Bumped by every change to the stored messages other than an append (which shows in
+    # turn_count): (turn_count, history_version) names one state of the stored history.
+    history_version: int = 0
 
 
 def openai_message(

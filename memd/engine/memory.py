@@ -18,6 +18,7 @@ from typing import Any
 from memd.backends.base import Store
 from memd.config import Settings, load_settings
 from memd.engine import validate as v
+from memd.engine.history import HistoryCache
 from memd.engine.jobs import JobRunner
 from memd.engine.retrieve import KINDS, search
 from memd.engine.sessions import SessionsMixin
@@ -53,6 +54,7 @@ class Memd(SessionsMixin):
             else CachedEmbedder(embedder, cache)
         )
         self.jobs = JobRunner(self)
+        self.history = HistoryCache(self.settings.history_cache_messages)
 
     @classmethod
     def open(

@@ -41,13 +41,13 @@ from memd.types import (
 if TYPE_CHECKING:
     from memd.backends.base import Store
     from memd.config import Settings
+    from memd.engine.history import HistoryCache
     from memd.engine.jobs import JobRunner
     from memd.engine.write import FactResult
     from memd.models.embedder import CachedEmbedder
 
 MAX_MESSAGES_PER_CALL = 1000
 MAX_WINDOW = 100_000_000  # tokens; far above any model, far below SQLite's int64
-HISTORY_SCAN = 512  # newest messages the first history query looks at
 FACT_MIN_IMPORTANCE = 0.5  # seed 004 stage 1
 
 
@@ -98,6 +98,7 @@ class SessionsMixin:
         settings: Settings
         embedder: CachedEmbedder
         jobs: JobRunner
+        history: HistoryCache
 
         def now(self) -> float: ...
         def new_id(self) -> str: ...
@@ -282,7 +283,7 @@ class SessionsMixin:
             side = aside(self.store, _history_and_facts, self, uid, session, reach, visible)
         else:
             if session is not None:
-                stored = _recent_history(self, uid, session, reach)
+                stored = self.history.read(self.store, uid, session, reach)
                 if query is None:
                     query = _last_user_text(reversed(stored))
             all_facts = self.store.get_facts(uid, workspaces=visible)
@@ -331,44 +332,8 @@ def _history_and_facts(
     visible: Sequence[str],
 ) -> tuple[list[Message], list[Fact]]:
     with engine.store.read_batch():  # one connection (and, for RLS, one transaction)
-        return (_recent_history(engine, user_id, session, reach),
+        return (engine.history.read(engine.store, user_id, session, reach),
                 engine.store.get_facts(user_id, workspaces=visible))
-
-
-def _recent_history(
-    engine: SessionsMixin, user_id: str, session: Session, reach: int
-) -> list[Message]:
-    """The newest active messages back to the first one that crosses ``reach`` tokens,
-    the most history the compile could keep (older ones could never fit), oldest first:
-    usually one query."""
-    out: list[Message] = []
-    budget = reach
-    before: int | None = None
-    limit = HISTORY_SCAN
-    while True:
-        page = engine.store.recent_messages(user_id, session.id, budget,
-                                            before_turn=before, limit=limit)
-        out.extend(page)
-        used = sum(max(0, m.token_count) for m in page)
-        if len(page) < limit or used > budget:
-            break
-        budget -= used
-        before = page[-1].turn_index
-        limit *= 4
-    # The oldest one may be a tool result whose call is older still: complete its block,
-    # so that the compiler sees a block that does not fit (and reports the cut) rather
-    # than an orphan it would silently leave out.
-    while out and out[-1].role == "tool":
-        older = engine.store.get_messages(user_id, session.id, active_only=True,
-                                          newest_first=True, limit=16,
-                                          before_turn=out[-1].turn_index)
-        if not older:
-            break
-        for msg in older:
-            out.append(msg)
-            if msg.role != "tool":
-                break
-    return out[::-1]
 
 
 def _last_user_text(newest_first: Iterable[NewMessage | Message]) -> str | None:
