@@ -17,11 +17,14 @@ Measured per backend, each timed phase after a warm-up, through memd's public AP
   target's sessions in this process (``compile_first_visit``: its history is read from
   the file, or from disk where the OS has dropped the file's pages, which this machine's
   VM does within a minute); then, every session visited once, as in a daemon that has
-  served them, without the query embedding (query vectors cached first, as the engine's
-  query LRU does for a repeated query) and with it (every query new, so the real MiniLM
-  ONNX model runs each time);
+  served them (their histories in the process's cache, checked against each session's
+  history state, memd.engine.history), without the query embedding (query vectors
+  cached first, as the engine's query LRU does for a repeated query) and with it (every
+  query new, so the real MiniLM ONNX model runs each time);
 * search (``Memd.search``, default kinds) the same two ways;
-* append-turn latency (``Memd.append``, one user message);
+* append-turn latency (``Memd.append``, one user message), then the proxy's turn:
+  append a user message (untimed) and compile that session (``compile_after_append``:
+  the compile reads the new turn only, the rest of the history is the process's cache);
 * on PostgreSQL, compile and append again in team mode (``compile_team``,
   ``append_team``): acting as the target, as an authenticated request does, so every
   read and write runs as the role ``memd_app`` under row-level security;
@@ -110,15 +113,21 @@ def stats(ms: list[float]) -> dict[str, float]:
             "p99": round(pct(ms, 99), 2), "mean": round(float(np.mean(ms)), 2), "n": len(ms)}
 
 
-def timed(fn: Callable[[int], Any], n: int, warm: int = 10) -> dict[str, Any]:
+def timed(fn: Callable[[int], Any], n: int, warm: int = 10,
+          setup: Callable[[int], Any] | None = None) -> dict[str, Any]:
     """Run ``fn(i)`` ``warm`` times untimed, then ``n`` times timed; figures in ms. Wall
     time, and this process's CPU time (all threads; a PostgreSQL server's is not in it),
-    which a busy machine disturbs less."""
+    which a busy machine disturbs less. ``setup(i)``, if given, runs untimed before each
+    ``fn(i)``."""
     for i in range(warm):
+        if setup is not None:
+            setup(-1 - i)
         fn(-1 - i)
     before = load()
     ms, cpu = [], []
     for i in range(n):
+        if setup is not None:
+            setup(i)
         t, c = time.perf_counter(), time.process_time()
         fn(i)
         ms.append((time.perf_counter() - t) * 1000)
@@ -250,6 +259,14 @@ def latency_phases(m: Memd, args: argparse.Namespace, rng: random.Random) -> dic
 
     out["append"] = timed(append, n, warm=10)
     log(f"  append: p50 {out['append']['p50']} p99 {out['append']['p99']} ms")
+
+    def compile_appended(i: int) -> None:  # the proxy's turn: append, then compile
+        m.context(user, session_id=append_sid, query=queries[i % 50])
+
+    # The compile after each append reads only the new turn (memd.engine.history).
+    out["compile_after_append"] = timed(compile_appended, n, warm=10, setup=append)
+    log(f"  compile_after_append: p50 {out['compile_after_append']['p50']} p99 "
+        f"{out['compile_after_append']['p99']} ms")
     if m.store.concurrent_reads:  # PostgreSQL: team mode too, under row-level security
         m.store.check_row_security()
 
@@ -410,6 +427,8 @@ def verdicts(results: dict[str, Any]) -> dict[str, Any]:
     for name, r in results["backends"].items():
         out[name] = {}
         for phase, target in (("compile", "compile_p99_ms"), ("compile_team", "compile_p99_ms"),
+                              ("compile_after_append", "compile_p99_ms"),
+                              ("compile_first_visit", "compile_p99_ms"),
                               ("append", "append_p99_ms"), ("append_team", "append_p99_ms")):
             if phase in r:  # the team phases: PostgreSQL only
                 p99 = r[phase]["p99"]
