@@ -13,6 +13,7 @@ from memd.models.tokens import (
     MESSAGE_OVERHEAD,
     SAFETY_MARGIN,
     ByteEstimateCounter,
+    count_lines,
     count_text,
     counter_for,
     message_tokens,
@@ -70,3 +71,31 @@ def test_message_tokens_include_overhead_and_tool_calls() -> None:
     call = {"role": "assistant", "content": None, "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}
     assert message_tokens(call, "gpt-4") > MESSAGE_OVERHEAD + 5
+
+
+def test_counting_by_lines_equals_counting_the_joined_text() -> None:
+    """count_lines adds per-line counts (kept between calls); on random blocks of the
+    memory block's shape (a header, bullets with punctuation, digits, accents, CJK,
+    emoji, code, multi-line items indented) its count equals the joined text's, exactly
+    for a cl100k model and with the margin for others, and again from the kept counts."""
+    import random
+
+    rng = random.Random(5)
+    vocab = ["deploy", "the", "Kubernetes", "cluster", "42", "3.14", "café", "naïve",
+             "東京", "🙂", "x=1;", "foo()", "--flag", "'s", "don't", "U.S.", "e-mail",
+             "tabs\tinside", "...", "!!", "$HOME", "#tag", "v2.0.1", "ÅNGSTRÖM"]
+    for _ in range(300):
+        lines = ["## Memory\nWhat you know about the user."]
+        for _ in range(rng.randint(0, 12)):
+            words = [rng.choice(vocab) for _ in range(rng.randint(1, 12))]
+            if rng.random() < 0.2:
+                words.insert(rng.randint(0, len(words)), "\n  ")
+            text = " ".join(words) + rng.choice(["", ".", "!", ":", ")", " 7"])
+            lines.append(rng.choice(["- ", "### ", "-"]) + text)
+        for model in (None, "gpt-4"):
+            whole = count_text("\n".join(lines), model)
+            assert count_lines(lines, model) == whole
+            assert count_lines(lines, model) == whole  # from the kept counts
+    # Empty and blank lines are counted joined: "\n\n" is one token, "\n" + "\n" two.
+    for lines in (["a", "", "b"], ["a", " ", "b"], ["x.", "", "", "y"], ["a", " indented"]):
+        assert count_lines(lines, "gpt-4") == count_text("\n".join(lines), "gpt-4")

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
 
-from memd.models.tokens import MESSAGE_OVERHEAD, count_text, message_tokens
+from memd.models.tokens import MESSAGE_OVERHEAD, count_lines, count_text, message_tokens
 from memd.types import Context, ContextReport, Message, ReportItem
 
 CONTINUATION: Final = "continuation"
@@ -234,8 +234,9 @@ def compile_context(inp: CompileInput) -> Context:
     block_msg: dict[str, Any] | None = None
     mem_tokens = 0
     while facts or mems:
-        block_msg = {"role": "system", "content": render_memory_block(facts, mems)}
-        mem_tokens = message_tokens(block_msg, model)
+        lines = memory_block_lines(facts, mems)
+        block_msg = {"role": "system", "content": "\n".join(lines)}
+        mem_tokens = MESSAGE_OVERHEAD + count_lines(lines, model)  # = message_tokens
         if mem_tokens <= remaining:
             break
         # Over by `excess`: drop the lowest-efficiency memories (then the lowest-scored
@@ -277,14 +278,16 @@ def compile_context(inp: CompileInput) -> Context:
     return Context(messages=messages, report=report)
 
 
-def render_memory_block(facts: Sequence[Candidate], memories: Sequence[Candidate]) -> str:
-    """The memory block's content; a subsection with no items is left out."""
+def memory_block_lines(facts: Sequence[Candidate], memories: Sequence[Candidate]
+                       ) -> list[str]:
+    """The memory block's content, by line (a multi-line item is one line); a
+    subsection with no items is left out."""
     lines = [MEMORY_HEADER]
     for header, group in ((FACTS_HEADER, facts), (MEMORIES_HEADER, memories)):
         if group:
             lines.append(header)
             lines += ["- " + _bullet(c.text) for c in group]
-    return "\n".join(lines)
+    return lines
 
 
 @lru_cache(maxsize=64)

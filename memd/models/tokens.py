@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -33,6 +33,15 @@ class TokenCounter(Protocol):
 
     def count(self, text: str) -> int: ...
 
+    def units(self, text: str) -> int:
+        """What ``count`` measures before rounding (tokens, bytes): it adds up over the
+        pieces of a text cut where the counter's own splitting cuts it."""
+        ...
+
+    def scale(self, units: int) -> int:
+        """``count`` of a text of ``units`` units."""
+        ...
+
 
 class TiktokenCounter:
     """cl100k_base from the offline package; ``margin`` > 1 makes it an estimate."""
@@ -45,10 +54,13 @@ class TiktokenCounter:
         self.name = "cl100k" if margin == 1.0 else f"cl100k*{margin}"
 
     def count(self, text: str) -> int:
-        if not text:
-            return 0
-        n = len(self._enc.encode(text, disallowed_special=()))
-        return n if self.margin == 1.0 else math.ceil(n * self.margin)
+        return self.scale(self.units(text)) if text else 0
+
+    def units(self, text: str) -> int:
+        return len(self._enc.encode(text, disallowed_special=())) if text else 0
+
+    def scale(self, units: int) -> int:
+        return units if self.margin == 1.0 else math.ceil(units * self.margin)
 
 
 class ByteEstimateCounter:
@@ -57,7 +69,13 @@ class ByteEstimateCounter:
     name = "bytes/3"
 
     def count(self, text: str) -> int:
-        return math.ceil(len(text.encode("utf-8", "surrogatepass")) / 3) if text else 0
+        return self.scale(self.units(text))
+
+    def units(self, text: str) -> int:
+        return len(text.encode("utf-8", "surrogatepass"))
+
+    def scale(self, units: int) -> int:
+        return math.ceil(units / 3)
 
 
 @lru_cache(maxsize=8)
@@ -74,6 +92,38 @@ def counter_for(model: str | None = None) -> TokenCounter:
 
 def count_text(text: str | None, model: str | None = None) -> int:
     return counter_for(model).count(text or "")
+
+
+_LINE_UNITS: dict[tuple[str, str], int] = {}  # (counter name, line + "\n") -> units
+_LINE_UNITS_MAX = 50_000
+
+
+def count_lines(lines: Sequence[str], model: str | None = None) -> int:
+    """``count_text("\n".join(lines), model)``, from per-line counts kept between calls
+    (a compile's memory block is mostly the lines of the compile before).
+
+    The sum is exact: cl100k's pre-tokenizer never puts a newline and the character after
+    it in one piece unless that character is whitespace, and BPE encodes each piece on
+    its own; so the text's tokens are the tokens of each line with its newline, the last
+    line without one. Lines after the first must start with a non-space character (else
+    the joined text is counted as it is)."""
+    counter = counter_for(model)
+    if not lines:
+        return 0
+    if any(not line or line[0].isspace() for line in lines[1:]):
+        return counter.count("\n".join(lines))
+    name, total = counter.name, 0
+    last = len(lines) - 1
+    for i, line in enumerate(lines):
+        piece = line + "\n" if i < last else line
+        key = (name, piece)
+        units = _LINE_UNITS.get(key)
+        if units is None:
+            if len(_LINE_UNITS) >= _LINE_UNITS_MAX:
+                _LINE_UNITS.clear()
+            units = _LINE_UNITS[key] = counter.units(piece)
+        total += units
+    return counter.scale(total)
 
 
 def message_tokens(message: Mapping[str, Any], model: str | None = None) -> int:
