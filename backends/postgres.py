@@ -604,15 +604,21 @@ class PostgresStore(AccountsMixin):
         with self._read() as conn:  # binary results: no text parsing of floats, vectors
             return conn.execute(query, params, binary=True).fetchall()
 
-    def _tables(self, user_id: str) -> _Tables:
+    def _tables(self, user_id: str, *, under_rls: bool = False) -> _Tables:
         """Where to read ``user_id``'s rows: their own partitions when no row-level
         security applies and the thread's connection is in no transaction (its writes
         would not be seen from another connection; a read batch's is not in one); the
-        parents otherwise. Which partitions is asked of the server once per user (its
-        hash function), then kept."""
+        parents otherwise. ``under_rls``: the caller reads only tables whose leaves
+        carry row-level security of their own (sql/postgres/009), so a request acting as
+        ``user_id`` itself reads that user's partitions too, in its transaction. Which
+        partitions is asked of the server once per user (its hash function), then
+        kept."""
         conn = self._current()
-        if current_actor() is not None or (
-                conn is not None and conn.info.transaction_status != _IDLE):
+        actor = current_actor()
+        if actor is not None:
+            if not (under_rls and actor == user_id):
+                return _PARENTS
+        elif conn is not None and conn.info.transaction_status != _IDLE:
             return _PARENTS
         tables = self._own.get(user_id)
         if tables is None:
@@ -638,7 +644,12 @@ class PostgresStore(AccountsMixin):
             only = " AND ".join(
                 f"(SELECT coalesce(min(user_id) = %(u)s AND max(user_id) = %(u)s, true) "
                 f"FROM {leaf})" for leaf in tables.memory_leaves)
-            (alone,), = self._q(f"SELECT {only}", {"u": user_id})
+            try:  # as the owner, outside any request's row-level security (which
+                # would show only the user's own rows, so always "alone")
+                with self._own_pool.connection() as conn:
+                    (alone,), = conn.execute(f"SELECT {only}", {"u": user_id}).fetchall()
+            except psycopg.Error as exc:
+                raise _error(exc) from exc
             known = self._alone[user_id] = (bool(alone), now + _ALONE_FOR)
         return known[0]
 
@@ -649,11 +660,26 @@ class PostgresStore(AccountsMixin):
         unless ``generic`` is false (then it is planned for each call, as over parents)."""
         if not (tables.own and generic):
             return self._q(query, params)
+        if current_actor() is not None:
+            return self._q_generic(query, params)
         try:
             with self._own_pool.connection() as conn:
                 return conn.execute(query, params, binary=True).fetchall()
         except psycopg.Error as exc:
             raise _error(exc) from exc
+
+    def _q_generic(self, query: str, params: Params) -> list[tuple[Any, ...]]:
+        """_q of a statement over a user's own partitions under row-level security: in
+        the request's transaction (its role and user), prepared, and run with its
+        generic plan; the transaction's other statements keep custom plans."""
+        with self._read() as conn:
+            with conn.pipeline():  # the three statements in one round trip
+                conn.execute("SELECT set_config('plan_cache_mode', 'force_generic_plan', "
+                             "true)")
+                cur = conn.execute(query, params, binary=True, prepare=True)
+                conn.execute("SELECT set_config('plan_cache_mode', 'force_custom_plan', "
+                             "true)")
+            return cur.fetchall()
 
     def _x(self, query: Any, params: Params = ()) -> int:
         """Execute one write; returns the number of rows changed."""
@@ -1199,8 +1225,8 @@ class PostgresStore(AccountsMixin):
             return (
                 f"SELECT {_MEMORY_TABLE_COLS}{extra}, k.rank::float8 AS rank_ FROM "
                 "memd_keyword_memory_ids(%s, websearch_to_tsquery('english', %s), %s, %s, %s) "
-                "AS k (kid, ktier, rank) "
-                "JOIN memories ON memory_id = k.kid AND memory_tier = k.ktier "
+                f"AS k (kid, ktier, rank) JOIN {tables.memories} AS memories "
+                "ON memory_id = k.kid AND memory_tier = k.ktier "
                 f"WHERE {where} ORDER BY k.rank DESC, memory_id LIMIT %s",
                 [*extra_params, user_id, text, 4 * k + 20, not flt.include_inactive,
                  None if flt.workspaces is None else list(flt.workspaces), *params, k],
@@ -1229,7 +1255,7 @@ class PostgresStore(AccountsMixin):
         rows, where reading an index in order to the limit is the plan wanted."""
         q = self._vector(vector)
         where, params = self._where(user_id, flt)
-        t = self._tables(user_id)
+        t = self._tables(user_id, under_rls=True)
         memories = f"{t.memories} AS memories"
 
         def tagged(via: str) -> str:

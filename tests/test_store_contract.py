@@ -1106,7 +1106,7 @@ def test_pg_own_partition_statements_read_what_the_parents_would() -> None:
         assert not [st for st, _, _ in prepared if parents.search(st.replace(" AS memories", ""))]
         # Users who share their partitions ran their candidates elsewhere (custom plans).
         assert len(unions) <= len(alone)
-        s._tables = lambda user: pgb._PARENTS  # type: ignore[method-assign]
+        s._tables = lambda user, **_: pgb._PARENTS  # type: ignore[method-assign]
         for user in users:
             found, history = mine[user]
             assert reads(user) == mine[user]
@@ -1116,9 +1116,104 @@ def test_pg_own_partition_statements_read_what_the_parents_would() -> None:
         s.close()
 
 
-def test_pg_own_partitions_are_not_read_under_row_level_security(pg_store: Any) -> None:
-    """An authenticated request reads through the parents, whose policies bind it: bob's
-    private memories stay out of alice's request even when it names bob."""
+def test_pg_own_partitions_under_row_level_security_hold_only_the_acting_users_rows() -> None:
+    """An authenticated request's memory candidates for its own user come from that
+    user's partitions, whose own policies (migration 009) show memd_app the acting user's
+    rows only: prepared in the request's transaction and run with their generic plan for
+    a user alone in their partitions, planned per call for one who shares them; either
+    way what the parents' policies give. A leaf read directly as memd_app shows no other
+    user's row, and takes no write."""
+    import psycopg
+
+    from memd.backends import postgres as pgb
+
+    s = pgb.PostgresStore(pg.database(), dim=DIM, partitions=(32, 32, 32))
+    try:
+        s.check_row_security()
+        guarded = s._q(
+            "SELECT c.relname, c.relrowsecurity, (SELECT count(*) FROM pg_policies p "
+            "WHERE p.tablename = c.relname AND p.policyname = 'memd_own_rows') "
+            "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname IN "
+            "('memories_working', 'memories_durable', 'memory_stats', 'memory_entities')")
+        assert len(guarded) == 4 * 32 and all(rls and n == 1 for _, rls, n in guarded)
+        alice = s._tables("alice")  # no request: computed as the owner
+        bob = next(u for u in (f"bob{i}" for i in range(200))
+                   if s._tables(u).memory_leaves != alice.memory_leaves)
+        carol = next(u for u in (f"carol{i}" for i in range(2000))
+                     if s._tables(u).memory_leaves == alice.memory_leaves)
+        now = time.time()
+        flt = MemoryFilter(now=now, workspaces=("team", ""))
+        kw: dict[str, Any] = dict(knn_k=5, keyword_k=5, entities=["rust"], entity_k=5,
+                                  frequent_k=5)
+        for user in ("alice", bob):
+            s.create_user(user, user, 1.0)
+            s.add_workspace_member("team", user, 1.0)
+
+        def add(user: str, text: str, workspace: str | None = None) -> Memory:
+            made = s.insert_memory(memory(text, user=user, workspace=workspace,
+                                          entities=("rust",)), vec(len(text) % DIM))
+            s.link_entities(user, made.id, ["rust"])
+            s.record_access(user, [(made.id, 1.0)], now)
+            return made
+
+        mine = {add("alice", "alice's rust notes").id,
+                add("alice", "alice's team rust notes", "team").id}
+        add(bob, "bob's private rust notes")
+        add(bob, "bob's team rust notes", "team")
+
+        def candidates() -> dict[str, Any]:
+            with acting_as("alice"), s.read_batch():
+                return s.memory_candidates("alice", "rust notes", vec(0), flt, **kw)
+
+        def through_parents() -> dict[str, Any]:
+            s._tables = lambda user, **_: pgb._PARENTS  # type: ignore[method-assign]
+            try:
+                return candidates()
+            finally:
+                del s._tables
+
+        def prepared() -> list[tuple[str, int, int]]:
+            pool = s._pool
+            conns = [pool.getconn() for _ in range(pool.get_stats()["pool_size"])]
+            try:
+                return [row for conn in conns for row in conn.execute(
+                    "SELECT statement, generic_plans, custom_plans "
+                    "FROM pg_prepared_statements WHERE statement LIKE '%%UNION ALL%%'")]
+            finally:
+                for conn in conns:
+                    pool.putconn(conn)
+
+        assert s._alone_in("alice", alice)
+        found = candidates()
+        assert set(found) == mine and found == through_parents()
+        unions = prepared()
+        assert unions and all(g >= 1 and c == 0 for _, g, c in unions), unions
+        assert all(alice.memory_leaves[1] in st for st, _, _ in unions)
+        # carol shares alice's partitions: alice's candidates are planned per call now,
+        # and carol's rows stay out of them.
+        add(carol, "carol's rust notes")
+        s._alone.clear()
+        assert not s._alone_in("alice", alice)
+        found = candidates()
+        assert set(found) == mine and found == through_parents()
+        with s._pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT set_config('role', 'memd_app', true), "
+                         "set_config('memd.user_id', 'alice', true)")
+            for leaf in (*alice.memory_leaves, alice.memory_stats, alice.memory_entities):
+                users = {r[0] for r in conn.execute(f"SELECT user_id FROM {leaf}")}
+                assert users <= {"alice"}, (leaf, users)
+            with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
+                conn.execute(f"DELETE FROM {alice.memory_stats}")
+    finally:
+        s.close()
+
+
+def test_pg_own_partitions_are_not_read_for_another_user_under_row_level_security(
+    pg_store: Any,
+) -> None:
+    """An authenticated request naming another user reads through the parents, whose
+    policies bind it: bob's private memories stay out of alice's request."""
     s = pg_store
     s.insert_memory(memory("bob's private rust notes", user="bob"), vec(0))
     flt = MemoryFilter()
