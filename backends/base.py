@@ -80,13 +80,12 @@ class Store(Protocol):
     def read_batch(self) -> AbstractContextManager[None]:
         """Run a group of reads (a context compile, a search) as one unit of work: on
         PostgreSQL one pooled connection instead of one per read, each read a statement
-        of its own (for an authenticated user, one transaction, which row-level
-        security's settings live in). A write inside commits without waiting for its
-        flush, so it is for best-effort bookkeeping (the access stats a compile
-        enqueues): a server crash may lose the last ones, as SQLite's synchronous=NORMAL
-        may; and a write that fails there may fail the whole batch (no savepoint of its
-        own). Inside a transaction it joins that transaction, which keeps its
-        durability."""
+        of its own in one round trip (for an authenticated user, sent with row-level
+        security's settings, which last until its end). A write inside is a transaction
+        of its own that commits without waiting for its flush, so it is for best-effort
+        bookkeeping (the access stats a compile enqueues): a server crash may lose the
+        last ones, as SQLite's synchronous=NORMAL may. Inside a transaction it joins
+        that transaction, which keeps its durability."""
         ...
 
     def schema_version(self) -> int: ...

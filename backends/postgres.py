@@ -92,6 +92,7 @@ _MEMORY_COLS = (
 )
 _INERROR = TransactionStatus.INERROR
 _IDLE = TransactionStatus.IDLE
+_PLAN_MODE = "SELECT set_config('plan_cache_mode', %s, true)"
 _STATS_COLS = "user_id, memory_id, access_count, last_accessed_at, relevance_accumulator"
 _STATS_DEFAULTS = {"relevance_accumulator": "0", "access_count": "0", "last_accessed_at": ""}
 # The columns of the memories table itself: _MEMORY_COLS without the stats.
@@ -513,19 +514,15 @@ class PostgresStore(AccountsMixin):
 
     @contextmanager
     def _read(self) -> Iterator[Conn]:
-        """A connection for reading: the current transaction's, else a pooled one."""
+        """A connection for reading: the thread's (a transaction's or a read batch's),
+        else a pooled one."""
         conn = self._current()
         try:
             if conn is not None:
                 yield conn
                 return
             with self._pool_of_thread().connection() as conn:
-                if current_actor() is None:
-                    yield conn  # autocommit: the statement is a transaction of its own
-                    return
-                with conn.transaction():  # _act's settings last as long as it
-                    self._act(conn)
-                    yield conn
+                yield conn
         except psycopg.Error as exc:
             raise _error(exc) from exc
 
@@ -578,16 +575,9 @@ class PostgresStore(AccountsMixin):
         if self._current() is not None:  # joins the transaction, keeps its durability
             yield
             return
-        if current_actor() is not None:  # row-level security's settings need a transaction
-            with self._txn(async_commit=True):
-                self._local.batch = True
-                try:
-                    yield
-                finally:
-                    self._local.batch = False
-            return
         # One autocommit connection for the batch, no transaction: each read is one round
-        # trip; a write opens a transaction of its own (_txn), without the WAL-flush wait.
+        # trip (as an acting user too, see _q); a write opens a transaction of its own
+        # (_txn), without the WAL-flush wait.
         try:
             with self._pool_of_thread().connection() as conn:
                 self._local.conn = conn
@@ -600,9 +590,28 @@ class PostgresStore(AccountsMixin):
         except psycopg.Error as exc:
             raise _error(exc) from exc
 
-    def _q(self, query: Any, params: Params = ()) -> list[tuple[Any, ...]]:
-        with self._read() as conn:  # binary results: no text parsing of floats, vectors
-            return conn.execute(query, params, binary=True).fetchall()
+    def _q(self, query: Any, params: Params = (), *, generic: bool = False
+           ) -> list[tuple[Any, ...]]:
+        """One read's rows (binary: no text parsing of floats and vectors), in one round
+        trip. As an acting user (row-level security) outside a transaction, _act's
+        settings and the statement go in one pipeline: the statements before its Sync
+        are one implicit transaction, which bounds the transaction-local settings, and
+        a setting that fails skips the statement. ``generic``: a statement over a user's
+        own partitions (_q_in), prepared and run with its generic plan; the
+        transaction's other statements keep custom plans."""
+        with self._read() as conn:
+            idle = conn.info.transaction_status == _IDLE
+            if not generic and (current_actor() is None or not idle):
+                return conn.execute(query, params, binary=True).fetchall()
+            with conn.pipeline():
+                if idle:
+                    self._act(conn)
+                if generic:
+                    conn.execute(_PLAN_MODE, ("force_generic_plan",))
+                cur = conn.execute(query, params, binary=True, prepare=generic or None)
+                if generic and not idle:  # an implicit transaction's ends at the Sync
+                    conn.execute(_PLAN_MODE, ("force_custom_plan",))
+            return cur.fetchall()
 
     def _tables(self, user_id: str, *, under_rls: bool = False) -> _Tables:
         """Where to read ``user_id``'s rows: their own partitions when no row-level
@@ -661,25 +670,12 @@ class PostgresStore(AccountsMixin):
         if not (tables.own and generic):
             return self._q(query, params)
         if current_actor() is not None:
-            return self._q_generic(query, params)
+            return self._q(query, params, generic=True)
         try:
             with self._own_pool.connection() as conn:
                 return conn.execute(query, params, binary=True).fetchall()
         except psycopg.Error as exc:
             raise _error(exc) from exc
-
-    def _q_generic(self, query: str, params: Params) -> list[tuple[Any, ...]]:
-        """_q of a statement over a user's own partitions under row-level security: in
-        the request's transaction (its role and user), prepared, and run with its
-        generic plan; the transaction's other statements keep custom plans."""
-        with self._read() as conn:
-            with conn.pipeline():  # the three statements in one round trip
-                conn.execute("SELECT set_config('plan_cache_mode', 'force_generic_plan', "
-                             "true)")
-                cur = conn.execute(query, params, binary=True, prepare=True)
-                conn.execute("SELECT set_config('plan_cache_mode', 'force_custom_plan', "
-                             "true)")
-            return cur.fetchall()
 
     def _x(self, query: Any, params: Params = ()) -> int:
         """Execute one write; returns the number of rows changed."""

@@ -1230,6 +1230,59 @@ def test_pg_own_partitions_are_not_read_for_another_user_under_row_level_securit
         assert made.id in s.memory_candidates("bob", "rust notes", vec(2), flt, **kw)
 
 
+@contextmanager
+def _protocol_trace(pool: Any) -> Iterator[list[str]]:
+    """The libpq trace of every connection of ``pool`` while the block runs: one line a
+    protocol message, "F" for the client's, "B" for the server's."""
+    import tempfile
+
+    from psycopg import pq
+
+    lines: list[str] = []
+    conns = [pool.getconn() for _ in range(pool.get_stats()["pool_size"])]
+    with tempfile.TemporaryFile("w+") as f:
+        for conn in conns:
+            conn.pgconn.trace(f.fileno())
+            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+            pool.putconn(conn)
+        try:
+            yield lines
+        finally:
+            conns = [pool.getconn() for _ in range(pool.get_stats()["pool_size"])]
+            for conn in conns:
+                conn.pgconn.untrace()
+                pool.putconn(conn)
+            f.seek(0)
+            lines += f.read().splitlines()
+
+
+def test_pg_a_read_as_an_acting_user_is_one_round_trip_and_leaves_no_setting(
+    pg_store: Any,
+) -> None:
+    """Under row-level security a read outside a transaction sends the role settings and
+    its statement in one pipeline: one round trip (one ReadyForQuery, no BEGIN or
+    COMMIT), in read batches too; its statement runs as memd_app for the acting user,
+    and the pooled connection is back to the owner's role and no user after it."""
+    s = pg_store
+    s.check_row_security()
+    s.create_session(session("alice", "s-a"))
+    s.create_session(session("bob", "s-b"))
+    whoami = "SELECT current_user::text, current_setting('memd.user_id', true)"
+    with _protocol_trace(s._pool) as trace, acting_as("alice"):
+        assert s._q(whoami) == [("memd_app", "alice")]
+        assert s.get_session("alice", "s-a") is not None
+        assert s.get_session("bob", "s-b") is None  # bob's row: not the actor's
+        with s.read_batch():
+            assert s.get_facts("alice") == []
+            assert s.get_session("alice", "s-a") is not None
+    ready = [line for line in trace if "\tReadyForQuery" in line]
+    assert len(ready) == 5, trace
+    assert not [line for line in trace if "BEGIN" in line or "COMMIT" in line], trace
+    owner = s._q(whoami)[0]
+    assert owner[0] != "memd_app" and not owner[1]
+    assert s.get_session("bob", "s-b") is not None
+
+
 def test_pg_repeated_queries_keep_pruning_partitions() -> None:
     """psycopg prepares a statement once it has run 5 times; a generic plan for it would
     open (and lock) every partition, which at the production layout's thousands of leaves

@@ -331,7 +331,7 @@ def _history_and_facts(
     engine: SessionsMixin, user_id: str, session: Session, reach: int,
     visible: Sequence[str],
 ) -> tuple[list[Message], list[Fact]]:
-    with engine.store.read_batch():  # one connection (and, for RLS, one transaction)
+    with engine.store.read_batch():  # one connection for both reads
         return (engine.history.read(engine.store, user_id, session, reach),
                 engine.store.get_facts(user_id, workspaces=visible))
 
