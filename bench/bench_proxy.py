@@ -88,6 +88,7 @@ def main() -> int:
     ap.add_argument("--embedder", default="minilm-onnx",
                     choices=["minilm-onnx", "minilm", "fake"])
     ap.add_argument("--quick", action="store_true", help="small sizes, for CI")
+    ap.add_argument("--out", type=Path, help="also write the figures to this JSON file")
     args = ap.parse_args()
     if args.quick:
         args.memories, args.calls = 50, 20
@@ -126,6 +127,8 @@ def main() -> int:
               "direct_ms": summary(direct), "via_memd_ms": summary(proxied),
               "overhead_ms": summary(overhead)}
     print(json.dumps(result, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n", "utf-8")
     return 0
 
 

@@ -1,0 +1,178 @@
+"""Every benchmark in one run, and the issue's targets judged on that run's figures.
+
+    nice -n 19 .venv/bin/python bench/run_all.py      # all of them: bench/results/all.json
+    .venv/bin/python bench/run_all.py --quick         # CI: every harness at tiny sizes
+
+Runs, each in a process of its own and one after the other (so none disturbs another's
+figures): ``bench_scale.py`` (SQLite and PostgreSQL at 100 users, 1.1M memories: builds
+its datasets into ``~/.cache/memd-bench`` on the first run, 15-20 min), ``bench_proxy.py``
+(proxy overhead), ``longmemeval.py --interleave`` (all 418 evaluable questions of
+LongMemEval_S with the BM25 and dense baselines; MiniLM vectors are cached by text in
+``~/.cache/memd-bench/embeddings.sqlite``: about an hour cold, 5 min warm) and
+``mem0_compare.py`` (creates mem0's venv on its first run). Each writes its JSON (and
+PNG plots) into ``--dir``; then ``all.json`` there holds the machine, every script's
+figures and the targets table: each target of the benchmark issue with what this run
+measured and whether it is met. ``--only`` runs some of them (the table then judges
+only theirs). With ``--quick`` everything goes to a temporary directory and nothing is
+judged: tiny sizes say nothing about the targets.
+
+Exits non-zero only when a script fails: a missed target is a figure, not an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+#: Targets of the benchmark issue that are not in a script's own verdicts.
+LME_TARGETS = (("session", "recall_any@5", 0.98), ("session", "recall_all@5", 0.90),
+               ("turn", "recall_any@5", 0.88))
+MEM0_SPEEDUP = 10.0
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    script: str
+    args: tuple[str, ...]  # a full run's
+    quick: tuple[str, ...]  # CI's
+    out_flag: str = "--out"
+
+    def command(self, out: Path, quick: bool) -> list[str]:
+        cmd = [sys.executable, str(HERE / self.script), *(self.quick if quick else self.args)]
+        cmd += [self.out_flag, str(out)]
+        if self.name == "longmemeval":  # its plot is asked for, the others write theirs
+            cmd += ["--plot", str(out.with_suffix(".png"))]
+        return cmd
+
+
+BENCHES = (
+    Bench("scale", "bench_scale.py", (), ("--quick",)),
+    Bench("proxy", "bench_proxy.py", (), ("--quick", "--embedder", "fake")),
+    Bench("longmemeval", "longmemeval.py", ("--interleave",), ("--quick",)),
+    Bench("mem0", "mem0_compare.py", (), ("--quick",)),
+)
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run(bench: Bench, out: Path, quick: bool) -> dict[str, Any]:
+    """Run one benchmark; its JSON result, with the command and the wall time."""
+    cmd = bench.command(out, quick)
+    log(f"{bench.name}: {' '.join(cmd[1:])}")
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    wall = round(time.perf_counter() - t0, 1)
+    sys.stdout.write(done.stdout)
+    if done.returncode != 0:
+        raise SystemExit(f"{bench.name} failed (exit {done.returncode}) after {wall} s")
+    log(f"{bench.name}: done in {wall} s")
+    return {"command": " ".join(cmd[1:]), "wall_s": wall,
+            "result": json.loads(out.read_text("utf-8"))}
+
+
+def _row(target: str, measured: float | str, limit: str, met: bool) -> dict[str, Any]:
+    return {"target": target, "measured": measured, "limit": limit, "met": met}
+
+
+def scale_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """bench_scale's own verdicts (compile and append p99, RSS), and sub-linear growth:
+    compile p50 at the largest growth user over the smallest, against their size ratio."""
+    for backend, verdicts in r["verdicts"].items():
+        for key, (value, limit, met) in verdicts.items():
+            unit = "MB" if key.endswith("_mb") else "ms"
+            yield _row(f"{backend} {key.removesuffix('_ms').removesuffix('_mb')}",
+                       value, f"<= {limit:g} {unit}", bool(met))
+    for backend, res in r["backends"].items():
+        growth = res.get("growth") or {}
+        if len(growth) < 2:
+            continue
+        sizes = sorted(growth, key=int)
+        small, large = growth[sizes[0]]["compile"]["p50"], growth[sizes[-1]]["compile"]["p50"]
+        times, size_ratio = large / small, int(sizes[-1]) / int(sizes[0])
+        yield _row(f"{backend} compile p50 growth {sizes[0]} -> {sizes[-1]} memories",
+                   f"x{times:.1f}", f"< x{size_ratio:g} (sub-linear)", times < size_ratio)
+
+
+def lme_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    summary = r["summary"]
+    for level, key, limit in LME_TARGETS:
+        got = summary["memd"][level][key]
+        yield _row(f"LongMemEval_S {level} {key}", round(got, 3), f">= {limit}", got >= limit)
+    below = r["below_baseline"]
+    yield _row("LongMemEval_S memd >= the better baseline at every k and metric",
+               f"{len(below)} cells below", "0 cells below", not below)
+
+
+def mem0_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    v = r["verdict"]
+    yield _row("search p50 speed-up over mem0 (query embedding included)",
+               f"x{v['search_p50_speedup']}", f">= x{MEM0_SPEEDUP:g}",
+               v["search_p50_speedup"] >= MEM0_SPEEDUP)
+    yield _row("recall_any@k >= mem0's at every k",
+               ", ".join(v["recall_below_mem0_at"]) or "none below", "none below",
+               not v["recall_below_mem0_at"])
+
+
+JUDGES: dict[str, Callable[[Mapping[str, Any]], Iterator[dict[str, Any]]]] = {
+    "scale": scale_targets, "longmemeval": lme_targets, "mem0": mem0_targets,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="every harness at tiny sizes, in a temp dir, nothing judged (CI)")
+    ap.add_argument("--only", action="append", choices=[b.name for b in BENCHES],
+                    help="run this benchmark (repeatable; default: all)")
+    ap.add_argument("--dir", type=Path, default=HERE / "results",
+                    help="where each result and all.json go (default bench/results/)")
+    args = ap.parse_args(argv)
+    chosen = [b for b in BENCHES if not args.only or b.name in args.only]
+    with tempfile.TemporaryDirectory(prefix="memd-bench-") as tmp:
+        where = Path(tmp) if args.quick else args.dir
+        where.mkdir(parents=True, exist_ok=True)
+        started = datetime.now(UTC).isoformat(timespec="seconds")
+        t0 = time.perf_counter()
+        results = {b.name: run(b, where / f"{b.name}.json", args.quick) for b in chosen}
+        targets = [] if args.quick else [
+            row for name, res in results.items() if name in JUDGES
+            for row in JUDGES[name](res["result"])
+        ]
+        out = {
+            "started": started, "wall_s": round(time.perf_counter() - t0, 1),
+            "quick": args.quick,
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                        "platform": platform.platform()},
+            "targets": targets, "benchmarks": results,
+        }
+        (where / "all.json").write_text(json.dumps(out, indent=1) + "\n", "utf-8")
+        log(f"wrote {where / 'all.json'}")
+    if targets:
+        width = max(len(t["target"]) for t in targets)
+        print(f"\ntargets, one run started {started}:")
+        for t in targets:
+            print(f"  {t['target']:<{width}}  {t['measured']!s:>16}  {t['limit']:<26} "
+                  f"{'met' if t['met'] else 'MISSED'}")
+        print(f"{sum(t['met'] for t in targets)} of {len(targets)} met")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""bench/run_all.py's targets table: each target of the benchmark issue judged on a run's
+figures, misses included. (CI runs the whole harness with --quick.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "run_all.py"
+
+
+@pytest.fixture(scope="module")
+def run_all() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_run_all", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _growth(*p50s: float) -> dict[str, Any]:
+    return {str(size): {"compile": {"p50": p50}}
+            for size, p50 in zip((1000, 10_000, 100_000), p50s, strict=True)}
+
+
+def test_scale_targets_take_its_verdicts_and_judge_growth_against_the_size_ratio(
+    run_all: ModuleType,
+) -> None:
+    result = {
+        "verdicts": {"postgres": {"compile_team_p99_ms": [16.2, 15.0, False],
+                                  "rss_mb": [282.1, 700.0, True]}},
+        "backends": {"postgres": {"growth": _growth(4.0, 5.5, 10.0)},
+                     "sqlite": {"growth": _growth(1.0, 9.0, 120.0)}},
+    }
+    rows = {r["target"]: r for r in run_all.scale_targets(result)}
+    assert rows["postgres compile_team_p99"] == {
+        "target": "postgres compile_team_p99", "measured": 16.2, "limit": "<= 15 ms",
+        "met": False}
+    assert rows["postgres rss"]["limit"] == "<= 700 MB" and rows["postgres rss"]["met"]
+    pg = rows["postgres compile p50 growth 1000 -> 100000 memories"]
+    assert pg["measured"] == "x2.5" and pg["met"]
+    lite = rows["sqlite compile p50 growth 1000 -> 100000 memories"]
+    assert lite["measured"] == "x120.0" and not lite["met"]  # worse than linear
+
+
+def test_longmemeval_and_mem0_targets_say_which_are_missed(run_all: ModuleType) -> None:
+    def level(any5: float, all5: float) -> dict[str, float]:
+        return {"recall_any@5": any5, "recall_all@5": all5}
+
+    lme = {"summary": {"memd": {"session": level(0.981, 0.899), "turn": level(0.90, 0.7)}},
+           "below_baseline": ["turn ndcg_any@1: memd 0.500 < dense 0.510"]}
+    met = {r["target"]: r["met"] for r in run_all.lme_targets(lme)}
+    assert met == {
+        "LongMemEval_S session recall_any@5": True,
+        "LongMemEval_S session recall_all@5": False,
+        "LongMemEval_S turn recall_any@5": True,
+        "LongMemEval_S memd >= the better baseline at every k and metric": False,
+    }
+    mem0 = {"verdict": {"search_p50_speedup": 9.8, "recall_below_mem0_at": []}}
+    rows = list(run_all.mem0_targets(mem0))
+    assert [(r["measured"], r["met"]) for r in rows] == [("x9.8", False), ("none below", True)]
