@@ -5,31 +5,23 @@ fake embedder. No timing assertions."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import bench_scripts
 import numpy as np
 import pytest
 
 from memd.config import PRESETS
 from memd.models.embedder import FakeEmbedder
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "longmemeval.py"
-
 
 @pytest.fixture(scope="module")
 def lme() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_longmemeval", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
+    return bench_scripts.load("longmemeval")
 
 
 # ------------------------------------------------------------------------ metrics

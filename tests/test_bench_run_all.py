@@ -3,25 +3,16 @@ figures, misses included. (CI runs the whole harness with --quick.)"""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import bench_scripts
 import pytest
-
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "run_all.py"
 
 
 @pytest.fixture(scope="module")
 def run_all() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_run_all", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return bench_scripts.load("run_all")
 
 
 def _growth(*p50s: float) -> dict[str, Any]:

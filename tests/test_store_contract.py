@@ -573,6 +573,47 @@ def test_sqlite_checkpoint_moves_the_wal_into_the_database(tmp_path: Path) -> No
     s.close()
 
 
+def test_sqlite_checkpoints_run_on_the_stores_thread_not_in_a_write(
+    tmp_path: Path,
+) -> None:
+    """SQLite's automatic checkpoint would run in the commit that takes the WAL past its
+    limit; the store's WAL hook replaces it and wakes a thread of its own once the WAL
+    holds checkpoint_pages. Under writes back to back the thread may fall behind: a write
+    then checkpoints in line at 10x, so the WAL stays short either way."""
+    import apsw
+
+    from memd.backends.sqlite import SQLiteStore
+
+    s = SQLiteStore(tmp_path / "c.db", dim=DIM)
+    s.checkpoint_pages = 40
+    ran_on: list[str] = []
+    checkpoint = s.checkpoint
+
+    def recorded() -> None:
+        ran_on.append(threading.current_thread().name)
+        checkpoint()
+
+    s.checkpoint = recorded  # type: ignore[method-assign]
+    probe = apsw.Connection(str(tmp_path / "c.db"))
+    try:
+        for i in range(300):
+            s.insert_memory(memory(f"note {i} " + "words " * 50), vec(i % DIM))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            busy, frames, done = probe.execute("PRAGMA wal_checkpoint(NOOP)").fetchone()
+            if done == frames:
+                break
+            time.sleep(0.01)
+        assert len(ran_on) >= 3 and set(ran_on) == {"memd-sqlite-checkpoint"}, ran_on
+        assert done == frames  # the last one caught up
+        wal = (tmp_path / "c.db-wal").stat().st_size // 4096
+        assert wal < 10 * 40 + 100, wal  # restarted, not 300 writes long (~6,600 pages)
+    finally:
+        probe.close()
+        s.close()
+    assert not s._checkpoint_thread.is_alive()  # type: ignore[union-attr]
+
+
 # -- transactions (both backends) ------------------------------------------------------
 def test_a_failed_write_undoes_only_itself_inside_a_transaction(store: Store) -> None:
     """A Conflict handled inside ``with store.transaction():`` leaves the transaction

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -128,14 +127,9 @@ class JobWorker:
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        checkpoint = getattr(self.engine.store, "checkpoint", None)
-        last_checkpoint = time.monotonic()
         while not self._stop.is_set():
             try:
                 ran = self.engine.run_jobs(limit=256)
-                if checkpoint is not None and time.monotonic() - last_checkpoint > 5.0:
-                    checkpoint()  # keeps WAL checkpoints off the request path
-                    last_checkpoint = time.monotonic()
             except MemdError as exc:  # the store is unavailable: log, back off, retry
                 log.warning("job worker: %s", exc)
                 ran = 0
