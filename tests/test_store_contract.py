@@ -598,14 +598,17 @@ def test_sqlite_checkpoints_run_on_the_stores_thread_not_in_a_write(
     try:
         for i in range(300):
             s.insert_memory(memory(f"note {i} " + "words " * 50), vec(i % DIM))
+        # Once the writes stop, the frames not yet copied are fewer than checkpoint_pages
+        # (the last writes restarted the WAL and stayed below the limit: nothing is due),
+        # or the thread copies them all.
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             busy, frames, done = probe.execute("PRAGMA wal_checkpoint(NOOP)").fetchone()
-            if done == frames:
+            if done == frames or frames < s.checkpoint_pages:
                 break
             time.sleep(0.01)
         assert len(ran_on) >= 3 and set(ran_on) == {"memd-sqlite-checkpoint"}, ran_on
-        assert done == frames  # the last one caught up
+        assert done == frames or frames < s.checkpoint_pages, (done, frames)
         wal = (tmp_path / "c.db-wal").stat().st_size // 4096
         assert wal < 10 * 40 + 100, wal  # restarted, not 300 writes long (~6,600 pages)
     finally:
