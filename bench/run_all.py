@@ -13,7 +13,8 @@ LongMemEval_S with the BM25 and dense baselines; MiniLM vectors are cached by te
 PNG plots) into ``--dir``; then ``all.json`` there holds the machine, every script's
 figures and the targets table: each target of the benchmark issue with what this run
 measured and whether it is met. ``--only`` runs some of them (the table then judges
-only theirs). With ``--quick`` everything goes to a temporary directory and nothing is
+only theirs); ``--markdown ALL_JSON`` prints an earlier run's targets table for the
+README. With ``--quick`` everything goes to a temporary directory and nothing is
 judged: tiny sizes say nothing about the targets.
 
 Exits non-zero only when a script fails: a missed target is a figure, not an error.
@@ -135,6 +136,15 @@ JUDGES: dict[str, Callable[[Mapping[str, Any]], Iterator[dict[str, Any]]]] = {
 }
 
 
+def markdown(doc: Mapping[str, Any]) -> str:
+    """The targets table of an all.json as Markdown, for the README."""
+    lines = ["| target | measured | limit | verdict |", "| --- | --- | --- | --- |"]
+    lines += [f"| {t['target']} | {t['measured']} | {t['limit']} | "
+              f"{'met' if t['met'] else '**missed**'} |" for t in doc["targets"]]
+    met = sum(t["met"] for t in doc["targets"])
+    return "\n".join(lines) + f"\n\n{met} of {len(doc['targets'])} targets met.\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
@@ -143,7 +153,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="run this benchmark (repeatable; default: all)")
     ap.add_argument("--dir", type=Path, default=HERE / "results",
                     help="where each result and all.json go (default bench/results/)")
+    ap.add_argument("--markdown", type=Path, metavar="ALL_JSON",
+                    help="run nothing: print the targets table of this all.json as Markdown")
     args = ap.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text("utf-8"))), end="")
+        return 0
     chosen = [b for b in BENCHES if not args.only or b.name in args.only]
     with tempfile.TemporaryDirectory(prefix="memd-bench-") as tmp:
         where = Path(tmp) if args.quick else args.dir

@@ -56,3 +56,16 @@ def test_longmemeval_and_mem0_targets_say_which_are_missed(run_all: ModuleType) 
     mem0 = {"verdict": {"search_p50_speedup": 9.8, "recall_below_mem0_at": []}}
     rows = list(run_all.mem0_targets(mem0))
     assert [(r["measured"], r["met"]) for r in rows] == [("x9.8", False), ("none below", True)]
+
+
+def test_markdown_lists_every_target_and_marks_the_misses(run_all: ModuleType) -> None:
+    doc = {"targets": [
+        {"target": "sqlite compile_p99", "measured": 4.6, "limit": "<= 15 ms", "met": True},
+        {"target": "search p50 speed-up over mem0 (query embedding included)",
+         "measured": "x9.8", "limit": ">= x10", "met": False},
+    ]}
+    table = run_all.markdown(doc).splitlines()
+    assert table[2] == "| sqlite compile_p99 | 4.6 | <= 15 ms | met |"
+    assert table[3] == ("| search p50 speed-up over mem0 (query embedding included) | x9.8 "
+                        "| >= x10 | **missed** |")
+    assert table[-1] == "1 of 2 targets met."
