@@ -568,7 +568,13 @@ class PostgresStore(AccountsMixin):
             yield
 
     def in_transaction(self) -> bool:
-        return self._current() is not None and not getattr(self._local, "batch", False)
+        conn = self._current()
+        if conn is None:
+            return False
+        # A read batch's connection is in no transaction until a transaction() opened
+        # inside the batch begins one on it (_txn): its reads then see uncommitted writes.
+        return (not getattr(self._local, "batch", False)
+                or conn.info.transaction_status != _IDLE)
 
     @contextmanager
     def read_batch(self) -> Iterator[None]:

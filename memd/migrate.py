@@ -104,10 +104,13 @@ TABLES: tuple[Table, ...] = (
     Table("users", ("user_id",)),
     Table("api_keys", ("key_id",)),
     Table("workspace_members", ("workspace", "user_id")),
-    Table("sessions", ("user_id", "session_id")),
     Table("messages", ("user_id", "message_id"), skip=frozenset({"has_embedding"}),
           vectors={"embedding": VectorSource("message_vec", "message_id")},
           monthly="created_at"),
+    # After the messages: a daemon serving the target must not see a session before all
+    # its messages, since a session's (turn_count, history_version) names the history
+    # that a daemon's history cache keeps for it (memd.engine.history).
+    Table("sessions", ("user_id", "session_id")),
     Table("memories", ("user_id", "memory_id"),
           skip=frozenset({"access_count", "last_accessed_at", "relevance_accumulator"}),
           vectors={"embedding": VectorSource("memory_vec", "memory_id")}),
@@ -709,7 +712,7 @@ def _run(src: _Source, tgt: _Target, tables: Sequence[Table], batch_size: int,
         raise Conflict(
             f"the target already holds different data for {len(conflicts)} row(s) with the "
             f"same keys (e.g. {shown}); nothing was copied. memd migrate never overwrites: "
-            "use an empty database, or delete those rows first"
+            "use an empty database, or stop the daemons serving it and delete those rows first"
         )
     phases["checking"] = time.perf_counter() - clock
     clock = time.perf_counter()

@@ -116,6 +116,54 @@ def test_a_compile_after_an_append_reads_only_the_new_turns(two_engines: list[Me
     assert len(full) == 1
 
 
+def test_a_transaction_inside_a_read_batch_is_neither_cached_nor_served(
+    two_engines: list[Memd],
+) -> None:
+    """A transaction opened inside a read batch reads its own uncommitted writes: the
+    store says it is in a transaction, so nothing read there is kept, and after its
+    rollback the cache serves what the store holds."""
+    m = two_engines[0]
+    s = m.create_session("u")
+    m.append(s.id, "u", [{"role": "user", "content": "first otters"}])
+    assert not m.store.in_transaction()
+    with pytest.raises(RuntimeError), m.store.read_batch():
+        assert not m.store.in_transaction()
+        with m.store.transaction():
+            assert m.store.in_transaction()
+            m.append(s.id, "u", [{"role": "user", "content": "rolled back otters"}])
+            seen = m.history.read(m.store, "u", m.session(s.id, "u"), 5000)
+            assert [x.content for x in seen][-1] == "rolled back otters"
+            raise RuntimeError("roll back")
+    m.append(s.id, "u", [{"role": "user", "content": "committed otters"}])
+    session = m.session(s.id, "u")
+    assert [x.content for x in m.history.read(m.store, "u", session, 5000)] == \
+        [x.content for x in recent_history(m.store, "u", session, 5000)] == \
+        ["first otters", "committed otters"]
+
+
+def test_a_caller_editing_a_compiled_context_does_not_change_the_next_one(
+    two_engines: list[Memd],
+) -> None:
+    """The second compile's history comes from the cache: the first one's messages must
+    not share the cached messages' tool calls with it."""
+    m = two_engines[0]
+    s = m.create_session("u")
+    m.append(s.id, "u", [
+        {"role": "user", "content": "count the otters"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "count", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42 otters"},
+        {"role": "user", "content": "and the kelp?"},
+    ])
+    ctx = m.context("u", session_id=s.id, query="otters")
+    call = next(x for x in ctx.messages if x.get("tool_calls"))
+    call["tool_calls"][0]["function"]["arguments"] = '{"edited": true}'
+    again = m.context("u", session_id=s.id, query="otters")
+    assert m.history.hits >= 1
+    call = next(x for x in again.messages if x.get("tool_calls"))
+    assert call["tool_calls"][0]["function"]["arguments"] == "{}"
+
+
 def test_cache_is_bounded_by_messages_least_recently_used_first() -> None:
     """Past max_messages the least recently used session's history goes first."""
     cache = HistoryCache(max_messages=5)

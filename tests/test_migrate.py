@@ -410,3 +410,41 @@ def test_local_postgres_start_status_stop(tmp_path: Path) -> None:
     assert status.stdout.startswith("stopped")
     assert run("--data-dir", str(data_dir), "postgres", "stop").stdout.startswith(
         "PostgreSQL was not running")
+
+
+def test_a_daemon_serving_the_target_never_caches_a_session_before_its_messages(
+    tmp_path: Path,
+) -> None:
+    """The history cache keys a session's history by its (turn_count, history_version),
+    which no copy changes: were a session copied before its messages, a compile by a
+    daemon serving the target in between would cache a partial history under the final
+    state and serve it for good (appends only read newer turns). Sessions come after
+    messages, so any prefix of the tables a run copies (a run killed between tables, then
+    resumed) shows either no session or one with every message."""
+    from memd.engine.history import recent_history
+    from memd.migrate import TABLES, migrate
+
+    src = memd.open(tmp_path / "src", embedder="fake")
+    s = src.create_session("u")
+    src.append(s.id, "u", [{"role": "user", "content": f"turn {i} about otters"}
+                           for i in range(6)])
+    src.close()
+    names = [t.name for t in TABLES]
+    assert names.index("messages") < names.index("sessions")
+    dsn = pg.database()
+    db = tmp_path / "src" / "memd.db"
+    eng = memd.open(tmp_path / "dst", embedder="fake", db=dsn, pg_partitions=PARTITIONS)
+    try:
+        for end in range(1, len(TABLES) + 1):
+            migrate(db, dsn, partitions=PARTITIONS, tables=TABLES[:end])
+            session = eng.store.get_session("u", s.id)
+            if session is not None:  # what a compile would cache now
+                cached = eng.history.read(eng.store, "u", session, 5000)
+                assert len(cached) == 6, (TABLES[end - 1].name, len(cached))
+        eng.append(s.id, "u", [{"role": "user", "content": "turn 6"}])
+        session = eng.session(s.id, "u")
+        assert [m.content for m in eng.history.read(eng.store, "u", session, 5000)] == \
+            [m.content for m in recent_history(eng.store, "u", session, 5000)]
+        assert len(recent_history(eng.store, "u", session, 5000)) == 7
+    finally:
+        eng.close()
