@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+# As memd and every script here run NumPy (before it loads): one BLAS thread.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 #: Targets of the benchmark issue that are not in a script's own verdicts.
 LME_TARGETS = (("session", "recall_any@5", 0.98), ("session", "recall_all@5", 0.90),
@@ -136,6 +138,29 @@ JUDGES: dict[str, Callable[[Mapping[str, Any]], Iterator[dict[str, Any]]]] = {
 }
 
 
+def calibrate() -> dict[str, float]:
+    """The machine's speed on two fixed workloads, best of 5 (ms): a pure-Python loop and
+    a NumPy float32 matrix-vector product of the compile's KNN size (10,000 x 384, one
+    BLAS thread as memd runs it). Machines of one kind differ by up to 2.7x on the same
+    compile; these say which kind of draw a run had, so runs can be compared."""
+    import numpy as np
+
+    def best(fn: Callable[[], object]) -> float:
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return round(min(times) * 1e3, 2)
+
+    mat = np.random.default_rng(0).standard_normal((10_000, 384), dtype=np.float32)
+    vec = mat[0].copy()
+    return {
+        "python_loop_ms": best(lambda: sum(i * i for i in range(1_000_000))),
+        "numpy_knn_ms": round(best(lambda: [mat @ vec for _ in range(10)]) / 10, 3),
+    }
+
+
 def markdown(doc: Mapping[str, Any]) -> str:
     """The targets table of an all.json as Markdown, for the README."""
     lines = ["| target | measured | limit | verdict |", "| --- | --- | --- | --- |"]
@@ -165,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         where.mkdir(parents=True, exist_ok=True)
         started = datetime.now(UTC).isoformat(timespec="seconds")
         t0 = time.perf_counter()
+        speed = calibrate()
+        log(f"machine speed: {speed}")
         results = {b.name: run(b, where / f"{b.name}.json", args.quick) for b in chosen}
         targets = [] if args.quick else [
             row for name, res in results.items() if name in JUDGES
@@ -174,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             "started": started, "wall_s": round(time.perf_counter() - t0, 1),
             "quick": args.quick,
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                        "platform": platform.platform()},
+                        "platform": platform.platform(), "speed": speed},
             "targets": targets, "benchmarks": results,
         }
         (where / "all.json").write_text(json.dumps(out, indent=1) + "\n", "utf-8")

@@ -69,3 +69,10 @@ def test_markdown_lists_every_target_and_marks_the_misses(run_all: ModuleType) -
     assert table[3] == ("| search p50 speed-up over mem0 (query embedding included) | x9.8 "
                         "| >= x10 | **missed** |")
     assert table[-1] == "1 of 2 targets met."
+
+
+def test_calibration_times_both_workloads(run_all: ModuleType) -> None:
+    speed = run_all.calibrate()
+    assert set(speed) == {"python_loop_ms", "numpy_knn_ms"}
+    # a loop of a million steps takes milliseconds, not microseconds or minutes
+    assert 1 < speed["python_loop_ms"] < 10_000 and 0 < speed["numpy_knn_ms"] < 1_000
