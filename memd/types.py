@@ -7,6 +7,7 @@ the user everywhere (global), or a workspace name for one project.
 
 from __future__ import annotations
 
+import copy
 import enum
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,8 +140,11 @@ class Message:
     chain_hash: str | None = None  # hash of the session's messages up to this one
 
     def to_openai(self) -> dict[str, Any]:
-        """The message as an OpenAI ``ChatCompletionMessageParam`` dict."""
-        return openai_message(self.role, self.content, self.name, self.tool_calls,
+        """The message as an OpenAI ``ChatCompletionMessageParam`` dict, the caller's own:
+        a Message may be shared (the history cache keeps one for every compile), so its
+        ``tool_calls`` are copied, not handed out."""
+        tool_calls = copy.deepcopy(self.tool_calls) if self.tool_calls else None
+        return openai_message(self.role, self.content, self.name, tool_calls,
                               self.tool_call_id)
 
 

@@ -46,7 +46,6 @@ whose OpenAI type requires a string).
 
 from __future__ import annotations
 
-import copy
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -348,8 +347,6 @@ def _bullet(text: str) -> str:
 def _wire(msg: Message) -> dict[str, Any]:
     """``msg.to_openai()``, with a ``None`` content made ``""`` where OpenAI requires a string."""
     out = msg.to_openai()
-    if "tool_calls" in out:  # msg may be the history cache's: the caller gets a copy
-        out["tool_calls"] = copy.deepcopy(out["tool_calls"])
     if out.get("content") is None and msg.role in _CONTENT_REQUIRED:
         out["content"] = ""
     return out
