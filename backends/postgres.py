@@ -1222,15 +1222,23 @@ class PostgresStore(AccountsMixin):
         _MEMORY_TABLE_COLS, ``extra`` columns, the rank (``rank_``); best first."""
         where, params = self._where(user_id, flt)
         if current_actor() is not None:
-            # Under RLS: ids from the GIN probe in memd_keyword_memory_ids (over-fetched,
-            # as the rest of the filter applies after it), rows through the policies.
+            # Under RLS: ids from a GIN probe run as the owner, over-fetched (the rest of
+            # the filter applies after it), rows through the policies. Over the user's
+            # own leaves the probe names them (010), over the parents it plans its query
+            # across every partition at each call (005).
+            if tables.own:
+                probe = "memd_keyword_own_memory_ids(%s, %s, %s, "
+                probe_params = [user_id, *tables.memory_leaves]
+            else:
+                probe = "memd_keyword_memory_ids(%s, "
+                probe_params = [user_id]
             return (
-                f"SELECT {_MEMORY_TABLE_COLS}{extra}, k.rank::float8 AS rank_ FROM "
-                "memd_keyword_memory_ids(%s, websearch_to_tsquery('english', %s), %s, %s, %s) "
+                f"SELECT {_MEMORY_TABLE_COLS}{extra}, k.rank::float8 AS rank_ FROM {probe}"
+                "websearch_to_tsquery('english', %s), %s, %s, %s) "
                 f"AS k (kid, ktier, rank) JOIN {tables.memories} AS memories "
                 "ON memory_id = k.kid AND memory_tier = k.ktier "
                 f"WHERE {where} ORDER BY k.rank DESC, memory_id LIMIT %s",
-                [*extra_params, user_id, text, 4 * k + 20, not flt.include_inactive,
+                [*extra_params, *probe_params, text, 4 * k + 20, not flt.include_inactive,
                  None if flt.workspaces is None else list(flt.workspaces), *params, k],
             )
         # A generic plan (own partitions) would parse the query again for every row it

@@ -1249,6 +1249,20 @@ def test_pg_own_partitions_under_row_level_security_hold_only_the_acting_users_r
                 assert users <= {"alice"}, (leaf, users)
             with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
                 conn.execute(f"DELETE FROM {alice.memory_stats}")
+            # The keyword probe over own leaves (migration 010) runs as the owner: it
+            # answers for the acting user only, and over memory partitions only.
+            probe = ("SELECT memory_id FROM memd_keyword_own_memory_ids(%s, %s, %s, "
+                     "websearch_to_tsquery('english', 'rust'), 50, true, NULL)")
+            hits = {r[0] for r in conn.execute(probe, ("alice", *alice.memory_leaves))}
+            assert hits == mine  # carol's rust notes share the leaves, not the answer
+            for args in (("carol", *alice.memory_leaves), (bob, *s._tables(bob).memory_leaves)):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
+                    conn.execute(probe, args)
+            for leaves in ((alice.memory_stats, alice.memory_leaves[1]),
+                           (alice.memory_leaves[1], alice.memory_leaves[0]),
+                           ("api_keys", "users"), ('x"; DROP TABLE users; --', "y")):
+                with pytest.raises(psycopg.errors.InvalidParameterValue), conn.transaction():
+                    conn.execute(probe, ("alice", *leaves))
     finally:
         s.close()
 
