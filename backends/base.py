@@ -13,7 +13,7 @@ outside one runs in its own transaction. Driver errors leave a backend as
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
@@ -370,11 +370,13 @@ def compose_candidates(
     store: Store, user_id: str, query: str, vector: Vector, flt: MemoryFilter, *,
     knn_k: int, keyword_k: int, entities: Sequence[str] = (), entity_k: int = 0,
     frequent_k: int = 0,
+    keyword_hits: Callable[[], Sequence[tuple[Memory, float]]] | None = None,
 ) -> dict[str, Found]:
     """``Store.memory_candidates`` from the single-channel methods: a call per channel,
     then the vectors of the candidates the KNN did not find. The embedded backend uses
-    it as is (its calls are in-process); a networked backend answers in one round trip
-    and must agree with it."""
+    it (its calls are in-process); a networked backend answers in one round trip and
+    must agree with it. ``keyword_hits``: the keyword channel's answer, where the caller
+    started it already (called after the vector channel)."""
     found: dict[str, Memory] = {}
     sims: dict[str, float] = {}
     keyword: dict[str, float] = {}
@@ -382,7 +384,9 @@ def compose_candidates(
     for mem, sim in store.nearest_memories(user_id, vector, knn_k, flt):
         found[mem.id], sims[mem.id] = mem, sim
     if keyword_k > 0:
-        for mem, rel in store.keyword_memories(user_id, query, keyword_k, flt):
+        hits = keyword_hits() if keyword_hits is not None else store.keyword_memories(
+            user_id, query, keyword_k, flt)
+        for mem, rel in hits:
             found.setdefault(mem.id, mem)
             keyword[mem.id] = rel
     if entities and entity_k > 0:

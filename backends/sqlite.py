@@ -2,8 +2,9 @@
 
 apsw is used because it bundles a current SQLite with FTS5 and can load extensions on
 every Python build (the stdlib ``sqlite3`` here cannot). One connection per store,
-guarded by a re-entrant lock so the daemon's threads never interleave a transaction;
-WAL lets a CLI process and the daemon share the file. ``secure_delete`` is on so that
+guarded by a re-entrant lock so the daemon's threads never interleave a transaction
+(besides it, a read-only one ranks the memory keyword channel beside the vector channel:
+_rank_aside); WAL lets a CLI process and the daemon share the file. ``secure_delete`` is on so that
 forgetting leaves no readable bytes behind.
 
 WAL checkpoints run in a thread of the store's own, never in a write: SQLite's automatic
@@ -25,6 +26,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from importlib import resources
 from pathlib import Path
@@ -51,6 +53,13 @@ from memd.types import (
 )
 
 log = logging.getLogger(__name__)
+
+# The keyword channel's ranking: FTS5 alone (cheap), the winners' rows fetched by key
+# after it; joining every match to memories first costs ~3x more on a large store.
+_KEYWORD_RANKS = (
+    "SELECT memory_id, -bm25(memories_fts) AS r FROM memories_fts "
+    "WHERE memories_fts MATCH ? ORDER BY r DESC LIMIT ?"
+)
 
 Vector = Sequence[float]
 
@@ -196,6 +205,10 @@ class SQLiteStore(AccountsMixin):
         self._checkpoint_lock = threading.Lock()
         self._wal_pages = 0  # the WAL's length after the last commit
         self._checkpoint_thread: threading.Thread | None = None
+        # The side connection (_rank_aside): opened at its first use, one user at a time.
+        self._side: apsw.Connection | None = None
+        self._side_lock = threading.Lock()
+        self._side_worker: ThreadPoolExecutor | None = None
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -321,6 +334,10 @@ class SQLiteStore(AccountsMixin):
         if self._checkpoint_thread is not None:
             self._checkpoint_due.set()
             self._checkpoint_thread.join(timeout=30)
+        if self._side_worker is not None:
+            self._side_worker.shutdown(wait=True)
+        if self._side is not None:
+            self._side.close()
         with self._lock, self._checkpoint_lock:
             if self._checkpointer is not None:
                 self._checkpointer.close()
@@ -1003,13 +1020,13 @@ class SQLiteStore(AccountsMixin):
         match = fts_query(user_id, query)
         if match is None:
             return []
-        # Rank in FTS5 alone (cheap), then fetch and filter the few winners by key:
-        # joining every match to memories first costs ~3x more on a large store.
-        pairs = self._q(
-            "SELECT memory_id, -bm25(memories_fts) AS r FROM memories_fts "
-            "WHERE memories_fts MATCH ? ORDER BY r DESC LIMIT ?",
-            (match, k * 3 + 10),
-        )
+        return self._keyword_rows(user_id, self._q(_KEYWORD_RANKS, (match, k * 3 + 10)),
+                                  k, flt)
+
+    def _keyword_rows(
+        self, user_id: str, pairs: Sequence[tuple[str, float]], k: int, flt: MemoryFilter
+    ) -> list[tuple[Memory, float]]:
+        """The keyword channel's memories from its ranking (_KEYWORD_RANKS' rows)."""
         # The margin is for the filter (workspace, activity, expiry), which usually drops
         # none: fetch the first k + 5 rows, and the rest only if too few of those pass.
         head = k + 5
@@ -1048,10 +1065,48 @@ class SQLiteStore(AccountsMixin):
         knn_k: int, keyword_k: int, entities: Sequence[str] = (), entity_k: int = 0,
         frequent_k: int = 0,
     ) -> dict[str, Found]:
+        ranks = self._rank_aside(user_id, query, keyword_k)
         return compose_candidates(
             self, user_id, query, vector, flt, knn_k=knn_k, keyword_k=keyword_k,
             entities=entities, entity_k=entity_k, frequent_k=frequent_k,
+            keyword_hits=None if ranks is None
+            else lambda: self._keyword_rows(user_id, ranks.result(), keyword_k, flt),
         )
+
+    def _rank_aside(self, user_id: str, query: str, k: int
+                    ) -> Future[list[tuple[str, float]]] | None:
+        """The keyword channel's FTS5 ranking (_KEYWORD_RANKS), started on the store's
+        side connection, read-only, while the caller runs the vector channel: apsw and
+        NumPy release the GIL, so on two cores the bm25 over every match (~1 ms for a
+        query of common words at the scale benchmark's target) overlaps the KNN and its
+        rows. None where it would not be right or would wait: an in-memory store (no
+        second connection sees it), a transaction of this thread (its writes are not
+        committed), or the side connection busy with another thread's ranking. Under
+        WAL the side connection reads the last commit, as the store's own would."""
+        if k <= 0 or self.path == ":memory:" or self.in_transaction() or self._closed:
+            return None
+        match = fts_query(user_id, query)
+        if match is None or not self._side_lock.acquire(blocking=False):
+            return None
+        try:
+            if self._side_worker is None:
+                self._side_worker = ThreadPoolExecutor(1, thread_name_prefix="memd-sqlite-side")
+            return self._side_worker.submit(self._rank_on_side, match, k * 3 + 10)
+        except BaseException:
+            self._side_lock.release()
+            raise
+
+    def _rank_on_side(self, match: str, limit: int) -> list[tuple[str, float]]:
+        try:
+            if self._side is None:
+                self._side = apsw.Connection(self.path, flags=apsw.SQLITE_OPEN_READONLY)
+                self._side.set_busy_timeout(10_000)
+                self._side.execute("PRAGMA cache_size = -16384")  # 16 MB: FTS5 pages
+            return list(self._side.execute(_KEYWORD_RANKS, (match, limit)))
+        except apsw.Error as exc:
+            raise StorageError(f"SQLite: {exc}") from exc
+        finally:
+            self._side_lock.release()
 
     def record_access(self, user_id: str, hits: Sequence[tuple[str, float]], now: float) -> None:
         with self.transaction():

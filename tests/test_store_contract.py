@@ -25,6 +25,7 @@ from memd.backends.base import Store
 from memd.errors import Conflict, InvalidInput, MigrationError, NotFound, StorageError
 from memd.types import (
     Fact,
+    Found,
     Memory,
     MemoryFilter,
     NewMessage,
@@ -330,6 +331,56 @@ def test_keyword_channel_reaches_past_top_matches_the_filter_drops(store: Store)
     assert got[0][1] == pytest.approx(1.0)
     everywhere = store.keyword_memories("alice", "kiwi", 3, MemoryFilter())
     assert all(m.workspace == "other" for m, _ in everywhere)
+
+
+def test_sqlite_keyword_ranking_beside_the_vector_channel(tmp_path: Path) -> None:
+    """On a file store the memory candidates' FTS5 ranking runs on the store's read-only
+    side connection, in its own thread, while the caller runs the vector channel; the
+    candidates are those of the keyword channel run in line. Where the side connection
+    could not see the caller's view (a transaction's own writes) or is busy, it runs in
+    line. Closing the store stops the side thread."""
+    import threading
+
+    from memd.backends.sqlite import SQLiteStore
+
+    s = SQLiteStore(tmp_path / "side.db", dim=DIM)
+    threads: list[str] = []
+    workers: set[threading.Thread] = set()
+    rank_on_side = s._rank_on_side
+
+    def spy(match: str, limit: int) -> list[tuple[str, float]]:
+        threads.append(threading.current_thread().name)
+        workers.add(threading.current_thread())
+        return rank_on_side(match, limit)
+
+    s._rank_on_side = spy  # type: ignore[method-assign]
+    for i, text in enumerate(["rust compiler errors", "python rust bindings", "tea",
+                              "rust borrow checker", "coffee"]):
+        s.insert_memory(memory(text, importance=0.1 * i), vec(i % DIM))
+    flt = MemoryFilter(now=20.0)
+    kw: dict[str, Any] = dict(knn_k=1, keyword_k=3, frequent_k=0)
+
+    def in_line() -> dict[str, Found]:
+        s._rank_aside = lambda *_: None  # type: ignore[method-assign]
+        try:
+            return s.memory_candidates("alice", "rust", vec(2), flt, **kw)
+        finally:
+            del s._rank_aside
+
+    got = s.memory_candidates("alice", "rust", vec(2), flt, **kw)
+    assert threads == ["memd-sqlite-side_0"]
+    assert got == in_line() and sum(f.keyword > 0 for f in got.values()) == 3
+    with s.transaction():  # uncommitted: only the store's own connection sees it
+        fresh = s.insert_memory(memory("zanzibar, in a transaction"), vec(7))
+        assert s.memory_candidates("alice", "zanzibar", vec(2), flt, **kw)[fresh.id].keyword == 1
+    assert len(threads) == 1
+    with s._side_lock:  # busy with another caller's ranking
+        assert s.memory_candidates("alice", "rust", vec(2), flt, **kw) == in_line()
+    assert len(threads) == 1
+    assert s.memory_candidates("alice", "zanzibar", vec(2), flt, **kw)[fresh.id].keyword == 1
+    assert len(threads) == 2
+    s.close()
+    assert workers and not any(t.is_alive() for t in workers)
 
 
 def test_sqlite_full_text_of_an_older_data_dir_is_reindexed(tmp_path: Path) -> None:
