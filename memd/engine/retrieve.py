@@ -30,7 +30,16 @@ from memd.config import Weights
 from memd.engine.extract import extract_entities
 from memd.engine.score import Signals, score
 from memd.models.embedder import CachedEmbedder
-from memd.types import Fact, Found, Hit, Memory, MemoryFilter, Message, Provenance
+from memd.types import (
+    Fact,
+    Found,
+    Hit,
+    Memory,
+    MemoryFilter,
+    Message,
+    Provenance,
+    quick_init,
+)
 
 KINDS = ("memory", "summary", "message", "fact")
 
@@ -62,6 +71,7 @@ class Channels:
     message_k: int = 20
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ScoredMemory:
     memory: Memory

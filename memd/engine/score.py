@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from memd.config import Weights
-from memd.types import Provenance
+from memd.types import Provenance, quick_init
 
 AUTHORITY: dict[Provenance, float] = {
     Provenance.USER_STATED: 1.0,
@@ -32,6 +32,7 @@ AUTHORITY: dict[Provenance, float] = {
 }
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Signals:
     similarity: float
