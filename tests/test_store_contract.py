@@ -869,6 +869,19 @@ def test_pg_hot_queries_touch_one_partition_through_indexes(pg_store: Any) -> No
             check(plan, "content_tsv" if plan is inner[0] else "memories_")
 
 
+def test_pg_hnsw_candidate_list_covers_the_candidates_knn(pg_store: Any) -> None:
+    """Every pooled connection searches HNSW with a candidate list (hnsw.ef_search) at
+    least as long as the memory candidates' KNN limit: a shorter one makes each such
+    KNN go on iteratively past its first pass (0.8 ms more at the scale target)."""
+    from memd.engine.retrieve import Channels
+
+    s = pg_store
+    for pool in (s._pool, s._side_pool, s._own_pool):
+        with pool.connection() as conn:
+            (ef,), = conn.execute("SHOW hnsw.ef_search").fetchall()
+            assert int(ef) >= Channels().knn_k, (pool.name, ef)
+
+
 def test_pg_keyword_relevance_is_ts_rank_alike_with_and_without_rls(pg_store: Any) -> None:
     """Keyword relevance on PostgreSQL is ts_rank (seed 002 §2.3) of the OR of the query's
     words, relative to the best hit; the row-level-security path's function (migration
