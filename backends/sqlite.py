@@ -4,8 +4,8 @@ apsw is used because it bundles a current SQLite with FTS5 and can load extensio
 every Python build (the stdlib ``sqlite3`` here cannot). One connection per store,
 guarded by a re-entrant lock so the daemon's threads never interleave a transaction
 (besides it, a read-only one ranks the memory keyword channel beside the vector channel:
-_rank_aside); WAL lets a CLI process and the daemon share the file. ``secure_delete`` is on so that
-forgetting leaves no readable bytes behind.
+_rank_aside); WAL lets a CLI process and the daemon share the file. ``secure_delete`` is
+on so that forgetting leaves no readable bytes behind.
 
 WAL checkpoints run in a thread of the store's own, never in a write: SQLite's automatic
 checkpoint runs in the commit that takes the WAL past its limit (at 10,000 pages, about
@@ -60,6 +60,13 @@ _KEYWORD_RANKS = (
     "SELECT memory_id, -bm25(memories_fts) AS r FROM memories_fts "
     "WHERE memories_fts MATCH ? ORDER BY r DESC LIMIT ?"
 )
+
+
+def _keyword_ranks_limit(k: int) -> int:
+    """How many _KEYWORD_RANKS rows a keyword channel of ``k`` reads: a margin over ``k``
+    for the filter applied after it (_keyword_rows)."""
+    return k * 3 + 10
+
 
 Vector = Sequence[float]
 
@@ -1020,8 +1027,8 @@ class SQLiteStore(AccountsMixin):
         match = fts_query(user_id, query)
         if match is None:
             return []
-        return self._keyword_rows(user_id, self._q(_KEYWORD_RANKS, (match, k * 3 + 10)),
-                                  k, flt)
+        ranks = self._q(_KEYWORD_RANKS, (match, _keyword_ranks_limit(k)))
+        return self._keyword_rows(user_id, ranks, k, flt)
 
     def _keyword_rows(
         self, user_id: str, pairs: Sequence[tuple[str, float]], k: int, flt: MemoryFilter
@@ -1091,7 +1098,7 @@ class SQLiteStore(AccountsMixin):
         try:
             if self._side_worker is None:
                 self._side_worker = ThreadPoolExecutor(1, thread_name_prefix="memd-sqlite-side")
-            return self._side_worker.submit(self._rank_on_side, match, k * 3 + 10)
+            return self._side_worker.submit(self._rank_on_side, match, _keyword_ranks_limit(k))
         except BaseException:
             self._side_lock.release()
             raise
