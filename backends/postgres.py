@@ -256,6 +256,25 @@ def _ranked(rows: Sequence[Sequence[Any]], make: Callable[[Sequence[Any]], T]
     return [(make(r), float(r[-1]) / top) for r in rows]
 
 
+# memd_keyword_own_memory_top's filter arguments (_probe_filter), typed: a NULL or a list
+# of Python ints must name the function's argument types.
+_PROBE_FILTER = ", %s::boolean, %s::float8, %s::smallint[], %s::smallint, %s::text, %s::text[]"
+
+
+def _probe_filter(flt: MemoryFilter) -> list[Any]:
+    """The filter arguments of memd_keyword_own_memory_top (011) after its workspaces,
+    as PostgresStore._where applies them: with superseded rows, live at, tiers, scope,
+    session, tags (None: no filter of that kind)."""
+    return [
+        flt.include_superseded,
+        None if flt.include_expired else flt.now,
+        None if flt.tiers is None else [int(t) for t in flt.tiers],
+        None if flt.scope is None else int(flt.scope),
+        flt.session_id,
+        list(flt.tags) if flt.tags else None,
+    ]
+
+
 def _error(exc: psycopg.Error) -> MemdError:
     """The memd error for a driver error (the backend edge)."""
     if isinstance(exc, psycopg.IntegrityError):
@@ -536,19 +555,21 @@ class PostgresStore(AccountsMixin):
             raise _error(exc) from exc
 
     @staticmethod
-    def _act(conn: Conn, async_commit: bool = False) -> None:
+    def _act(conn: Conn, async_commit: bool = False, generic: bool = False) -> None:
         """Row-Level Security: in a request authenticated as a user, the transaction runs
         as the unprivileged ``memd_app`` role with ``memd.user_id`` set to that user, so
         the policies of sql/postgres/003_auth.sql bind every query in it (both settings
         are transaction-local and vanish when the pooled connection goes back).
-        ``async_commit`` turns the transaction's synchronous_commit off, in the same
-        statement."""
+        ``async_commit`` turns the transaction's synchronous_commit off, ``generic`` makes
+        its statements run their generic plans (_q), in the same statement."""
         actor = current_actor()
         if actor is not None:
             conn.execute(
                 "SELECT set_config('role', 'memd_app', true), "
                 "set_config('memd.user_id', %s, true)"
-                + (", set_config('synchronous_commit', 'off', true)" if async_commit else ""),
+                + (", set_config('synchronous_commit', 'off', true)" if async_commit else "")
+                + (", set_config('plan_cache_mode', 'force_generic_plan', true)"
+                   if generic else ""),
                 (actor,),
             )
         elif async_commit:
@@ -619,9 +640,9 @@ class PostgresStore(AccountsMixin):
             if not generic and (current_actor() is None or not idle):
                 return conn.execute(query, params, binary=True).fetchall()
             with conn.pipeline():
-                if idle:
-                    self._act(conn)
-                if generic:
+                if idle and current_actor() is not None:  # one statement for both
+                    self._act(conn, generic=generic)
+                elif generic:
                     conn.execute(_PLAN_MODE, ("force_generic_plan",))
                 cur = conn.execute(query, params, binary=True, prepare=generic or None)
                 if generic and not idle:  # an implicit transaction's ends at the Sync
@@ -1231,24 +1252,28 @@ class PostgresStore(AccountsMixin):
         _MEMORY_TABLE_COLS, ``extra`` columns, the rank (``rank_``); best first."""
         where, params = self._where(user_id, flt)
         if current_actor() is not None:
-            # Under RLS: ids from a GIN probe run as the owner, over-fetched (the rest of
-            # the filter applies after it), rows through the policies. Over the user's
-            # own leaves the probe names them (010), over the parents it plans its query
-            # across every partition at each call (005).
+            # Under RLS: ids from a GIN probe run as the owner, rows through the policies.
+            # Over the user's own leaves the probe names them and applies the whole
+            # filter (011): its top k are the answer. Over the parents it plans its query
+            # across every partition at each call and applies only part of the filter
+            # (005), so its ids are over-fetched and the rest applies after it.
             if tables.own:
-                probe = "memd_keyword_own_memory_ids(%s, %s, %s, "
+                probe, filter_args = "memd_keyword_own_memory_top(%s, %s, %s, ", _PROBE_FILTER
                 probe_params = [user_id, *tables.memory_leaves]
+                lim, tail = k, _probe_filter(flt)
             else:
-                probe = "memd_keyword_memory_ids(%s, "
+                probe, filter_args = "memd_keyword_memory_ids(%s, ", ""
                 probe_params = [user_id]
+                lim, tail = 4 * k + 20, []
             return (
                 f"SELECT {_MEMORY_TABLE_COLS}{extra}, k.rank::float8 AS rank_ FROM {probe}"
-                "websearch_to_tsquery('english', %s), %s, %s, %s) "
+                f"websearch_to_tsquery('english', %s), %s, %s, %s::text[]{filter_args}) "
                 f"AS k (kid, ktier, rank) JOIN {tables.memories} AS memories "
                 "ON memory_id = k.kid AND memory_tier = k.ktier "
                 f"WHERE {where} ORDER BY k.rank DESC, memory_id LIMIT %s",
-                [*extra_params, *probe_params, text, 4 * k + 20, not flt.include_inactive,
-                 None if flt.workspaces is None else list(flt.workspaces), *params, k],
+                [*extra_params, *probe_params, text, lim, not flt.include_inactive,
+                 None if flt.workspaces is None else list(flt.workspaces), *tail,
+                 *params, k],
             )
         # A generic plan (own partitions) would parse the query again for every row it
         # ranks or rechecks; a sub-select is computed once. A custom plan folds the call.

@@ -1313,20 +1313,80 @@ def test_pg_own_partitions_under_row_level_security_hold_only_the_acting_users_r
                 assert users <= {"alice"}, (leaf, users)
             with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
                 conn.execute(f"DELETE FROM {alice.memory_stats}")
-            # The keyword probe over own leaves (migration 010) runs as the owner: it
-            # answers for the acting user only, and over memory partitions only.
-            probe = ("SELECT memory_id FROM memd_keyword_own_memory_ids(%s, %s, %s, "
-                     "websearch_to_tsquery('english', 'rust'), 50, true, NULL)")
-            hits = {r[0] for r in conn.execute(probe, ("alice", *alice.memory_leaves))}
-            assert hits == mine  # carol's rust notes share the leaves, not the answer
-            for args in (("carol", *alice.memory_leaves), (bob, *s._tables(bob).memory_leaves)):
-                with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
-                    conn.execute(probe, args)
-            for leaves in ((alice.memory_stats, alice.memory_leaves[1]),
-                           (alice.memory_leaves[1], alice.memory_leaves[0]),
-                           ("api_keys", "users"), ('x"; DROP TABLE users; --', "y")):
-                with pytest.raises(psycopg.errors.InvalidParameterValue), conn.transaction():
-                    conn.execute(probe, ("alice", *leaves))
+            # The keyword probes over own leaves (migrations 010 and 011) run as the
+            # owner: they answer for the acting user only, over memory partitions only.
+            for probe in (
+                "SELECT memory_id FROM memd_keyword_own_memory_ids(%s, %s, %s, "
+                "websearch_to_tsquery('english', 'rust'), 50, true, NULL)",
+                "SELECT memory_id FROM memd_keyword_own_memory_top(%s, %s, %s, "
+                "websearch_to_tsquery('english', 'rust'), 50, true, NULL, false, NULL, "
+                "NULL, NULL, NULL, NULL)",
+            ):
+                hits = {r[0] for r in conn.execute(probe, ("alice", *alice.memory_leaves))}
+                assert hits == mine  # carol's rust notes share the leaves, not the answer
+                for args in (("carol", *alice.memory_leaves),
+                             (bob, *s._tables(bob).memory_leaves)):
+                    with (pytest.raises(psycopg.errors.InsufficientPrivilege),
+                          conn.transaction()):
+                        conn.execute(probe, args)
+                for leaves in ((alice.memory_stats, alice.memory_leaves[1]),
+                               (alice.memory_leaves[1], alice.memory_leaves[0]),
+                               ("api_keys", "users"), ('x"; DROP TABLE users; --', "y")):
+                    with (pytest.raises(psycopg.errors.InvalidParameterValue),
+                          conn.transaction()):
+                        conn.execute(probe, ("alice", *leaves))
+    finally:
+        s.close()
+
+
+def test_pg_own_leaves_keyword_probe_applies_the_whole_filter() -> None:
+    """Under row-level security the keyword channel over a user's own leaves takes the
+    probe's top k (memd_keyword_own_memory_top, migration 011), so the probe must apply
+    every part of the filter the statement does: for each filter the keyword hits are
+    those of the unauthenticated statement, though higher-ranked rows that the filter
+    hides (inactive, superseded, expired, another session's, another tier, scope or
+    workspace, without the tag) would fill a top k taken before it."""
+    from memd.backends import postgres as pgb
+
+    s = pgb.PostgresStore(pg.database(), dim=DIM, partitions=(32, 32, 32))
+    try:
+        s.create_user("alice", "alice", 1.0)
+        now = time.time()
+        here, there = "s-here", "s-there"
+        loud = "rust rust rust rust notes"  # ranks above every "rust notes"
+        hidden = [
+            dict(is_active=False), dict(superseded_by="m-newer"), dict(expires_at=now - 60),
+            dict(scope=Scope.LOCAL, session_id=there), dict(tier=Tier.EPISODIC),
+            dict(workspace="elsewhere"),
+        ]
+        for kw in hidden:
+            s.insert_memory(memory(loud, **kw), vec(1))
+        shown = {s.insert_memory(memory(f"rust notes {i}", tags=("lang",)), vec(2)).id
+                 for i in range(3)}
+        shown.add(s.insert_memory(memory("rust notes here", scope=Scope.LOCAL,
+                                         session_id=here, tags=("lang",)), vec(2)).id)
+        filters = [
+            MemoryFilter(now=now, workspaces=("",), session_id=here,
+                         tiers=(Tier.SEMANTIC,), tags=("lang",)),
+            MemoryFilter(now=now, workspaces=("",), session_id=here, scope=Scope.GLOBAL),
+            MemoryFilter(now=now, workspaces=("",), session_id=here),
+        ]
+
+        def keyword_hits(flt: MemoryFilter, actor: str | None) -> dict[str, float]:
+            with acting_as(actor), s.read_batch():
+                found = s.memory_candidates("alice", "rust", vec(0), flt, knn_k=1,
+                                            keyword_k=2)
+            return {mid: f.keyword for mid, f in found.items() if f.keyword > 0}
+
+        assert set(keyword_hits(filters[0], None)) <= shown  # every loud one hidden
+        assert not set(keyword_hits(filters[2], None)) <= shown  # the other tier's shows
+        for flt in filters:
+            plain = keyword_hits(flt, None)
+            assert len(plain) == 2 and keyword_hits(flt, "alice") == plain, flt
+        wide = MemoryFilter(include_inactive=True, include_superseded=True,
+                            include_expired=True)
+        assert len(keyword_hits(wide, "alice")) == 2
+        assert set(keyword_hits(wide, "alice")).isdisjoint(shown)  # the loud ones now
     finally:
         s.close()
 
