@@ -38,6 +38,8 @@ from memd.types import (
 )
 
 Vector = Sequence[float]
+# A memory's access: (memory_id, relevance), or (memory_id, relevance summed, accesses).
+AccessHit = tuple[str, float] | tuple[str, float, int]
 # Stored enum values back to members, by index (each enum's values are 0, 1, ...): a
 # tuple lookup, where calling the enum costs ~1 us, ~260 times a compile.
 TIERS = tuple(Tier)
@@ -239,11 +241,10 @@ class Store(Protocol):
         channel found it. :func:`compose_candidates` is the reference."""
         ...
 
-    def record_access(
-        self, user_id: str, hits: Sequence[tuple[str, float]], now: float
-    ) -> None:
+    def record_access(self, user_id: str, hits: Sequence[AccessHit], now: float) -> None:
         """Bump access_count, last_accessed_at and relevance_accumulator for
-        (memory_id, relevance) pairs."""
+        (memory_id, relevance) pairs, or (memory_id, relevance summed, accesses) triples
+        that stand for that many accesses at once."""
         ...
 
     def max_access_count(self, user_id: str) -> int: ...
@@ -406,3 +407,13 @@ def compose_candidates(
         mid: Found(mem, sims.get(mid, 0.0), keyword.get(mid, 0.0), mid in by_entity)
         for mid, mem in found.items()
     }
+
+
+def access_totals(hits: Sequence[AccessHit]) -> dict[str, tuple[int, float]]:
+    """record_access's ``hits`` by memory: (accesses, relevance summed), each memory
+    once, so that one statement can apply them all."""
+    totals: dict[str, tuple[int, float]] = {}
+    for mid, rel, *n in hits:
+        count, summed = totals.get(mid, (0, 0.0))
+        totals[mid] = (count + (n[0] if n else 1), summed + rel)
+    return totals

@@ -36,7 +36,15 @@ import apsw
 import numpy as np
 
 from memd.backends.accounts import AccountsMixin
-from memd.backends.base import PROVENANCES, SCOPES, TIERS, compose_candidates, recent_query
+from memd.backends.base import (
+    PROVENANCES,
+    SCOPES,
+    TIERS,
+    AccessHit,
+    access_totals,
+    compose_candidates,
+    recent_query,
+)
 from memd.backends.vector_cache import UserVectors
 from memd.errors import InvalidInput, MigrationError, NotFound, StorageError
 from memd.types import (
@@ -1115,13 +1123,13 @@ class SQLiteStore(AccountsMixin):
         finally:
             self._side_lock.release()
 
-    def record_access(self, user_id: str, hits: Sequence[tuple[str, float]], now: float) -> None:
+    def record_access(self, user_id: str, hits: Sequence[AccessHit], now: float) -> None:
         with self.transaction():
             self._many(
-                "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ?, "
+                "UPDATE memories SET access_count = access_count + ?, last_accessed_at = ?, "
                 "relevance_accumulator = relevance_accumulator + ? "
                 "WHERE user_id = ? AND memory_id = ?",
-                [(now, rel, user_id, mid) for mid, rel in hits],
+                [(n, now, rel, user_id, mid) for mid, (n, rel) in access_totals(hits).items()],
             )
 
     def max_access_count(self, user_id: str) -> int:

@@ -434,12 +434,15 @@ def test_context_reads_history_only_as_far_back_as_any_split_could_keep(
     assert sum(tokens[:-1]) <= reach < sum(tokens)
 
 
-def test_access_job_is_enqueued_beside_the_reply_and_the_runner_waits_for_it(
+def test_access_statistics_are_gathered_then_enqueued_beside_the_reply(
     engine_on: Memd,
 ) -> None:
-    """A compile's access job is enqueued in a side thread on PostgreSQL (as the same
-    user), in line on SQLite and inside a caller's transaction; running the jobs waits
-    for an enqueue still in flight, so no access is lost or counted late."""
+    """A compile's access statistics are gathered per user: compiles within the window
+    enqueue nothing; running the jobs writes one job with all of them. The compile that
+    closes the window enqueues the job in a side thread on PostgreSQL (as the same user),
+    in line on SQLite; running the jobs waits for an enqueue still in flight, so no
+    access is lost or counted late. Inside a caller's transaction the job is enqueued in
+    line, in that transaction."""
     import threading
     import time as _time
 
@@ -452,24 +455,36 @@ def test_access_job_is_enqueued_beside_the_reply_and_the_runner_waits_for_it(
     m.run_jobs()
     seen: list[tuple[str | None, str]] = _record_calls(m.store, "enqueue_job")
     real = m.store.enqueue_job
+    here = threading.current_thread().name
 
     def slow(*args: Any, **kwargs: Any) -> Any:
         if threading.current_thread().name.startswith("memd-side"):
             _time.sleep(0.3)  # still in flight when the runner starts
         return real(*args, **kwargs)
 
+    def compile_as_u() -> None:
+        with acting_as("u"):
+            m.context("u", session_id=s.id, query="otters")
+
     m.store.enqueue_job = slow  # type: ignore[method-assign]
-    with acting_as("u"):
-        m.context("u", session_id=s.id, query="otters")
-    m.run_jobs()
-    assert m.get(mem.id, "u").access_count == mem.access_count + 1
-    assert len(seen) == 1 and seen[0][0] == "u"
-    assert seen[0][1].startswith("memd-side") == m.store.concurrent_reads
-    with m.store.transaction():
-        m.context("u", session_id=s.id, query="otters")
-    assert seen[1][1] == threading.current_thread().name
+    m.jobs.access_window = 3600.0  # does not close during the test
+    compile_as_u()
+    compile_as_u()
+    assert seen == []
     m.run_jobs()
     assert m.get(mem.id, "u").access_count == mem.access_count + 2
+    assert seen == [("u", here)]  # one job for both compiles, as their user
+    m.jobs.access_window = 0.0  # every compile closes it
+    compile_as_u()
+    m.run_jobs()
+    assert m.get(mem.id, "u").access_count == mem.access_count + 3
+    assert len(seen) == 2 and seen[1][0] == "u"
+    assert seen[1][1].startswith("memd-side") == m.store.concurrent_reads
+    with m.store.transaction():
+        m.context("u", session_id=s.id, query="otters")
+    assert seen[2][1] == here
+    m.run_jobs()
+    assert m.get(mem.id, "u").access_count == mem.access_count + 4
 
 
 def test_workers_never_wait_on_connections_their_callers_hold(tmp_path: Path) -> None:

@@ -429,6 +429,13 @@ def test_tags_entities_vectors_and_access(store: Store) -> None:
     assert got is not None and got.access_count == 2 and got.last_accessed_at == 99.0
     assert got.relevance_accumulator == pytest.approx(0.75)
     assert store.max_access_count("alice") == 2
+    # A gathered hit stands for several accesses, its relevance summed.
+    store.record_access("alice", [(a.id, 1.5, 3), (b.id, 0.25)], now=100.0)
+    got, other = store.get_memory("alice", a.id), store.get_memory("alice", b.id)
+    assert got is not None and got.access_count == 5 and got.last_accessed_at == 100.0
+    assert got.relevance_accumulator == pytest.approx(2.25)
+    assert other is not None and other.access_count == 1
+    assert store.max_access_count("alice") == 5
     assert store.memory_users() == ["alice"]
 
 

@@ -8,20 +8,33 @@ Kinds: ``embed_messages`` (vectors for new messages), ``ingest`` (a memory the i
 extractor found, through the full write path) and ``access`` (retrieval statistics of
 a compiled context).
 
-A compile's ``access`` job is enqueued off the request's critical path where the store
-reads concurrently (PostgreSQL): in a side thread, on a connection of its own, without
-waiting for a durable commit, the same guarantee as the job's own commit on SQLite. The
-runner waits for those enqueues before it claims jobs, and so does closing the engine.
+A compile's access statistics (which memories went into its context) are gathered in
+memory, per user, and written as one ``access`` job per user at most every
+``ACCESS_WINDOW`` seconds (or ``ACCESS_HITS`` hits), each memory once with its accesses
+counted: one job per user and window instead of one per compile, so a busy daemon's
+worker claims, runs and deletes one job a second rather than one per request, and
+updates each memory's statistics once. The enqueue runs off the request's
+critical path where the store reads concurrently (PostgreSQL): in a side thread, on a
+connection of its own, as the user who made the compiles, without waiting for a durable
+commit. On SQLite it runs in line, in the compile that closes the window. Running the
+jobs (the daemon's worker, every ``job_interval``) and closing the engine write what is
+gathered first, then wait for enqueues in flight, so no access is lost or counted late
+by them. A crash loses at most one window of statistics, as an unflushed commit (without
+the WAL flush wait) already could. A compile inside a caller's transaction enqueues its
+job in line, in that transaction.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING, Any
 
+from memd.auth import acting_as, current_actor
+from memd.backends.base import AccessHit
 from memd.engine.retrieve import aside
 from memd.engine.write import MemoryDraft, ingest
 from memd.errors import MemdError
@@ -34,6 +47,8 @@ log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
 BATCH = 64
+ACCESS_WINDOW = 1.0  # seconds a user's access statistics are gathered before their job
+ACCESS_HITS = 2000  # or this many hits, whichever comes first
 
 
 class JobRunner:
@@ -41,6 +56,12 @@ class JobRunner:
         self.memd = memd
         self._lock = threading.Lock()
         self._pending: set[Future[None]] = set()
+        # Access hits gathered by (acting user, user): by memory [accesses, relevance
+        # summed], and the latest `now` given.
+        self._gathered: dict[tuple[str | None, str], tuple[dict[str, list[Any]], float]] = {}
+        self._gathered_hits = 0
+        self._gathered_since = time.monotonic()
+        self.access_window = ACCESS_WINDOW
         self.handlers: dict[str, Callable[[Job], None]] = {
             "embed_messages": self._embed_messages,
             "ingest": self._ingest,
@@ -71,8 +92,52 @@ class JobRunner:
             self._pending.add(future)
         future.add_done_callback(settled)
 
+    def record_access(self, hits: list[tuple[str, float]], user_id: str, now: float) -> None:
+        """A compile's access statistics: gathered, written as the user's next ``access``
+        job when the window closes (see the module docstring); in line inside a caller's
+        transaction."""
+        if self.memd.store.in_transaction():
+            self.memd.store.enqueue_job("access", {"hits": hits}, user_id, now)
+            return
+        key = (current_actor(), user_id)
+        with self._lock:
+            by_memory = self._gathered.get(key, ({}, now))[0]
+            for mid, rel in hits:
+                seen = by_memory.get(mid)
+                if seen is None:
+                    by_memory[mid] = [1, rel]
+                else:
+                    seen[0] += 1
+                    seen[1] += rel
+            self._gathered[key] = (by_memory, now)
+            self._gathered_hits += len(hits)
+            due = (self._gathered_hits >= ACCESS_HITS
+                   or time.monotonic() - self._gathered_since >= self.access_window)
+            jobs = self._take_gathered() if due else []
+        for actor, user, payload, latest in jobs:
+            with acting_as(actor):
+                self.enqueue_aside("access", payload, user, latest)
+
+    def _take_gathered(self) -> list[tuple[str | None, str, dict[str, Any], float]]:
+        """What is gathered, taken out as access jobs (acting user, user, payload, now):
+        each memory once, [id, relevance summed, accesses]. The caller holds the lock."""
+        taken, self._gathered = self._gathered, {}
+        self._gathered_hits = 0
+        self._gathered_since = time.monotonic()
+        return [
+            (actor, user, {"hits": [[mid, rel, n] for mid, (n, rel) in by_memory.items()]},
+             latest)
+            for (actor, user), (by_memory, latest) in taken.items()
+        ]
+
     def flush(self) -> None:
-        """Wait for the enqueues still in flight."""
+        """Write the access statistics gathered so far, then wait for the enqueues still
+        in flight."""
+        with self._lock:
+            jobs = self._take_gathered()
+        for actor, user, payload, latest in jobs:
+            with acting_as(actor):
+                self.memd.store.enqueue_job("access", payload, user, latest)
         with self._lock:
             pending = list(self._pending)
         wait(pending)
@@ -125,5 +190,8 @@ class JobRunner:
 
     def _access(self, job: Job) -> None:
         assert job.user_id is not None
-        hits = [(str(mid), float(rel)) for mid, rel in job.payload["hits"]]
+        # [id, relevance, accesses] (accesses: 1 in a job written before they were
+        # gathered)
+        hits: list[AccessHit] = [(str(mid), float(rel), int(n[0]) if n else 1)
+                                 for mid, rel, *n in job.payload["hits"]]
         self.memd.store.record_access(job.user_id, hits, self.memd.now())

@@ -323,7 +323,7 @@ class SessionsMixin:
         ))
         used = [(i.id, i.score or 0.0) for i in ctx.report.items if i.section == "memory"]
         if used:  # access stats off the critical path (seed 000 §6.4 phase 5)
-            self.jobs.enqueue_aside("access", {"hits": used}, uid, now)
+            self.jobs.record_access(used, uid, now)
         return ctx
 
 
