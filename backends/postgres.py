@@ -29,6 +29,7 @@ PostgreSQL and is not done here.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import re
@@ -36,6 +37,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -345,6 +347,13 @@ class PostgresStore(AccountsMixin):
             configure=self._configure_own,
             open=False, name="memd-own", kwargs={"autocommit": True},
         )
+        # The memory candidates' keyword channel over a user's own partitions, outside
+        # row-level security, runs here, on an own-pool connection, while the request's
+        # thread runs the other channels: the server ranks the keyword matches (up to
+        # ~2 ms for a query whose words match several hundred memories) beside the KNN.
+        # The request thread holds no connection while it waits for it.
+        self._beside = ThreadPoolExecutor(max_workers=max(2, pool_size),
+                                          thread_name_prefix="memd-keyword")
         self._own: dict[str, _Tables] = {}  # user id -> its partitions
         self._alone: dict[str, tuple[bool, float]] = {}  # user id -> (alone, until when)
         try:
@@ -485,6 +494,7 @@ class PostgresStore(AccountsMixin):
         return made
 
     def close(self) -> None:
+        self._beside.shutdown(wait=True)
         self._pool.close()
         self._side_pool.close()
         self._own_pool.close()
@@ -1319,11 +1329,20 @@ class PostgresStore(AccountsMixin):
         ]
         args: list[Any] = [q, *params, q]
         text = search_text(query)
+        generic = t.own and self._alone_in(user_id, t)
+        beside: Future[list[tuple[Any, ...]]] | None = None
         if text is not None and keyword_k > 0:
             kw_sql, kw_params = self._keyword_select(user_id, text, keyword_k, flt,
                                                      tagged("k"), [q], t)
-            branches.append(f"({kw_sql})")
-            args += kw_params
+            if t.own and current_actor() is None:
+                # Beside the other channels, on a connection of its own (self._beside).
+                beside = self._beside.submit(
+                    contextvars.copy_context().run, self._q_in, t,
+                    _with_stats(kw_sql, ", r.sim, r.via, r.rank_", stats=t.memory_stats),
+                    (*kw_params, user_id), generic)
+            else:
+                branches.append(f"({kw_sql})")
+                args += kw_params
         if entities and entity_k > 0:
             branches.append(
                 f"(SELECT {_MEMORY_TABLE_COLS}{tagged('e')}, 0::float8 FROM {memories} "
@@ -1340,11 +1359,17 @@ class PostgresStore(AccountsMixin):
                 f"WHERE {g_where} ORDER BY hits DESC, memory_id LIMIT {int(frequent_k)})"
             )
             args += [q, *g_params]
-        rows = self._q_in(
-            t, _with_stats(" UNION ALL ".join(branches), ", r.sim, r.via, r.rank_",
-                           stats=t.memory_stats), (*args, user_id),
-            generic=t.own and self._alone_in(user_id, t),
-        )
+        try:
+            rows = self._q_in(
+                t, _with_stats(" UNION ALL ".join(branches), ", r.sim, r.via, r.rank_",
+                               stats=t.memory_stats), (*args, user_id), generic=generic,
+            )
+        except BaseException:
+            if beside is not None:
+                beside.cancel()
+            raise
+        if beside is not None:
+            rows += beside.result()
         top = max((float(r[-1]) for r in rows if r[-2] == "k"), default=0.0) or 1.0
         mems: dict[str, Memory] = {}
         sims: dict[str, float] = {}

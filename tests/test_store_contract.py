@@ -702,6 +702,45 @@ def pg_store(tmp_path: Path) -> Iterator[Any]:
     s.close()
 
 
+def test_pg_keyword_channel_runs_beside_the_other_channels(pg_store: Any) -> None:
+    """Outside row-level security and transactions, the memory candidates' keyword
+    channel is a statement of its own on a worker thread (and its own connection), run
+    while the caller runs the other channels; inside a transaction it is a branch of the
+    caller's one statement. Both give the same candidates."""
+    import threading
+
+    s = pg_store
+    for i, text in enumerate(("rust notes", "rust compiler", "tea", "coffee")):
+        s.insert_memory(memory(text, entities=("rust",) if "rust" in text else ()),
+                        vec(i))
+    calls: list[tuple[str, bool, bool]] = []  # thread, has the keyword, the KNN channel
+    real = s._q_in
+
+    def spy(tables: Any, query: str, params: Any, generic: bool = True) -> Any:
+        calls.append((threading.current_thread().name, "'k' AS via" in query,
+                      "'v' AS via" in query))
+        return real(tables, query, params, generic)
+
+    s._q_in = spy
+    kw: dict[str, Any] = dict(knn_k=2, keyword_k=2, entities=["rust"], entity_k=2,
+                              frequent_k=2)
+    flt = MemoryFilter(now=time.time())
+    here = threading.current_thread().name
+    beside = s.memory_candidates("alice", "rust", vec(2), flt, **kw)
+    assert len(calls) == 2 and (here, False, True) in calls
+    worker = next(call for call in calls if call[0] != here)
+    assert worker[0].startswith("memd-keyword") and worker[1:] == (True, False)
+    assert any(f.keyword > 0 for f in beside.values())
+    calls.clear()
+    with s.transaction():
+        inline = s.memory_candidates("alice", "rust", vec(2), flt, **kw)
+    assert calls == [(here, True, True)]
+    assert {k: (f.memory.id, round(f.similarity, 6), round(f.keyword, 6), f.entity)
+            for k, f in beside.items()} == {
+        k: (f.memory.id, round(f.similarity, 6), round(f.keyword, 6), f.entity)
+        for k, f in inline.items()}
+
+
 def _hash_partition(relname: str) -> str:
     """'messages_p002_202611' -> 'p002': which hash partition a leaf belongs to."""
     return next(part for part in relname.split("_") if re.fullmatch(r"p\d{3}", part))
@@ -1214,13 +1253,15 @@ def test_pg_own_partition_statements_read_what_the_parents_would() -> None:
         finally:
             for conn in conns:
                 pool.putconn(conn)
-        unions = [row for row in prepared if "UNION ALL" in row[0]]
+        # The candidates' statements (the KNN's), and their keyword channels' (beside).
+        unions = [row for row in prepared if "'v' AS via" in row[0]]
+        keyword = [row for row in prepared if "'k' AS via" in row[0]]
         assert unions and all(g >= 1 and c == 0 for _, g, c in prepared), prepared
         # A generic plan over a parent would lock every partition: none is named here.
         parents = re.compile(r"\b(memories|memory_stats|memory_entities|messages)\b(?!_)")
         assert not [st for st, _, _ in prepared if parents.search(st.replace(" AS memories", ""))]
         # Users who share their partitions ran their candidates elsewhere (custom plans).
-        assert len(unions) <= len(alone)
+        assert len(unions) <= len(alone) and len(keyword) <= len(alone)
         s._tables = lambda user, **_: pgb._PARENTS  # type: ignore[method-assign]
         for user in users:
             found, history = mine[user]
