@@ -1311,7 +1311,9 @@ class PostgresStore(AccountsMixin):
     ) -> dict[str, Found]:
         """All channels in one statement (a UNION ALL of one branch per channel, each
         row tagged with its channel), every row with its cosine computed in the server:
-        one round trip, and no vector leaves the database. The limits are written into
+        one round trip, and no vector leaves the database. Over a user's own partitions
+        outside row-level security, the keyword channel is a second statement, run at
+        the same time on another connection (self._beside). The limits are written into
         the statement: a generic plan (_Tables.own) costs ``LIMIT $n`` as a tenth of the
         rows, where reading an index in order to the limit is the plan wanted."""
         q = self._vector(vector)
