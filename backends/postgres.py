@@ -348,10 +348,9 @@ class PostgresStore(AccountsMixin):
             open=False, name="memd-own", kwargs={"autocommit": True},
         )
         # The memory candidates' keyword channel over a user's own partitions, outside
-        # row-level security, runs here, on an own-pool connection, while the request's
-        # thread runs the other channels: the server ranks the keyword matches (up to
-        # ~2 ms for a query whose words match several hundred memories) beside the KNN.
-        # The request thread holds no connection while it waits for it.
+        # row-level security, runs here (_q_beside) while the request's thread runs the
+        # other channels: the server ranks the keyword matches (up to ~2 ms for a query
+        # whose words match several hundred memories) beside the KNN.
         self._beside = ThreadPoolExecutor(max_workers=max(2, pool_size),
                                           thread_name_prefix="memd-keyword")
         self._own: dict[str, _Tables] = {}  # user id -> its partitions
@@ -729,6 +728,14 @@ class PostgresStore(AccountsMixin):
                 return conn.execute(query, params, binary=True).fetchall()
         except psycopg.Error as exc:
             raise _error(exc) from exc
+
+    def _q_beside(self, tables: _Tables, query: str, params: Params, generic: bool
+                  ) -> list[tuple[Any, ...]]:
+        """_q_in on a worker thread of self._beside: on a connection of the own pool or
+        the side pool, never of the main pool, which the request thread waiting for it
+        may hold (a read batch)."""
+        with self.side_reads():
+            return self._q_in(tables, query, params, generic)
 
     def _x(self, query: Any, params: Params = ()) -> int:
         """Execute one write; returns the number of rows changed."""
@@ -1338,8 +1345,10 @@ class PostgresStore(AccountsMixin):
                                                      tagged("k"), [q], t)
             if t.own and current_actor() is None:
                 # Beside the other channels, on a connection of its own (self._beside).
+                # Not under row-level security: there the second statement's settings
+                # cost what the overlap saves (ab.py --team: p50 -0.3, p99 +0.1 ms).
                 beside = self._beside.submit(
-                    contextvars.copy_context().run, self._q_in, t,
+                    contextvars.copy_context().run, self._q_beside, t,
                     _with_stats(kw_sql, ", r.sim, r.via, r.rank_", stats=t.memory_stats),
                     (*kw_params, user_id), generic)
             else:

@@ -739,6 +739,25 @@ def test_pg_keyword_channel_runs_beside_the_other_channels(pg_store: Any) -> Non
             for k, f in beside.items()} == {
         k: (f.memory.id, round(f.similarity, 6), round(f.keyword, 6), f.entity)
         for k, f in inline.items()}
+    # A user who shares their partitions gets custom plans: the worker's statement then
+    # goes through _q, on the side pool, never on the main pool, which the caller may
+    # hold (a read batch) while it waits.
+    other = next(u for u in (f"other{i}" for i in range(2000))
+                 if s._tables(u).memory_leaves == s._tables("alice").memory_leaves)
+    s.insert_memory(memory("other's rust", user=other), vec(0))
+    s._alone.clear()
+    assert not s._alone_in("alice", s._tables("alice"))
+    main_pool = s._pool.connection
+
+    def main_pool_but_not_for_workers(*args: Any, **kwargs: Any) -> Any:
+        assert not threading.current_thread().name.startswith("memd-keyword")
+        return main_pool(*args, **kwargs)
+
+    s._pool.connection = main_pool_but_not_for_workers
+    calls.clear()
+    with s.read_batch():
+        shared = s.memory_candidates("alice", "rust", vec(2), flt, **kw)
+    assert len(calls) == 2 and shared.keys() == beside.keys()
 
 
 def _hash_partition(relname: str) -> str:
