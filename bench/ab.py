@@ -19,9 +19,9 @@ user, not the target's, so the timed phases of later runs see the same target da
 rows, so team-mode appends go to a new session of the target).
 
 On SQLite (``--backend sqlite``, compiles only) the two processes share one database
-file, and each compile writes its access job in line, so one side's writes would wait on
-the other's lock: both sides leave the access jobs out (the compile is measured without
-that write, ~0.2 ms).
+file, and the compile that closes an access-statistics window writes its job in line, so
+one side's writes would wait on the other's lock: both sides leave the access jobs out
+(the compiles are measured without that write, ~0.2 ms once a second).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def worker(args: argparse.Namespace) -> None:
     base = Path(args.data_dir).expanduser()
     if args.backend == "sqlite":
         m = memd.open(base / f"sqlite-{spec.key()}", embedder=FakeEmbedder())
-        # Both sides read the one file: a compile's access job, its one write, is left
+        # Both sides read the one file: the access jobs, a compile's one write, are left
         # out on both, so that neither waits on the other's write lock.
         m.jobs.enqueue_aside = lambda *_args: None  # type: ignore[method-assign]
     else:
