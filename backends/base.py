@@ -409,10 +409,14 @@ def compose_candidates(
     }
 
 
-def access_totals(hits: Sequence[AccessHit]) -> dict[str, tuple[int, float]]:
+def access_totals(hits: Sequence[AccessHit],
+                  totals: dict[str, tuple[int, float]] | None = None
+                  ) -> dict[str, tuple[int, float]]:
     """record_access's ``hits`` by memory: (accesses, relevance summed), each memory
-    once, so that one statement can apply them all."""
-    totals: dict[str, tuple[int, float]] = {}
+    once, so that one statement can apply them all; added into ``totals`` when given
+    (the job runner gathers a second's compiles so)."""
+    if totals is None:
+        totals = {}
     for mid, rel, *n in hits:
         count, summed = totals.get(mid, (0, 0.0))
         totals[mid] = (count + (n[0] if n else 1), summed + rel)

@@ -1331,6 +1331,9 @@ class PostgresStore(AccountsMixin):
         def tagged(via: str) -> str:
             return f", 1 - (embedding <=> %s) AS sim, '{via}' AS via"
 
+        def with_stats(inner: str) -> str:  # the rows of every channel's statement
+            return _with_stats(inner, ", r.sim, r.via, r.rank_", stats=t.memory_stats)
+
         branches = [
             f"(SELECT {_MEMORY_TABLE_COLS}{tagged('v')}, 0::float8 AS rank_ FROM {memories} "
             f"WHERE {where} AND embedding IS NOT NULL ORDER BY embedding <=> %s "
@@ -1348,8 +1351,7 @@ class PostgresStore(AccountsMixin):
                 # Not under row-level security: there the second statement's settings
                 # cost what the overlap saves (ab.py --team: p50 -0.3, p99 +0.1 ms).
                 beside = self._beside.submit(
-                    contextvars.copy_context().run, self._q_beside, t,
-                    _with_stats(kw_sql, ", r.sim, r.via, r.rank_", stats=t.memory_stats),
+                    contextvars.copy_context().run, self._q_beside, t, with_stats(kw_sql),
                     (*kw_params, user_id), generic)
             else:
                 branches.append(f"({kw_sql})")
@@ -1371,10 +1373,8 @@ class PostgresStore(AccountsMixin):
             )
             args += [q, *g_params]
         try:
-            rows = self._q_in(
-                t, _with_stats(" UNION ALL ".join(branches), ", r.sim, r.via, r.rank_",
-                               stats=t.memory_stats), (*args, user_id), generic=generic,
-            )
+            rows = self._q_in(t, with_stats(" UNION ALL ".join(branches)),
+                              (*args, user_id), generic=generic)
         except BaseException:
             if beside is not None:
                 beside.cancel()

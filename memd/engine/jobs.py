@@ -34,7 +34,7 @@ from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING, Any
 
 from memd.auth import acting_as, current_actor
-from memd.backends.base import AccessHit
+from memd.backends.base import AccessHit, access_totals
 from memd.engine.retrieve import aside
 from memd.engine.write import MemoryDraft, ingest
 from memd.errors import MemdError
@@ -56,9 +56,10 @@ class JobRunner:
         self.memd = memd
         self._lock = threading.Lock()
         self._pending: set[Future[None]] = set()
-        # Access hits gathered by (acting user, user): by memory [accesses, relevance
-        # summed], and the latest `now` given.
-        self._gathered: dict[tuple[str | None, str], tuple[dict[str, list[Any]], float]] = {}
+        # Access hits gathered by (acting user, user): by memory (accesses, relevance
+        # summed), and the latest `now` given.
+        self._gathered: dict[tuple[str | None, str],
+                             tuple[dict[str, tuple[int, float]], float]] = {}
         self._gathered_hits = 0
         self._gathered_since = time.monotonic()
         self.access_window = ACCESS_WINDOW
@@ -101,22 +102,13 @@ class JobRunner:
             return
         key = (current_actor(), user_id)
         with self._lock:
-            by_memory = self._gathered.get(key, ({}, now))[0]
-            for mid, rel in hits:
-                seen = by_memory.get(mid)
-                if seen is None:
-                    by_memory[mid] = [1, rel]
-                else:
-                    seen[0] += 1
-                    seen[1] += rel
+            by_memory = access_totals(hits, self._gathered.get(key, ({}, now))[0])
             self._gathered[key] = (by_memory, now)
             self._gathered_hits += len(hits)
             due = (self._gathered_hits >= ACCESS_HITS
                    or time.monotonic() - self._gathered_since >= self.access_window)
             jobs = self._take_gathered() if due else []
-        for actor, user, payload, latest in jobs:
-            with acting_as(actor):
-                self.enqueue_aside("access", payload, user, latest)
+        self._enqueue_gathered(jobs, self.enqueue_aside)
 
     def _take_gathered(self) -> list[tuple[str | None, str, dict[str, Any], float]]:
         """What is gathered, taken out as access jobs (acting user, user, payload, now):
@@ -130,14 +122,20 @@ class JobRunner:
             for (actor, user), (by_memory, latest) in taken.items()
         ]
 
+    @staticmethod
+    def _enqueue_gathered(jobs: list[tuple[str | None, str, dict[str, Any], float]],
+                          enqueue: Callable[[str, dict[str, Any], str, float], Any]) -> None:
+        """``enqueue`` each of _take_gathered's jobs, as the user who made its compiles."""
+        for actor, user, payload, latest in jobs:
+            with acting_as(actor):
+                enqueue("access", payload, user, latest)
+
     def flush(self) -> None:
         """Write the access statistics gathered so far, then wait for the enqueues still
         in flight."""
         with self._lock:
             jobs = self._take_gathered()
-        for actor, user, payload, latest in jobs:
-            with acting_as(actor):
-                self.memd.store.enqueue_job("access", payload, user, latest)
+        self._enqueue_gathered(jobs, self.memd.store.enqueue_job)
         with self._lock:
             pending = list(self._pending)
         wait(pending)
