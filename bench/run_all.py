@@ -85,8 +85,9 @@ def run(bench: Bench, out: Path, quick: bool) -> dict[str, Any]:
     sys.stdout.write(done.stdout)
     if done.returncode != 0:
         raise SystemExit(f"{bench.name} failed (exit {done.returncode}) after {wall} s")
-    log(f"{bench.name}: done in {wall} s")
-    return {"command": " ".join(cmd[1:]), "wall_s": wall,
+    speed = calibrate()
+    log(f"{bench.name}: done in {wall} s; machine speed after it: {speed}")
+    return {"command": " ".join(cmd[1:]), "wall_s": wall, "speed_after": speed,
             "result": json.loads(out.read_text("utf-8"))}
 
 
@@ -161,13 +162,25 @@ def calibrate() -> dict[str, float]:
     }
 
 
+def drift(doc: Mapping[str, Any]) -> str:
+    """The machine's speed through a run: the calibration's Python loop (ms, best of 5)
+    before the first benchmark and after each one. This machine's speed can halve within
+    an hour, and a run's wall-time verdicts follow it; a run whose loop time moved is a
+    run of two machines."""
+    steps = [f"{doc['machine']['speed']['python_loop_ms']} before"]
+    steps += [f"{b['speed_after']['python_loop_ms']} after {name}"
+              for name, b in doc["benchmarks"].items() if "speed_after" in b]
+    return "machine speed, Python loop ms (best of 5): " + ", ".join(steps)
+
+
 def markdown(doc: Mapping[str, Any]) -> str:
     """The targets table of an all.json as Markdown, for the README."""
     lines = ["| target | measured | limit | verdict |", "| --- | --- | --- | --- |"]
     lines += [f"| {t['target']} | {t['measured']} | {t['limit']} | "
               f"{'met' if t['met'] else '**missed**'} |" for t in doc["targets"]]
     met = sum(t["met"] for t in doc["targets"])
-    return "\n".join(lines) + f"\n\n{met} of {len(doc['targets'])} targets met.\n"
+    return ("\n".join(lines) + f"\n\n{met} of {len(doc['targets'])} targets met; "
+            f"{drift(doc)}.\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         for t in targets:
             print(f"  {t['target']:<{width}}  {t['measured']!s:>16}  {t['limit']:<26} "
                   f"{'met' if t['met'] else 'MISSED'}")
-        print(f"{sum(t['met'] for t in targets)} of {len(targets)} met")
+        print(f"{sum(t['met'] for t in targets)} of {len(targets)} met; {drift(out)}")
     return 0
 
 

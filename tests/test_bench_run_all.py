@@ -58,17 +58,24 @@ def test_longmemeval_and_mem0_targets_say_which_are_missed(run_all: ModuleType) 
     assert [(r["measured"], r["met"]) for r in rows] == [("x9.8", False), ("none below", True)]
 
 
-def test_markdown_lists_every_target_and_marks_the_misses(run_all: ModuleType) -> None:
+def test_markdown_lists_every_target_marks_the_misses_and_tells_the_drift(
+    run_all: ModuleType,
+) -> None:
     doc = {"targets": [
         {"target": "sqlite compile_p99", "measured": 4.6, "limit": "<= 15 ms", "met": True},
         {"target": "search p50 speed-up over mem0 (query embedding included)",
          "measured": "x9.8", "limit": ">= x10", "met": False},
-    ]}
+    ], "machine": {"speed": {"python_loop_ms": 53.7, "numpy_knn_ms": 0.34}},
+        "benchmarks": {"scale": {"speed_after": {"python_loop_ms": 98.1}},
+                       "mem0": {"speed_after": {"python_loop_ms": 55.0}}}}
     table = run_all.markdown(doc).splitlines()
     assert table[2] == "| sqlite compile_p99 | 4.6 | <= 15 ms | met |"
     assert table[3] == ("| search p50 speed-up over mem0 (query embedding included) | x9.8 "
                         "| >= x10 | **missed** |")
-    assert table[-1] == "1 of 2 targets met."
+    assert table[-1] == ("1 of 2 targets met; machine speed, Python loop ms (best of 5): "
+                         "53.7 before, 98.1 after scale, 55.0 after mem0.")
+    older = dict(doc, benchmarks={"scale": {}})  # an all.json from before speed_after
+    assert run_all.markdown(older).splitlines()[-1].endswith("(best of 5): 53.7 before.")
 
 
 def test_calibration_times_both_workloads(run_all: ModuleType) -> None:
