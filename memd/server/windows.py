@@ -1,0 +1,485 @@
+"""The context window of the model a chat request names, and how its tokenizer compares
+with memd's token counter.
+
+The window comes from the first source that knows it: the request's
+``X-Memd-Context-Window`` header, the config file's ``[context_windows]`` patterns, the
+upstream server's own report about the model, the built-in table of model families
+(``memd/data/context_windows.toml``), ``memd serve --context-window``; else it is unknown.
+
+Asking the upstream must not slow the proxy down, so each model is asked about once: the
+first call for a model waits for the answer (at most ``upstream_probe_timeout`` seconds),
+concurrent first calls share that one probe, and later calls read the cached result. A
+failed probe is logged once and counts as no answer; it is tried again, in the
+background, at most every ``RETRY_SECONDS``, as is an answer that is only a stand-in for
+the real one (a model the server has not loaded yet).
+
+Which server the upstream is, is found out once, by trying in order (one request each,
+cheapest first): ``GET {base}/models`` (vLLM's entries carry ``max_model_len``,
+llama.cpp's are ``owned_by`` "llamacpp", other services put a ``context_length`` in
+them), ``GET {root}/props`` (llama.cpp), ``GET {root}/api/version`` (Ollama),
+``GET {root}/api/v0/models`` (LM Studio). ``{root}`` is the OpenAI base URL without
+its trailing ``/v1``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import tomllib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from functools import cache, lru_cache
+from importlib import resources
+from typing import Any, Generic, TypeVar
+
+import httpx
+
+from memd.config import Settings
+from memd.errors import InvalidInput
+from memd.models.tokens import counter_for
+
+log = logging.getLogger("memd.windows")
+
+HEADER = "X-Memd-Context-Window"
+RETRY_SECONDS = 600.0
+_MAX_HEADER_TOKENS = 1_000_000_000
+# Ollama runs a model whose parameters set no num_ctx at its server-wide default, which
+# OpenAI-compatible requests cannot change: 2048 before 0.6.7; 4096 since, and since
+# 0.15.5 4096, 32768 or 262144 by the machine's VRAM, or OLLAMA_CONTEXT_LENGTH. None of
+# that is visible over HTTP until the model is loaded (then /api/ps reports it), so the
+# smallest default of the server's version stands in until then.
+_OLLAMA_OLD_DEFAULT, _OLLAMA_DEFAULT, _OLLAMA_DEFAULT_SINCE = 2048, 4096, (0, 6, 7)
+
+# What the model's tokenizer and cl100k are both asked to count: prose, code and JSON,
+# the mix a memory block and a coding agent's history hold.
+CALIBRATION_TEXT = """\
+Memory for assistants works best when it is boring. The daemon keeps what a user said
+about their projects, the decisions they made and the reasons behind them, and it hands
+the relevant part back when a new conversation starts. Nothing clever happens at read
+time: the compiler ranks stored memories by similarity, keywords, freshness and how
+often they helped before, then fits the best of them into the space the model has left.
+
+When the window is small, every token matters. A local model with 8,192 tokens cannot
+afford a 2,000-token memory block on top of a long tool result, so the budget is a share
+of the window, and the window itself has to be right: too large and the server cuts the
+prompt, too small and useful context stays on disk.
+
+def fit(items: list[tuple[float, int]], budget: int) -> list[int]:
+    \"\"\"Indexes of the best-scoring items whose token costs fit the budget.\"\"\"
+    chosen, used = [], 0
+    for index, (score, cost) in sorted(enumerate(items), key=lambda p: -p[1][0]):
+        if used + cost <= budget:
+            chosen.append(index)
+            used += cost
+    return sorted(chosen)
+
+for path in sorted(Path("notes").glob("*.md")):
+    text = path.read_text(encoding="utf-8")
+    print(f"{path.name}: {len(text.split())} words")
+
+$ memd serve --upstream-url http://127.0.0.1:8080/v1 --context-window 8192
+INFO  memd.server listening on 127.0.0.1:8765 (store=sqlite, embedder=minilm-onnx)
+
+{"id": "mem_01J9Z8K4", "kind": "decision", "importance": 0.8,
+ "text": "Use PostgreSQL with pgvector for the team deployment; SQLite stays the default.",
+ "entities": ["PostgreSQL", "pgvector", "SQLite"], "created_at": "2025-03-14T09:26:53Z",
+ "source": {"session": "sess_7f3a", "message": 42}, "tags": ["storage", "deploy"]}
+
+Numbers, names and punctuation tokenize differently from plain words: 3.14159, 0x7fff,
+v2.3.1-rc4, O'Brien's café in Zürich (€12.50), and user@example.org all split in their
+own ways, which is exactly why a ratio measured on a mixed sample beats a guess.
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A model's context window in tokens (None: unknown) and where it came from."""
+
+    tokens: int | None
+    source: str  # "header" | "config" | "upstream" | "builtin" | "default" | "unknown"
+    detail: str = ""  # the matched pattern, the upstream field; shown in the call report
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Probed(Generic[T]):
+    value: T | None  # None: the upstream has no answer
+    final: bool = True  # False: a failure or a stand-in, asked again after RETRY_SECONDS
+
+
+class _OncePerKey(Generic[T]):
+    """Runs ``probe(key)`` once per key and caches the result; concurrent first callers
+    share one task. A result that is not final is refreshed in the background at most
+    every RETRY_SECONDS while callers keep getting the cached value."""
+
+    def __init__(self, probe: Callable[[str], Awaitable[_Probed[T]]]) -> None:
+        self._probe = probe
+        self._known: dict[str, tuple[_Probed[T], float]] = {}
+        self._running: dict[str, asyncio.Task[_Probed[T]]] = {}
+
+    async def get(self, key: str) -> T | None:
+        known = self._known.get(key)
+        if known is None:
+            # shield: a caller that gives up does not cancel the probe the others await
+            return (await asyncio.shield(self._start(key))).value
+        probed, at = known
+        if not probed.final and time.monotonic() - at >= RETRY_SECONDS:
+            self._start(key)
+        return probed.value
+
+    def _start(self, key: str) -> asyncio.Task[_Probed[T]]:
+        task = self._running.get(key)
+        if task is None:
+            task = self._running[key] = asyncio.create_task(self._run(key))
+        return task
+
+    async def _run(self, key: str) -> _Probed[T]:
+        try:
+            probed = await self._probe(key)
+        finally:
+            self._running.pop(key, None)
+        self._known[key] = (probed, time.monotonic())
+        return probed
+
+    def clear(self) -> None:
+        for task in self._running.values():
+            task.cancel()
+        self._running.clear()
+        self._known.clear()
+
+
+@dataclass
+class _Server:
+    """What the upstream turned out to be, with the listings read while finding out."""
+
+    kind: str  # "llama.cpp" | "vllm" | "ollama" | "lmstudio" | "generic"
+    models: list[dict[str, Any]] = field(default_factory=list)  # GET {base}/models data
+    version: str = ""  # Ollama's /api/version
+
+
+class WindowResolver:
+    """Finds the context window of the model a request names (see the module docstring).
+
+    ``client`` is an ``httpx.AsyncClient`` whose base URL is the upstream's OpenAI base
+    URL (``http://127.0.0.1:8080/v1/``), or None when no upstream is configured."""
+
+    def __init__(self, settings: Settings, client: httpx.AsyncClient | None) -> None:
+        self._settings = settings
+        self._client = client
+        self._timeout = settings.upstream_probe_timeout
+        key = settings.upstream_api_key
+        self._headers = {"authorization": f"Bearer {key}"} if key else {}
+        self._root = _root_url(client.base_url) if client is not None else ""
+        self._server: _Server | None = None
+        self._detecting = asyncio.Lock()
+        self._windows = _OncePerKey(self._probe_window)
+        self._ratios = _OncePerKey(self._probe_ratio)
+        self._warned: set[tuple[str, str]] = set()
+
+    async def resolve(self, model: str | None, header: str | None) -> Window:
+        """The window of ``model``; ``header`` is the request's X-Memd-Context-Window
+        value. Raises InvalidInput if the header is not a positive integer."""
+        if header is not None:
+            return Window(_parse_header(header), "header", HEADER)
+        if model:
+            found = match_pattern(self._settings.context_windows, model)
+            if found is not None:
+                return Window(found[1], "config", found[0])
+            if self._client is not None:
+                window = await self._windows.get(model)
+                if window is not None:
+                    return window
+            found = builtin_window(model)
+            if found is not None:
+                return Window(found[1], "builtin", found[0])
+        if self._settings.context_window is not None:
+            return Window(self._settings.context_window, "default", "--context-window")
+        return Window(None, "unknown")
+
+    async def token_ratio(self, model: str | None) -> float | None:
+        """How many tokens the model's own tokenizer makes of a text per cl100k token
+        (1.12: 12% more), measured once per model through the upstream's tokenize
+        endpoint (llama.cpp, vLLM); None when the upstream offers none."""
+        if self._client is None or not model:
+            return None
+        return await self._ratios.get(model)
+
+    def forget(self) -> None:
+        """Drop every cached answer and failure (tests, a config reload)."""
+        self._windows.clear()
+        self._ratios.clear()
+        self._server = None
+        self._detecting = asyncio.Lock()
+        self._warned.clear()
+
+    # -- probes ----------------------------------------------------------------------
+
+    async def _probe_window(self, model: str) -> _Probed[Window]:
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await self._ask_window(await self._detected(), model)
+        except (httpx.HTTPError, TimeoutError) as exc:
+            self._warn(f"the context window of model {model!r}", ("window", model), exc)
+            return _Probed(None, final=False)
+
+    async def _probe_ratio(self, model: str) -> _Probed[float]:
+        try:
+            async with asyncio.timeout(self._timeout):
+                server = await self._detected()
+                if server.kind == "llama.cpp":
+                    body = await self._json("POST", f"{self._root}/tokenize",
+                                            json={"content": CALIBRATION_TEXT})
+                    tokens = body.get("tokens") if isinstance(body, dict) else None
+                    count = len(tokens) if isinstance(tokens, list) else None
+                elif server.kind == "vllm":
+                    body = await self._json("POST", f"{self._root}/tokenize", json={
+                        "model": model, "prompt": CALIBRATION_TEXT,
+                        "add_special_tokens": False})
+                    count = _positive(body.get("count")) if isinstance(body, dict) else None
+                else:
+                    return _Probed(None)
+        except (httpx.HTTPError, TimeoutError) as exc:
+            self._warn(f"a token count for model {model!r}", ("ratio", model), exc)
+            return _Probed(None, final=False)
+        if not count:
+            return _Probed(None)
+        return _Probed(count / counter_for("gpt-4").count(CALIBRATION_TEXT))
+
+    async def _detected(self) -> _Server:
+        """What the upstream is, found out by the first probe that needs it, within that
+        probe's time; a failure leaves it to the next probe."""
+        async with self._detecting:
+            if self._server is None:
+                self._server = await self._detect()
+            return self._server
+
+    async def _detect(self) -> _Server:
+        listing = await self._json("GET", "models")
+        models = _entries(listing)
+        if any("max_model_len" in m for m in models):
+            return _Server("vllm", models)
+        if any(m.get("owned_by") == "llamacpp" for m in models):
+            return _Server("llama.cpp", models)
+        if any(_context_field(m) for m in models):
+            return _Server("generic", models)
+        props = await self._json("GET", f"{self._root}/props")
+        if isinstance(props, dict) and "default_generation_settings" in props:
+            return _Server("llama.cpp", models)
+        version = await self._json("GET", f"{self._root}/api/version")
+        if isinstance(version, dict) and isinstance(version.get("version"), str):
+            return _Server("ollama", models, version["version"])
+        if _entries(await self._json("GET", f"{self._root}/api/v0/models")):
+            return _Server("lmstudio", models)
+        return _Server("generic", models)
+
+    async def _ask_window(self, server: _Server, model: str) -> _Probed[Window]:
+        if server.kind == "llama.cpp":
+            return await self._llama_cpp(server, model)
+        if server.kind == "ollama":
+            return await self._ollama(server, model)
+        if server.kind == "lmstudio":
+            entry = _find(_entries(await self._json("GET", f"{self._root}/api/v0/models")),
+                          model)
+            loaded = _positive(entry.get("loaded_context_length"))
+            if loaded:
+                return _upstream(loaded, "LM Studio loaded_context_length")
+            # not loaded yet: LM Studio loads it on the first request with its own
+            # default context, which may be smaller, so this is asked again later
+            most = _positive(entry.get("max_context_length"))
+            return _upstream(most, "LM Studio max_context_length", final=False)
+        entry = _find(server.models, model)
+        if not entry:  # a model added since the listing was read (a vLLM LoRA adapter)
+            server.models = _entries(await self._json("GET", "models"))
+            entry = _find(server.models, model)
+        if server.kind == "vllm":
+            return _upstream(_positive(entry.get("max_model_len")), "vLLM max_model_len")
+        name, tokens = _context_field(entry) or ("", None)
+        return _upstream(tokens, f"/models {name}")
+
+    async def _llama_cpp(self, server: _Server, model: str) -> _Probed[Window]:
+        # /props reports the context of one slot, the most one request can use (the
+        # server's -c is shared among its --parallel slots). A router serving several
+        # models answers for the one named by ?model=; a single-model server ignores it.
+        props = await self._json("GET", f"{self._root}/props", params={"model": model})
+        if isinstance(props, dict):
+            settings = props.get("default_generation_settings")
+            slot = _positive(settings.get("n_ctx")) if isinstance(settings, dict) else None
+            slots = _positive(props.get("total_slots")) or 1
+            if slot:
+                return _upstream(slot, f"llama.cpp /props n_ctx ({slots} slots)")
+            total = _positive(props.get("n_ctx"))  # servers that report only the total
+            if total:
+                return _upstream(total // slots, f"llama.cpp /props n_ctx / {slots} slots")
+        # /props said nothing about the context: the training length, the most the
+        # model can run with, is the best left
+        entry = _find(server.models, model) or (server.models[0] if server.models else {})
+        meta = entry.get("meta")
+        train = _positive(meta.get("n_ctx_train")) if isinstance(meta, dict) else None
+        return _upstream(train, "llama.cpp /v1/models n_ctx_train")
+
+    async def _ollama(self, server: _Server, model: str) -> _Probed[Window]:
+        # "name" for servers older than the "model" field; newer ones prefer "model"
+        show = await self._json("POST", f"{self._root}/api/show",
+                                json={"model": model, "name": model})
+        if not isinstance(show, dict):
+            return _Probed(None)  # not a model this Ollama has
+        info = show.get("model_info")
+        train = _train_length(info) if isinstance(info, dict) else None
+        ps = await self._json("GET", f"{self._root}/api/ps")
+        wanted = _ollama_name(model)
+        for running in _entries(ps, "models"):
+            if wanted in (_ollama_name(str(running.get(k, ""))) for k in ("name", "model")):
+                loaded = _positive(running.get("context_length"))
+                if loaded:
+                    return _upstream(loaded, "Ollama /api/ps context_length")
+        params = show.get("parameters")
+        num_ctx = _num_ctx(params) if isinstance(params, str) else None
+        if num_ctx:
+            return _upstream(min(num_ctx, train or num_ctx), "Ollama num_ctx parameter")
+        old = _version(server.version) < _OLLAMA_DEFAULT_SINCE
+        default = _OLLAMA_OLD_DEFAULT if old else _OLLAMA_DEFAULT
+        return _upstream(min(default, train or default), "Ollama default num_ctx",
+                         final=False)
+
+    async def _json(self, method: str, url: str, **kwargs: Any) -> Any:
+        """The JSON body of a successful answer, None when the server says the endpoint
+        or model is not there (4xx) or answers something other than JSON. Server errors
+        (5xx, such as llama.cpp's 503 while it loads the model) and transport errors
+        raise httpx errors: the probe failed and is tried again later."""
+        assert self._client is not None
+        response = await self._client.request(method, url, headers=self._headers, **kwargs)
+        if response.status_code >= 500:
+            response.raise_for_status()
+        if response.status_code >= 300:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            return None
+
+    def _warn(self, question: str, key: tuple[str, str], exc: BaseException) -> None:
+        """Log a failed probe: once at WARNING, again only at DEBUG."""
+        reason = (f"no answer within {self._timeout:g} s" if isinstance(exc, TimeoutError)
+                  else f"{type(exc).__name__}: {exc}")
+        if key in self._warned:
+            log.debug("asking the upstream about %s failed again (%s)", question, reason)
+            return
+        self._warned.add(key)
+        log.warning("could not ask the upstream about %s (%s); using the other sources, "
+                    "asking again in %d minutes at the earliest", question, reason,
+                    RETRY_SECONDS // 60)
+
+
+def match_pattern(table: Mapping[str, int], model: str) -> tuple[str, int] | None:
+    """The (pattern, tokens) of ``table`` that matches ``model`` most specifically: an
+    exact name before any glob, then the longest glob. Patterns are matched without
+    regard to case, against the name and the name without its provider prefix."""
+    names = _names(model)
+    best: tuple[tuple[bool, int, str], str, int] | None = None
+    for pattern, tokens in table.items():
+        lowered = pattern.lower()
+        if any(fnmatchcase(name, lowered) for name in names):
+            rank = (not any(c in lowered for c in "*?["), len(lowered), lowered)
+            if best is None or rank > best[0]:
+                best = (rank, pattern, tokens)
+    return None if best is None else (best[1], best[2])
+
+
+@cache
+def builtin_table() -> dict[str, int]:
+    """The pattern → tokens table shipped in ``memd/data/context_windows.toml``."""
+    text = resources.files("memd").joinpath("data", "context_windows.toml").read_text("utf-8")
+    return {str(k): int(v) for k, v in tomllib.loads(text).items()}
+
+
+@lru_cache(maxsize=1024)
+def builtin_window(model: str) -> tuple[str, int] | None:
+    return match_pattern(builtin_table(), model)
+
+
+def _names(model: str) -> tuple[str, ...]:
+    name = model.lower()
+    bare = name.rsplit("/", 1)[-1]  # "openai/gpt-4o", "hf.co/org/repo:q4" → the last part
+    return (name,) if bare == name else (name, bare)
+
+
+def _parse_header(value: str) -> int:
+    text = value.strip()
+    if not text.isascii() or not text.isdigit() or not 0 < int(text) <= _MAX_HEADER_TOKENS:
+        raise InvalidInput(f"{HEADER} must be a positive whole number of tokens (at most "
+                           f"{_MAX_HEADER_TOKENS}), not {value!r}")
+    return int(text)
+
+
+def _root_url(base: httpx.URL) -> str:
+    path = base.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    return str(base.copy_with(path=path or "/")).rstrip("/")
+
+
+def _upstream(tokens: int | None, detail: str, final: bool = True) -> _Probed[Window]:
+    return _Probed(Window(tokens, "upstream", detail) if tokens else None, final)
+
+
+def _positive(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
+def _entries(body: Any, key: str = "data") -> list[dict[str, Any]]:
+    items = body.get(key) if isinstance(body, dict) else None
+    return [m for m in items if isinstance(m, dict)] if isinstance(items, list) else []
+
+
+def _find(models: list[dict[str, Any]], model: str) -> dict[str, Any]:
+    for m in models:
+        if m.get("id") == model:
+            return m
+    lowered = model.lower()
+    return next((m for m in models if str(m.get("id", "")).lower() == lowered), {})
+
+
+def _context_field(entry: Mapping[str, Any]) -> tuple[str, int] | None:
+    for name in ("context_length", "context_window", "max_context_length"):
+        tokens = _positive(entry.get(name))
+        if tokens:
+            return name, tokens
+    return None
+
+
+def _train_length(info: Mapping[str, Any]) -> int | None:
+    arch = info.get("general.architecture")
+    found = _positive(info.get(f"{arch}.context_length"))
+    if found is None:  # an architecture name that does not prefix its keys
+        found = next((_positive(v) for k, v in info.items()
+                      if k.endswith(".context_length") and _positive(v)), None)
+    return found
+
+
+def _num_ctx(parameters: str) -> int | None:
+    """num_ctx from Ollama's parameters block: one "name value" line per parameter."""
+    for line in parameters.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "num_ctx" and parts[1].isdigit():
+            return int(parts[1]) or None
+    return None
+
+
+def _ollama_name(name: str) -> str:
+    name = name.lower()
+    return name if ":" in name.rsplit("/", 1)[-1] else name + ":latest"
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """(0, 6, 7) of "0.6.7-rc1"; a development build's "0.0.0" counts as new."""
+    parts = []
+    for piece in text.split("-", 1)[0].split("."):
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return (999,) if not any(parts) else tuple(parts)
