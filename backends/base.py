@@ -277,6 +277,16 @@ class Store(Protocol):
 
     def get_call(self, user_id: str, call_id: str) -> dict[str, Any] | None: ...
 
+    def list_calls(
+        self, user_id: str, *, session_id: str | None = None, workspace: str | None = None,
+        since: float | None = None, until: float | None = None, limit: int = 50,
+    ) -> list[dict[str, Any]]:
+        """The user's calls, newest first (ties by call id, descending), each shaped as
+        :meth:`get_call` returns it; only those of ``session_id``, of ``workspace``, made
+        at or after ``since`` and before ``until`` where given (``workspace=None`` is no
+        filter, not the calls made outside any workspace)."""
+        ...
+
     # -- accounts (authenticated mode; backends/accounts.py) ---------------------------
     def create_user(self, user_id: str, name: str, now: float) -> User: ...
 
@@ -365,6 +375,37 @@ def recent_query(
         f"LIMIT {mark}) AS page) AS w WHERE newer <= {mark}) ORDER BY turn_index DESC",
         [*params, *params],
     )
+
+
+CALL_COLUMNS = "call_id, session_id, workspace, model_id, created_at, status, report, metadata"
+
+
+def calls_query(
+    user_id: str, *, mark: str, session_id: str | None, workspace: str | None,
+    since: float | None, until: float | None, limit: int,
+) -> tuple[str, list[Any]]:
+    """``Store.list_calls`` as one SQL statement for either backend, with ``mark`` the
+    driver's placeholder and ``workspace`` as the backend stores it (None: any). The
+    order is the one the (user_id, created_at DESC) index keeps; the call id only breaks
+    ties."""
+    where = [f"user_id = {mark}"]
+    params: list[Any] = [user_id]
+    for test, value in (("session_id =", session_id), ("workspace =", workspace),
+                        ("created_at >=", since), ("created_at <", until)):
+        if value is not None:
+            where.append(f"{test} {mark}")
+            params.append(value)
+    return (f"SELECT {CALL_COLUMNS} FROM calls WHERE {' AND '.join(where)} "
+            f"ORDER BY created_at DESC, call_id DESC LIMIT {mark}", [*params, limit])
+
+
+def call_record(row: Sequence[Any], user_id: str,
+                load: Callable[[Any], Any] = lambda value: value) -> dict[str, Any]:
+    """A ``CALL_COLUMNS`` row as ``Store.get_call`` returns it; ``load`` decodes the
+    JSON columns where the driver hands them over as text."""
+    return {"id": row[0], "user_id": user_id, "session_id": row[1],
+            "workspace": row[2] or None, "model": row[3], "created_at": row[4],
+            "status": row[5], "report": load(row[6]), "metadata": load(row[7])}
 
 
 def compose_candidates(

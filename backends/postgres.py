@@ -62,11 +62,14 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from memd.auth import current_actor
 from memd.backends.accounts import AccountsMixin
 from memd.backends.base import (
+    CALL_COLUMNS,
     PROVENANCES,
     SCOPES,
     TIERS,
     AccessHit,
     access_totals,
+    call_record,
+    calls_query,
     recent_query,
 )
 from memd.errors import Conflict, InvalidInput, MemdError, MigrationError, NotFound, StorageError
@@ -1514,16 +1517,20 @@ class PostgresStore(AccountsMixin):
                 (status, Jsonb(metadata), call_id))
 
     def get_call(self, user_id: str, call_id: str) -> dict[str, Any] | None:
-        rows = self._q(
-            "SELECT call_id, session_id, workspace, model_id, created_at, status, report, "
-            "metadata FROM calls WHERE user_id = %s AND call_id = %s", (user_id, call_id),
+        rows = self._q(f"SELECT {CALL_COLUMNS} FROM calls WHERE user_id = %s "
+                       "AND call_id = %s", (user_id, call_id))
+        return call_record(rows[0], user_id) if rows else None
+
+    def list_calls(
+        self, user_id: str, *, session_id: str | None = None, workspace: str | None = None,
+        since: float | None = None, until: float | None = None, limit: int = 50,
+    ) -> list[dict[str, Any]]:
+        sql, params = calls_query(
+            user_id, mark="%s", session_id=session_id,
+            workspace=None if workspace is None else _ws(workspace),
+            since=since, until=until, limit=limit,
         )
-        if not rows:
-            return None
-        r = rows[0]
-        return {"id": r[0], "user_id": user_id, "session_id": r[1], "workspace": _unws(r[2]),
-                "model": r[3], "created_at": r[4], "status": r[5], "report": r[6],
-                "metadata": r[7]}
+        return [call_record(r, user_id) for r in self._q(sql, params)]
 
     # -- usage -----------------------------------------------------------------------
     def record_usage(self, usage: Usage) -> None:

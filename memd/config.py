@@ -24,6 +24,7 @@ import platformdirs
 from memd.errors import InvalidInput
 
 APP = "memd"
+MEMORY_PLACEMENTS = ("user", "before-user", "system")
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,10 @@ class Settings:
     embedder: str = "minilm-onnx"
     embedder_path: str | None = None
     default_user: str = "local"
-    # write path
+    # write path: memories, facts and search queries are at most max_text_chars; a stored
+    # chat message (a tool result, a whole file) may be up to max_message_chars
     max_text_chars: int = 32_000
+    max_message_chars: int = 8_000_000
     dedup_threshold: float = 0.92  # seed 000 §5.4
     session_ttl_hours: float = 24.0
     l1_ttl_hours: float = 24.0  # seed 000 §5.1: session TTL + 24 h
@@ -83,6 +86,23 @@ class Settings:
     min_similarity: float = 0.3
     default_context_window: int = 8192
     default_max_response_tokens: int = 1024
+    # proxy: the model's context window, by the first source that knows it (the request's
+    # X-Memd-Context-Window header, this table of glob patterns such as "gpt-4o*" = 128000,
+    # the upstream's own report, the built-in table of model families), else
+    # context_window (memd serve --context-window), else unknown
+    context_windows: dict[str, int] = field(default_factory=dict)
+    context_window: int | None = None
+    upstream_probe_timeout: float = 3.0  # seconds, asking the upstream about a model
+    # proxy: the memory block added to a client's own history is at most memory_max_tokens
+    # and memory_window_share of the window, within what the window leaves after the
+    # request, the response reserve and a safety margin; memory_unknown_window_tokens when
+    # the window is unknown. Placement: "user" (inside the newest user message, before its
+    # text), "before-user" (a system message right before it) or "system" (right after
+    # the client's system messages; changes the prompt's prefix on every call)
+    memory_max_tokens: int = 2000
+    memory_window_share: float = 0.05
+    memory_unknown_window_tokens: int = 400
+    memory_placement: str = "user"
     # messages of recent session histories kept in the process between compiles, checked
     # against each session's history state (memd.engine.history); 0 turns it off
     history_cache_messages: int = 50_000
@@ -92,8 +112,11 @@ class Settings:
     upstream_url: str | None = None
     upstream_api_key: str | None = None
     upstream_timeout: float = 600.0
-    max_body_bytes: int = 8 * 1024 * 1024
+    max_body_bytes: int = 64 * 1024 * 1024  # a 200k-token agent request with images fits
     allowed_hosts: tuple[str, ...] = ()  # Host names accepted besides loopback ones
+    # origins (scheme://host[:port]) of local web UIs allowed to call memd from a browser;
+    # requests from any other site are refused
+    allowed_origins: tuple[str, ...] = ()
     # authenticated (team) mode: every request needs an API key (memd key create) and
     # acts only as the key's user; on PostgreSQL, Row-Level Security binds each request
     auth: bool = False
@@ -126,10 +149,22 @@ def _coerce(name: str, value: Any) -> Any:
         return Path(value).expanduser()
     if name == "pg_partitions":
         return tuple(int(x) for x in value)
-    if name == "allowed_hosts":
+    if name in ("allowed_hosts", "allowed_origins"):
         return tuple(value.split(",")) if isinstance(value, str) else tuple(value)
     if name in ("port",):
         return int(value)
+    if name == "context_window" and value is not None:
+        return int(value)
+    if name == "context_windows":
+        if not isinstance(value, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value.values()
+        ):
+            raise InvalidInput("config: [context_windows] must map model patterns to "
+                               "positive token counts")
+        return dict(value)
+    if name == "memory_placement" and value not in MEMORY_PLACEMENTS:
+        raise InvalidInput(f"memory_placement must be one of {', '.join(MEMORY_PLACEMENTS)}, "
+                           f"not {value!r}")
     if name == "auth" and isinstance(value, str):
         if value.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             raise InvalidInput(f"auth must be true or false, not {value!r}")

@@ -2,6 +2,7 @@
 
     MemdError
     ├── InvalidInput        bad input from a caller: empty or oversized text, bad id, bad role
+    │   └── TooLarge        a message or body beyond its configured size limit
     ├── NotFound            an id that does not exist for this user
     ├── Conflict            a write that contradicts stored state (e.g. a duplicate id)
     ├── Unauthorized        auth is on and the request has no valid API key
@@ -10,7 +11,7 @@
     │   └── MigrationError  a schema migration failed or the schema is newer than this code
     └── ModelError          an embedder or tokenizer could not be loaded or run
 
-The HTTP layer maps InvalidInput to 400/422, NotFound to 404, Conflict to 409,
+The HTTP layer maps InvalidInput to 400/422, TooLarge to 413, NotFound to 404, Conflict to 409,
 Unauthorized to 401 and Forbidden to 403; the CLI
 prints the message and exits 2 (bad input) or 1 (other failures).
 """
@@ -26,6 +27,10 @@ class MemdError(Exception):
 
 class InvalidInput(MemdError, ValueError):
     type = "invalid_request_error"
+
+
+class TooLarge(InvalidInput):
+    type = "request_too_large"
 
 
 class NotFound(MemdError, LookupError):

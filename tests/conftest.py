@@ -9,10 +9,16 @@ starts inherit this environment.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 from pg import pg_cleanup, pg_session  # noqa: F401  (autouse: per-test databases, one server)
+
+import memd
+from memd.engine.memory import Memd
+from memd.server.app import create_app
 
 _LEAKY_VARS = ("MEMD_CONFIG", "MEMD_DB", "MEMD_EMBEDDER_PATH", "MEMD_USER")
 
@@ -32,3 +38,18 @@ def hermetic_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     return data_dir
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Memd]:
+    """A memd engine over a fresh SQLite store in ``tmp_path / "d"``."""
+    m = memd.open(tmp_path / "d")
+    yield m
+    m.close()
+
+
+@pytest.fixture
+def client(engine: Memd) -> Iterator[TestClient]:
+    """The daemon's app over ``engine``, in-process, without the job worker."""
+    with TestClient(create_app(engine, run_jobs=False), base_url="http://127.0.0.1") as c:
+        yield c

@@ -79,7 +79,10 @@ class FakeUpstream:
         return {"role": "assistant", "content": f"ok: {users[-1]['content']}"}
 
     async def chat(self, request: Request) -> Response:
-        body = json.loads(await request.body())
+        return await self.chat_body(request, json.loads(await request.body()))
+
+    async def chat_body(self, request: Request, body: dict[str, Any]) -> Response:
+        """Record ``body`` (the request's, parsed) and answer it."""
         self.requests.append(body)
         self.headers.append(dict(request.headers))
         if self.fail_with:

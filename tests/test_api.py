@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,22 +16,8 @@ from pydantic import TypeAdapter
 
 import memd
 from memd.engine.memory import Memd
-from memd.server.app import create_app
 
 BASE = "http://127.0.0.1"
-
-
-@pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Memd]:
-    m = memd.open(tmp_path / "d")
-    yield m
-    m.close()
-
-
-@pytest.fixture
-def client(engine: Memd) -> Iterator[TestClient]:
-    with TestClient(create_app(engine, run_jobs=False), base_url=BASE) as c:
-        yield c
 
 
 def ok(resp: Any, status: int = 200) -> Any:
@@ -336,8 +320,8 @@ BAD_MEMORY_WRITES = [
     pytest.param({"json": {"text": "x", "tier": "L9"}}, 400, id="bad-tier"),
     pytest.param({"json": {"text": "x", "scope": "local"}}, 400, id="local-no-session"),
     pytest.param({"json": {"text": "x", "session_id": "missing"}}, 404, id="unknown-session"),
-    pytest.param({"content": b'{"text": "' + b"a" * (20 * 1024 * 1024) + b'"}', "headers": {
-        "content-type": "application/json"}}, 413, id="20MB-body"),
+    pytest.param({"content": b'{"text": "' + b"a" * (65 * 1024 * 1024) + b'"}', "headers": {
+        "content-type": "application/json"}}, 413, id="65MB-body"),
 ]
 
 

@@ -205,6 +205,11 @@ def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team)
         no_trace(team.upstream.requests[-1]["messages"][:-1])
         call(posing, "POST", "/v1/chat/completions", "/v1/chat/completions", 403, json=chat)
         call(c, "GET", "/v1/calls/{call_id}", f"/v1/calls/{bob['call']}", 404)
+        listed = call(c, "GET", "/v1/calls", "/v1/calls", 200)["data"]
+        assert listed and {x["user_id"] for x in listed} == {"alice"}
+        assert bob["call"] not in str(listed)
+        call(c, "GET", "/v1/calls", "/v1/calls?user_id=bob", 403)
+        call(posing, "GET", "/v1/calls", "/v1/calls", 403)
         # no user data behind these two; they must still work for alice
         call(c, "GET", "/v1/models", "/v1/models", 200)
         call(c, "POST", "/v1/embeddings", "/v1/embeddings", 200,

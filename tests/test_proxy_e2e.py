@@ -18,6 +18,7 @@ from servers import FakeUpstream, serve
 
 import memd
 from memd.config import load_settings
+from memd.engine.inject import USER_CLOSE, USER_OPEN
 from memd.engine.memory import Memd
 from memd.server.app import create_app
 
@@ -56,8 +57,19 @@ class Stack:
         return self.engine.messages(sid, "local")
 
     def injected(self, request: dict[str, Any]) -> str:
-        return "\n".join(m["content"] for m in request["messages"]
-                         if m["role"] == "system" and m["content"].startswith("## Memory"))
+        """The memory block memd added to a forwarded request (in the newest user
+        message, or a system message of its own), or ""."""
+        out = []
+        for m in request["messages"]:
+            parts = m["content"] if isinstance(m["content"], list) else [
+                {"type": "text", "text": m["content"] or ""}]
+            for p in parts:
+                text = p.get("text") or ""
+                if text.startswith(USER_OPEN):
+                    out.append(text[len(USER_OPEN):text.index(USER_CLOSE)])
+                elif m["role"] == "system" and text.startswith("## Memory"):
+                    out.append(text)
+        return "\n".join(out)
 
 
 def _postgres_url() -> str:

@@ -1556,3 +1556,63 @@ def test_pg_repeated_queries_keep_pruning_partitions() -> None:
         assert 0 < locked < 200, locked  # one hash partition: its months and indexes
     finally:
         s.close()
+
+
+# -- calls: what the proxy recorded ------------------------------------------------------
+def _record_calls(store: Store) -> None:
+    """Alice's calls c1..c5 (c3 and c4 made at the same instant) and one of bob's."""
+    for call_id, created, sid, ws in (("c1", 100.0, "s1", None), ("c2", 200.0, "s2", "proj"),
+                                      ("c3", 300.0, "s1", "proj"), ("c4", 300.0, "s2", None),
+                                      ("c5", 400.0, "s1", None)):
+        store.record_call(call_id, "alice", sid, ws, "gpt-x", created,
+                          {"tokens": {"memory": int(created)}})
+    store.record_call("b1", "bob", "s1", None, "gpt-x", 250.0, {})
+
+
+def _ids(calls: list[dict[str, Any]]) -> list[str]:
+    return [c["id"] for c in calls]
+
+
+def test_calls_list_newest_first_shaped_as_get_call(store: Store) -> None:
+    _record_calls(store)
+    store.finish_call("c2", 502, {"error": "upstream down"})
+    listed = store.list_calls("alice")
+    assert _ids(listed) == ["c5", "c4", "c3", "c2", "c1"]  # the tie: higher call id first
+    assert listed == [store.get_call("alice", c["id"]) for c in listed]
+    c2 = listed[3]
+    assert c2 == {"id": "c2", "user_id": "alice", "session_id": "s2", "workspace": "proj",
+                  "model": "gpt-x", "created_at": 200.0, "status": 502,
+                  "report": {"tokens": {"memory": 200}},
+                  "metadata": {"error": "upstream down"}}
+    assert listed[0]["workspace"] is None and listed[0]["status"] is None
+    assert _ids(store.list_calls("bob")) == ["b1"]
+    assert store.list_calls("carol") == []
+
+
+def test_calls_list_filters_and_limit(store: Store) -> None:
+    _record_calls(store)
+    assert _ids(store.list_calls("alice", session_id="s1")) == ["c5", "c3", "c1"]
+    assert _ids(store.list_calls("alice", since=200.0)) == ["c5", "c4", "c3", "c2"]
+    assert _ids(store.list_calls("alice", until=300.0)) == ["c2", "c1"]
+    assert _ids(store.list_calls("alice", since=150.0, until=350.0)) == ["c4", "c3", "c2"]
+    assert _ids(store.list_calls("alice", workspace="proj")) == ["c3", "c2"]
+    assert store.list_calls("alice", workspace="other") == []
+    assert _ids(store.list_calls("alice", session_id="s1", workspace="proj",
+                                 since=300.0)) == ["c3"]
+    assert _ids(store.list_calls("alice", limit=2)) == ["c5", "c4"]
+    assert _ids(store.list_calls("alice", session_id="s1", limit=1)) == ["c5"]
+    assert store.list_calls("bob", session_id="s2") == []
+
+
+def test_pg_calls_list_under_row_level_security(pg_store: Any) -> None:
+    """A request authenticated as alice lists her calls; bob's stay invisible to it even
+    when it names bob, because the policies bind the statement, not just its filter."""
+    s = pg_store
+    s.check_row_security()
+    _record_calls(s)
+    with acting_as("alice"):
+        assert _ids(s.list_calls("alice", since=300.0)) == ["c5", "c4", "c3"]
+        assert s.list_calls("bob") == []
+        with s.read_batch():
+            assert _ids(s.list_calls("alice", workspace="proj")) == ["c3", "c2"]
+    assert _ids(s.list_calls("bob")) == ["b1"]  # the owner, outside a request, sees it

@@ -1,5 +1,13 @@
-"""One proxied chat call, engine side: find the session, store what is new, compile the
-context, and later store the reply. No HTTP here; memd/server/proxy.py wires it in.
+"""One proxied chat call, engine side: find the session, store what is new, build what
+goes upstream, and later store the reply. No HTTP here; memd/server/proxy.py wires it in.
+
+Two kinds of client. One that sends its whole history (every editor plugin and agent)
+owns it: what goes upstream is exactly what it sent, plus one memory block within the
+headroom of the model's window (:mod:`memd.engine.inject`); the history memd stores is a
+record, never a source of what is forwarded. One that pins a session with
+``X-Memd-Session`` and sends only its newest turn lets memd own the history: it gets the
+compiled context of :mod:`memd.engine.compile` (memory, summary and stored history
+within the window).
 
 Session inference. Plugins resend the whole history on every call and few send a session
 id. Every stored message carries a chain hash: SHA-256 over the session's non-system
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -31,9 +40,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memd.engine import validate as v
+from memd.engine.inject import build, place, room
 from memd.errors import InvalidInput
-from memd.models.tokens import count_text
-from memd.types import Context, Session, Usage
+from memd.models.tokens import count_text, message_tokens
+from memd.types import Session, Usage
 
 if TYPE_CHECKING:
     from memd.engine.memory import Memd
@@ -72,17 +82,37 @@ def chain_hashes(messages: Sequence[Mapping[str, Any]], previous: str | None) ->
 class PreparedCall:
     call_id: str
     session: Session
-    context: Context
+    forward: list[dict[str, Any]]  # the messages to send upstream
+    plain: list[dict[str, Any]]  # the same without memory: what a retry sends
+    report: dict[str, Any]  # what went in and why (the call record)
     store_reply: bool
     turn: int = 0  # the session's turn count the reply answers
     started: float = field(default_factory=time.monotonic)
+
+    @property
+    def memory_added(self) -> bool:
+        return self.forward is not self.plain
+
+
+@dataclass(frozen=True, slots=True)
+class WindowInfo:
+    """The model's context window as the caller resolved it (None: unknown), the source
+    that gave it, for the call report, and the factor from memd's token counts to the
+    model's own where it was measured."""
+
+    tokens: int | None
+    source: str = "unknown"
+    detail: str = ""
+    token_scale: float = 1.0
 
 
 def _resolve(
     engine: Memd, user_id: str, workspace: str | None, history: list[dict[str, Any]],
     session_id: str | None, model: str | None,
-) -> tuple[Session, list[dict[str, Any]], bool]:
-    """(session, messages to store, is_retry) for an incoming non-system history."""
+) -> tuple[Session, list[dict[str, Any]], bool, bool]:
+    """(session, messages to store, is_retry, client_owns_history) for an incoming
+    non-system history. A client pinning a session that already holds turns, and sending
+    none of them, sends only its newest turn: memd owns that history."""
     store = engine.store
     hashes = [h for h in chain_hashes(history, None) if h is not None]
     depth = {h: i for i, h in enumerate(hashes)}
@@ -96,7 +126,7 @@ def _resolve(
         mine = [m for m in matches if m.session_id == session.id]
         start = depth[mine[0].chain_hash or ""] + 1 if mine else 0
         retry = bool(mine) and start == len(history)
-        return session, history[start:], retry
+        return session, history[start:], retry, bool(mine) or session.turn_count == 0
     sessions: dict[str, Session] = {}
     for m in matches:
         s = sessions.get(m.session_id) or store.get_session(user_id, m.session_id)
@@ -105,25 +135,38 @@ def _resolve(
         sessions[s.id] = s
         start = depth[m.chain_hash or ""] + 1
         if m.turn_index == s.turn_count:
-            return s, history[start:], False
+            return s, history[start:], False, True
         if start == len(history):
             after = store.get_messages(user_id, s.id, after_turn=m.turn_index)
             if all(x.role == "assistant" for x in after):
-                return s, [], True
+                return s, [], True, True
     parent = matches[0].session_id if matches else None
     if parent is not None and parent not in sessions:
         parent = None
     session = engine.create_session(user_id, workspace=workspace, model=model,
                                     parent_session_id=parent)
-    return session, history, False
+    return session, history, False, True
+
+
+def request_tokens(messages: Sequence[Mapping[str, Any]], tools: Any,
+                   model: str | None) -> int:
+    """memd's count of a request's prompt: its messages and its tool definitions (long
+    texts are counted once per process: see memd.models.tokens)."""
+    n = sum(message_tokens(m, model) for m in messages)
+    return n + (count_text(json.dumps(tools, sort_keys=True), model) if tools else 0)
 
 
 def prepare_chat(
     engine: Memd, user_id: str, workspace: str | None, messages: Sequence[Any],
     *, session_id: str | None = None, model: str | None = None,
     max_response_tokens: int | None = None, tools: Any = None,
+    window: WindowInfo | None = None, placement: str | None = None,
 ) -> PreparedCall:
-    """Resolve the session, store the new messages, compile the context to forward."""
+    """Resolve the session, store the new messages, and build what to forward.
+
+    A client that sends its history gets it forwarded unchanged plus one memory block
+    within the window's headroom (:mod:`memd.engine.inject`); a client that sends only its
+    newest turn gets the whole compiled context (:mod:`memd.engine.compile`)."""
     from memd.engine.sessions import last_user_text  # sessions imports this module
     uid = v.check_id(user_id, "user_id")
     ws = v.check_optional_id(workspace, "workspace")
@@ -134,29 +177,89 @@ def prepare_chat(
         raise InvalidInput("each message must be an object")
     for m in messages:
         v.check_role(m.get("role"))
+    window = window or WindowInfo(None)
     system = [dict(m) for m in messages if m.get("role") in SYSTEM_ROLES]
     history = [dict(m) for m in messages if m.get("role") not in SYSTEM_ROLES]
     if not history:
         raise InvalidInput("messages must contain at least one non-system message")
     with engine.store.transaction():
-        session, new, retry = _resolve(engine, uid, ws, history, sid, model)
+        session, new, retry, client_owns = _resolve(engine, uid, ws, history, sid, model)
         if new:
             engine.append(session.id, uid, new)
         session = engine.session(session.id, uid)
-    tool_tokens = count_text(json.dumps(tools, sort_keys=True)) if tools else 0
-    # The query is the request's last user message, which is the session's newest now
-    # (named here, so that the compile can read the history while it retrieves).
-    ctx = engine.context(
-        uid, session_id=session.id, messages=system, model=model,
-        max_response_tokens=max_response_tokens, tool_tokens=tool_tokens,
-        use_session_prompt=False,
-        query=last_user_text(history, engine.settings.max_text_chars),
-    )
+    query = last_user_text(history, engine.settings.max_message_chars)
     call_id = "call-" + uuid.uuid4().hex
+    window_report = {"tokens": window.tokens, "source": window.source,
+                     "detail": window.detail}
+    if client_owns:
+        forward, report = _augment(engine, uid, session, list(messages), query, model,
+                                   max_response_tokens, tools, window, placement)
+        plain = list(messages)
+        if not report["injected"]:
+            forward = plain
+    else:
+        tool_tokens = count_text(json.dumps(tools, sort_keys=True)) if tools else 0
+        ctx = engine.context(
+            uid, session_id=session.id, messages=system, model=model,
+            context_window=window.tokens, max_response_tokens=max_response_tokens,
+            tool_tokens=tool_tokens, use_session_prompt=False, query=query,
+        )
+        forward = plain = ctx.messages
+        report = {"mode": "compiled", **ctx.report.to_dict()}
+    report["window"] = window_report
     engine.store.record_call(call_id, uid, session.id, session.workspace, model,
-                             engine.now(), ctx.report.to_dict())
-    return PreparedCall(call_id, session, ctx, store_reply=not retry,
+                             engine.now(), report)
+    return PreparedCall(call_id, session, forward, plain, report, store_reply=not retry,
                         turn=session.turn_count)
+
+
+def _augment(
+    engine: Memd, user_id: str, session: Session, messages: list[dict[str, Any]],
+    query: str | None, model: str | None, max_response_tokens: int | None, tools: Any,
+    window: WindowInfo, placement: str | None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The client's messages plus a memory block where there is room, and the report."""
+    settings = engine.settings
+    placement = placement or settings.memory_placement
+    counted = request_tokens(messages, tools, model)
+    scaled = math.ceil(counted * window.token_scale)
+    reserve = (max_response_tokens if max_response_tokens is not None
+               else settings.default_max_response_tokens)
+    space = room(window.tokens, scaled, reserve, max_tokens=settings.memory_max_tokens,
+                 window_share=settings.memory_window_share,
+                 unknown_tokens=settings.memory_unknown_window_tokens)
+    block = None
+    reason = None
+    if space.over_window:
+        reason = "the request alone is over the model's window: forwarded unchanged"
+    elif not space.budget:
+        reason = "no room for memory in the model's window"
+    elif not query:
+        reason = "no user message to retrieve for"
+    else:
+        facts, mems = engine.memory_candidates(user_id, query, session=session,
+                                               exclude_session=True)
+        # The block is built in memd's counts; the budget is in the model's.
+        budget = math.floor(space.budget / window.token_scale)
+        block = engine.blocks.settle(user_id, session.id, placement,
+                                     build(facts, mems, budget, placement, model), budget)
+        if block is None:
+            reason = "nothing relevant to add"
+        else:
+            engine.record_used(user_id, block.memories)
+    added = math.ceil(block.tokens * window.token_scale) if block else 0
+    report: dict[str, Any] = {
+        "mode": "transparent", "placement": placement, "room": space.to_dict(),
+        "token_scale": window.token_scale, "reason": reason,
+        "tokens": {"request": scaled, "memory": added, "total": scaled + added},
+        "injected": block.text if block else None,
+        "items": [
+            {"section": "fact" if c.kind == "fact" else "memory", "kind": c.kind, "id": c.id,
+             "tokens": c.tokens, "score": round(c.score, 6), "text": c.text}
+            for c in ((*block.facts, *block.memories) if block else ())
+        ],
+    }
+    return (place(messages, block.text, placement) if block else messages), report
 
 
 def cost_microcents(prices: Mapping[str, Sequence[float]], model: str | None,
@@ -172,9 +275,11 @@ def cost_microcents(prices: Mapping[str, Sequence[float]], model: str | None,
 def finish_chat(
     engine: Memd, call: PreparedCall, *, status: int, reply: Mapping[str, Any] | None,
     finish_reason: str | None, usage: Mapping[str, Any] | None, model: str | None,
-    incomplete: bool = False,
+    incomplete: bool = False, retried: bool = False,
 ) -> None:
-    """Store the assistant's reply, usage and cost, and close the call record."""
+    """Store the assistant's reply, usage and cost, and close the call record
+    (``retried``: the model server refused the request with memory as too long, and got
+    it again without)."""
     latency = int((time.monotonic() - call.started) * 1000)
     session = call.session
     prompt = int((usage or {}).get("prompt_tokens") or 0)
@@ -207,5 +312,5 @@ def finish_chat(
                                            cost, engine.now())
         engine.store.finish_call(call.call_id, status, {
             "latency_ms": latency, "finish_reason": finish_reason, "incomplete": incomplete,
-            "usage": dict(usage or {}),
+            "retried": retried, "usage": dict(usage or {}),
         })

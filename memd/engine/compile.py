@@ -231,22 +231,9 @@ def compile_context(inp: CompileInput) -> Context:
             summary_msg, summary_tokens = candidate, n
             remaining -= n
 
-    facts, mems = _pack(inp.facts, inp.memories, remaining, model)
-    block_msg: dict[str, Any] | None = None
-    mem_tokens = 0
-    while facts or mems:
-        lines = memory_block_lines(facts, mems)
-        block_msg = {"role": "system", "content": "\n".join(lines)}
-        mem_tokens = MESSAGE_OVERHEAD + count_lines(lines, model)  # = message_tokens
-        if mem_tokens <= remaining:
-            break
-        # Over by `excess`: drop the lowest-efficiency memories (then the lowest-scored
-        # facts) until their estimated cost covers it, then measure again.
-        excess = mem_tokens - remaining
-        while excess > 0 and (mems or facts):
-            dropped = (mems or facts).pop()
-            excess -= max(0, dropped.tokens) + LINE_OVERHEAD
-        block_msg, mem_tokens = None, 0
+    facts, mems, lines, mem_tokens = pack_memory_block(inp.facts, inp.memories, remaining,
+                                                       model)
+    block_msg = {"role": "system", "content": "\n".join(lines)} if lines else None
 
     messages: list[dict[str, Any]] = list(inp.system)
     items: list[ReportItem] = []
@@ -279,11 +266,34 @@ def compile_context(inp: CompileInput) -> Context:
     return Context(messages=messages, report=report)
 
 
-def memory_block_lines(facts: Sequence[Candidate], memories: Sequence[Candidate]
-                       ) -> list[str]:
+def pack_memory_block(
+    facts: Sequence[Candidate], memories: Sequence[Candidate], budget: int,
+    model: str | None, header: str = MEMORY_HEADER,
+) -> tuple[list[Candidate], list[Candidate], list[str], int]:
+    """The memory block that fits ``budget`` tokens as one chat message: (facts, memories,
+    its lines, its exact ``message_tokens``); no lines and 0 tokens when nothing fits.
+
+    Items are chosen greedily by estimated cost (:func:`_pack`); the rendered block is then
+    measured exactly, and while it is over, the lowest-efficiency memories (then the
+    lowest-scored facts) are dropped until their estimated cost covers the excess."""
+    chosen_facts, chosen_mems = _pack(facts, memories, budget, model, header)
+    while chosen_facts or chosen_mems:
+        lines = memory_block_lines(chosen_facts, chosen_mems, header)
+        tokens = MESSAGE_OVERHEAD + count_lines(lines, model)  # = message_tokens
+        if tokens <= budget:
+            return chosen_facts, chosen_mems, lines, tokens
+        excess = tokens - budget
+        while excess > 0 and (chosen_mems or chosen_facts):
+            dropped = (chosen_mems or chosen_facts).pop()
+            excess -= max(0, dropped.tokens) + LINE_OVERHEAD
+    return [], [], [], 0
+
+
+def memory_block_lines(facts: Sequence[Candidate], memories: Sequence[Candidate],
+                       header: str = MEMORY_HEADER) -> list[str]:
     """The memory block's content, by line (a multi-line item is one line); a
     subsection with no items is left out."""
-    lines = [MEMORY_HEADER]
+    lines = [header]
     for header, group in ((FACTS_HEADER, facts), (MEMORIES_HEADER, memories)):
         if group:
             lines.append(header)
@@ -297,10 +307,11 @@ def _constant_tokens(text: str, model: str | None) -> int:
 
 
 def _pack(
-    facts: Sequence[Candidate], memories: Sequence[Candidate], budget: int, model: str | None
+    facts: Sequence[Candidate], memories: Sequence[Candidate], budget: int, model: str | None,
+    header: str = MEMORY_HEADER,
 ) -> tuple[list[Candidate], list[Candidate]]:
     """Greedy selection under ``budget`` by estimated cost; skips what does not fit."""
-    base = MESSAGE_OVERHEAD + _constant_tokens(MEMORY_HEADER, model) + 1  # + its newline
+    base = MESSAGE_OVERHEAD + _constant_tokens(header, model) + 1  # + its newline
     section_cost = {
         FACTS_HEADER: _constant_tokens(FACTS_HEADER, model) + 1,
         MEMORIES_HEADER: _constant_tokens(MEMORIES_HEADER, model) + 1,

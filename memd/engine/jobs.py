@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from memd.auth import acting_as, current_actor
 from memd.backends.base import AccessHit, access_totals
 from memd.engine.retrieve import aside
+from memd.engine.validate import EMBED_CHARS, excerpt
 from memd.engine.write import MemoryDraft, ingest
 from memd.errors import MemdError
 from memd.types import Job, Provenance, Scope, Tier
@@ -170,7 +171,8 @@ class JobRunner:
         msgs = [m for m in (store.get_message(job.user_id, i) for i in job.payload["ids"])
                 if m is not None and m.content]
         if msgs:
-            vecs = self.memd.embedder.embed([m.content or "" for m in msgs])
+            vecs = self.memd.embedder.embed([excerpt(m.content or "", EMBED_CHARS)
+                                             for m in msgs])
             store.set_message_embeddings(job.user_id, list(zip([m.id for m in msgs], vecs,
                                                                strict=True)))
 

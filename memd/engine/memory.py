@@ -19,6 +19,7 @@ from memd.backends.base import Store
 from memd.config import Settings, load_settings
 from memd.engine import validate as v
 from memd.engine.history import HistoryCache
+from memd.engine.inject import StableBlocks
 from memd.engine.jobs import JobRunner
 from memd.engine.retrieve import KINDS, search
 from memd.engine.sessions import SessionsMixin
@@ -55,6 +56,7 @@ class Memd(SessionsMixin):
         )
         self.jobs = JobRunner(self)
         self.history = HistoryCache(self.settings.history_cache_messages)
+        self.blocks = StableBlocks()  # each session's last memory block, for stable prompts
 
     @classmethod
     def open(
@@ -275,6 +277,7 @@ class Memd(SessionsMixin):
         self, user_id: str, category: str, key: str, value: str, *,
         workspace: str | None = None, confidence: float = 1.0, importance: float = 0.8,
         is_correction: bool = False, source_message_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> FactResult:
         """Set a structured fact (one active value per category/key; confidence-gated)."""
         for what, s in (("category", category), ("key", key)):
@@ -286,6 +289,7 @@ class Memd(SessionsMixin):
             key.strip().lower(), self._text(value, "value"),
             v.check_unit(confidence, "confidence"), v.check_unit(importance, "importance"),
             self.now(), is_correction=is_correction, source_message_id=source_message_id,
+            metadata=dict(v.check_metadata(metadata)) if metadata else None,
         )
 
     def facts(

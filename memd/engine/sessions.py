@@ -25,7 +25,7 @@ from memd.engine.compile import (
 from memd.engine.extract import extract
 from memd.engine.retrieve import ScoredMemory, aside, score_memories
 from memd.engine.write import fact_tag
-from memd.errors import InvalidInput, NotFound
+from memd.errors import InvalidInput, NotFound, TooLarge
 from memd.models.tokens import count_text, message_tokens
 from memd.types import (
     Context,
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from memd.backends.base import Store
     from memd.config import Settings
     from memd.engine.history import HistoryCache
+    from memd.engine.inject import StableBlocks
     from memd.engine.jobs import JobRunner
     from memd.engine.write import FactResult
     from memd.models.embedder import CachedEmbedder
@@ -68,8 +69,8 @@ def _message(raw: Any, max_chars: int) -> NewMessage:
         raise InvalidInput(f"content must be a string, a list of parts or null, not "
                            f"{type(content).__name__}")
     if content is not None and len(content) > max_chars:
-        raise InvalidInput(f"message content is too long: {len(content)} characters "
-                           f"(limit {max_chars})")
+        raise TooLarge(f"message content is too long: {len(content)} characters (limit "
+                       f"{max_chars}, the max_message_chars setting)")
     tool_calls = raw.get("tool_calls")
     if tool_calls is not None and (
         not isinstance(tool_calls, list) or not all(isinstance(t, Mapping) for t in tool_calls)
@@ -99,6 +100,7 @@ class SessionsMixin:
         embedder: CachedEmbedder
         jobs: JobRunner
         history: HistoryCache
+        blocks: StableBlocks
 
         def now(self) -> float: ...
         def new_id(self) -> str: ...
@@ -108,7 +110,8 @@ class SessionsMixin:
         def set_fact(self, user_id: str, category: str, key: str, value: str, *,
                      workspace: str | None = None, confidence: float = 1.0,
                      importance: float = 0.8, is_correction: bool = False,
-                     source_message_id: str | None = None) -> FactResult: ...
+                     source_message_id: str | None = None,
+                     metadata: Mapping[str, Any] | None = None) -> FactResult: ...
 
     def create_session(
         self, user_id: str, *, workspace: str | None = None, model: str | None = None,
@@ -160,7 +163,7 @@ class SessionsMixin:
         """Append messages to a session (OpenAI dicts or NewMessage), atomically."""
         if isinstance(messages, Mapping | str) or not 1 <= len(messages) <= MAX_MESSAGES_PER_CALL:
             raise InvalidInput(f"messages must be a list of 1-{MAX_MESSAGES_PER_CALL} messages")
-        news = [_message(m, self.settings.max_text_chars) for m in messages]
+        news = [_message(m, self.settings.max_message_chars) for m in messages]
         hashes = [
             hashlib.sha256(m.content.encode("utf-8")).hexdigest() if m.content else None
             for m in news
@@ -189,7 +192,8 @@ class SessionsMixin:
         return stored
 
     def _extract_inline(self, session: Session, msg: Message, now: float) -> None:
-        for ex in extract(msg.content or ""):
+        # A huge message (pasted files) is read only in part: its head and its tail
+        for ex in extract(v.excerpt(msg.content or "", self.settings.max_text_chars)):
             accepted = None
             tags: tuple[str, ...] = ("extracted",)
             if ex.fact is not None:
@@ -198,6 +202,7 @@ class SessionsMixin:
                     session.user_id, f.category, f.key, f.value, workspace=session.workspace,
                     confidence=f.confidence, importance=ex.importance,
                     is_correction=ex.is_correction, source_message_id=msg.id,
+                    metadata={"session_id": session.id},
                 )
                 if result.action in ("updated", "rejected"):
                     accepted = result.action == "updated"
@@ -236,6 +241,44 @@ class SessionsMixin:
                 max_response_tokens, tool_tokens, model, task_type, use_session_prompt,
             )
 
+    def memory_candidates(
+        self, user_id: str, query: str, *, session: Session | None = None,
+        workspace: str | None = None, exclude_session: bool = False,
+    ) -> tuple[list[Candidate], list[Candidate]]:
+        """The facts and scored memories a memory block for ``query`` may hold (the
+        session's own memories left out with ``exclude_session``), in one read batch;
+        the caller records which ones it used with :meth:`record_used`."""
+        uid = v.check_id(user_id, "user_id")
+        ws = v.check_optional_id(workspace, "workspace")
+        if session is not None and ws is None:
+            ws = session.workspace
+        now = self.now()
+        visible = self.visible_workspaces(ws)
+        with self.store.read_batch():
+            all_facts = self.store.get_facts(uid, workspaces=visible)
+            scored = self._score(uid, query, session, ws, visible, now)
+        return _candidates(all_facts, scored, self.settings.min_similarity,
+                           session.id if session is not None and exclude_session else None)
+
+    def _score(self, user_id: str, query: str | None, session: Session | None,
+               workspace: str | None, visible: tuple[str, ...], now: float
+               ) -> list[ScoredMemory]:
+        """The memories retrieved and scored for ``query`` (none without a query)."""
+        qvec = self.embedder.embed_query(query) if query else None
+        if not query or qvec is None:
+            return []
+        flt = MemoryFilter(workspaces=visible, now=now,
+                           session_id=session.id if session else None)
+        return score_memories(self.store, user_id, query, qvec, flt, self.settings.weights,
+                              now, shared=self.shared_owners(user_id, workspace))
+
+    def record_used(self, user_id: str, used: Sequence[Candidate]) -> None:
+        """Access statistics of the memories a call injected (off the critical path,
+        seed 000 §6.4 phase 5)."""
+        hits = [(c.id, c.score) for c in used if c.kind != "fact"]
+        if hits:
+            self.jobs.record_access(hits, user_id, self.now())
+
     def _context(
         self, user_id: str, session_id: str | None, messages: Sequence[Any] | None,
         workspace: str | None, query: str | None, context_window: int | None,
@@ -257,7 +300,7 @@ class SessionsMixin:
                 system.append({"role": "system", "content": text})
         pending: list[tuple[int, NewMessage]] = []  # not-yet-stored turns, by position
         for i, raw in enumerate(messages or ()):
-            new = _message(raw, self.settings.max_text_chars)
+            new = _message(raw, self.settings.max_message_chars)
             if new.role in ("system", "developer"):
                 system.append(_as_dict(new))
             else:
@@ -287,31 +330,10 @@ class SessionsMixin:
                 if query is None:
                     query = _last_user_text(reversed(stored))
             all_facts = self.store.get_facts(uid, workspaces=visible)
-        qvec = self.embedder.embed_query(query) if query else None
-        scored: list[ScoredMemory] = []
-        if query and qvec is not None:
-            flt = MemoryFilter(workspaces=visible, now=now,
-                               session_id=session.id if session else None)
-            scored = score_memories(self.store, uid, query, qvec, flt,
-                                    self.settings.weights, now,
-                                    shared=self.shared_owners(uid, ws))
+        scored = self._score(uid, query, session, ws, visible, now)
         if side is not None:
             stored, all_facts = side.result()
-        facts = [f for f in all_facts if f.importance >= FACT_MIN_IMPORTANCE]
-        fact_tags = {fact_tag(f.category, f.key) for f in facts}
-        fact_cands = [
-            Candidate("fact", f.id, f.text, count_text(f.text), f.importance * f.confidence)
-            for f in facts
-        ]
-        floor = self.settings.min_similarity
-        mem_cands = [
-            Candidate(s.memory.kind, s.memory.id, s.memory.text, s.memory.token_count,
-                      s.score)
-            for s in scored
-            if not fact_tags.intersection(s.memory.tags)
-            and (s.memory.tier == Tier.PROCEDURAL or s.similarity >= floor
-                 or s.breakdown["keyword"] > 0 or s.breakdown["entity"] > 0)
-        ]
+        fact_cands, mem_cands = _candidates(all_facts, scored, self.settings.min_similarity)
         history = stored + [_transient(m, uid, session, len(stored) + i, model)
                             for i, m in pending]
         ctx = compile_context(CompileInput(
@@ -325,6 +347,32 @@ class SessionsMixin:
         if used:  # access stats off the critical path (seed 000 §6.4 phase 5)
             self.jobs.record_access(used, uid, now)
         return ctx
+
+
+def _candidates(
+    all_facts: Sequence[Fact], scored: Sequence[ScoredMemory], floor: float,
+    exclude_session: str | None = None,
+) -> tuple[list[Candidate], list[Candidate]]:
+    """What may go into a memory block: the important facts, and the memories that are
+    procedural (standing rules) or reach the similarity ``floor`` or match a keyword or
+    an entity, except those a fact already says. ``exclude_session``: leave out what was
+    drawn from that session's own messages (a client resending its history has them)."""
+    facts = [f for f in all_facts if f.importance >= FACT_MIN_IMPORTANCE
+             and (exclude_session is None or f.metadata.get("session_id") != exclude_session)]
+    fact_tags = {fact_tag(f.category, f.key) for f in facts}
+    fact_cands = [
+        Candidate("fact", f.id, f.text, count_text(f.text), f.importance * f.confidence)
+        for f in facts
+    ]
+    mem_cands = [
+        Candidate(s.memory.kind, s.memory.id, s.memory.text, s.memory.token_count, s.score)
+        for s in scored
+        if not fact_tags.intersection(s.memory.tags)
+        and (exclude_session is None or s.memory.session_id != exclude_session)
+        and (s.memory.tier == Tier.PROCEDURAL or s.similarity >= floor
+             or s.breakdown["keyword"] > 0 or s.breakdown["entity"] > 0)
+    ]
+    return fact_cands, mem_cands
 
 
 def _history_and_facts(
@@ -344,9 +392,10 @@ def last_user_text(messages: Sequence[Any], max_chars: int) -> str | None:
     """The text of the last user message among OpenAI-style ``messages`` (multimodal
     parts joined as they are stored), or None: what ``context`` would take as the query
     once they are stored."""
-    return _last_user_text(
+    text = _last_user_text(
         m for m in (_message(raw, max_chars) for raw in reversed(messages))
     )
+    return None if text is None else v.excerpt(text, v.EMBED_CHARS)
 
 
 def _as_dict(m: NewMessage) -> dict[str, Any]:

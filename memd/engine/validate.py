@@ -12,6 +12,9 @@ from memd.types import ROLES, Provenance, Scope, Tier
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 _SPACE = re.compile(r"\s+")
+# The bounded part of a message that is embedded, and that a query is made of (MiniLM
+# reads its first 256 word pieces anyway; a longer query only slows the keyword channel).
+EMBED_CHARS = 2_000
 
 
 def check_id(value: Any, what: str = "id") -> str:
@@ -45,6 +48,18 @@ def normalize_text(text: Any, max_chars: int, what: str = "text") -> str:
     if len(clean) > max_chars:
         raise InvalidInput(f"{what} is too long: {len(clean)} characters (limit {max_chars})")
     return clean
+
+
+def excerpt(text: str, limit: int) -> str:
+    """``text`` if it has at most ``limit`` characters, else its first and last
+    ``limit // 2`` characters around a line holding "...". What memd derives from a huge
+    message (a whole file, a log) is this bounded part of it: the head says what the text
+    is, and the tail is where a request after pasted files, or the failure at the end of a
+    log, usually is."""
+    if len(text) <= limit:
+        return text
+    half = max(1, limit // 2)
+    return text[:half] + "\n...\n" + text[-half:]
 
 
 def check_tier(value: Any) -> Tier:

@@ -12,19 +12,35 @@ stored counts and never re-tokenizes history.
   over-counts English (about 4 bytes per token) and so errs on the safe side.
 
 A chat message costs its content plus ``MESSAGE_OVERHEAD`` tokens for the role and
-delimiters (OpenAI's accounting), plus its name and its tool_calls as JSON.
+delimiters (OpenAI's accounting), plus its name and its tool_calls as JSON; an image
+part costs ``IMAGE_TOKENS`` (what a high-detail image costs a hosted model, and more than
+a local vision model's image embedding), not the length of its data URL.
+
+Large texts. A text longer than ``EXACT_CHARS`` characters (a whole log as a tool
+result) is counted exactly over its first ``EXACT_CHARS`` characters and extrapolated by
+length with ``LARGE_TEXT_MARGIN`` on top, so counting costs the same for 100 KB and for
+10 MB. Counts of texts longer than ``MEMO_CHARS`` are kept by SHA-256 between calls: an
+agent resends the same files and logs on every step, and each is counted once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Protocol
 
 MESSAGE_OVERHEAD = 4
 SAFETY_MARGIN = 1.15
+IMAGE_TOKENS = 1105  # OpenAI's high-detail price of a 1024x1024 image: 85 + 4 tiles x 255
+EXACT_CHARS = 65_536
+LARGE_TEXT_MARGIN = 1.1
+MEMO_CHARS = 2_048
+MEMO_ENTRIES = 4_096
 _EXACT_PREFIXES = ("gpt-4-", "gpt-4", "gpt-3.5", "text-embedding-3", "text-embedding-ada")
 
 
@@ -90,8 +106,49 @@ def counter_for(model: str | None = None) -> TokenCounter:
         return ByteEstimateCounter()
 
 
+_memo: OrderedDict[tuple[str, bytes], int] = OrderedDict()
+_memo_lock = threading.Lock()
+
+
+def _count(counter: TokenCounter, text: str) -> int:
+    """``counter.count(text)``, bounded in cost and remembered for long texts (see the
+    module docstring)."""
+    if len(text) <= MEMO_CHARS:
+        return counter.count(text)
+    key = (counter.name, hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
+    with _memo_lock:
+        n = _memo.get(key)
+        if n is not None:
+            _memo.move_to_end(key)
+            return n
+    if len(text) <= EXACT_CHARS:
+        n = counter.count(text)
+    else:
+        head = counter.count(text[:EXACT_CHARS])
+        n = math.ceil(head * len(text) / EXACT_CHARS * LARGE_TEXT_MARGIN)
+    with _memo_lock:
+        _memo[key] = n
+        if len(_memo) > MEMO_ENTRIES:
+            _memo.popitem(last=False)
+    return n
+
+
+CALIBRATION_MARGIN = 1.03
+
+
+def calibrated_scale(model: str | None, ratio: float | None) -> float:
+    """The factor from ``count_text(..., model)`` to the model's own token count, given
+    ``ratio``: the model's tokens per exact cl100k token, measured on a sample by the
+    model server's tokenizer, with ``CALIBRATION_MARGIN`` on top. 1.0 when nothing was
+    measured (then the counter's own margin is all there is)."""
+    counter = counter_for(model)
+    if ratio is None or ratio <= 0 or not isinstance(counter, TiktokenCounter):
+        return 1.0
+    return ratio * CALIBRATION_MARGIN / counter.margin
+
+
 def count_text(text: str | None, model: str | None = None) -> int:
-    return counter_for(model).count(text or "")
+    return _count(counter_for(model), text or "")
 
 
 _LINE_UNITS: dict[tuple[str, str], int] = {}  # (counter name, line + "\n") -> units
@@ -132,17 +189,19 @@ def message_tokens(message: Mapping[str, Any], model: str | None = None) -> int:
     n = MESSAGE_OVERHEAD
     content = message.get("content")
     if isinstance(content, str):
-        n += counter.count(content)
+        n += _count(counter, content)
     elif isinstance(content, list):  # multimodal parts: count the text parts
         for part in content:
             if isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                n += counter.count(part["text"])
+                n += _count(counter, part["text"])
+            elif isinstance(part, Mapping) and part.get("type") in ("image_url", "input_image"):
+                n += IMAGE_TOKENS
             else:
-                n += counter.count(json.dumps(part, sort_keys=True))
+                n += _count(counter, json.dumps(part, sort_keys=True))
     if message.get("name"):
         n += 1 + counter.count(str(message["name"]))
     if message.get("tool_calls"):
-        n += counter.count(json.dumps(message["tool_calls"], sort_keys=True))
+        n += _count(counter, json.dumps(message["tool_calls"], sort_keys=True))
     if message.get("tool_call_id"):
         n += counter.count(str(message["tool_call_id"]))
     return n

@@ -1,4 +1,5 @@
-"""The native HTTP API: memories, search, context, sessions, messages, facts, embeddings.
+"""The native HTTP API: memories, search, context, sessions, messages, facts, calls,
+embeddings.
 
 Every route is a thin shell over the synchronous :class:`memd.engine.memory.Memd`: it
 resolves the acting user (``user_id`` in the body or query, else ``X-Memd-User``, else
@@ -11,7 +12,9 @@ raises ``InvalidInput``/``NotFound``, which the app maps to 400/404.
 from __future__ import annotations
 
 import base64
+import math
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -256,6 +259,50 @@ def put_fact(request: Request, body: s.FactPut) -> dict[str, Any]:
         importance=body.importance, is_correction=body.is_correction,
     )
     return fact_result_json(result)
+
+
+# -- calls (what the proxy did) -------------------------------------------------------
+def _instant(value: str | None, name: str) -> float | None:
+    """A query's point in time as a unix time: seconds since the epoch, or an ISO 8601
+    datetime (one without a UTC offset is UTC: the server's clock zone is not the
+    caller's)."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise InvalidInput(f"{name} must be a unix time in seconds or an ISO 8601 "
+                               f"datetime, not {value!r}") from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return when.timestamp()
+    if not math.isfinite(seconds):
+        raise InvalidInput(f"{name} must be a finite unix time, not {value!r}")
+    return seconds
+
+
+@router.get("/v1/calls", tags=["calls"])
+def list_calls(
+    request: Request, user_id: str | None = UserQuery, ws: str | None = WorkspaceQuery,
+    session: str | None = Query(None, description="Only this session's calls."),
+    since: str | None = Query(None, description="Only calls made at or after this time: "
+                                                "unix seconds or ISO 8601 (UTC unless "
+                                                "it has an offset)."),
+    until: str | None = Query(None, description="Only calls made before this time, "
+                                                "given as for since."),
+    limit: int = Query(50, ge=1, le=500),
+) -> dict[str, Any]:
+    """The user's recent proxied chat calls, newest first, each with what memd injected
+    and why (its ``report``, as ``GET /v1/calls/{id}`` shows it): agents do not show
+    memd's response headers, so this is where a user sees what memd did."""
+    calls = engine_of(request).store.list_calls(
+        user_of(request, user_id), session_id=session, workspace=workspace_of(request, ws),
+        since=_instant(since, "since"), until=_instant(until, "until"), limit=limit,
+    )
+    return {"object": "list", "data": calls}
 
 
 # -- embeddings -----------------------------------------------------------------------

@@ -1,9 +1,13 @@
 """The HTTP daemon: the app factory, its safety guard, the error shape, the job worker.
 
 Safety by default: the daemon listens on 127.0.0.1; a request whose Host header is not a
-loopback name (or one allowed in config) is refused, which defeats DNS rebinding; no CORS
-headers are sent; bodies over ``max_body_bytes`` are refused before any parsing. Every
-error is ``{"error": {"type": ..., "message": ...}}`` with a 4xx for bad input.
+loopback name (or one allowed in config) is refused, which defeats DNS rebinding; a
+request a browser marks as coming from another site (``Origin``, ``Sec-Fetch-Site``) is
+refused unless its origin is in ``allowed_origins``, on every route but ``GET /health``;
+a write (any method but GET, HEAD, OPTIONS) that has a body must declare it JSON, which a
+web page cannot send to another site without a CORS preflight; no CORS headers are sent;
+bodies over ``max_body_bytes`` are refused before any parsing. Every error is
+``{"error": {"type": ..., "message": ...}}`` with a 4xx for bad input.
 
 Routes are mounted twice: at the root and under ``/w/{workspace}``, which scopes memory
 to a workspace for plugins that can set a base URL but not headers.
@@ -25,14 +29,26 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 import memd
 from memd.config import Settings
 from memd.engine.memory import Memd
-from memd.errors import Conflict, Forbidden, InvalidInput, MemdError, NotFound, Unauthorized
+from memd.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    MemdError,
+    NotFound,
+    TooLarge,
+    Unauthorized,
+)
 from memd.server.security import (
+    OPEN_PATHS,
+    SAFE_METHODS,
     ASGIApp,
     Authenticate,
     Receive,
     Scope,
     Send,
+    cross_site_refusal,
     error_body,
+    is_json,
     scope_headers,
     send_error,
 )
@@ -43,6 +59,8 @@ LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 
 def status_for(exc: MemdError) -> int:
+    if isinstance(exc, TooLarge):
+        return 413
     if isinstance(exc, InvalidInput):
         return 400
     if isinstance(exc, NotFound):
@@ -57,13 +75,17 @@ def status_for(exc: MemdError) -> int:
 
 
 class Guard:
-    """Pure ASGI middleware: Host allow-list and a body size limit (the body is read
-    once, up to the limit, and replayed to the app)."""
+    """Pure ASGI middleware, in this order: the Host allow-list, the cross-site check
+    (:func:`memd.server.security.cross_site_refusal`), JSON-only writes (a write's body
+    must come with a JSON Content-Type; one without any is known only once read), and a
+    body size limit (the body is read once, up to the limit, and replayed to the app)."""
 
-    def __init__(self, app: ASGIApp, allowed_hosts: frozenset[str], max_body: int) -> None:
+    def __init__(self, app: ASGIApp, allowed_hosts: frozenset[str], max_body: int,
+                 allowed_origins: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.allowed = allowed_hosts
         self.max_body = max_body
+        self.allowed_origins = allowed_origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -76,6 +98,17 @@ class Guard:
             await send_error(send, 421, "host_not_allowed",
                              f"Host {host!r} is not allowed (DNS-rebinding guard); add it "
                              "to allowed_hosts in the config to serve it")
+            return
+        method = scope.get("method", "GET")
+        if not (method in SAFE_METHODS and scope.get("path") in OPEN_PATHS):
+            refusal = cross_site_refusal(scope, headers, self.allowed_origins)
+            if refusal is not None:
+                await send_error(send, 403, "cross_site_request", refusal)
+                return
+        content_type = headers.get("content-type")
+        writes = method not in SAFE_METHODS
+        if writes and content_type is not None and not is_json(content_type):
+            await self._not_json(send, content_type)
             return
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
@@ -98,6 +131,9 @@ class Guard:
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
+        if writes and content_type is None and body:
+            await self._not_json(send, None)
+            return
         sent = False
 
         async def replay() -> MutableMapping[str, Any]:
@@ -108,6 +144,13 @@ class Guard:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    @staticmethod
+    async def _not_json(send: Send, content_type: str | None) -> None:
+        got = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
+        await send_error(send, 415, "unsupported_media_type",
+                         f"memd accepts only JSON request bodies: send Content-Type: "
+                         f"application/json (got {got})")
 
 
 class JobWorker:
@@ -216,5 +259,7 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
     app.add_middleware(  # added last: runs first
         Guard, allowed_hosts=LOOPBACK_HOSTS | frozenset(h.lower() for h in settings.allowed_hosts),
         max_body=settings.max_body_bytes,
+        allowed_origins=frozenset(o.strip().rstrip("/").lower()
+                                  for o in settings.allowed_origins if o.strip()),
     )
     return app

@@ -1,13 +1,18 @@
 """The OpenAI-compatible memory proxy: ``POST /v1/chat/completions`` and friends.
 
-A call: resolve user, workspace and session; store what is new; compile the context
-(the client's system prompt first and unchanged, then memory, then history within
-budget); forward the request with every other field unchanged (tools, tool_choice,
-response_format, temperature, unknown fields); relay the answer (SSE chunks are passed
-through byte for byte as they arrive, never buffered); then store the reply, usage and
-cost. If the client goes away mid-stream, what arrived is kept, marked incomplete.
-Upstream errors keep their status and body. Every response carries ``X-Memd-Session``
-and ``X-Memd-Call``; ``GET /v1/calls/{id}`` shows what was injected and why.
+A call: resolve user, workspace and session; store what is new; resolve the model's
+context window (:mod:`memd.server.windows`); add memory (a client that sends its history
+gets every message forwarded unchanged plus one memory block within the window's
+headroom; a client that sends only its newest turn gets the compiled context: see
+:mod:`memd.engine.chat`); forward the request with every other field unchanged (tools,
+tool_choice, response_format, temperature, unknown fields); relay the answer (SSE chunks
+are passed through byte for byte as they arrive, never buffered); then store the reply,
+usage and cost. If the client goes away mid-stream, what arrived is kept, marked
+incomplete. Upstream errors keep their status and body, except that a request memd added
+memory to and the model server refuses as too long for its context goes again without
+the memory, once: memd never turns a request that would have worked into one that fails.
+Every response carries ``X-Memd-Session`` and ``X-Memd-Call``; ``GET /v1/calls/{id}``
+shows what was injected and why.
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from memd.engine.chat import PreparedCall, finish_chat, prepare_chat
+from memd.engine.chat import PreparedCall, WindowInfo, finish_chat, prepare_chat
 from memd.engine.memory import Memd
 from memd.errors import InvalidInput, NotFound
+from memd.models.tokens import calibrated_scale
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.security import error_body
+from memd.server.windows import WindowResolver
 
 log = logging.getLogger("memd.proxy")
 router = APIRouter()
@@ -57,8 +64,44 @@ def _client(request: Request) -> httpx.AsyncClient:
     return client
 
 
+def _windows(request: Request) -> WindowResolver:
+    app = request.app
+    resolver: WindowResolver | None = getattr(app.state, "windows", None)
+    if resolver is None:
+        try:
+            client: httpx.AsyncClient | None = _client(request)
+        except NoUpstream:
+            client = None
+        resolver = app.state.windows = WindowResolver(app.state.settings, client)
+    return resolver
+
+
+async def _window(request: Request, model: str | None) -> WindowInfo:
+    """The window of the request's model and the factor to its own token counts."""
+    resolver = _windows(request)
+    found = await resolver.resolve(model, request.headers.get("x-memd-context-window"))
+    ratio = await resolver.token_ratio(model) if found.tokens is not None else None
+    return WindowInfo(found.tokens, found.source, found.detail,
+                      calibrated_scale(model, ratio))
+
+
+# What model servers say when a prompt is over the context window (OpenAI's error code,
+# vLLM's and llama.cpp's messages, and the usual wordings of others).
+_TOO_LONG = ("context_length_exceeded", "context length", "context size", "context window",
+             "maximum context", "exceed_context_size", "prompt is too long",
+             "too many tokens", "exceeds the available context")
+
+
+def _too_long(status: int, content: bytes) -> bool:
+    if status not in (400, 413, 422, 500):
+        return False
+    text = content[:4096].decode("utf-8", "replace").lower()
+    return any(marker in text for marker in _TOO_LONG)
+
+
 async def close_upstream(app: Any) -> None:
     client = getattr(app.state, "upstream", None)
+    app.state.windows = None
     if client is not None:
         app.state.upstream = None
         await client.aclose()
@@ -190,17 +233,26 @@ async def chat_completions(request: Request) -> Response:
         client = _client(request)
     except NoUpstream as exc:
         return JSONResponse(error_body("upstream_not_configured", str(exc)), status_code=503)
+    window = await _window(request, model)
     call = await run_in_threadpool(
         prepare_chat, engine, user, workspace, body["messages"],
         session_id=request.headers.get("x-memd-session"), model=model,
-        max_response_tokens=max_tokens, tools=body.get("tools"),
+        max_response_tokens=max_tokens, tools=body.get("tools"), window=window,
     )
-    forward = {**body, "messages": call.context.messages}
     headers = _memd_headers(call)
     if body.get("stream"):
-        return await _stream(request, client, call, forward, headers, model)
+        return await _stream(request, client, call, body, headers, model)
+    retried = False
     try:
-        resp = await client.post("chat/completions", json=forward, headers=_headers(request))
+        resp = await client.post("chat/completions", json={**body, "messages": call.forward},
+                                 headers=_headers(request))
+        if call.memory_added and _too_long(resp.status_code, resp.content):
+            log.info("call %s: the model server refused the request with memory as too "
+                     "long; sending it without", call.call_id)
+            retried = True
+            resp = await client.post("chat/completions",
+                                     json={**body, "messages": call.plain},
+                                     headers=_headers(request))
     except httpx.HTTPError as exc:
         return await _unreachable(engine, call, exc, headers, model)
     data: Any = None
@@ -216,26 +268,46 @@ async def chat_completions(request: Request) -> Response:
     await run_in_threadpool(
         finish_chat, engine, call, status=resp.status_code, reply=reply, finish_reason=finish,
         usage=data.get("usage") if isinstance(data, dict) else None, model=model,
+        retried=retried,
     )
     return Response(content=resp.content, status_code=resp.status_code, headers=headers,
                     media_type=resp.headers.get("content-type", "application/json"))
 
 
+async def _open_stream(client: httpx.AsyncClient, request: Request, call: PreparedCall,
+                       body: dict[str, Any]) -> tuple[httpx.Response, bool]:
+    """The upstream's streamed response, and whether it took a retry without memory."""
+    messages = call.forward
+    while True:
+        req = client.build_request("POST", "chat/completions",
+                                   json={**body, "messages": messages},
+                                   headers=_headers(request))
+        resp = await client.send(req, stream=True)
+        if resp.is_success or messages is call.plain:
+            return resp, messages is not call.forward
+        content = await resp.aread()
+        await resp.aclose()
+        if not _too_long(resp.status_code, content):
+            return resp, False
+        log.info("call %s: the model server refused the request with memory as too long; "
+                 "sending it without", call.call_id)
+        messages = call.plain
+
+
 async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCall,
-                  forward: dict[str, Any], headers: dict[str, str],
+                  body: dict[str, Any], headers: dict[str, str],
                   model: str | None) -> Response:
     engine = engine_of(request)
-    req = client.build_request("POST", "chat/completions", json=forward,
-                               headers=_headers(request))
     try:
-        resp = await client.send(req, stream=True)
+        resp, retried = await _open_stream(client, request, call, body)
     except httpx.HTTPError as exc:
         return await _unreachable(engine, call, exc, headers, model)
     if not resp.is_success:
         content = await resp.aread()
         await resp.aclose()
         await run_in_threadpool(finish_chat, engine, call, status=resp.status_code,
-                                reply=None, finish_reason=None, usage=None, model=model)
+                                reply=None, finish_reason=None, usage=None, model=model,
+                                retried=retried)
         return Response(content=content, status_code=resp.status_code, headers=headers,
                         media_type=resp.headers.get("content-type", "application/json"))
 
@@ -250,7 +322,7 @@ async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCal
                 finish_chat(engine, call, status=resp.status_code, reply=acc.reply(),
                             finish_reason=acc.finish_reason, usage=acc.usage,
                             model=acc.model or model,
-                            incomplete=not (acc.done or acc.finish_reason))
+                            incomplete=not (acc.done or acc.finish_reason), retried=retried)
 
         try:
             async for chunk in resp.aiter_raw():

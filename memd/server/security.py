@@ -8,7 +8,12 @@ the app sees the request, then runs the whole request (streamed replies included
 it. ``GET /health`` answers without a key, with nothing but its status.
 
 Also here: the ASGI types, header parsing and error replies that this middleware and the
-daemon's guard (:class:`memd.server.app.Guard`) share.
+daemon's guard (:class:`memd.server.app.Guard`) share, and the guard's two browser checks.
+Any web page the user opens can send requests to a daemon on localhost, so
+:func:`cross_site_refusal` refuses requests a browser marks as coming from another site,
+and :func:`is_json` lets a write through only with a JSON body: a page can send
+``text/plain`` or a form without asking the server first (a CORS "simple request"), but
+not ``application/json``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,11 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 OPEN_PATHS = frozenset({"/health"})
+# methods that neither write nor forward: only these may come without a JSON body
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Sec-Fetch-Site values of a request from memd's own pages or typed by the user; a
+# "same-site" request may come from another port of localhost, which is another app
+_OWN_FETCH_SITES = frozenset({"same-origin", "none"})
 
 
 def error_body(kind: str, message: str, **extra: Any) -> dict[str, Any]:
@@ -50,6 +60,44 @@ async def send_error(send: Send, status: int, kind: str, message: str,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode()), *headers]})
     await send({"type": "http.response.body", "body": body})
+
+
+def is_json(content_type: str) -> bool:
+    """Whether a Content-Type names JSON: ``application/json`` or ``application/*+json``,
+    parameters such as ``; charset=utf-8`` allowed."""
+    kind, _, subtype = content_type.split(";", 1)[0].strip().lower().partition("/")
+    return kind == "application" and (subtype == "json" or (
+        subtype.endswith("+json") and len(subtype) > len("+json")))
+
+
+def cross_site_refusal(scope: Scope, headers: dict[str, str],
+                       allowed_origins: frozenset[str]) -> str | None:
+    """Why a request comes from another site (the message of a 403), or None.
+
+    Browsers say where a request comes from: ``Origin`` (on every write, and on reads a
+    page makes with ``fetch``) and ``Sec-Fetch-Site``. A request is foreign when its
+    ``Sec-Fetch-Site`` is anything but ``same-origin`` or ``none``, or its ``Origin`` is
+    not the request's own (its scheme and ``Host``); ``Origin: null`` (a sandboxed frame,
+    a local file) is always foreign, and an origin in ``allowed_origins`` (lower-case,
+    no trailing slash) never is. Without either header the client is not a browser page
+    (curl, an SDK, an editor plugin, the memd CLI) and is let through.
+    """
+    origin = headers.get("origin")
+    if origin is not None:
+        origin = origin.strip().rstrip("/").lower()
+        if origin == "null":
+            return "requests with 'Origin: null' (a sandboxed frame or a local file) are refused"
+        if origin in allowed_origins:
+            return None
+    fetch_site = headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site.strip().lower() not in _OWN_FETCH_SITES:
+        return (f"a {fetch_site.strip().lower()} request from a web page is refused; add "
+                "the page's origin to allowed_origins in the config to let it call memd")
+    own = f"{scope.get('scheme', 'http')}://{headers.get('host', '').lower()}"
+    if origin is not None and origin != own:
+        return (f"a request from {origin} to {own} is refused; add that origin to "
+                "allowed_origins in the config to let it call memd")
+    return None
 
 
 def presented_key(headers: dict[str, str]) -> str | None:

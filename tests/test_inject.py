@@ -1,0 +1,172 @@
+"""The memory block added to a client's own history: its budget, its placement, its
+stable text (memd.engine.inject), and the engine's side of a transparent call."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from memd.engine.chat import WindowInfo, finish_chat, prepare_chat
+from memd.engine.compile import Candidate
+from memd.engine.inject import (
+    MIN_BLOCK_TOKENS,
+    USER_OPEN,
+    StableBlocks,
+    build,
+    place,
+    room,
+)
+from memd.engine.memory import Memd
+from memd.models.tokens import count_text, message_tokens
+
+
+def test_room_is_the_smallest_of_headroom_and_caps() -> None:
+    big = room(128_000, 30_000, 1000, max_tokens=2000, window_share=0.05, unknown_tokens=400)
+    assert big.budget == 2000 and big.margin == 2560 and not big.over_window
+    share = room(16_000, 1000, 1000, max_tokens=2000, window_share=0.05, unknown_tokens=400)
+    assert share.budget == 800  # 5 % of the window is below memory_max_tokens
+    tight = room(8192, 6800, 1000, max_tokens=2000, window_share=0.05, unknown_tokens=400)
+    assert tight.headroom == 8192 - 6800 - 1000 - 163
+    assert tight.budget == tight.headroom < 400
+
+
+def test_no_room_no_block_and_over_window_is_flagged() -> None:
+    none = room(2048, 2004, 0, max_tokens=2000, window_share=0.05, unknown_tokens=400)
+    assert none.budget == 0 and not none.over_window
+    tiny = room(2048, 1900, 70, max_tokens=2000, window_share=0.05, unknown_tokens=400)
+    assert 0 < tiny.headroom < MIN_BLOCK_TOKENS and tiny.budget == 0
+    over = room(2048, 3000, 100, max_tokens=2000, window_share=0.05, unknown_tokens=400)
+    assert over.over_window and over.budget == 0
+    unknown = room(None, 500_000, 100, max_tokens=2000, window_share=0.05,
+                   unknown_tokens=400)
+    assert unknown.budget == 400 and unknown.headroom is None and not unknown.over_window
+
+
+MESSAGES = [
+    {"role": "system", "content": "rules"},
+    {"role": "user", "content": "first"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "result"},
+    {"role": "user", "content": [{"type": "text", "text": "second"},
+                                 {"type": "image_url", "image_url": {"url": "data:x"}}]},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}"}}]},
+    {"role": "tool", "tool_call_id": "c2", "content": "more", "x_unknown": 1},
+]
+
+
+@pytest.mark.parametrize("placement", ["user", "before-user", "system"])
+def test_place_changes_nothing_the_client_sent(placement: str) -> None:
+    before = copy.deepcopy(MESSAGES)
+    out = place(MESSAGES, "BLOCK", placement)
+    assert before == MESSAGES  # the client's objects are not mutated
+    if placement == "user":
+        assert len(out) == len(MESSAGES)
+        assert out[4]["content"] == [{"type": "text", "text": "BLOCK"}, *before[4]["content"]]
+        assert [m for i, m in enumerate(out) if i != 4] == [
+            m for i, m in enumerate(before) if i != 4]
+    else:
+        at = 4 if placement == "before-user" else 1
+        assert out[at] == {"role": "system", "content": "BLOCK"}
+        assert out[:at] + out[at + 1:] == before
+
+
+def test_place_in_a_string_user_message_keeps_its_text_at_the_end() -> None:
+    out = place([{"role": "user", "content": "hello"}], USER_OPEN + "x\n</memory>\n\n", "user")
+    assert out[0]["content"].endswith("</memory>\n\nhello")
+    only_tools = [{"role": "system", "content": "s"}, {"role": "tool", "tool_call_id": "a",
+                                                       "content": "r"}]
+    assert place(only_tools, "B", "user")[1] == {"role": "system", "content": "B"}
+
+
+def _cands(n: int) -> list[Candidate]:
+    return [Candidate("memory", f"m{i}", f"memory number {i} about the build system", 9,
+                      1.0 - i / 100) for i in range(n)]
+
+
+@pytest.mark.parametrize("placement", ["user", "system"])
+def test_build_fits_the_budget_exactly_as_inserted(placement: str) -> None:
+    for budget in (60, 90, 150, 400):
+        block = build([], _cands(30), budget, placement, "gpt-4o")
+        assert block is not None
+        if placement == "user":
+            assert block.tokens == count_text(block.text, "gpt-4o") <= budget
+        else:
+            assert block.tokens == message_tokens(
+                {"role": "system", "content": block.text}, "gpt-4o") <= budget
+    assert build([], _cands(3), 10, placement, "gpt-4o") is None
+
+
+def test_stable_blocks_keep_the_text_while_the_items_are_the_same() -> None:
+    stable = StableBlocks()
+    first = build([], _cands(3), 400, "user", None)
+    assert first is not None
+    assert stable.settle("u", "s", "user", first, 400) is first
+    # the same items in another order (scores moved): the previous text is kept
+    reordered = build([], list(reversed([Candidate(c.kind, c.id, c.text, c.tokens, i)
+                                         for i, c in enumerate(_cands(3))])), 400, "user",
+                      None)
+    assert reordered is not None and reordered.text != first.text
+    assert stable.settle("u", "s", "user", reordered, 400) is first
+    other = build([], _cands(4), 400, "user", None)
+    assert stable.settle("u", "s", "user", other, 400) is other
+    assert stable.settle("u", "s", "user", None, 400) is None
+
+
+def test_a_transparent_call_forwards_the_client_messages_plus_one_block(
+        tmp_path: Path) -> None:
+    engine = Memd.open(tmp_path / "m", embedder="fake")
+    engine.add("The user prefers tabs over spaces in Python code.", "local")
+    engine.run_jobs()
+    sent = copy.deepcopy(MESSAGES)
+    sent[4] = {"role": "user", "content": "format the python code with tabs"}
+    call = prepare_chat(engine, "local", None, sent, model="gpt-4o",
+                        window=WindowInfo(128_000, "config", "gpt-4o*"))
+    assert call.memory_added and call.plain == sent
+    assert [m for i, m in enumerate(call.forward) if i != 4] == [
+        m for i, m in enumerate(sent) if i != 4]
+    assert call.forward[4]["content"].endswith("format the python code with tabs")
+    assert "tabs over spaces" in call.forward[4]["content"]
+    assert call.report["mode"] == "transparent"
+    assert call.report["window"] == {"tokens": 128_000, "source": "config",
+                                     "detail": "gpt-4o*"}
+    assert call.report["items"][0]["text"].startswith("The user prefers tabs")
+    assert call.report["injected"] in call.forward[4]["content"]
+    finish_chat(engine, call, status=200, reply={"role": "assistant", "content": "done"},
+                finish_reason="stop", usage=None, model="gpt-4o")
+    # every non-system message the client sent is stored once, and the reply
+    stored = engine.messages(call.session.id, "local")
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "user", "assistant",
+                                        "tool", "assistant"]
+    # a small window with no headroom: the request goes out as sent, and the report says
+    tight = prepare_chat(engine, "local", None, sent, model="gpt-4o",
+                         window=WindowInfo(300, "header"))
+    assert not tight.memory_added and tight.forward == sent
+    assert tight.report["reason"] and tight.report["tokens"]["memory"] == 0
+    engine.close()
+
+
+def test_memory_from_the_calls_own_session_is_not_added_again(tmp_path: Path) -> None:
+    engine = Memd.open(tmp_path / "m", embedder="fake")
+    first = [{"role": "user", "content": "I prefer pytest over unittest for all tests."}]
+    call = prepare_chat(engine, "local", None, first, model="gpt-4o",
+                        window=WindowInfo(128_000, "config"))
+    finish_chat(engine, call, status=200, reply={"role": "assistant", "content": "Noted."},
+                finish_reason="stop", usage=None, model="gpt-4o")
+    engine.run_jobs()  # the preference becomes a memory of this session
+    follow = [*first, {"role": "assistant", "content": "Noted."},
+              {"role": "user", "content": "which test runner do I prefer, pytest?"}]
+    same = prepare_chat(engine, "local", None, follow, model="gpt-4o",
+                        window=WindowInfo(128_000, "config"))
+    assert same.session.id == call.session.id
+    assert all("pytest over unittest" not in i["text"] for i in same.report["items"]
+               if i["section"] == "memory")
+    other = prepare_chat(engine, "local", None,
+                         [{"role": "user", "content": "which test runner do I prefer, pytest?"}],
+                         model="gpt-4o", window=WindowInfo(128_000, "config"))
+    assert other.session.id != call.session.id
+    assert other.report["injected"] and "pytest" in other.report["injected"]
+    engine.close()
