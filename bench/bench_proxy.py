@@ -1,12 +1,24 @@
-"""Proxy overhead: the latency memd adds to a non-streaming chat call.
+"""Proxy overhead: the latency memd adds to a chat call, and how stable its prompts are.
 
     .venv/bin/python bench/bench_proxy.py                 # real MiniLM, 1k memories
     .venv/bin/python bench/bench_proxy.py --quick --embedder fake
 
 A minimal OpenAI-compatible upstream (answers at once) and memd both run on uvicorn on
-loopback ports. The same requests go to the upstream directly and through memd; each is
-a fresh one-message conversation with a different question, so every call through memd
-stores a turn, embeds the query, retrieves, compiles, forwards and stores the reply.
+loopback ports. Two parts, in one run:
+
+- One-message chats: the same requests go to the upstream directly and through memd;
+  each is a fresh conversation with a different question, so every call through memd
+  stores a turn, embeds the query, retrieves, forwards and stores the reply.
+- Agent sessions (``tests/agent_traffic.py``: opencode-, Cline- and Aider-like) replayed
+  step by step, each step sent to the upstream directly and then through memd, whose
+  last request is about 10k, 50k and 100k tokens: the latency memd adds per call at
+  each size, and the prompt-prefix stability of what memd forwards, i.e. the share of
+  each request's tokens (cl100k over a chat-template rendering of the messages) that is
+  a byte-identical prefix of the session's previous request, averaged over the calls;
+  beside it the same figure for the client's own requests (its ceiling: every new
+  message lowers it) and the share of the previous request reused (what a server's
+  prefix cache keeps).
+
 Prints p50/p95/p99 of both and of the difference. Not a test: it prints figures.
 """
 
@@ -35,7 +47,14 @@ from starlette.routing import Route
 
 import memd
 from memd.config import load_settings
+from memd.models.tokens import counter_for
 from memd.server.app import create_app
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from agent_traffic import AgentSession, ScriptedUpstream, generate  # noqa: E402
+
+AGENT_KINDS = ("opencode-like", "cline-like", "aider-like")
+AGENT_SIZES = (10_000, 50_000, 100_000)
 
 TOPICS = ("deploy", "database", "editor", "testing", "python", "rust", "docker", "cache",
           "logging", "auth", "frontend", "api", "queue", "backup", "monitoring", "ci")
@@ -81,6 +100,90 @@ def summary(values: list[float]) -> dict[str, float]:
     return {f"p{p}": round(pct(values, p), 2) for p in (50, 95, 99)}
 
 
+def render(request: dict[str, Any]) -> str:
+    """A request as a model server's chat template lays it out: tools, then each message
+    (role, content parts' text, tool calls, tool_call_id)."""
+    out = [json.dumps(request.get("tools") or [], sort_keys=True)]
+    for m in request["messages"]:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "".join(str(p.get("text") or p.get("image_url") or "")
+                              for p in content)
+        out.append(f"<|{m['role']}|>{content or ''}")
+        if m.get("tool_calls"):
+            out.append(json.dumps(m["tool_calls"], sort_keys=True))
+        if m.get("tool_call_id"):
+            out.append(m["tool_call_id"])
+        out.append("<|end|>")
+    return "".join(out)
+
+
+def prefix_shares(requests: list[dict[str, Any]]) -> tuple[float, float]:
+    """Over consecutive requests: the mean share of each request's tokens that is a
+    byte-identical prefix of the previous one, and the mean share of the previous one
+    that the next one starts with."""
+    count = counter_for("gpt-4").count
+    texts = [render(r) for r in requests]
+    sizes = [count(t) for t in texts]
+    of_current, of_previous = [], []
+    pairs = list(zip(texts, sizes, strict=True))
+    for (a, na), (b, nb) in zip(pairs, pairs[1:], strict=False):
+        common = 0
+        limit = min(len(a), len(b))
+        step = 1 << 16
+        while common < limit:  # the common prefix, in blocks then character by character
+            end = min(common + step, limit)
+            if a[common:end] == b[common:end]:
+                common = end
+            elif step > 1:
+                step //= 16
+            else:
+                break
+        shared = count(b[:common])
+        of_current.append(shared / nb)
+        of_previous.append(shared / na)
+    return (sum(of_current) / len(of_current), sum(of_previous) / len(of_previous))
+
+
+def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[int, ...],
+                  kinds: tuple[str, ...], http: httpx.Client) -> dict[str, Any]:
+    """Each kind's session at each size, every step sent directly then through memd."""
+    out: dict[str, Any] = {}
+    for size in sizes:
+        added: list[float] = []
+        memd_stable: list[float] = []
+        memd_reused: list[float] = []
+        client_stable: list[float] = []
+        tokens: list[int] = []
+        for kind in kinds:
+            session: AgentSession = generate(kind, seed=size, target_tokens=size)
+            upstream.script([s.reply for s in session.steps for _ in (0, 1)])
+            first = len(upstream.requests)
+            for step in session.steps:
+                times = []
+                for url in (up, base):
+                    t = time.perf_counter()
+                    r = http.post(f"{url}/v1/chat/completions", json=step.request)
+                    r.raise_for_status()
+                    times.append((time.perf_counter() - t) * 1000)
+                added.append(times[1] - times[0])
+            via_memd = upstream.requests[first + 1::2]
+            stable, reused = prefix_shares(via_memd)
+            memd_stable.append(stable)
+            memd_reused.append(reused)
+            client_stable.append(prefix_shares([s.request for s in session.steps])[0])
+            tokens.append(counter_for("gpt-4").count(render(session.steps[-1].request)))
+        out[str(size)] = {
+            "calls": len(added), "last_request_tokens": tokens,
+            "added_ms": summary(added),
+            "prefix_share_memd": round(sum(memd_stable) / len(memd_stable), 4),
+            "prefix_share_client": round(sum(client_stable) / len(client_stable), 4),
+            "previous_reused_memd": round(sum(memd_reused) / len(memd_reused), 4),
+        }
+        print(f"agent sessions ~{size} tokens: {out[str(size)]}", file=sys.stderr)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--memories", type=int, default=1000)
@@ -88,12 +191,16 @@ def main() -> int:
     ap.add_argument("--embedder", default="minilm-onnx",
                     choices=["minilm-onnx", "minilm", "fake"])
     ap.add_argument("--quick", action="store_true", help="small sizes, for CI")
+    ap.add_argument("--agent-sizes", type=int, nargs="*", default=list(AGENT_SIZES),
+                    help="approximate tokens of the replayed agent sessions' last requests")
     ap.add_argument("--out", type=Path, help="also write the figures to this JSON file")
     args = ap.parse_args()
     if args.quick:
-        args.memories, args.calls = 50, 20
+        args.memories, args.calls, args.agent_sizes = 50, 20, [6_000]
     rng = random.Random(3)
-    with tempfile.TemporaryDirectory() as tmp, serve(UPSTREAM) as up:
+    agents = ScriptedUpstream()
+    with tempfile.TemporaryDirectory() as tmp, serve(UPSTREAM) as up, \
+            serve(agents.app) as agent_up:
         settings = replace(load_settings(data_dir=Path(tmp)), upstream_url=f"{up}/v1",
                            embedder=args.embedder)
         engine = memd.open(settings=settings)
@@ -121,11 +228,16 @@ def main() -> int:
             for i in range(args.calls):
                 direct.append(call(up, i))
                 proxied.append(call(base, i))
+        agent_settings = replace(settings, upstream_url=f"{agent_up}/v1")
+        with serve(create_app(engine, agent_settings)) as base, \
+                httpx.Client(timeout=120) as http:
+            agent = replay_agents(base, agent_up, agents, tuple(args.agent_sizes),
+                                  AGENT_KINDS, http)
         engine.close()
     overhead = [p - d for p, d in zip(proxied, direct, strict=True)]
     result = {"embedder": args.embedder, "memories": args.memories, "calls": args.calls,
               "direct_ms": summary(direct), "via_memd_ms": summary(proxied),
-              "overhead_ms": summary(overhead)}
+              "overhead_ms": summary(overhead), "agent": agent}
     print(json.dumps(result, indent=2))
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n", "utf-8")

@@ -134,8 +134,37 @@ def mem0_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
                not v["recall_below_mem0_at"])
 
 
+PROXY_ADDED_P50_MS = 15.0
+PREFIX_SHARE = 0.95
+
+
+def proxy_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The replayed agent sessions: memd's added latency at the largest size, and how
+    much of each request is the previous one's prefix (beside the client's own figure,
+    the most any proxy could keep: every new message lowers it)."""
+    agent = r.get("agent") or {}
+    if not agent:
+        return
+    largest = agent[max(agent, key=int)]
+    size = max(agent, key=int)
+    p50 = largest["added_ms"]["p50"]
+    yield _row(f"proxy added latency p50, agent requests of ~{size} tokens", p50,
+               f"<= {PROXY_ADDED_P50_MS:g} ms", p50 <= PROXY_ADDED_P50_MS)
+    shares = [a["prefix_share_memd"] for a in agent.values()]
+    client = [a["prefix_share_client"] for a in agent.values()]
+    mean, ceiling = sum(shares) / len(shares), sum(client) / len(client)
+    yield _row("prompt-prefix stability: share of each request that is the previous "
+               "one's prefix", f"{mean:.3f} (the client's own: {ceiling:.3f})",
+               f">= {PREFIX_SHARE}", mean >= PREFIX_SHARE)
+    reused = [a["previous_reused_memd"] for a in agent.values()]
+    kept = sum(reused) / len(reused)
+    yield _row("prompt cache kept: share of each request that the next one starts with",
+               round(kept, 3), f">= {PREFIX_SHARE}", kept >= PREFIX_SHARE)
+
+
 JUDGES: dict[str, Callable[[Mapping[str, Any]], Iterator[dict[str, Any]]]] = {
     "scale": scale_targets, "longmemeval": lme_targets, "mem0": mem0_targets,
+    "proxy": proxy_targets,
 }
 
 

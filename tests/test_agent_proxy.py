@@ -57,22 +57,22 @@ def stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Stack]:
 
 
 def without_memory(sent: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-    """The request as it was before memd added its block (placement "user"), and the
-    block."""
+    """The request as it was before memd added its blocks (placement "user", each in a
+    user message before its text), and the blocks."""
     out = copy.deepcopy(sent)
-    for m in reversed(out["messages"]):
+    blocks = []
+    for m in out["messages"]:
         if m["role"] != "user":
             continue
         content = m["content"]
         if isinstance(content, str) and content.startswith(USER_OPEN):
             cut = content.index(USER_CLOSE) + len(USER_CLOSE)
             m["content"] = content[cut:]
-            return out, content[:cut]
-        if isinstance(content, list) and content and str(
+            blocks.append(content[:cut])
+        elif isinstance(content, list) and content and str(
                 content[0].get("text", "")).startswith(USER_OPEN):
-            return out, content.pop(0)["text"]
-        return out, None
-    return out, None
+            blocks.append(content.pop(0)["text"])
+    return out, "\n".join(blocks) or None
 
 
 def replay(stack: Stack, session: AgentSession) -> list[str]:

@@ -83,3 +83,19 @@ def test_calibration_times_both_workloads(run_all: ModuleType) -> None:
     assert set(speed) == {"python_loop_ms", "numpy_knn_ms"}
     # a loop of a million steps takes milliseconds, not microseconds or minutes
     assert 1 < speed["python_loop_ms"] < 10_000 and 0 < speed["numpy_knn_ms"] < 1_000
+
+
+def test_proxy_targets_judge_the_largest_agent_size_and_prefix_stability(
+    run_all: ModuleType,
+) -> None:
+    def size(p50: float, memd: float, client: float, reused: float) -> dict[str, Any]:
+        return {"added_ms": {"p50": p50}, "prefix_share_memd": memd,
+                "prefix_share_client": client, "previous_reused_memd": reused}
+
+    result = {"agent": {"10000": size(30.0, 0.90, 0.91, 1.0),
+                        "100000": size(14.0, 0.96, 0.97, 0.98)}}
+    rows = list(run_all.proxy_targets(result))
+    assert [r["met"] for r in rows] == [True, False, True]
+    assert rows[0]["target"].endswith("~100000 tokens") and rows[0]["measured"] == 14.0
+    assert rows[1]["measured"] == "0.930 (the client's own: 0.940)"
+    assert list(run_all.proxy_targets({})) == []  # a run without the agent replay

@@ -12,7 +12,9 @@ from memd.engine.chat import WindowInfo, finish_chat, prepare_chat
 from memd.engine.compile import Candidate
 from memd.engine.inject import (
     MIN_BLOCK_TOKENS,
+    USER_CLOSE,
     USER_OPEN,
+    Anchored,
     StableBlocks,
     build,
     place,
@@ -100,20 +102,41 @@ def test_build_fits_the_budget_exactly_as_inserted(placement: str) -> None:
     assert build([], _cands(3), 10, placement, "gpt-4o") is None
 
 
-def test_stable_blocks_keep_the_text_while_the_items_are_the_same() -> None:
-    stable = StableBlocks()
-    first = build([], _cands(3), 400, "user", None)
-    assert first is not None
-    assert stable.settle("u", "s", "user", first, 400) is first
-    # the same items in another order (scores moved): the previous text is kept
-    reordered = build([], list(reversed([Candidate(c.kind, c.id, c.text, c.tokens, i)
-                                         for i, c in enumerate(_cands(3))])), 400, "user",
-                      None)
-    assert reordered is not None and reordered.text != first.text
-    assert stable.settle("u", "s", "user", reordered, 400) is first
-    other = build([], _cands(4), 400, "user", None)
-    assert stable.settle("u", "s", "user", other, 400) is other
-    assert stable.settle("u", "s", "user", None, 400) is None
+def test_stable_blocks_keep_what_still_stands_and_drop_the_newest_first() -> None:
+    stable = StableBlocks(reuse_seconds=60)
+    a = build([], _cands(3), 400, "user", None)
+    b = build([], _cands(2), 400, "user", None)
+    assert a is not None and b is not None
+    blocks = [Anchored("h1", a), Anchored("h2", b)]
+    stable.settle("u", "s", "user", "q", blocks, 100.0)
+    both = {"h1": 1, "h2": 3}
+    assert stable.recall("u", "s", "user", "q", 400, 159.0, both) == (blocks, True)
+    assert stable.recall("u", "s", "user", "q", 400, 160.0, both) == (blocks, False)
+    assert stable.recall("u", "s", "user", "q2", 400, 120.0, both) == (blocks, False)
+    # an anchor gone from the request: its block goes, the rest stays, not fresh
+    assert stable.recall("u", "s", "user", "q", 400, 120.0, {"h1": 1}) == (blocks[:1],
+                                                                              False)
+    # a budget that no longer holds both: the newest goes first
+    assert stable.recall("u", "s", "user", "q", a.tokens, 120.0, both) == (blocks[:1],
+                                                                              False)
+    assert stable.recall("u", "s2", "user", "q", 400, 120.0, both) == ([], False)
+    stable.forget_user("u")
+    assert stable.recall("u", "s", "user", "q", 400, 120.0, both) == ([], False)
+
+
+def test_forgetting_a_memory_drops_the_block_that_holds_it(tmp_path: Path) -> None:
+    engine = Memd.open(tmp_path / "m", embedder="fake")
+    mem = engine.add("The user prefers tabs over spaces in Python code.", "local").memory
+    sent = [{"role": "user", "content": "format the python code with tabs"}]
+    window = WindowInfo(128_000, "config")
+    call = prepare_chat(engine, "local", None, sent, model="gpt-4o", window=window)
+    assert "tabs over spaces" in (call.report["injected"] or "")
+    again = prepare_chat(engine, "local", None, sent, model="gpt-4o", window=window)
+    assert again.report["injected"] == call.report["injected"]
+    engine.forget(mem.id, "local")
+    after = prepare_chat(engine, "local", None, sent, model="gpt-4o", window=window)
+    assert "tabs over spaces" not in (after.report["injected"] or "")
+    engine.close()
 
 
 def test_a_transparent_call_forwards_the_client_messages_plus_one_block(
@@ -169,4 +192,31 @@ def test_memory_from_the_calls_own_session_is_not_added_again(tmp_path: Path) ->
                          model="gpt-4o", window=WindowInfo(128_000, "config"))
     assert other.session.id != call.session.id
     assert other.report["injected"] and "pytest" in other.report["injected"]
+    engine.close()
+
+
+def test_a_new_user_turn_adds_a_block_and_the_old_one_stays_in_place(tmp_path: Path) -> None:
+    engine = Memd.open(tmp_path / "m", embedder="fake")
+    engine.add("The user prefers tabs over spaces in Python code.", "local")
+    engine.add("Releases ship with Docker on Fridays.", "local")
+    window = WindowInfo(128_000, "config")
+    turn1 = [{"role": "system", "content": "agent rules"},
+             {"role": "user", "content": "format the python code with tabs"}]
+    one = prepare_chat(engine, "local", None, turn1, model="gpt-4o", window=window)
+    first_block = one.report["blocks"][0]["text"]
+    assert "tabs over spaces" in first_block and "Docker" not in first_block
+    turn2 = [*turn1, {"role": "assistant", "content": "Done."},
+             {"role": "user", "content": "now deploy the service with Docker"}]
+    two = prepare_chat(engine, "local", None, turn2, model="gpt-4o", window=window)
+    assert two.session.id == one.session.id
+    # the first block is still in the first user message, byte for byte: the prompt's
+    # prefix up to the newest message is the previous call's
+    assert two.forward[1]["content"] == one.forward[1]["content"]
+    assert two.forward[:3] == [*one.forward, turn2[2]]
+    ids = [i["id"] for i in two.report["items"]]
+    assert len(ids) == len(set(ids))  # the new block holds only what is new
+    assert [b["at"] for b in two.report["blocks"]] == [1, 3]
+    new_block = two.forward[3]["content"].split(USER_CLOSE)[0]
+    assert "Docker" in new_block and "tabs over spaces" not in new_block
+    assert two.forward[3]["content"].endswith("now deploy the service with Docker")
     engine.close()

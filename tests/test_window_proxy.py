@@ -223,7 +223,8 @@ def test_the_window_header_wins_and_unknown_models_get_a_small_block(
     assert report["window"]["source"] == "unknown" and report["window"]["tokens"] is None
     assert 0 < report["tokens"]["memory"] <= 120
     raw = client.chat.completions.with_raw_response.create(
-        model="no-such-model-xyz", messages=ask,
+        model="no-such-model-xyz",
+        messages=[{"role": "user", "content": "which day does the team ship the deploy?"}],
         extra_headers={"X-Memd-Context-Window": "100000"})
     report = stack.call(raw.headers["x-memd-call"])["report"]
     assert report["window"]["tokens"] == 100000 and report["window"]["source"] == "header"

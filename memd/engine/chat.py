@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memd.engine import validate as v
-from memd.engine.inject import build, place, room
+from memd.engine.inject import Anchored, build, newest_user, place_all, room
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text, message_tokens
 from memd.types import Session, Usage
@@ -108,13 +108,13 @@ class WindowInfo:
 
 def _resolve(
     engine: Memd, user_id: str, workspace: str | None, history: list[dict[str, Any]],
-    session_id: str | None, model: str | None,
+    hashes: list[str], session_id: str | None, model: str | None,
 ) -> tuple[Session, list[dict[str, Any]], bool, bool]:
     """(session, messages to store, is_retry, client_owns_history) for an incoming
-    non-system history. A client pinning a session that already holds turns, and sending
-    none of them, sends only its newest turn: memd owns that history."""
+    non-system history and its chain hashes. A client pinning a session that already
+    holds turns, and sending none of them, sends only its newest turn: memd owns that
+    history."""
     store = engine.store
-    hashes = [h for h in chain_hashes(history, None) if h is not None]
     depth = {h: i for i, h in enumerate(hashes)}
     matches = sorted(store.find_chain(user_id, hashes),
                      key=lambda m: (-depth[m.chain_hash or ""], -m.created_at, m.id))
@@ -182,8 +182,10 @@ def prepare_chat(
     history = [dict(m) for m in messages if m.get("role") not in SYSTEM_ROLES]
     if not history:
         raise InvalidInput("messages must contain at least one non-system message")
+    hashes = chain_hashes(messages, None)
     with engine.store.transaction():
-        session, new, retry, client_owns = _resolve(engine, uid, ws, history, sid, model)
+        session, new, retry, client_owns = _resolve(
+            engine, uid, ws, history, [h for h in hashes if h is not None], sid, model)
         if new:
             engine.append(session.id, uid, new)
         session = engine.session(session.id, uid)
@@ -192,8 +194,8 @@ def prepare_chat(
     window_report = {"tokens": window.tokens, "source": window.source,
                      "detail": window.detail}
     if client_owns:
-        forward, report = _augment(engine, uid, session, list(messages), query, model,
-                                   max_response_tokens, tools, window, placement)
+        forward, report = _augment(engine, uid, session, list(messages), hashes, query,
+                                   model, max_response_tokens, tools, window, placement)
         plain = list(messages)
         if not report["injected"]:
             forward = plain
@@ -215,8 +217,8 @@ def prepare_chat(
 
 def _augment(
     engine: Memd, user_id: str, session: Session, messages: list[dict[str, Any]],
-    query: str | None, model: str | None, max_response_tokens: int | None, tools: Any,
-    window: WindowInfo, placement: str | None,
+    hashes: Sequence[str | None], query: str | None, model: str | None,
+    max_response_tokens: int | None, tools: Any, window: WindowInfo, placement: str | None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The client's messages plus a memory block where there is room, and the report."""
     settings = engine.settings
@@ -228,38 +230,76 @@ def _augment(
     space = room(window.tokens, scaled, reserve, max_tokens=settings.memory_max_tokens,
                  window_share=settings.memory_window_share,
                  unknown_tokens=settings.memory_unknown_window_tokens)
-    block = None
+    blocks: list[Anchored] = []
+    present: dict[str, int] = {}
     reason = None
     if space.over_window:
         reason = "the request alone is over the model's window: forwarded unchanged"
-    elif not space.budget:
-        reason = "no room for memory in the model's window"
     elif not query:
         reason = "no user message to retrieve for"
     else:
-        facts, mems = engine.memory_candidates(user_id, query, session=session,
-                                               exclude_session=True)
-        # The block is built in memd's counts; the budget is in the model's.
+        # Blocks are built in memd's counts; the budget is in the model's.
         budget = math.floor(space.budget / window.token_scale)
-        block = engine.blocks.settle(user_id, session.id, placement,
-                                     build(facts, mems, budget, placement, model), budget)
-        if block is None:
-            reason = "nothing relevant to add"
-        else:
-            engine.record_used(user_id, block.memories)
-    added = math.ceil(block.tokens * window.token_scale) if block else 0
+        keep = math.floor(space.keep / window.token_scale)
+        present = {h: i for i, h in enumerate(hashes)
+                   if h is not None and messages[i].get("role") == "user"}
+        blocks = _blocks(engine, user_id, session, messages, hashes, present, query,
+                         budget, keep, model, placement)
+        if not blocks:
+            reason = ("nothing relevant to add" if space.budget
+                      else "no room for memory in the model's window")
+    memory = sum(a.block.tokens for a in blocks)
+    added = math.ceil(memory * window.token_scale)
     report: dict[str, Any] = {
         "mode": "transparent", "placement": placement, "room": space.to_dict(),
         "token_scale": window.token_scale, "reason": reason,
         "tokens": {"request": scaled, "memory": added, "total": scaled + added},
-        "injected": block.text if block else None,
+        "injected": "\n".join(a.block.text for a in blocks) or None,
+        "blocks": [{"at": present.get(a.anchor), "tokens": a.block.tokens,
+                    "text": a.block.text} for a in blocks],
         "items": [
             {"section": "fact" if c.kind == "fact" else "memory", "kind": c.kind, "id": c.id,
              "tokens": c.tokens, "score": round(c.score, 6), "text": c.text}
-            for c in ((*block.facts, *block.memories) if block else ())
+            for a in blocks for c in (*a.block.facts, *a.block.memories)
         ],
     }
-    return (place(messages, block.text, placement) if block else messages), report
+    if not blocks:
+        return messages, report
+    return place_all(messages, blocks, placement, present), report
+
+
+def _blocks(
+    engine: Memd, user_id: str, session: Session, messages: list[dict[str, Any]],
+    hashes: Sequence[str | None], present: dict[str, int], query: str, budget: int,
+    keep: int, model: str | None, placement: str,
+) -> list[Anchored]:
+    """The session's blocks for this call: those sent before that still stand, plus one
+    for the newest user message with what they do not hold (memd.engine.inject)."""
+    now = engine.now()
+    kept, fresh = engine.blocks.recall(user_id, session.id, placement, query, keep, now,
+                                       present)
+    if fresh or budget <= sum(a.block.tokens for a in kept) and placement != "system":
+        return kept
+    newest = newest_user(messages)
+    anchor = hashes[newest] or "" if newest is not None and placement != "system" else ""
+    if placement == "system":  # one place: its one block follows what is retrieved
+        taken: set[tuple[str, str]] = set()
+        room_left = budget
+    elif any(a.anchor == anchor for a in kept):  # the newest user message has its block
+        return kept
+    else:
+        taken = {k for a in kept for k in a.block.key}
+        room_left = budget - sum(a.block.tokens for a in kept)
+    facts, mems = engine.memory_candidates(user_id, query, session=session,
+                                           exclude_session=True)
+    new = build([f for f in facts if ("fact", f.id) not in taken],
+                [m for m in mems if (m.kind, m.id) not in taken], room_left, placement, model)
+    if new is not None and not (placement == "system" and kept
+                                and kept[0].block.key == new.key):
+        kept = [Anchored("", new)] if placement == "system" else [*kept, Anchored(anchor, new)]
+        engine.record_used(user_id, new.memories)
+    engine.blocks.settle(user_id, session.id, placement, query, kept, now)
+    return kept
 
 
 def cost_microcents(prices: Mapping[str, Sequence[float]], model: str | None,

@@ -1,7 +1,7 @@
 """Memory added to a history the client owns: how much, in what words, and where.
 
 A client that sends its whole history (every editor plugin and agent) owns it: memd
-forwards every message it sent, unchanged and in order, and only adds one memory block
+forwards every message it sent, unchanged and in order, and only adds memory blocks
 within what the model's window leaves free. This module holds the three decisions, as
 pure functions and one small cache; :mod:`memd.engine.chat` wires them into a call.
 
@@ -27,9 +27,17 @@ refuse a system message after the first, or two user messages in a row.
 ``"before-user"`` puts it in a system message right before the newest user message (for
 servers whose templates allow it); ``"system"`` right after the client's system messages.
 
-**Stable words.** The block's text is kept per session (:class:`StableBlocks`): while a
-call selects the same memories and facts as the session's previous call, it gets the
-previous call's text byte for byte, even if scores moved and would order them anew.
+**Stable words, stable places.** A block, once sent, stays byte for byte in the user
+message it was put in, on every later call of the session that still holds that message
+(:class:`StableBlocks`): the prompt's prefix stays what the model server has cached.
+A new user turn gets a block of its own only with what the blocks before it do not hold
+already, within what they leave of the budget; when the budget shrinks as the
+conversation grows, the newest blocks go first (the least of the prompt after them to
+re-read), and blocks already sent may use the safety margin before they go. A call with
+the same query as the previous one, soon after it (an agent's
+tool loop repeats its user message on every step), retrieves nothing: it sends the same
+blocks. With placement "system" there is one place, and one block, replaced when the
+retrieved items change.
 """
 
 from __future__ import annotations
@@ -63,13 +71,23 @@ class Room:
     margin: int
     headroom: int | None  # None: the window is unknown
     cap: int
-    budget: int  # what the block may use; 0 = no block
+    budget: int  # what a new block may use; 0 = no new block
     over_window: bool  # the client's request alone does not fit the window
+
+    @property
+    def keep(self) -> int:
+        """What the blocks sent on earlier calls may keep using: the headroom with the
+        safety margin given up, within the cap (dropping a block the model server has
+        cached makes it re-read the whole prompt after it; a refusal as too long is
+        retried without memory)."""
+        if self.headroom is None:
+            return self.cap
+        return max(0, min(self.cap, self.headroom + self.margin))
 
     def to_dict(self) -> dict[str, Any]:
         return {"window": self.window, "request": self.request, "reserve": self.reserve,
                 "margin": self.margin, "headroom": self.headroom, "cap": self.cap,
-                "budget": self.budget, "over_window": self.over_window}
+                "budget": self.budget, "keep": self.keep, "over_window": self.over_window}
 
 
 def room(window: int | None, request_tokens: int, reserve: int, *, max_tokens: int,
@@ -109,13 +127,14 @@ def newest_user(messages: Sequence[Mapping[str, Any]]) -> int | None:
     return None
 
 
-def place(messages: Sequence[dict[str, Any]], text: str, placement: str
-          ) -> list[dict[str, Any]]:
-    """``messages`` with the block added; every message is the client's own object except
-    the one the block goes into (a copy). Without a user message the block goes after the
-    system messages."""
+def place(messages: Sequence[dict[str, Any]], text: str, placement: str,
+          at: int | None = None) -> list[dict[str, Any]]:
+    """``messages`` with the block added at the user message ``at`` (default: the newest);
+    every message is the client's own object except the one the block goes into (a
+    copy). Without a user message the block goes after the system messages."""
     out = list(messages)
-    at = newest_user(messages)
+    if at is None or messages[at].get("role") != "user":
+        at = newest_user(messages)
     if at is None or placement == "system":
         first = next((i for i, m in enumerate(messages)
                       if m.get("role") not in ("system", "developer")), len(messages))
@@ -149,7 +168,8 @@ class Block:
 
 def build(facts: Sequence[Candidate], memories: Sequence[Candidate], budget: int,
           placement: str, model: str | None) -> Block | None:
-    """The block of the best facts and memories that fits ``budget`` as inserted."""
+    """The block of the best facts and memories that fits ``budget`` as inserted, or None
+    when none does."""
     wrapper = count_text(USER_OPEN + USER_CLOSE, model) if placement == "user" else 0
     inner = budget - wrapper
     while inner > 0:
@@ -164,31 +184,74 @@ def build(facts: Sequence[Candidate], memories: Sequence[Candidate], budget: int
     return None
 
 
-class StableBlocks:
-    """The last block of each session, so that a call selecting the same items gets the
-    same text (bounded: least recently used sessions go first)."""
+@dataclass(frozen=True, slots=True)
+class Anchored:
+    """A block and the user message it sits in (the message's chain hash; "" for the
+    fixed place after the system messages)."""
 
-    def __init__(self, max_sessions: int = 4096) -> None:
+    anchor: str
+    block: Block
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    query: str
+    made_at: float
+    blocks: tuple[Anchored, ...]
+
+
+class StableBlocks:
+    """Each session's blocks and where they sit, so that its next calls send the same
+    bytes before the newest message (see the module docstring). :meth:`forget_user`
+    drops a user's blocks when their memories or facts change in this process. Bounded:
+    least recently used sessions go first."""
+
+    def __init__(self, max_sessions: int = 4096, reuse_seconds: float = 60.0) -> None:
         self.max_sessions = max_sessions
-        self._kept: OrderedDict[tuple[str, str, str], Block] = OrderedDict()
+        self.reuse_seconds = reuse_seconds
+        self._kept: OrderedDict[tuple[str, str, str], _Kept] = OrderedDict()
         self._lock = threading.Lock()
 
-    def settle(self, user_id: str, session_id: str, placement: str, block: Block | None,
-               budget: int) -> Block | None:
-        """``block``, or the session's previous block when it holds the same items and
-        still fits ``budget``; remembers the answer."""
+    def recall(self, user_id: str, session_id: str, placement: str, query: str,
+               budget: int, now: float, present: Mapping[str, int]
+               ) -> tuple[list[Anchored], bool]:
+        """(kept, fresh): the session's blocks whose message is still in the request
+        (``present``: chain hash -> index) and that fit ``budget`` together (the newest go
+        first when they do not); ``fresh`` when they were settled for ``query`` less than
+        ``reuse_seconds`` ago and all of them are kept, so nothing needs retrieving."""
+        with self._lock:
+            kept = self._kept.get((user_id, session_id, placement))
+        if kept is None:
+            return [], False
+        out = [a for a in kept.blocks if a.anchor == "" or a.anchor in present]
+        while out and sum(a.block.tokens for a in out) > budget:
+            out.pop()
+        fresh = (kept.query == query and now - kept.made_at < self.reuse_seconds
+                 and len(out) == len(kept.blocks))
+        return out, fresh
+
+    def settle(self, user_id: str, session_id: str, placement: str, query: str,
+               blocks: Sequence[Anchored], now: float) -> None:
+        """Remember the blocks a call sent, for ``query``."""
         key = (user_id, session_id, placement)
         with self._lock:
-            kept = self._kept.get(key)
-            if (block is not None and kept is not None and kept.key == block.key
-                    and kept.tokens <= budget):
-                self._kept.move_to_end(key)
-                return kept
-            if block is None:
-                self._kept.pop(key, None)
-                return None
-            self._kept[key] = block
+            self._kept[key] = _Kept(query, now, tuple(blocks))
             self._kept.move_to_end(key)
             while len(self._kept) > self.max_sessions:
                 self._kept.popitem(last=False)
-            return block
+
+    def forget_user(self, user_id: str) -> None:
+        with self._lock:
+            for key in [k for k in self._kept if k[0] == user_id]:
+                del self._kept[key]
+
+
+def place_all(messages: Sequence[dict[str, Any]], blocks: Sequence[Anchored],
+              placement: str, present: Mapping[str, int]) -> list[dict[str, Any]]:
+    """``messages`` with every block at its anchor (see :func:`place`)."""
+    out = list(messages)
+    at = [(present.get(a.anchor), a.block.text) for a in blocks]
+    # from the last place to the first, so that inserting shifts no place still to come
+    for index, text in sorted(at, key=lambda x: -1 if x[0] is None else x[0], reverse=True):
+        out = place(out, text, placement, index)
+    return out

@@ -154,6 +154,7 @@ class Memd(SessionsMixin):
         ) is None:
             raise NotFound(f"no session {draft.session_id!r} for user {draft.user_id!r}")
         now = self.now()
+        self.blocks.forget_user(draft.user_id)
         with self.store.transaction():
             # A statement of a keyed fact ("my name is ...") also sets the fact, and its
             # memory carries the fact's tag so a later value supersedes it.
@@ -210,6 +211,7 @@ class Memd(SessionsMixin):
             fields["metadata"] = v.check_metadata(changes["metadata"])
         if "expires_at" in changes:
             fields["expires_at"] = changes["expires_at"]
+        self.blocks.forget_user(current.user_id)
         return self.store.update_memory(current.user_id, current.id, vector, **fields)
 
     def forget(self, memory_id: str, user_id: str | None = None) -> Memory:
@@ -224,6 +226,7 @@ class Memd(SessionsMixin):
         else:
             mem = self.get(memory_id, user_id)
         self.store.delete_memory(user_id, memory_id)
+        self.blocks.forget_user(user_id)
         return mem
 
     def list(
@@ -283,6 +286,7 @@ class Memd(SessionsMixin):
         for what, s in (("category", category), ("key", key)):
             if not isinstance(s, str) or not s.strip() or len(s) > 64:
                 raise InvalidInput(f"{what} must be a non-empty string of at most 64 chars")
+        self.blocks.forget_user(user_id)
         return upsert_fact(
             self.store, v.check_id(user_id, "user_id"),
             v.check_optional_id(workspace, "workspace"), category.strip().lower(),

@@ -264,7 +264,8 @@ class SessionsMixin:
                workspace: str | None, visible: tuple[str, ...], now: float
                ) -> list[ScoredMemory]:
         """The memories retrieved and scored for ``query`` (none without a query)."""
-        qvec = self.embedder.embed_query(query) if query else None
+        qvec = self.embedder.embed_query(v.excerpt(query, v.QUERY_EMBED_CHARS)) if query \
+            else None
         if not query or qvec is None:
             return []
         flt = MemoryFilter(workspaces=visible, now=now,

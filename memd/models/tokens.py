@@ -20,7 +20,7 @@ Large texts. A text longer than ``EXACT_CHARS`` characters (a whole log as a too
 result) is counted exactly over its first ``EXACT_CHARS`` characters and extrapolated by
 length with ``LARGE_TEXT_MARGIN`` on top, so counting costs the same for 100 KB and for
 10 MB. Counts of texts longer than ``MEMO_CHARS`` are kept by SHA-256 between calls: an
-agent resends the same files and logs on every step, and each is counted once.
+agent resends its whole history on every step, and each message is counted once.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ SAFETY_MARGIN = 1.15
 IMAGE_TOKENS = 1105  # OpenAI's high-detail price of a 1024x1024 image: 85 + 4 tiles x 255
 EXACT_CHARS = 65_536
 LARGE_TEXT_MARGIN = 1.1
-MEMO_CHARS = 2_048
-MEMO_ENTRIES = 4_096
+MEMO_CHARS = 256
+MEMO_ENTRIES = 32_768
 _EXACT_PREFIXES = ("gpt-4-", "gpt-4", "gpt-3.5", "text-embedding-3", "text-embedding-ada")
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 import httpx
+import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -124,13 +125,26 @@ def _memd_headers(call: PreparedCall) -> dict[str, str]:
 
 
 async def _body(request: Request) -> dict[str, Any]:
-    try:
-        body = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"request body is not valid JSON: {exc}") from exc
+    raw = await request.body()
+    try:  # orjson parses an agent's 400 KB request ~5x faster; json takes what it refuses
+        body = orjson.loads(raw)  # (integers past 64 bits, NaN) or says what is wrong
+    except orjson.JSONDecodeError:
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidInput(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise InvalidInput("request body must be a JSON object")
     return body
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    """``body`` as compact JSON (orjson; json for what orjson refuses, such as integers
+    past 64 bits)."""
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 class StreamAccumulator:
@@ -244,14 +258,15 @@ async def chat_completions(request: Request) -> Response:
         return await _stream(request, client, call, body, headers, model)
     retried = False
     try:
-        resp = await client.post("chat/completions", json={**body, "messages": call.forward},
+        resp = await client.post("chat/completions",
+                                 content=_encode({**body, "messages": call.forward}),
                                  headers=_headers(request))
         if call.memory_added and _too_long(resp.status_code, resp.content):
             log.info("call %s: the model server refused the request with memory as too "
                      "long; sending it without", call.call_id)
             retried = True
             resp = await client.post("chat/completions",
-                                     json={**body, "messages": call.plain},
+                                     content=_encode({**body, "messages": call.plain}),
                                      headers=_headers(request))
     except httpx.HTTPError as exc:
         return await _unreachable(engine, call, exc, headers, model)
@@ -280,7 +295,7 @@ async def _open_stream(client: httpx.AsyncClient, request: Request, call: Prepar
     messages = call.forward
     while True:
         req = client.build_request("POST", "chat/completions",
-                                   json={**body, "messages": messages},
+                                   content=_encode({**body, "messages": messages}),
                                    headers=_headers(request))
         resp = await client.send(req, stream=True)
         if resp.is_success or messages is call.plain:
