@@ -38,6 +38,18 @@ from memd.types import (
 )
 
 Vector = Sequence[float]
+# What a message's keyword index holds: the whole text up to this many characters, else
+# its first and last half of it (a whole log as a tool result is stored whole, indexed in
+# part; PostgreSQL's tsvector cannot hold more than 1 MB). sql/postgres/012 says the same.
+KEYWORD_INDEX_CHARS = 65_536
+
+
+def keyword_part(text: str) -> str:
+    """The part of a message's text that its keyword index holds."""
+    if len(text) <= KEYWORD_INDEX_CHARS:
+        return text
+    half = KEYWORD_INDEX_CHARS // 2
+    return text[:half] + " " + text[-half:]
 # A memory's access: (memory_id, relevance), or (memory_id, relevance summed, accesses).
 AccessHit = tuple[str, float] | tuple[str, float, int]
 # Stored enum values back to members, by index (each enum's values are 0, 1, ...): a

@@ -46,6 +46,7 @@ from memd.backends.base import (
     call_record,
     calls_query,
     compose_candidates,
+    keyword_part,
     recent_query,
 )
 from memd.backends.vector_cache import UserVectors
@@ -664,7 +665,7 @@ class SQLiteStore(AccountsMixin):
                     self._x(
                         "INSERT INTO messages_fts (rowid, content, session_id, message_id) "
                         "VALUES (last_insert_rowid(), ?, ?, ?)",
-                        (fts_text(user_id, m.content), session_id, m.id),
+                        (fts_text(user_id, keyword_part(m.content)), session_id, m.id),
                     )
                 out.append(m)
             self._x(

@@ -9,15 +9,17 @@ loopback ports. Two parts, in one run:
 - One-message chats: the same requests go to the upstream directly and through memd;
   each is a fresh conversation with a different question, so every call through memd
   stores a turn, embeds the query, retrieves, forwards and stores the reply.
-- Agent sessions (``tests/agent_traffic.py``: opencode-, Cline- and Aider-like) replayed
-  step by step, each step sent to the upstream directly and then through memd, whose
-  last request is about 10k, 50k and 100k tokens: the latency memd adds per call at
-  each size, and the prompt-prefix stability of what memd forwards, i.e. the share of
-  each request's tokens (cl100k over a chat-template rendering of the messages) that is
-  a byte-identical prefix of the session's previous request, averaged over the calls;
-  beside it the same figure for the client's own requests (its ceiling: every new
-  message lowers it) and the share of the previous request reused (what a server's
-  prefix cache keeps).
+- Agent sessions (``tests/agent_traffic.py``: opencode-, Cline- and Aider-like) whose
+  last request is about 10k, 50k and 100k tokens, replayed step by step: each step sent
+  to the upstream directly, then through memd, once memd's background jobs of the
+  previous step are done (as the model's answer time lets them finish in real use).
+  Figures: the latency memd adds per call at each size; the prompt-prefix stability of
+  what memd forwards, i.e. the share of each request's tokens (cl100k over a
+  chat-template rendering of the messages) that is a byte-identical prefix of the
+  session's previous request, averaged over the calls; beside it the same figure for
+  the client's own requests (its ceiling: every new message lowers it) and the share of
+  the previous request that the next one starts with (what a server's prefix cache
+  keeps).
 
 Prints p50/p95/p99 of both and of the difference. Not a test: it prints figures.
 """
@@ -47,6 +49,7 @@ from starlette.routing import Route
 
 import memd
 from memd.config import load_settings
+from memd.engine.memory import Memd
 from memd.models.tokens import counter_for
 from memd.server.app import create_app
 
@@ -145,8 +148,19 @@ def prefix_shares(requests: list[dict[str, Any]]) -> tuple[float, float]:
     return (sum(of_current) / len(of_current), sum(of_previous) / len(of_previous))
 
 
+def settle(engine: Memd, timeout: float = 30.0) -> None:
+    """Wait until memd's background jobs (embedding the last call's messages, ingesting
+    what was extracted) are done, as the model's own answer time lets them finish between
+    an agent's steps; so each call is measured alone, not against the previous one's
+    jobs on the same two cores."""
+    deadline = time.monotonic() + timeout
+    while engine.store.pending_jobs() and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[int, ...],
-                  kinds: tuple[str, ...], http: httpx.Client) -> dict[str, Any]:
+                  kinds: tuple[str, ...], http: httpx.Client, engine: Memd
+                  ) -> dict[str, Any]:
     """Each kind's session at each size, every step sent directly then through memd."""
     out: dict[str, Any] = {}
     for size in sizes:
@@ -160,6 +174,7 @@ def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[i
             upstream.script([s.reply for s in session.steps for _ in (0, 1)])
             first = len(upstream.requests)
             for step in session.steps:
+                settle(engine)
                 times = []
                 for url in (up, base):
                     t = time.perf_counter()
@@ -232,7 +247,7 @@ def main() -> int:
         with serve(create_app(engine, agent_settings)) as base, \
                 httpx.Client(timeout=120) as http:
             agent = replay_agents(base, agent_up, agents, tuple(args.agent_sizes),
-                                  AGENT_KINDS, http)
+                                  AGENT_KINDS, http, engine)
         engine.close()
     overhead = [p - d for p, d in zip(proxied, direct, strict=True)]
     result = {"embedder": args.embedder, "memories": args.memories, "calls": args.calls,

@@ -164,6 +164,7 @@ def test_a_message_over_max_message_chars_is_a_clear_413_and_stores_nothing(
         engine.close()
 
 
+@pytest.mark.parametrize("stack", ["sqlite", "postgres"], indirect=True)
 def test_official_clients_sync_async_stream_and_not(stack: Stack) -> None:
     session = generate("continue-like", seed=4, target_tokens=8_000)
     stack.upstream.script([s.reply for s in session.steps] * 2)
@@ -213,3 +214,22 @@ def test_regenerate_retry_and_same_first_message_forward_only_the_client_message
     stored = [(m.role, m.content) for m in stack.engine.messages(sid, "local")]
     assert stored == [("user", "Pick a colour for the logo."), ("assistant", "Green."),
                       ("user", "Why that colour?"), ("assistant", "Because it is calm.")]
+
+
+@pytest.mark.parametrize("stack", ["sqlite", "postgres"], indirect=True)
+def test_a_2mb_result_of_distinct_words_is_stored_and_searchable(stack: Stack) -> None:
+    """A log of 2 MB of distinct words (hashes, ids): the keyword index takes a bounded
+    part of it (PostgreSQL's tsvector holds at most 1 MB), the message is stored whole."""
+    words = " ".join(f"id{i:07d}x" for i in range(200_000))  # 2.2 MB, all distinct
+    tool_call = {"id": "c1", "type": "function", "function": {"name": "sh", "arguments": "{}"}}
+    messages = [{"role": "user", "content": "list the ids"},
+                {"role": "assistant", "content": None, "tool_calls": [tool_call]},
+                {"role": "tool", "tool_call_id": "c1", "content": words}]
+    stack.upstream.script([{"role": "assistant", "content": "Listed."}])
+    resp = stack.post({"model": "gpt-4o", "messages": messages})
+    assert resp.status_code == 200, resp.text
+    sid = resp.headers["x-memd-session"]
+    stored = stack.engine.messages(sid, "local")
+    assert [len(m.content or "") for m in stored][2] == len(words)
+    hits = stack.engine.search("id0000001x", "local", kinds=["message"])
+    assert any(h.id == stored[2].id for h in hits)

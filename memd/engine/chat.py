@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from memd.engine import validate as v
 from memd.engine.inject import Anchored, build, newest_user, place_all, room
+from memd.engine.retrieve import SIDE
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text, message_tokens
 from memd.types import Session, Usage
@@ -182,6 +183,11 @@ def prepare_chat(
     history = [dict(m) for m in messages if m.get("role") not in SYSTEM_ROLES]
     if not history:
         raise InvalidInput("messages must contain at least one non-system message")
+    query = last_user_text(history, engine.settings.max_message_chars)
+    # The query's vector is computed while the messages are hashed and stored (the model
+    # releases the GIL); retrieval then finds it in the embedder's query cache.
+    vector = SIDE.submit(engine.embedder.embed_query,
+                         v.excerpt(query, v.QUERY_EMBED_CHARS)) if query else None
     hashes = chain_hashes(messages, None)
     with engine.store.transaction():
         session, new, retry, client_owns = _resolve(
@@ -189,7 +195,8 @@ def prepare_chat(
         if new:
             engine.append(session.id, uid, new)
         session = engine.session(session.id, uid)
-    query = last_user_text(history, engine.settings.max_message_chars)
+    if vector is not None:
+        vector.result()
     call_id = "call-" + uuid.uuid4().hex
     window_report = {"tokens": window.tokens, "source": window.source,
                      "detail": window.detail}

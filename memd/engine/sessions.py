@@ -396,7 +396,7 @@ def last_user_text(messages: Sequence[Any], max_chars: int) -> str | None:
     text = _last_user_text(
         m for m in (_message(raw, max_chars) for raw in reversed(messages))
     )
-    return None if text is None else v.excerpt(text, v.EMBED_CHARS)
+    return None if text is None else v.excerpt(text, v.QUERY_CHARS)
 
 
 def _as_dict(m: NewMessage) -> dict[str, Any]:

@@ -15,6 +15,8 @@ _SPACE = re.compile(r"\s+")
 # The bounded part of a message that is embedded, and that a query is made of (MiniLM
 # reads its first 256 word pieces anyway; a longer query only slows the keyword channel).
 EMBED_CHARS = 2_000
+# The part of a user message that retrieval takes as its query (its keywords).
+QUERY_CHARS = 1_000
 # The part of a query that is embedded: a sentence or two from its head and its tail. An
 # embedding's cost grows with its length (MiniLM: ~10 ms for 50 tokens, ~34 ms for 256 on
 # two cores), and a long query's words still reach the keyword channel whole.

@@ -39,7 +39,7 @@ SAFETY_MARGIN = 1.15
 IMAGE_TOKENS = 1105  # OpenAI's high-detail price of a 1024x1024 image: 85 + 4 tiles x 255
 EXACT_CHARS = 65_536
 LARGE_TEXT_MARGIN = 1.1
-MEMO_CHARS = 256
+MEMO_CHARS = 64
 MEMO_ENTRIES = 32_768
 _EXACT_PREFIXES = ("gpt-4-", "gpt-4", "gpt-3.5", "text-embedding-3", "text-embedding-ada")
 
