@@ -149,12 +149,16 @@ def _resolve(
     return session, history, False, True
 
 
+def tool_tokens(tools: Any, model: str | None) -> int:
+    """What a request's tool definitions cost in its prompt."""
+    return count_text(json.dumps(tools, sort_keys=True), model) if tools else 0
+
+
 def request_tokens(messages: Sequence[Mapping[str, Any]], tools: Any,
                    model: str | None) -> int:
     """memd's count of a request's prompt: its messages and its tool definitions (long
     texts are counted once per process: see memd.models.tokens)."""
-    n = sum(message_tokens(m, model) for m in messages)
-    return n + (count_text(json.dumps(tools, sort_keys=True), model) if tools else 0)
+    return sum(message_tokens(m, model) for m in messages) + tool_tokens(tools, model)
 
 
 def prepare_chat(
@@ -186,8 +190,7 @@ def prepare_chat(
     query = last_user_text(history, engine.settings.max_message_chars)
     # The query's vector is computed while the messages are hashed and stored (the model
     # releases the GIL); retrieval then finds it in the embedder's query cache.
-    vector = SIDE.submit(engine.embedder.embed_query,
-                         v.excerpt(query, v.QUERY_EMBED_CHARS)) if query else None
+    vector = SIDE.submit(engine.query_vector, query) if query else None
     hashes = chain_hashes(messages, None)
     with engine.store.transaction():
         session, new, retry, client_owns = _resolve(
@@ -201,17 +204,15 @@ def prepare_chat(
     window_report = {"tokens": window.tokens, "source": window.source,
                      "detail": window.detail}
     if client_owns:
-        forward, report = _augment(engine, uid, session, list(messages), hashes, query,
-                                   model, max_response_tokens, tools, window, placement)
+        # _augment hands ``plain`` itself back when it adds nothing (memory_added)
         plain = list(messages)
-        if not report["injected"]:
-            forward = plain
+        forward, report = _augment(engine, uid, session, plain, hashes, query, model,
+                                   max_response_tokens, tools, window, placement)
     else:
-        tool_tokens = count_text(json.dumps(tools, sort_keys=True)) if tools else 0
         ctx = engine.context(
             uid, session_id=session.id, messages=system, model=model,
             context_window=window.tokens, max_response_tokens=max_response_tokens,
-            tool_tokens=tool_tokens, use_session_prompt=False, query=query,
+            tool_tokens=tool_tokens(tools, None), use_session_prompt=False, query=query,
         )
         forward = plain = ctx.messages
         report = {"mode": "compiled", **ctx.report.to_dict()}
@@ -285,7 +286,8 @@ def _blocks(
     now = engine.now()
     kept, fresh = engine.blocks.recall(user_id, session.id, placement, query, keep, now,
                                        present)
-    if fresh or budget <= sum(a.block.tokens for a in kept) and placement != "system":
+    kept_tokens = sum(a.block.tokens for a in kept)
+    if fresh or budget <= kept_tokens and placement != "system":
         return kept
     newest = newest_user(messages)
     anchor = hashes[newest] or "" if newest is not None and placement != "system" else ""
@@ -296,7 +298,7 @@ def _blocks(
         return kept
     else:
         taken = {k for a in kept for k in a.block.key}
-        room_left = budget - sum(a.block.tokens for a in kept)
+        room_left = budget - kept_tokens
     facts, mems = engine.memory_candidates(user_id, query, session=session,
                                            exclude_session=True)
     new = build([f for f in facts if ("fact", f.id) not in taken],

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memd.engine.compile import Candidate, pack_memory_block
-from memd.models.tokens import count_text
+from memd.models.tokens import MESSAGE_OVERHEAD, count_text
 
 MARGIN_SHARE = 0.02
 MARGIN_MIN = 32
@@ -116,7 +116,7 @@ def text_tokens(text: str, placement: str, model: str | None) -> int:
     """What inserting ``text`` costs: its tokens, plus a message's overhead when it is a
     message of its own."""
     n = count_text(text, model)
-    return n if placement == "user" else n + 4
+    return n if placement == "user" else n + MESSAGE_OVERHEAD
 
 
 def newest_user(messages: Sequence[Mapping[str, Any]]) -> int | None:

@@ -39,6 +39,8 @@ from memd.types import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from memd.backends.base import Store
     from memd.config import Settings
     from memd.engine.history import HistoryCache
@@ -264,14 +266,18 @@ class SessionsMixin:
                workspace: str | None, visible: tuple[str, ...], now: float
                ) -> list[ScoredMemory]:
         """The memories retrieved and scored for ``query`` (none without a query)."""
-        qvec = self.embedder.embed_query(v.excerpt(query, v.QUERY_EMBED_CHARS)) if query \
-            else None
-        if not query or qvec is None:
+        if not query:
             return []
+        qvec = self.query_vector(query)
         flt = MemoryFilter(workspaces=visible, now=now,
                            session_id=session.id if session else None)
         return score_memories(self.store, user_id, query, qvec, flt, self.settings.weights,
                               now, shared=self.shared_owners(user_id, workspace))
+
+    def query_vector(self, query: str) -> np.ndarray:
+        """The vector of ``query`` as retrieval embeds it: its first and last
+        ``QUERY_EMBED_CHARS`` characters (from the embedder's query cache when seen)."""
+        return self.embedder.embed_query(v.excerpt(query, v.QUERY_EMBED_CHARS))
 
     def record_used(self, user_id: str, used: Sequence[Candidate]) -> None:
         """Access statistics of the memories a call injected (off the critical path,

@@ -256,18 +256,8 @@ async def chat_completions(request: Request) -> Response:
     headers = _memd_headers(call)
     if body.get("stream"):
         return await _stream(request, client, call, body, headers, model)
-    retried = False
     try:
-        resp = await client.post("chat/completions",
-                                 content=_encode({**body, "messages": call.forward}),
-                                 headers=_headers(request))
-        if call.memory_added and _too_long(resp.status_code, resp.content):
-            log.info("call %s: the model server refused the request with memory as too "
-                     "long; sending it without", call.call_id)
-            retried = True
-            resp = await client.post("chat/completions",
-                                     content=_encode({**body, "messages": call.plain}),
-                                     headers=_headers(request))
+        resp, retried = await _send(client, request, call, body, stream=False)
     except httpx.HTTPError as exc:
         return await _unreachable(engine, call, exc, headers, model)
     data: Any = None
@@ -289,15 +279,17 @@ async def chat_completions(request: Request) -> Response:
                     media_type=resp.headers.get("content-type", "application/json"))
 
 
-async def _open_stream(client: httpx.AsyncClient, request: Request, call: PreparedCall,
-                       body: dict[str, Any]) -> tuple[httpx.Response, bool]:
-    """The upstream's streamed response, and whether it took a retry without memory."""
+async def _send(client: httpx.AsyncClient, request: Request, call: PreparedCall,
+                body: dict[str, Any], *, stream: bool) -> tuple[httpx.Response, bool]:
+    """The upstream's response (with ``stream``, before its body is read), and whether it
+    took a retry without memory: a refusal as too long of the request with memory goes
+    again without it, once."""
     messages = call.forward
     while True:
         req = client.build_request("POST", "chat/completions",
                                    content=_encode({**body, "messages": messages}),
                                    headers=_headers(request))
-        resp = await client.send(req, stream=True)
+        resp = await client.send(req, stream=stream)
         if resp.is_success or messages is call.plain:
             return resp, messages is not call.forward
         content = await resp.aread()
@@ -314,7 +306,7 @@ async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCal
                   model: str | None) -> Response:
     engine = engine_of(request)
     try:
-        resp, retried = await _open_stream(client, request, call, body)
+        resp, retried = await _send(client, request, call, body, stream=True)
     except httpx.HTTPError as exc:
         return await _unreachable(engine, call, exc, headers, model)
     if not resp.is_success:
