@@ -1,5 +1,6 @@
 """Real HTTP servers for end-to-end tests: a fake OpenAI-compatible upstream that records
-what it receives, and memd itself, each on uvicorn on a free loopback port."""
+what it receives, and memd itself in front of one, each on uvicorn on a free loopback
+port."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -17,6 +20,11 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+import memd
+from memd.config import load_settings
+from memd.engine.memory import Memd
+from memd.server.app import create_app
 
 
 def free_port() -> int:
@@ -43,6 +51,36 @@ def serve(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=20)
+
+
+def postgres_url() -> str:
+    """A database of the test run's PostgreSQL, migrated for the end-to-end tests."""
+    from pg import database
+
+    from memd.backends.postgres import PostgresStore
+
+    def migrate(dsn: str) -> None:
+        PostgresStore(dsn, dim=384, partitions=(4, 4, 4)).close()
+
+    return database(key=("e2e", 384), setup=migrate)
+
+
+@contextmanager
+def memd_in_front(upstream_app: Any, data_dir: Path, backend: str = "sqlite",
+                  **overrides: Any) -> Iterator[tuple[str, Memd]]:
+    """The upstream app and memd (SQLite, or "postgres") in front of it, each on its own
+    port, memd's settings overridden by ``overrides``; yields memd's base URL and engine."""
+    with serve(upstream_app) as up:
+        settings = replace(load_settings(data_dir=data_dir), upstream_url=f"{up}/v1",
+                           job_interval=0.05, **overrides)
+        if backend == "postgres":
+            settings = replace(settings, db=postgres_url(), pg_partitions=(4, 4, 4))
+        engine = memd.open(settings=settings)
+        try:
+            with serve(create_app(engine, settings)) as base:
+                yield base, engine
+        finally:
+            engine.close()
 
 
 class FakeUpstream:

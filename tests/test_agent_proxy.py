@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 from agent_traffic import KINDS, AgentSession, ScriptedUpstream, generate
-from servers import serve
+from servers import memd_in_front, serve
 
 import memd
 from memd.config import load_settings
@@ -40,20 +40,12 @@ class Stack:
 def stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Stack]:
     """memd (SQLite, or PostgreSQL with ``indirect`` "postgres") in front of a scripted
     upstream; the user has a fact, so a memory block goes in wherever there is room."""
-    backend = getattr(request, "param", "sqlite")
     upstream = ScriptedUpstream()
-    with serve(upstream.app) as up:
-        settings = replace(load_settings(data_dir=tmp_path / "d"), upstream_url=f"{up}/v1",
-                           job_interval=0.05)
-        if backend == "postgres":
-            from test_proxy_e2e import _postgres_url
-            settings = replace(settings, db=_postgres_url(), pg_partitions=(4, 4, 4))
-        engine = memd.open(settings=settings)
+    with memd_in_front(upstream.app, tmp_path / "d",
+                       getattr(request, "param", "sqlite")) as (base, engine):
         engine.set_fact("local", "preferences", "code_style", "small functions, type hints",
                         importance=0.9)
-        with serve(create_app(engine, settings)) as base:
-            yield Stack(base, upstream, engine)
-        engine.close()
+        yield Stack(base, upstream, engine)
 
 
 def without_memory(sent: dict[str, Any]) -> tuple[dict[str, Any], str | None]:

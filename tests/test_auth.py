@@ -14,7 +14,7 @@ import httpx
 import psycopg
 import pytest
 from click.testing import CliRunner
-from servers import FakeUpstream, serve
+from servers import FakeUpstream, postgres_url, serve
 
 import memd
 from memd.auth import hash_key, key_id_of, new_key
@@ -40,17 +40,6 @@ class Team:
         return httpx.Client(base_url=self.base, headers=headers, timeout=30)
 
 
-def _postgres_url() -> str:
-    from pg import database
-
-    from memd.backends.postgres import PostgresStore
-
-    def migrate(dsn: str) -> None:
-        PostgresStore(dsn, dim=384, partitions=(4, 4, 4)).close()
-
-    return database(key=("e2e", 384), setup=migrate)
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def team(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Team]:
     upstream = FakeUpstream()
@@ -59,7 +48,7 @@ def team(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Team]:
                            job_interval=0.05, auth=True)
         dsn = None
         if request.param == "postgres":
-            dsn = _postgres_url()
+            dsn = postgres_url()
             settings = replace(settings, db=dsn, pg_partitions=(4, 4, 4))
         engine = memd.open(settings=settings)
         keys = {}

@@ -7,20 +7,17 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
-from servers import FakeUpstream, serve
+from servers import FakeUpstream, memd_in_front
 
-import memd
-from memd.config import load_settings
 from memd.engine.inject import USER_CLOSE, USER_OPEN
 from memd.engine.memory import Memd
-from memd.server.app import create_app
 
 SYSTEM = {"role": "system", "content": "You are a terse assistant."}
 
@@ -72,32 +69,14 @@ class Stack:
         return "\n".join(out)
 
 
-def _postgres_url() -> str:
-    from pg import database
-
-    from memd.backends.postgres import PostgresStore
-
-    def migrate(dsn: str) -> None:
-        PostgresStore(dsn, dim=384, partitions=(4, 4, 4)).close()
-
-    return database(key=("e2e", 384), setup=migrate)
-
-
 @pytest.fixture
 def stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Stack]:
     """memd (SQLite by default; ``indirect`` "postgres" for the team backend) in front of
     the fake upstream."""
-    backend = getattr(request, "param", "sqlite")
     upstream = FakeUpstream()
-    with serve(upstream.app) as up:
-        settings = replace(load_settings(data_dir=tmp_path / "d"), upstream_url=f"{up}/v1",
-                           job_interval=0.05)
-        if backend == "postgres":
-            settings = replace(settings, db=_postgres_url(), pg_partitions=(4, 4, 4))
-        engine = memd.open(settings=settings)
-        with serve(create_app(engine, settings)) as base:
-            yield Stack(base, upstream, engine)
-        engine.close()
+    with memd_in_front(upstream.app, tmp_path / "d",
+                       getattr(request, "param", "sqlite")) as (base, engine):
+        yield Stack(base, upstream, engine)
 
 
 @pytest.mark.parametrize("stack", ["sqlite", "postgres"], indirect=True)

@@ -5,26 +5,25 @@ and context check) stands for a small local model."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
-from servers import FakeUpstream, serve
+from servers import FakeUpstream, memd_in_front
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-import memd
-from memd.config import load_settings
 from memd.engine.inject import USER_OPEN
 from memd.engine.memory import Memd
-from memd.server.app import create_app
 
 
 class LlamaCpp(FakeUpstream):
@@ -92,27 +91,15 @@ class Stack:
 @pytest.fixture
 def make_stack(tmp_path: Path) -> Iterator[Any]:
     """Starts memd in front of an upstream, with settings overridden."""
-    opened: list[Any] = []
+    numbers = itertools.count()
+    with ExitStack() as opened:
+        def start(upstream: FakeUpstream, **overrides: Any) -> Stack:
+            data_dir = tmp_path / f"d{next(numbers)}"
+            base, engine = opened.enter_context(
+                memd_in_front(upstream.app, data_dir, **overrides))
+            return Stack(base, upstream, engine)
 
-    def start(upstream: FakeUpstream, **overrides: Any) -> Stack:
-        up_ctx = serve(upstream.app)
-        up = up_ctx.__enter__()
-        opened.append(up_ctx)
-        settings = replace(load_settings(data_dir=tmp_path / f"d{len(opened)}"),
-                           upstream_url=f"{up}/v1", job_interval=0.05, **overrides)
-        engine = memd.open(settings=settings)
-        memd_ctx = serve(create_app(engine, settings))
-        base = memd_ctx.__enter__()
-        opened.append(memd_ctx)
-        opened.append(engine)
-        return Stack(base, upstream, engine)
-
-    yield start
-    for thing in reversed(opened):
-        if isinstance(thing, Memd):
-            thing.close()
-        else:
-            thing.__exit__(None, None, None)
+        yield start
 
 
 def _remember(stack: Stack, *texts: str) -> None:
