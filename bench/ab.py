@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -111,8 +112,14 @@ def checkout(rev: str, into: Path) -> Path:
     tree = into / "a"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree),
                     rev], check=True)
-    (tree / "memd" / "backends").symlink_to(tree / "backends")
-    (tree / "memd" / "sql").symlink_to(ROOT / "sql")  # this checkout's migrations
+    if (tree / "backends").is_dir():  # older trees kept the backends beside memd/
+        (tree / "memd" / "backends").symlink_to(tree / "backends")
+    sql = tree / "memd" / "sql"
+    if sql.is_dir() and not sql.is_symlink():
+        shutil.rmtree(sql)
+    if sql.is_symlink():
+        sql.unlink()
+    sql.symlink_to(ROOT / "memd" / "sql")  # this checkout's migrations
     return tree
 
 

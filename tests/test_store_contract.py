@@ -99,7 +99,7 @@ def test_migrations_are_recorded_once(tmp_path: Path) -> None:
     s.close()
     s = SQLiteStore(tmp_path / "m.db", dim=DIM)
     assert s.get_memory("alice", s.list_memories("alice", MemoryFilter())[0].id) is not None
-    files = list((Path(__file__).parent.parent / "sql" / "sqlite").glob("[0-9]*.sql"))
+    files = list((Path(__file__).parent.parent / "memd" / "sql" / "sqlite").glob("[0-9]*.sql"))
     assert s.schema_version() == len(files) == 6
     s.close()
     with pytest.raises(MigrationError, match="8-dim"):

@@ -1,5 +1,6 @@
-"""The wheel works without the source tree: ``backends/`` and ``sql/`` ship inside it as
-``memd.backends`` and ``memd.sql``, and a non-editable install runs the CLI.
+"""The wheel works without the source tree: the store backends and their SQL migrations
+ship inside it as ``memd.backends`` and ``memd.sql``, and a non-editable install runs the
+CLI.
 
 The wheel is built from a copy of the repository (so setuptools' ``build/`` dir can't
 leak stale files into it, nor litter the working tree) and installed with ``--no-deps``
@@ -99,8 +100,9 @@ def venv_env(data_dir: Path) -> dict[str, str]:
 def test_wheel_ships_backends_and_sql_inside_memd(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-    in_repo = {f"memd/backends/{p.name}" for p in (REPO / "backends").glob("*.py")}
-    in_repo |= {f"memd/sql/sqlite/{p.name}" for p in (REPO / "sql" / "sqlite").glob("*.sql")}
+    source = REPO / "memd"
+    in_repo = {f"memd/backends/{p.name}" for p in (source / "backends").glob("*.py")}
+    in_repo |= {f"memd/sql/sqlite/{p.name}" for p in (source / "sql" / "sqlite").glob("*.sql")}
     assert REQUIRED_FILES | in_repo <= names, sorted((REQUIRED_FILES | in_repo) - names)
     top = {n.split("/", 1)[0] for n in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"memd"}, top

@@ -388,7 +388,7 @@ def _history_and_facts(
 ) -> tuple[list[Message], list[Fact]]:
     with engine.store.read_batch():  # one connection for both reads
         return (engine.history.read(engine.store, user_id, session, reach),
-                engine.store.get_facts(user_id, workspaces=visible))
+                engine.store.get_facts(user_id, workspaces=tuple(visible)))
 
 
 def _last_user_text(newest_first: Iterable[NewMessage | Message]) -> str | None:

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from memd.backends.base import Vector
+
 
 class UserVectors:
     """One user's vectors: a growable matrix plus liveness, activity and workspace."""
@@ -49,7 +51,7 @@ class UserVectors:
             new[: old.shape[0]] = old
             setattr(self, name, new)
 
-    def upsert(self, memory_id: str, vector: Sequence[float], workspace: str, active: bool
+    def upsert(self, memory_id: str, vector: Vector, workspace: str, active: bool
                ) -> None:
         i = self.pos.get(memory_id)
         if i is None:
@@ -74,7 +76,7 @@ class UserVectors:
             self.live[i] = False
             self.mat[i] = 0.0
 
-    def knn(self, query: Sequence[float], k: int, active_only: bool,
+    def knn(self, query: Vector, k: int, active_only: bool,
             workspaces: Sequence[str] | None) -> list[tuple[str, float]]:
         n = len(self.ids)
         if n == 0 or k <= 0:

@@ -37,7 +37,8 @@ from memd.types import (
     User,
 )
 
-Vector = Sequence[float]
+# A vector as callers hand it in: a numpy array (what the embedders return) or floats.
+Vector = Sequence[float] | np.ndarray
 # What a message's keyword index holds: the whole text up to this many characters, else
 # its first and last half of it (a whole log as a tool result is stored whole, indexed in
 # part; PostgreSQL's tsvector cannot hold more than 1 MB). sql/postgres/012 says the same.

@@ -42,6 +42,7 @@ from memd.backends.base import (
     SCOPES,
     TIERS,
     AccessHit,
+    Vector,
     access_totals,
     call_record,
     calls_query,
@@ -80,7 +81,6 @@ def _keyword_ranks_limit(k: int) -> int:
     return k * 3 + 10
 
 
-Vector = Sequence[float]
 
 _MEMORY_COLS = (
     "memory_id, user_id, workspace, session_id, memory_tier, memory_scope, content_text, "

@@ -67,6 +67,7 @@ from memd.backends.base import (
     SCOPES,
     TIERS,
     AccessHit,
+    Vector,
     access_totals,
     call_record,
     calls_query,
@@ -89,7 +90,6 @@ from memd.types import (
 
 log = logging.getLogger("memd.postgres")
 
-Vector = Sequence[float]
 Conn = psycopg.Connection[TupleRow]
 Params = Sequence[Any] | Mapping[str, Any]
 T = TypeVar("T")
