@@ -195,9 +195,10 @@ def test_sqlite_message_knn_from_memory_equals_vec0(tmp_path: Path,
     """Small histories answer the message vector channel from memory; it must give what
     vec0 gives (same ids, order and cosine, per session too), stay in step with new
     embeddings, and hand a history grown past the bound back to vec0."""
-    import memd.backends.sqlite as sq
+    import memd.backends.sqlite.vectors as sq
+    from memd.backends.sqlite import SQLiteStore
 
-    s = sq.SQLiteStore(tmp_path / "m.db", dim=DIM)
+    s = SQLiteStore(tmp_path / "m.db", dim=DIM)
     rng = np.random.default_rng(5)
     sessions = [s.create_session(session()) for _ in range(3)]
     ids: list[str] = []
@@ -346,14 +347,14 @@ def test_sqlite_keyword_ranking_beside_the_vector_channel(tmp_path: Path) -> Non
     s = SQLiteStore(tmp_path / "side.db", dim=DIM)
     threads: list[str] = []
     workers: set[threading.Thread] = set()
-    rank_on_side = s._rank_on_side
+    rank = s._side.rank
 
     def spy(match: str, limit: int) -> list[tuple[str, float]]:
         threads.append(threading.current_thread().name)
         workers.add(threading.current_thread())
-        return rank_on_side(match, limit)
+        return rank(match, limit)
 
-    s._rank_on_side = spy  # type: ignore[method-assign]
+    s._side.rank = spy  # type: ignore[method-assign]
     for i, text in enumerate(["rust compiler errors", "python rust bindings", "tea",
                               "rust borrow checker", "coffee"]):
         s.insert_memory(memory(text, importance=0.1 * i), vec(i % DIM))
@@ -361,11 +362,11 @@ def test_sqlite_keyword_ranking_beside_the_vector_channel(tmp_path: Path) -> Non
     kw: dict[str, Any] = dict(knn_k=1, keyword_k=3, frequent_k=0)
 
     def in_line() -> dict[str, Found]:
-        s._rank_aside = lambda *_: None  # type: ignore[method-assign]
+        s._start_side_ranking = lambda *_: None  # type: ignore[method-assign]
         try:
             return s.memory_candidates("alice", "rust", vec(2), flt, **kw)
         finally:
-            del s._rank_aside
+            del s._start_side_ranking
 
     got = s.memory_candidates("alice", "rust", vec(2), flt, **kw)
     assert threads == ["memd-sqlite-side_0"]
@@ -374,7 +375,7 @@ def test_sqlite_keyword_ranking_beside_the_vector_channel(tmp_path: Path) -> Non
         fresh = s.insert_memory(memory("zanzibar, in a transaction"), vec(7))
         assert s.memory_candidates("alice", "zanzibar", vec(2), flt, **kw)[fresh.id].keyword == 1
     assert len(threads) == 1
-    with s._side_lock:  # busy with another caller's ranking
+    with s._side.lock:  # busy with another caller's ranking
         assert s.memory_candidates("alice", "rust", vec(2), flt, **kw) == in_line()
     assert len(threads) == 1
     assert s.memory_candidates("alice", "zanzibar", vec(2), flt, **kw)[fresh.id].keyword == 1
@@ -396,23 +397,23 @@ def test_sqlite_full_text_of_an_older_data_dir_is_reindexed(tmp_path: Path) -> N
     s.insert_memory(memory("docker for bob", user="bob"), vec(0))
     with s.transaction():  # back to the schema-4 layout, holding the old index
         for table in ("memories_fts", "messages_fts"):
-            s._x(f"DROP TABLE {table}")
+            s._write(f"DROP TABLE {table}")
             # SQLite 3.54 leaves a contentless_unindexed table's _content shadow behind
-            s._x(f"DROP TABLE IF EXISTS {table}_content")
-        s._x("CREATE VIRTUAL TABLE memories_fts USING fts5(content_text, owner, "
+            s._write(f"DROP TABLE IF EXISTS {table}_content")
+        s._write("CREATE VIRTUAL TABLE memories_fts USING fts5(content_text, owner, "
              "memory_id UNINDEXED, tokenize = 'porter unicode61 remove_diacritics 2')")
-        s._x("CREATE VIRTUAL TABLE messages_fts USING fts5(content, owner, session_id "
+        s._write("CREATE VIRTUAL TABLE messages_fts USING fts5(content, owner, session_id "
              "UNINDEXED, message_id UNINDEXED, tokenize = 'porter unicode61 "
              "remove_diacritics 2')")
-        s._x("DELETE FROM schema_migrations WHERE version = 5")
+        s._write("DELETE FROM schema_migrations WHERE version = 5")
     s.close()
     s = SQLiteStore(tmp_path / "old.db", dim=DIM)
-    assert s._q("SELECT count(*) FROM schema_migrations WHERE version = 5")[0][0] == 1
+    assert s._rows("SELECT count(*) FROM schema_migrations WHERE version = 5")[0][0] == 1
     assert [x.id for x, _ in s.keyword_memories("alice", "docker", 5, MemoryFilter())] == [m.id]
     assert [x.content for x, _ in s.keyword_messages("alice", "kubernetes", 5)] \
         == ["the cluster runs kubernetes"]
     # contentless: the index keeps no copy of the text
-    assert s._q("SELECT content_text FROM memories_fts") == [(None,), (None,)]
+    assert s._rows("SELECT content_text FROM memories_fts") == [(None,), (None,)]
     s.close()
 
 
@@ -536,7 +537,7 @@ def test_sqlite_forget_leaves_no_readable_bytes(tmp_path: Path) -> None:
     s = SQLiteStore(tmp_path / "f.db", dim=DIM)
     m = s.insert_memory(memory("xylophone-secret-4242"), vec(0))
     s.delete_memory("alice", m.id)
-    s._q("PRAGMA wal_checkpoint(TRUNCATE)")
+    s._rows("PRAGMA wal_checkpoint(TRUNCATE)")
     s.close()
     blob = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
     assert b"xylophone-secret-4242" not in blob
@@ -566,6 +567,16 @@ def test_one_active_fact_per_key(store: Store) -> None:
     old = next(f for f in history if f.id == alex.id)
     assert not old.is_active and old.superseded_by == sam.id
     assert store.get_facts("bob") == []
+
+
+def test_delete_facts_deletes_only_the_users_named_facts(store: Store) -> None:
+    alex = store.insert_fact(fact("Alex"))
+    other = store.insert_fact(fact("Alex in projA", workspace="projA"))
+    assert store.delete_facts("bob", [alex.id]) == 0  # not bob's
+    assert store.delete_facts("alice", []) == 0
+    assert store.delete_facts("alice", [alex.id, "no-such-fact"]) == 1
+    left = store.get_facts("alice", active_only=False)
+    assert [f.id for f in left] == [other.id]
 
 
 def test_usage_log(store: Store) -> None:
@@ -714,14 +725,14 @@ def test_pg_keyword_channel_runs_beside_the_other_channels(pg_store: Any) -> Non
         s.insert_memory(memory(text, entities=("rust",) if "rust" in text else ()),
                         vec(i))
     calls: list[tuple[str, bool, bool]] = []  # thread, has the keyword, the KNN channel
-    real = s._q_in
+    real = s._rows_in
 
     def spy(tables: Any, query: str, params: Any, generic: bool = True) -> Any:
         calls.append((threading.current_thread().name, "'k' AS via" in query,
                       "'v' AS via" in query))
         return real(tables, query, params, generic)
 
-    s._q_in = spy
+    s._rows_in = spy
     kw: dict[str, Any] = dict(knn_k=2, keyword_k=2, entities=["rust"], entity_k=2,
                               frequent_k=2)
     flt = MemoryFilter(now=time.time())
@@ -745,8 +756,8 @@ def test_pg_keyword_channel_runs_beside_the_other_channels(pg_store: Any) -> Non
     other = next(u for u in (f"other{i}" for i in range(2000))
                  if s._tables(u).memory_leaves == s._tables("alice").memory_leaves)
     s.insert_memory(memory("other's rust", user=other), vec(0))
-    s._alone.clear()
-    assert not s._alone_in("alice", s._tables("alice"))
+    s._sole_owners.clear()
+    assert not s._sole_owner("alice", s._tables("alice"))
     main_pool = s._pool.connection
 
     def main_pool_but_not_for_workers(*args: Any, **kwargs: Any) -> Any:
@@ -871,7 +882,7 @@ def test_pg_hot_queries_touch_one_partition_through_indexes(pg_store: Any) -> No
     with s.transaction():
         s._current().execute("ANALYZE")
     alice_session = s.list_sessions("alice")[0].id
-    (part,) = {_hash_partition(r[0]) for r in s._q(
+    (part,) = {_hash_partition(r[0]) for r in s._rows(
         "SELECT DISTINCT tableoid::regclass::text FROM memories WHERE user_id = 'alice'")}
 
     def check(plan: dict[str, Any], index_part: str) -> None:
@@ -937,7 +948,7 @@ def test_pg_hot_queries_touch_one_partition_through_indexes(pg_store: Any) -> No
 def test_pg_hnsw_candidate_list_covers_the_candidates_knn(pg_store: Any) -> None:
     """Every pooled connection searches HNSW with a candidate list (hnsw.ef_search) at
     least as long as the memory candidates' KNN limit: a shorter one makes each such
-    KNN go on iteratively past its first pass (0.8 ms more at the scale target)."""
+    KNN go on iteratively past its first pass."""
     from memd.engine.retrieve import Channels
 
     s = pg_store
@@ -948,14 +959,14 @@ def test_pg_hnsw_candidate_list_covers_the_candidates_knn(pg_store: Any) -> None
 
 
 def test_pg_keyword_relevance_is_ts_rank_alike_with_and_without_rls(pg_store: Any) -> None:
-    """Keyword relevance on PostgreSQL is ts_rank (seed 002 §2.3) of the OR of the query's
+    """Keyword relevance on PostgreSQL is ts_rank (term frequency) of the OR of the query's
     words, relative to the best hit; the row-level-security path's function (migration
     005) ranks exactly as the owner's query does."""
     s = pg_store
     texts = ["docker", "docker compose and docker swarm", "docker docker docker, only docker",
              "nothing relevant"]
     made = [s.insert_memory(memory(t), vec(i)) for i, t in enumerate(texts)]
-    expected = [float(r) for (r,) in s._q(
+    expected = [float(r) for (r,) in s._rows(
         "SELECT ts_rank(to_tsvector('english', t), websearch_to_tsquery('english', 'docker'))"
         "::float8 FROM unnest(%s::text[]) WITH ORDINALITY AS x (t, n) ORDER BY n",
         (texts[:3],))]
@@ -978,8 +989,8 @@ def test_pg_rls_tests_own_rows_before_the_sharing_functions(pg_store: Any) -> No
     """Under row-level security, a user's reads of their own memories and stats test
     ``user_id = memd.user_id`` before calling memd_shared_memory or memd_shares_workspace
     (migration 006): PostgreSQL stops an OR at its first true arm, and the functions cost
-    ~90 us a row; they put 10 ms into a compile that read ~110 stats rows. Sharing still
-    works: a fellow member's workspace memory is read through them."""
+    a lookup per row, on the ~100 stats rows a compile reads. Sharing still works: a
+    fellow member's workspace memory is read through them."""
     s = pg_store
     s.check_row_security()
     for user in ("alice", "bob"):
@@ -1013,8 +1024,8 @@ def test_pg_rls_tests_own_rows_before_the_sharing_functions(pg_store: Any) -> No
 def test_pg_entity_reads_under_rls_plan_only_the_users_partition(pg_store: Any) -> None:
     """memory_entities' workspace-read policy calls memd_shared_memory (migration 007):
     its EXISTS over memories could not be pruned, so every read of memory_entities under
-    row-level security planned a subquery over every memories partition (the entity
-    channel took 160-450 ms in team mode at the production layout). A fellow member's
+    row-level security planned a subquery over every memories partition, which is slow
+    at the production layout. A fellow member's
     workspace memory is still found by its entities, their private one is not."""
     s = pg_store
     s.check_row_security()
@@ -1027,7 +1038,7 @@ def test_pg_entity_reads_under_rls_plan_only_the_users_partition(pg_store: Any) 
         made[key] = s.insert_memory(memory(f"{key} rust notes", user=user, workspace=ws,
                                            entities=("rust",)), vec(len(made)))
         s.link_entities(user, made[key].id, ["rust"])
-    (part,) = {_hash_partition(r[0]) for r in s._q(
+    (part,) = {_hash_partition(r[0]) for r in s._rows(
         "SELECT DISTINCT tableoid::regclass::text FROM memories WHERE user_id = 'alice'")}
     with acting_as("alice"):
         with _executed_plans(s) as plans:
@@ -1041,7 +1052,7 @@ def test_pg_entity_reads_under_rls_plan_only_the_users_partition(pg_store: Any) 
         assert s.memories_by_entities("bob", ["rust"], 10, MemoryFilter()) == shared
         # The links themselves: a fellow member's workspace memory's, not their private
         # one's, nor those of a "team" memory of carol, who is no member.
-        links = {r[0] for r in s._q("SELECT memory_id FROM memory_entities")}
+        links = {r[0] for r in s._rows("SELECT memory_id FROM memory_entities")}
         assert links == {made["own"].id, made["shared"].id}, links
 
 
@@ -1051,15 +1062,15 @@ def test_pg_access_bumps_leave_memory_rows_alone(pg_store: Any) -> None:
     s = pg_store
     a = s.insert_memory(memory("often used"), vec(0))
     version = "SELECT xmin::text FROM memories WHERE user_id = 'alice' AND memory_id = %s"
-    before = s._q(version, (a.id,))
+    before = s._rows(version, (a.id,))
     s.record_access("alice", [(a.id, 0.5)], now=5.0)
     s.update_memory("alice", a.id, access_count=7)
-    assert s._q(version, (a.id,)) == before
+    assert s._rows(version, (a.id,)) == before
     got = s.get_memory("alice", a.id)
     assert got is not None and got.access_count == 7 and got.last_accessed_at == 5.0
-    assert s._q("SELECT count(*) FROM memory_stats")[0][0] == 1
+    assert s._rows("SELECT count(*) FROM memory_stats")[0][0] == 1
     assert s.delete_memory("alice", a.id)
-    assert s._q("SELECT count(*) FROM memory_stats")[0][0] == 0
+    assert s._rows("SELECT count(*) FROM memory_stats")[0][0] == 0
 
 
 def test_pg_schema_3_database_keeps_its_access_stats(
@@ -1071,6 +1082,7 @@ def test_pg_schema_3_database_keeps_its_access_stats(
     from importlib import resources
 
     from memd.backends import postgres
+    from memd.backends.common import migrations
 
     real = resources.files("memd.sql") / "postgres"
     old = tmp_path / "sql" / "postgres"
@@ -1080,7 +1092,7 @@ def test_pg_schema_3_database_keeps_its_access_stats(
             shutil.copy(str(f), old / f.name)
     dsn = pg.database()
     with monkeypatch.context() as mp:
-        mp.setattr(postgres.resources, "files", lambda _pkg: tmp_path / "sql")
+        mp.setattr(migrations.resources, "files", lambda _pkg: tmp_path / "sql")
         v3 = postgres.PostgresStore(dsn, dim=DIM, partitions=PG_PARTITIONS)
     assert v3.schema_version() == 3
     with v3.transaction():
@@ -1250,19 +1262,19 @@ def test_pg_own_partition_statements_read_what_the_parents_would() -> None:
         for user in users:
             tables = s._tables(user)
             for table in ("memory_stats", "memory_entities", "messages"):
-                (leaf,), = s._q(f"SELECT DISTINCT tableoid::regclass::text FROM {table} "
+                (leaf,), = s._rows(f"SELECT DISTINCT tableoid::regclass::text FROM {table} "
                                 "WHERE user_id = %s", (user,))
                 assert leaf.startswith(getattr(tables, table)), (user, table, leaf)
             sharing = 0
             for table in ("memories_durable", "memories_working"):
-                (leaf,), = s._q(f"SELECT DISTINCT tableoid::regclass::text FROM {table} "
+                (leaf,), = s._rows(f"SELECT DISTINCT tableoid::regclass::text FROM {table} "
                                 "WHERE user_id = %s", (user,))
                 assert re.search(rf"FROM {leaf}\b", tables.memories), (user, leaf)
-                sharing += s._q(f"SELECT count(DISTINCT user_id) FROM {leaf} "
+                sharing += s._rows(f"SELECT count(DISTINCT user_id) FROM {leaf} "
                                 "WHERE user_id <> %s", (user,))[0][0]
             # A generic plan only for a user alone in their memory partitions.
-            assert s._alone_in(user, tables) == (sharing == 0), (user, sharing)
-        alone = [user for user in users if s._alone_in(user, s._tables(user))]
+            assert s._sole_owner(user, tables) == (sharing == 0), (user, sharing)
+        alone = [user for user in users if s._sole_owner(user, s._tables(user))]
         assert 0 < len(alone) < len(users)  # 42 users in 32 partitions: both kinds
         pool = s._own_pool
         conns = [pool.getconn() for _ in range(pool.get_stats()["pool_size"])]
@@ -1281,7 +1293,7 @@ def test_pg_own_partition_statements_read_what_the_parents_would() -> None:
         assert not [st for st, _, _ in prepared if parents.search(st.replace(" AS memories", ""))]
         # Users who share their partitions ran their candidates elsewhere (custom plans).
         assert len(unions) <= len(alone) and len(keyword) <= len(alone)
-        s._tables = lambda user, **_: pgb._PARENTS  # type: ignore[method-assign]
+        s._tables = lambda user, **_: pgb.PARENTS  # type: ignore[method-assign]
         for user in users:
             found, history = mine[user]
             assert reads(user) == mine[user]
@@ -1305,7 +1317,7 @@ def test_pg_own_partitions_under_row_level_security_hold_only_the_acting_users_r
     s = pgb.PostgresStore(pg.database(), dim=DIM, partitions=(32, 32, 32))
     try:
         s.check_row_security()
-        guarded = s._q(
+        guarded = s._rows(
             "SELECT c.relname, c.relrowsecurity, (SELECT count(*) FROM pg_policies p "
             "WHERE p.tablename = c.relname AND p.policyname = 'memd_own_rows') "
             "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
@@ -1342,7 +1354,7 @@ def test_pg_own_partitions_under_row_level_security_hold_only_the_acting_users_r
                 return s.memory_candidates("alice", "rust notes", vec(0), flt, **kw)
 
         def through_parents() -> dict[str, Any]:
-            s._tables = lambda user, **_: pgb._PARENTS  # type: ignore[method-assign]
+            s._tables = lambda user, **_: pgb.PARENTS  # type: ignore[method-assign]
             try:
                 return candidates()
             finally:
@@ -1359,7 +1371,7 @@ def test_pg_own_partitions_under_row_level_security_hold_only_the_acting_users_r
                 for conn in conns:
                     pool.putconn(conn)
 
-        assert s._alone_in("alice", alice)
+        assert s._sole_owner("alice", alice)
         found = candidates()
         assert set(found) == mine and found == through_parents()
         unions = prepared()
@@ -1368,8 +1380,8 @@ def test_pg_own_partitions_under_row_level_security_hold_only_the_acting_users_r
         # carol shares alice's partitions: alice's candidates are planned per call now,
         # and carol's rows stay out of them.
         add(carol, "carol's rust notes")
-        s._alone.clear()
-        assert not s._alone_in("alice", alice)
+        s._sole_owners.clear()
+        assert not s._sole_owner("alice", alice)
         found = candidates()
         assert set(found) == mine and found == through_parents()
         with s._pool.connection() as conn, conn.transaction():
@@ -1380,28 +1392,22 @@ def test_pg_own_partitions_under_row_level_security_hold_only_the_acting_users_r
                 assert users <= {"alice"}, (leaf, users)
             with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
                 conn.execute(f"DELETE FROM {alice.memory_stats}")
-            # The keyword probes over own leaves (migrations 010 and 011) run as the
-            # owner: they answer for the acting user only, over memory partitions only.
-            for probe in (
-                "SELECT memory_id FROM memd_keyword_own_memory_ids(%s, %s, %s, "
-                "websearch_to_tsquery('english', 'rust'), 50, true, NULL)",
-                "SELECT memory_id FROM memd_keyword_own_memory_top(%s, %s, %s, "
-                "websearch_to_tsquery('english', 'rust'), 50, true, NULL, false, NULL, "
-                "NULL, NULL, NULL, NULL)",
-            ):
-                hits = {r[0] for r in conn.execute(probe, ("alice", *alice.memory_leaves))}
-                assert hits == mine  # carol's rust notes share the leaves, not the answer
-                for args in (("carol", *alice.memory_leaves),
-                             (bob, *s._tables(bob).memory_leaves)):
-                    with (pytest.raises(psycopg.errors.InsufficientPrivilege),
-                          conn.transaction()):
-                        conn.execute(probe, args)
-                for leaves in ((alice.memory_stats, alice.memory_leaves[1]),
-                               (alice.memory_leaves[1], alice.memory_leaves[0]),
-                               ("api_keys", "users"), ('x"; DROP TABLE users; --', "y")):
-                    with (pytest.raises(psycopg.errors.InvalidParameterValue),
-                          conn.transaction()):
-                        conn.execute(probe, ("alice", *leaves))
+            # The keyword probe over own leaves (migration 011) runs as the owner: it
+            # answers for the acting user only, over memory partitions only.
+            probe = ("SELECT memory_id FROM memd_keyword_own_memory_top(%s, %s, %s, "
+                     "websearch_to_tsquery('english', 'rust'), 50, true, NULL, false, NULL, "
+                     "NULL, NULL, NULL, NULL)")
+            hits = {r[0] for r in conn.execute(probe, ("alice", *alice.memory_leaves))}
+            assert hits == mine  # carol's rust notes share the leaves, not the answer
+            for args in (("carol", *alice.memory_leaves),
+                         (bob, *s._tables(bob).memory_leaves)):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
+                    conn.execute(probe, args)
+            for leaves in ((alice.memory_stats, alice.memory_leaves[1]),
+                           (alice.memory_leaves[1], alice.memory_leaves[0]),
+                           ("api_keys", "users"), ('x"; DROP TABLE users; --', "y")):
+                with pytest.raises(psycopg.errors.InvalidParameterValue), conn.transaction():
+                    conn.execute(probe, ("alice", *leaves))
     finally:
         s.close()
 
@@ -1518,7 +1524,7 @@ def test_pg_a_read_as_an_acting_user_is_one_round_trip_and_leaves_no_setting(
     s.create_session(session("bob", "s-b"))
     whoami = "SELECT current_user::text, current_setting('memd.user_id', true)"
     with _protocol_trace(s._pool) as trace, acting_as("alice"):
-        assert s._q(whoami) == [("memd_app", "alice")]
+        assert s._rows(whoami) == [("memd_app", "alice")]
         assert s.get_session("alice", "s-a") is not None
         assert s.get_session("bob", "s-b") is None  # bob's row: not the actor's
         with s.read_batch():
@@ -1527,7 +1533,7 @@ def test_pg_a_read_as_an_acting_user_is_one_round_trip_and_leaves_no_setting(
     ready = [line for line in trace if "\tReadyForQuery" in line]
     assert len(ready) == 5, trace
     assert not [line for line in trace if "BEGIN" in line or "COMMIT" in line], trace
-    owner = s._q(whoami)[0]
+    owner = s._rows(whoami)[0]
     assert owner[0] != "memd_app" and not owner[1]
     assert s.get_session("bob", "s-b") is not None
 

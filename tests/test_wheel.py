@@ -32,7 +32,7 @@ NOT_SOURCE = shutil.ignore_patterns(
 )
 REQUIRED_FILES = {
     "memd/backends/base.py",
-    "memd/backends/sqlite.py",
+    "memd/backends/sqlite/__init__.py",
     "memd/sql/sqlite/001_core.sql",
     "memd/sql/sqlite/002_vectors.sql",
 }
@@ -101,7 +101,7 @@ def test_wheel_ships_backends_and_sql_inside_memd(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
     source = REPO / "memd"
-    in_repo = {f"memd/backends/{p.name}" for p in (source / "backends").glob("*.py")}
+    in_repo = {p.relative_to(REPO).as_posix() for p in (source / "backends").rglob("*.py")}
     in_repo |= {f"memd/sql/sqlite/{p.name}" for p in (source / "sql" / "sqlite").glob("*.sql")}
     assert REQUIRED_FILES | in_repo <= names, sorted((REQUIRED_FILES | in_repo) - names)
     top = {n.split("/", 1)[0] for n in names}

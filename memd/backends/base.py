@@ -1,6 +1,8 @@
-"""The Store protocol: everything the engine needs from a storage backend.
+"""The Store protocol: everything the engine needs from a storage backend, one protocol
+per role (sessions, messages, memories, facts, calls and usage, accounts, jobs, the
+embedding cache) composed into :class:`Store`.
 
-A backend is one module that implements this protocol over a real database and returns
+A backend is one package that implements this protocol over a real database and returns
 the shared dataclasses of :mod:`memd.types`. It knows nothing of HTTP or models: vectors
 arrive already computed (unit-length float32, ``dim`` entries), token counts arrive
 already counted. Every method that takes a ``user_id`` touches only that user's rows,
@@ -13,13 +15,15 @@ outside one runs in its own transaction. Driver errors leave a backend as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+# Helpers both backends share, importable from here too.
+from memd.backends.common.candidates import access_totals, compose_candidates
+from memd.backends.common.fulltext import KEYWORD_INDEX_CHARS, keyword_part
 from memd.types import (
     ApiKey,
     Fact,
@@ -29,48 +33,25 @@ from memd.types import (
     MemoryFilter,
     Message,
     NewMessage,
-    Provenance,
-    Scope,
     Session,
-    Tier,
     Usage,
     User,
 )
 
 # A vector as callers hand it in: a numpy array (what the embedders return) or floats.
 Vector = Sequence[float] | np.ndarray
-# What a message's keyword index holds: the whole text up to this many characters, else
-# its first and last half of it (a whole log as a tool result is stored whole, indexed in
-# part; PostgreSQL's tsvector cannot hold more than 1 MB). sql/postgres/012 says the same.
-KEYWORD_INDEX_CHARS = 65_536
-
-
-def keyword_part(text: str) -> str:
-    """The part of a message's text that its keyword index holds."""
-    if len(text) <= KEYWORD_INDEX_CHARS:
-        return text
-    half = KEYWORD_INDEX_CHARS // 2
-    return text[:half] + " " + text[-half:]
 # A memory's access: (memory_id, relevance), or (memory_id, relevance summed, accesses).
 AccessHit = tuple[str, float] | tuple[str, float, int]
-# Stored enum values back to members, by index (each enum's values are 0, 1, ...): a
-# tuple lookup, where calling the enum costs ~1 us, ~260 times a compile.
-TIERS = tuple(Tier)
-SCOPES = tuple(Scope)
-PROVENANCES = tuple(Provenance)
-assert all(m.value == i for e in (TIERS, SCOPES, PROVENANCES) for i, m in enumerate(e))
 
 
-@runtime_checkable
-class Store(Protocol):
-    """Storage for sessions, messages, memories, facts, entities, usage and jobs."""
+class Lifecycle(Protocol):
+    """Opening, transactions and how reads are grouped."""
 
     dim: int
     #: Whether reads from different threads run in parallel (PostgreSQL: a pooled
     #: connection each) rather than taking turns (SQLite: one connection).
     concurrent_reads: bool
 
-    # -- lifecycle -------------------------------------------------------------------
     def close(self) -> None: ...
 
     def transaction(self) -> AbstractContextManager[None]:
@@ -105,7 +86,10 @@ class Store(Protocol):
 
     def schema_version(self) -> int: ...
 
-    # -- sessions --------------------------------------------------------------------
+
+class SessionStore(Protocol):
+    """Sessions and their system prompts."""
+
     def create_session(self, session: Session) -> Session: ...
 
     def get_session(self, user_id: str, session_id: str) -> Session | None: ...
@@ -129,7 +113,12 @@ class Store(Protocol):
 
     def get_system_prompt(self, prompt_hash: str) -> str | None: ...
 
-    # -- messages (append-only) ------------------------------------------------------
+    def expire_sessions(self, now: float) -> int: ...
+
+
+class MessageStore(Protocol):
+    """A session's messages: append-only, searchable by vector and keyword."""
+
     def append_messages(
         self, user_id: str, session_id: str, messages: Sequence[NewMessage],
         token_counts: Sequence[int], content_hashes: Sequence[str | None], now: float,
@@ -186,7 +175,10 @@ class Store(Protocol):
         """Full-text matches; pairs of (message, relevance in [0, 1], higher is better)."""
         ...
 
-    # -- memories --------------------------------------------------------------------
+
+class MemoryStore(Protocol):
+    """Memories, their entity links and access stats."""
+
     def insert_memory(self, memory: Memory, vector: Vector | None) -> Memory: ...
 
     def get_memory(self, user_id: str, memory_id: str) -> Memory | None: ...
@@ -266,7 +258,21 @@ class Store(Protocol):
         """Every user id that owns at least one memory (for sweeps)."""
         ...
 
-    # -- facts -----------------------------------------------------------------------
+    def link_entities(self, user_id: str, memory_id: str, entities: Sequence[str]) -> None:
+        ...
+
+    def iter_memories(self, user_id: str | None = None) -> Iterator[Memory]: ...
+
+    def expire_memories(self, now: float) -> int:
+        """Deactivate every active memory whose expires_at has passed; returns count."""
+        ...
+
+    def delete_session_working_memory(self, user_id: str, session_id: str) -> int: ...
+
+
+class FactStore(Protocol):
+    """Facts: keyed values that supersede one another."""
+
     def get_facts(
         self, user_id: str, workspaces: tuple[str, ...] | None = None,
         active_only: bool = True, category: str | None = None, key: str | None = None,
@@ -276,11 +282,14 @@ class Store(Protocol):
 
     def supersede_fact(self, user_id: str, fact_id: str, by: str, now: float) -> None: ...
 
-    # -- entities --------------------------------------------------------------------
-    def link_entities(self, user_id: str, memory_id: str, entities: Sequence[str]) -> None:
+    def delete_facts(self, user_id: str, fact_ids: Sequence[str]) -> int:
+        """Delete these facts (any version); how many there were."""
         ...
 
-    # -- calls (what the proxy injected into each chat call) --------------------------
+
+class CallStore(Protocol):
+    """Calls (what the proxy injected into each chat call) and token usage."""
+
     def record_call(
         self, call_id: str, user_id: str, session_id: str | None, workspace: str | None,
         model: str | None, now: float, report: dict[str, Any], status: int | None = None,
@@ -300,7 +309,14 @@ class Store(Protocol):
         filter, not the calls made outside any workspace)."""
         ...
 
-    # -- accounts (authenticated mode; backends/accounts.py) ---------------------------
+    def record_usage(self, usage: Usage) -> None: ...
+
+    def list_usage(self, user_id: str, limit: int = 100) -> list[Usage]: ...
+
+
+class AccountStore(Protocol):
+    """Users, API keys and workspace members (authenticated mode; backends/accounts.py)."""
+
     def create_user(self, user_id: str, name: str, now: float) -> User: ...
 
     def get_user(self, user_id: str) -> User | None: ...
@@ -324,12 +340,10 @@ class Store(Protocol):
 
     def workspace_members(self, workspace: str) -> list[str]: ...
 
-    # -- usage -----------------------------------------------------------------------
-    def record_usage(self, usage: Usage) -> None: ...
 
-    def list_usage(self, user_id: str, limit: int = 100) -> list[Usage]: ...
+class JobQueue(Protocol):
+    """The durable job queue."""
 
-    # -- jobs (durable queue) --------------------------------------------------------
     def enqueue_job(
         self, kind: str, payload: dict[str, Any], user_id: str | None, now: float,
         run_after: float | None = None,
@@ -348,130 +362,23 @@ class Store(Protocol):
 
     def pending_jobs(self) -> int: ...
 
-    # -- embedding cache (content hash -> float32 bytes) ------------------------------
+
+class EmbeddingCache(Protocol):
+    """Embeddings by content hash (float32 bytes), per model."""
+
     def get_cached_embeddings(self, model: str, hashes: Sequence[str]) -> dict[str, bytes]: ...
 
     def put_cached_embeddings(self, model: str, items: Sequence[tuple[str, bytes]]) -> None: ...
 
-    # -- bulk, for maintenance and export --------------------------------------------
-    def iter_memories(self, user_id: str | None = None) -> Iterator[Memory]: ...
 
-    def expire_memories(self, now: float) -> int:
-        """Deactivate every active memory whose expires_at has passed; returns count."""
-        ...
+@runtime_checkable
+class Store(Lifecycle, SessionStore, MessageStore, MemoryStore, FactStore, CallStore,
+            AccountStore, JobQueue, EmbeddingCache, Protocol):
+    """Storage for sessions, messages, memories, facts, entities, usage and jobs: every
+    role above, over one database."""
 
-    def expire_sessions(self, now: float) -> int: ...
-
-    def delete_session_working_memory(self, user_id: str, session_id: str) -> int: ...
-
-
-def recent_query(
-    columns: str, user_id: str, session_id: str, before_turn: int | None, *, mark: str,
-    active: str, nonneg: str, table: str = "messages",
-) -> tuple[str, list[Any]]:
-    """``Store.recent_messages`` as one SQL statement for either backend: the running
-    token sum is a window over turn numbers and counts only, and just the messages it
-    keeps are read in full. ``mark`` is the placeholder, ``active`` the SQL for an active
-    message, ``nonneg`` the two-argument max function, ``table`` what holds the user's
-    messages; the caller appends the limit and the budget to the parameters returned."""
-    where = f"user_id = {mark} AND session_id = {mark} AND {active}"
-    params: list[Any] = [user_id, session_id]
-    if before_turn is not None:
-        where += f" AND turn_index < {mark}"
-        params.append(before_turn)
-    tokens = f"{nonneg}(token_count, 0)"
-    return (
-        f"SELECT {columns} FROM {table} WHERE {where} AND turn_index >= ("
-        f"SELECT min(turn_index) FROM (SELECT turn_index, sum({tokens}) OVER (ORDER BY "
-        f"turn_index DESC ROWS UNBOUNDED PRECEDING) - {tokens} AS newer FROM (SELECT "
-        f"turn_index, token_count FROM {table} WHERE {where} ORDER BY turn_index DESC "
-        f"LIMIT {mark}) AS page) AS w WHERE newer <= {mark}) ORDER BY turn_index DESC",
-        [*params, *params],
-    )
-
-
-CALL_COLUMNS = "call_id, session_id, workspace, model_id, created_at, status, report, metadata"
-
-
-def calls_query(
-    user_id: str, *, mark: str, session_id: str | None, workspace: str | None,
-    since: float | None, until: float | None, limit: int,
-) -> tuple[str, list[Any]]:
-    """``Store.list_calls`` as one SQL statement for either backend, with ``mark`` the
-    driver's placeholder and ``workspace`` as the backend stores it (None: any). The
-    order is the one the (user_id, created_at DESC) index keeps; the call id only breaks
-    ties."""
-    where = [f"user_id = {mark}"]
-    params: list[Any] = [user_id]
-    for test, value in (("session_id =", session_id), ("workspace =", workspace),
-                        ("created_at >=", since), ("created_at <", until)):
-        if value is not None:
-            where.append(f"{test} {mark}")
-            params.append(value)
-    return (f"SELECT {CALL_COLUMNS} FROM calls WHERE {' AND '.join(where)} "
-            f"ORDER BY created_at DESC, call_id DESC LIMIT {mark}", [*params, limit])
-
-
-def call_record(row: Sequence[Any], user_id: str,
-                load: Callable[[Any], Any] = lambda value: value) -> dict[str, Any]:
-    """A ``CALL_COLUMNS`` row as ``Store.get_call`` returns it; ``load`` decodes the
-    JSON columns where the driver hands them over as text."""
-    return {"id": row[0], "user_id": user_id, "session_id": row[1],
-            "workspace": row[2] or None, "model": row[3], "created_at": row[4],
-            "status": row[5], "report": load(row[6]), "metadata": load(row[7])}
-
-
-def compose_candidates(
-    store: Store, user_id: str, query: str, vector: Vector, flt: MemoryFilter, *,
-    knn_k: int, keyword_k: int, entities: Sequence[str] = (), entity_k: int = 0,
-    frequent_k: int = 0,
-    keyword_hits: Callable[[], Sequence[tuple[Memory, float]]] | None = None,
-) -> dict[str, Found]:
-    """``Store.memory_candidates`` from the single-channel methods: a call per channel,
-    then the vectors of the candidates the KNN did not find. The embedded backend uses
-    it (its calls are in-process); a networked backend answers in one round trip and
-    must agree with it. ``keyword_hits``: the keyword channel's answer, where the caller
-    started it already (called after the vector channel)."""
-    found: dict[str, Memory] = {}
-    sims: dict[str, float] = {}
-    keyword: dict[str, float] = {}
-    by_entity: set[str] = set()
-    for mem, sim in store.nearest_memories(user_id, vector, knn_k, flt):
-        found[mem.id], sims[mem.id] = mem, sim
-    if keyword_k > 0:
-        hits = keyword_hits() if keyword_hits is not None else store.keyword_memories(
-            user_id, query, keyword_k, flt)
-        for mem, rel in hits:
-            found.setdefault(mem.id, mem)
-            keyword[mem.id] = rel
-    if entities and entity_k > 0:
-        for mem in store.memories_by_entities(user_id, entities, entity_k, flt):
-            found.setdefault(mem.id, mem)
-            by_entity.add(mem.id)
-    if frequent_k > 0:
-        for mem in store.list_memories(user_id, replace(flt, scope=Scope.GLOBAL),
-                                       limit=frequent_k, order="access_count"):
-            found.setdefault(mem.id, mem)
-    missing = [mid for mid in found if mid not in sims]
-    if missing:
-        q = np.asarray(vector, dtype=np.float32)
-        for mid, vec in store.get_memory_vectors(user_id, missing).items():
-            sims[mid] = float(np.dot(q, np.asarray(vec, dtype=np.float32)))
-    return {
-        mid: Found(mem, sims.get(mid, 0.0), keyword.get(mid, 0.0), mid in by_entity)
-        for mid, mem in found.items()
-    }
-
-
-def access_totals(hits: Sequence[AccessHit],
-                  totals: dict[str, tuple[int, float]] | None = None
-                  ) -> dict[str, tuple[int, float]]:
-    """record_access's ``hits`` by memory: (accesses, relevance summed), each memory
-    once, so that one statement can apply them all; added into ``totals`` when given
-    (the job runner gathers a second's compiles so)."""
-    if totals is None:
-        totals = {}
-    for mid, rel, *n in hits:
-        count, summed = totals.get(mid, (0, 0.0))
-        totals[mid] = (count + (n[0] if n else 1), summed + rel)
-    return totals
+__all__ = [
+    "KEYWORD_INDEX_CHARS", "AccessHit", "AccountStore", "CallStore", "EmbeddingCache",
+    "FactStore", "JobQueue", "Lifecycle", "MemoryStore", "MessageStore", "SessionStore",
+    "Store", "Vector", "access_totals", "compose_candidates", "keyword_part",
+]

@@ -1,0 +1,69 @@
+"""SQL written once for both drivers: statements are written with ``?`` marks and the
+spellings below, and each backend swaps in its own."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    mark: str  # the driver's parameter placeholder
+    true: str  # boolean literals, for SET clauses
+    false: str
+    ignore_prefix: str  # an INSERT that skips rows a unique key already holds...
+    ignore_suffix: str  # ...is written ``{ignore_prefix} t (...) VALUES (...){ignore_suffix}``
+    bool_columns: bool  # whether a flag column is a boolean (else 0 or 1)
+
+    def sql(self, text: str) -> str:
+        """``text`` with its ``?`` marks as the driver's placeholders."""
+        return _swap(text, self.mark)
+
+    def flag(self, column: str) -> str:
+        """A test that the flag ``column`` is set."""
+        return column if self.bool_columns else f"{column} = 1"
+
+    def unflagged(self, column: str) -> str:
+        """A test that the flag ``column`` is not set."""
+        return f"NOT {column}" if self.bool_columns else f"{column} = 0"
+
+    def among(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        """A test that ``column`` is one of ``values``, and its parameters: one array
+        parameter where the driver binds lists, else one placeholder per value."""
+        if self.bool_columns:
+            return f"{column} = ANY({self.mark})", [list(values)]
+        return f"{column} IN ({', '.join([self.mark] * len(values))})", list(values)
+
+
+SQLITE = Dialect(mark="?", true="1", false="0", ignore_prefix="INSERT OR IGNORE INTO",
+                 ignore_suffix="", bool_columns=False)
+POSTGRES = Dialect(mark="%s", true="true", false="false", ignore_prefix="INSERT INTO",
+                   ignore_suffix=" ON CONFLICT DO NOTHING", bool_columns=True)
+
+
+@functools.lru_cache(maxsize=1024)
+def _swap(text: str, mark: str) -> str:
+    return text.replace("?", mark)
+
+
+class SqlMixin:
+    """What the shared Store methods run on: a backend's ``_rows`` (read rows),
+    ``_write`` (one write, returns rows changed) and ``_write_many`` (one statement over
+    many parameter rows), with ``_dialect`` its driver's spellings."""
+
+    _dialect: Dialect
+
+    def _rows(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _write(self, query: str, params: Sequence[Any] = ()) -> int:
+        raise NotImplementedError
+
+    def _write_many(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
+        raise NotImplementedError
+
+    def _sql(self, text: str) -> str:
+        return self._dialect.sql(text)

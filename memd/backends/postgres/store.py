@@ -1,0 +1,47 @@
+"""The PostgreSQL store: every role of the Store protocol over one database."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memd.backends.common.columns import USAGE_COLUMNS
+from memd.backends.postgres.connection import MAP
+from memd.backends.postgres.memories import PostgresMemories
+from memd.backends.postgres.queries import JOB_RETURNING
+from memd.types import Job, Usage
+
+
+class PostgresStore(PostgresMemories):
+    """The Store protocol over one PostgreSQL database (pgvector and pg_trgm required).
+
+    ``partitions`` are the hash partition counts of (sessions, memories, history) used when
+    the schema is first created; an existing database keeps the counts it was made with.
+    """
+
+    def list_usage(self, user_id: str, limit: int = 100) -> list[Usage]:
+        rows = self._rows(f"SELECT {USAGE_COLUMNS} FROM usage_log WHERE user_id = %s "
+                          "ORDER BY created_at DESC, usage_id LIMIT %s", (user_id, limit))
+        return [MAP.usage(r) for r in rows]
+
+    def claim_jobs(self, now: float, limit: int, lease_seconds: float = 60.0) -> list[Job]:
+        # SKIP LOCKED: daemons sharing the database never claim the same job twice.
+        rows = self._write_rows(
+            "WITH due AS (SELECT job_id FROM jobs WHERE status = 'pending' "
+            "AND run_after <= %s AND (lease_until IS NULL OR lease_until <= %s) "
+            "ORDER BY run_after, created_at LIMIT %s FOR UPDATE SKIP LOCKED) "
+            "UPDATE jobs j SET lease_until = %s, attempts = j.attempts + 1 FROM due "
+            f"WHERE j.job_id = due.job_id RETURNING {JOB_RETURNING}",
+            (now, now, limit, now + lease_seconds),
+        )
+        jobs = [MAP.job(r) for r in rows]
+        return sorted(jobs, key=lambda j: (j.run_after, j.created_at, j.id))
+
+    def get_cached_embeddings(self, model: str, hashes: Sequence[str]) -> dict[str, bytes]:
+        if not hashes:
+            return {}
+        rows = self._rows(
+            "SELECT content_hash, vector FROM embedding_cache WHERE model = %s "
+            "AND content_hash = ANY(%s)",
+            (model, list(dict.fromkeys(hashes))),
+        )
+        return {h: bytes(v) for h, v in rows}

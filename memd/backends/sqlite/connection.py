@@ -1,0 +1,210 @@
+"""The SQLite store's connection: one apsw connection per store, prepared in one place
+(sqlite-vec loaded, WAL and pragmas set), guarded by a re-entrant lock so the daemon's
+threads never interleave a transaction.
+
+WAL checkpoints run in a thread of the store's own, never in a write: SQLite's automatic
+checkpoint runs in the commit that takes the WAL past its limit, which stalls that one
+write, so a WAL hook replaces it and wakes the thread once the WAL holds
+``checkpoint_pages``; a write checkpoints in line only when the thread has fallen 10x
+behind (see _catch_up).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from pathlib import Path
+from typing import Any, cast
+
+import apsw
+
+from memd.backends.accounts import AccountsMixin
+from memd.backends.common.dialect import SQLITE
+from memd.backends.common.errors import translate
+from memd.backends.common.rows import load_json_text, row_mappers, strings_from_json
+from memd.backends.common.store import PortableStore
+from memd.backends.sqlite.fulltext import fts_text
+from memd.backends.sqlite.schema import migrate
+from memd.errors import MemdError, StorageError
+
+log = logging.getLogger("memd.sqlite")
+
+Params = Sequence[Any] | dict[str, Any]
+# The errors a statement can raise: apsw's, and Python's for an integer SQLite can't hold.
+DRIVER_ERRORS = (apsw.Error, OverflowError)
+driver_error: functools.partial[MemdError] = functools.partial(
+    translate, database="SQLite", conflict=apsw.ConstraintError, invalid=OverflowError)
+
+# JSON is stored as text, string arrays (tags, entities) as JSON text.
+MAP = row_mappers(load_json_text, strings_from_json)
+
+
+def to_json(value: Any) -> str:
+    """A JSON column's value as SQLite stores it."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+class SQLiteConnection(PortableStore, AccountsMixin):
+    """The connection, its transactions and its checkpoints."""
+
+    _dialect = SQLITE
+    _map = MAP
+    _json = staticmethod(to_json)
+    _needs_embedding = "has_embedding = 0 AND content IS NOT NULL ORDER BY created_at"
+    concurrent_reads = False  # one connection, one lock
+    checkpoint_pages = 1000  # WAL pages (4 KB) that wake the checkpoint thread
+
+    def __init__(self, path: str | Path = ":memory:", dim: int = 384) -> None:
+        self.path = str(path)
+        self.dim = dim
+        self._lock = threading.RLock()
+        self._depth = threading.local()  # this thread's transaction() nesting
+        self._closed = False
+        self._checkpointer: apsw.Connection | None = None
+        self._checkpoint_due = threading.Event()
+        self._checkpoint_lock = threading.Lock()
+        self._wal_pages = 0  # the WAL's length after the last commit
+        self._checkpoint_thread: threading.Thread | None = None
+        try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._db = apsw.Connection(self.path)
+            self._prepare()
+            migrate(self._db, self._lock, self.path, self.dim)
+        except apsw.Error as exc:
+            raise StorageError(f"cannot open SQLite store at {self.path}: {exc}") from exc
+
+    def _prepare(self) -> None:
+        import sqlite_vec
+
+        db = self._db
+        db.enable_load_extension(True)
+        db.load_extension(sqlite_vec.loadable_path())
+        db.enable_load_extension(False)
+        db.set_busy_timeout(10_000)
+        db.create_scalar_function("memd_fts_text", cast(Any, fts_text), 2, deterministic=True)
+        for pragma in (
+            "journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON",
+            "secure_delete = ON", "temp_store = MEMORY", "cache_size = -65536",
+        ):
+            db.execute(f"PRAGMA {pragma}")
+        db.set_wal_hook(self._wal_grew)  # in place of the automatic checkpoint
+
+    def _wal_grew(self, _db: apsw.Connection, _name: str, pages: int) -> int:
+        """After each commit: wake the checkpoint thread once the WAL is long enough."""
+        self._wal_pages = pages
+        if pages >= self.checkpoint_pages and not self._closed:
+            if self._checkpoint_thread is None:
+                self._checkpoint_thread = threading.Thread(
+                    target=self._checkpoints, name="memd-sqlite-checkpoint", daemon=True)
+                self._checkpoint_thread.start()
+            self._checkpoint_due.set()
+        return apsw.SQLITE_OK
+
+    def _checkpoints(self) -> None:
+        while True:
+            self._checkpoint_due.wait()
+            self._checkpoint_due.clear()
+            if self._closed:
+                return
+            try:
+                self.checkpoint()
+            except StorageError as exc:  # e.g. busy: the next commit wakes it again
+                log.warning("%s", exc)
+
+    def checkpoint(self) -> None:
+        """Copy the WAL back into the database without blocking writers (PASSIVE), from
+        a connection of its own so the store's lock is not held meanwhile. The store's
+        checkpoint thread calls it; anyone may."""
+        if self.path == ":memory:":
+            return
+        try:
+            with self._checkpoint_lock:  # one apsw connection: one thread at a time
+                if self._checkpointer is None:
+                    self._checkpointer = apsw.Connection(self.path)
+                    self._checkpointer.set_busy_timeout(1000)
+                self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except apsw.Error as exc:
+            raise StorageError(f"checkpoint failed: {exc}") from exc
+
+    def _catch_up(self) -> None:
+        """After a commit, with the store's lock: a checkpoint in line when the thread
+        has fallen 10x behind, as under writes back to back it can (a PASSIVE checkpoint
+        lets the WAL restart only once it has copied every frame before the next write
+        begins); the WAL stays as short as SQLite's automatic checkpoint kept it."""
+        if self._wal_pages >= 10 * self.checkpoint_pages:
+            self._wal_pages = 0
+            with self._checkpoint_lock:  # after the thread's, if one is running
+                self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def close(self) -> None:
+        self._closed = True
+        if self._checkpoint_thread is not None:
+            self._checkpoint_due.set()
+            self._checkpoint_thread.join(timeout=30)
+        with self._lock, self._checkpoint_lock:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+            self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._lock:
+            self._depth.n = getattr(self._depth, "n", 0) + 1
+            try:
+                with self._db:
+                    yield
+                if self._depth.n == 1:
+                    self._catch_up()
+            except apsw.Error as exc:
+                self._drop_caches()
+                raise StorageError(f"SQLite: {exc}") from exc
+            except BaseException:
+                self._drop_caches()  # rolled back: the caches may be ahead of the file
+                raise
+            finally:
+                self._depth.n -= 1
+
+    def in_transaction(self) -> bool:
+        return bool(getattr(self._depth, "n", 0))
+
+    def read_batch(self) -> AbstractContextManager[None]:
+        """Nothing to share on SQLite: every read is an in-process call already."""
+        return nullcontext()
+
+    def side_reads(self) -> AbstractContextManager[None]:
+        return nullcontext()  # one connection; no pool to keep apart
+
+    def _drop_caches(self) -> None:
+        """Forget what is kept in memory of the file's rows (the vector caches)."""
+
+    def _rows(self, query: str, params: Params = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                return list(self._db.execute(query, params))
+            except DRIVER_ERRORS as exc:
+                raise driver_error(exc) from exc
+
+    def _write(self, query: str, params: Params = ()) -> int:
+        """Execute a write; returns the number of rows changed."""
+        with self._lock:
+            try:
+                self._db.execute(query, params)
+                changed = self._db.changes()
+                if not self.in_transaction():
+                    self._catch_up()
+                return changed
+            except DRIVER_ERRORS as exc:
+                raise driver_error(exc) from exc
+
+    def _write_many(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
+        """One statement over many parameter rows, in one transaction."""
+        with self.transaction():
+            try:
+                self._db.executemany(query, rows)
+            except DRIVER_ERRORS as exc:
+                raise driver_error(exc) from exc

@@ -1,0 +1,144 @@
+"""SQLite messages: appends, history windows, and the message search channels (vector
+from the cache or vec0, keyword from FTS5)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from memd.backends.base import Vector
+from memd.backends.common.columns import MESSAGE_COLUMNS, marks
+from memd.backends.common.dialect import SQLITE
+from memd.backends.common.fulltext import keyword_part
+from memd.backends.common.queries import BUMP_HISTORY_VERSION, recent_query
+from memd.backends.common.store import INSERT_MESSAGE, message_params, new_messages
+from memd.backends.sqlite.connection import MAP, to_json
+from memd.backends.sqlite.fulltext import fts_query, fts_text
+from memd.backends.sqlite.vectors import SQLiteVectors, blob
+from memd.errors import NotFound
+from memd.types import Message, NewMessage
+
+
+class SQLiteMessages(SQLiteVectors):
+    """Messages: appends, history windows and the message search channels."""
+
+    def append_messages(
+        self, user_id: str, session_id: str, messages: Sequence[NewMessage],
+        token_counts: Sequence[int], content_hashes: Sequence[str | None], now: float,
+        chain_hashes: Sequence[str | None] | None = None,
+    ) -> list[Message]:
+        with self.transaction():
+            rows = self._rows(
+                "SELECT turn_count FROM sessions WHERE user_id = ? AND session_id = ?",
+                (user_id, session_id),
+            )
+            if not rows:
+                raise NotFound(f"no session {session_id!r} for user {user_id!r}")
+            out = new_messages(user_id, session_id, messages, token_counts, content_hashes,
+                               chain_hashes, int(rows[0][0]), now)
+            for m in out:
+                self._write(SQLITE.sql(INSERT_MESSAGE), message_params(m, to_json))
+                if m.content:
+                    self._write(
+                        "INSERT INTO messages_fts (rowid, content, session_id, message_id) "
+                        "VALUES (last_insert_rowid(), ?, ?, ?)",
+                        (fts_text(user_id, keyword_part(m.content)), session_id, m.id),
+                    )
+            self._write(
+                "UPDATE sessions SET turn_count = ?, updated_at = ? "
+                "WHERE user_id = ? AND session_id = ?",
+                (int(rows[0][0]) + len(out), now, user_id, session_id),
+            )
+        return out
+
+    def recent_messages(
+        self, user_id: str, session_id: str, token_budget: int, *,
+        before_turn: int | None = None, limit: int = 512,
+    ) -> list[Message]:
+        query, params = recent_query(
+            MESSAGE_COLUMNS, user_id, session_id, before_turn, mark="?",
+            active="is_compressed = 0 AND is_pruned = 0", nonneg="max",
+        )
+        message = MAP.message
+        return [message(r) for r in self._rows(query, (*params, limit, token_budget))]
+
+    def find_chain(self, user_id: str, chain_hashes: Sequence[str]) -> list[Message]:
+        if not chain_hashes:
+            return []
+        out: list[Message] = []
+        unique = list(dict.fromkeys(chain_hashes))
+        for i in range(0, len(unique), 500):
+            chunk = unique[i : i + 500]
+            out += [MAP.message(r) for r in self._rows(
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE user_id = ? AND chain_hash IN "
+                f"({marks('?', len(chunk))})",
+                (user_id, *chunk),
+            )]
+        return out
+
+    def mark_compressed(
+        self, user_id: str, session_id: str, message_ids: Sequence[str], summary_id: str
+    ) -> None:
+        with self.transaction():
+            self._write_many(
+                "UPDATE messages SET is_compressed = 1, compressed_summary_id = ? "
+                "WHERE user_id = ? AND session_id = ? AND message_id = ?",
+                [(summary_id, user_id, session_id, mid) for mid in message_ids],
+            )
+            self._write(BUMP_HISTORY_VERSION, (user_id, session_id))
+
+    def nearest_messages(
+        self, user_id: str, vector: Vector, k: int, session_id: str | None = None
+    ) -> list[tuple[Message, float]]:
+        cached = self._message_vectors_or_warm(user_id)
+        if cached is not None:
+            pairs = cached.knn(vector, k, False, None if session_id is None else (session_id,))
+            return self._messages_with(user_id, pairs)
+        query = (
+            "SELECT message_id, distance FROM message_vec WHERE embedding MATCH ? AND k = ? "
+            "AND user_id = ?"
+        )
+        params: list[Any] = [blob(vector), k, user_id]
+        if session_id is not None:
+            query += " AND session_id = ?"
+            params.append(session_id)
+        pairs = self._rows(query, params)
+        return self._messages_with(user_id, [(mid, 1.0 - float(d)) for mid, d in pairs])
+
+    def keyword_messages(
+        self, user_id: str, query: str, k: int, session_id: str | None = None
+    ) -> list[tuple[Message, float]]:
+        match = fts_query(user_id, query)
+        if match is None:
+            return []
+        ranking = (
+            "SELECT message_id, -bm25(messages_fts) AS r FROM messages_fts "
+            "WHERE messages_fts MATCH ?"
+        )
+        params: list[Any] = [match]
+        if session_id is not None:
+            ranking += " AND session_id = ?"
+            params.append(session_id)
+        ranking += " ORDER BY r DESC LIMIT ?"
+        params.append(k)
+        pairs = self._rows(ranking, params)
+        top = max((float(r) for _, r in pairs), default=0.0) or 1.0
+        return self._messages_with(user_id, [(mid, float(r) / top) for mid, r in pairs])
+
+    def _messages_with(
+        self, user_id: str, pairs: list[tuple[str, float]]
+    ) -> list[tuple[Message, float]]:
+        """The messages of (message_id, score) pairs, in their order, with their scores."""
+        if not pairs:
+            return []
+        ids = [p[0] for p in pairs]
+        # "+user_id": look the ids up by primary key; with an index on user_id to choose,
+        # SQLite may walk all the user's messages instead.
+        rows = self._rows(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE message_id IN "
+            f"({marks('?', len(ids))}) AND +user_id = ?",
+            (*ids, user_id),
+        )
+        message = MAP.message
+        by_id = {r[0]: message(r) for r in rows}
+        return [(by_id[mid], s) for mid, s in pairs if mid in by_id]

@@ -1,0 +1,64 @@
+"""The SQLite store: every role of the Store protocol over one file."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memd.backends.base import Vector
+from memd.backends.common.candidates import compose_candidates
+from memd.backends.common.columns import USAGE_COLUMNS, marks
+from memd.backends.sqlite.connection import MAP
+from memd.backends.sqlite.memories import SQLiteMemories
+from memd.types import Found, Job, MemoryFilter, Usage
+
+
+class SQLiteStore(SQLiteMemories):
+    """The Store protocol over one SQLite file (or ``:memory:``)."""
+
+    def list_usage(self, user_id: str, limit: int = 100) -> list[Usage]:
+        rows = self._rows(f"SELECT {USAGE_COLUMNS} FROM usage_log WHERE user_id = ? "
+                          "ORDER BY created_at DESC LIMIT ?", (user_id, limit))
+        return [MAP.usage(r) for r in rows]
+
+    def claim_jobs(self, now: float, limit: int, lease_seconds: float = 60.0) -> list[Job]:
+        with self.transaction():
+            rows = self._rows(
+                "SELECT job_id, kind, payload, user_id, attempts + 1, run_after, created_at, "
+                "last_error FROM jobs WHERE status = 'pending' AND run_after <= ? "
+                "AND (lease_until IS NULL OR lease_until <= ?) "
+                "ORDER BY run_after, created_at LIMIT ?",
+                (now, now, limit),
+            )
+            self._write_many(
+                "UPDATE jobs SET lease_until = ?, attempts = attempts + 1 WHERE job_id = ?",
+                [(now + lease_seconds, r[0]) for r in rows],
+            )
+        return [MAP.job(r) for r in rows]
+
+    def get_cached_embeddings(self, model: str, hashes: Sequence[str]) -> dict[str, bytes]:
+        if not hashes:
+            return {}
+        unique = list(dict.fromkeys(hashes))
+        out: dict[str, bytes] = {}
+        for i in range(0, len(unique), 500):
+            chunk = unique[i : i + 500]
+            rows = self._rows(
+                "SELECT content_hash, vector FROM embedding_cache WHERE model = ? AND "
+                f"content_hash IN ({marks('?', len(chunk))})",
+                (model, *chunk),
+            )
+            out.update({h: bytes(v) for h, v in rows})
+        return out
+
+    def memory_candidates(
+        self, user_id: str, query: str, vector: Vector, flt: MemoryFilter, *,
+        knn_k: int, keyword_k: int, entities: Sequence[str] = (), entity_k: int = 0,
+        frequent_k: int = 0,
+    ) -> dict[str, Found]:
+        ranks = self._start_side_ranking(user_id, query, keyword_k)
+        return compose_candidates(
+            self, user_id, query, vector, flt, knn_k=knn_k, keyword_k=keyword_k,
+            entities=entities, entity_k=entity_k, frequent_k=frequent_k,
+            keyword_hits=None if ranks is None
+            else lambda: self._keyword_rows(user_id, ranks.result(), keyword_k, flt),
+        )

@@ -1,0 +1,257 @@
+"""SQLite vectors: sqlite-vec's vec0 tables are the durable index, and an exact,
+in-process KNN cache of each user's vectors (numpy) sits in front of them.
+
+vec0 scans a user's partition in C, vector by vector, so a KNN over a large user's
+memories costs most of a compile's budget; a float32 matrix per user answers the same
+query exactly (same cosine, same order) in a fraction of that. The cache is loaded from
+vec0 on a user's first query and kept in step by the store's own writes. Another process
+writing the same file (the CLI beside the daemon) changes SQLite's ``data_version``; the
+store then drops the cache, as it does after any rolled-back transaction.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+
+from memd.backends.base import Vector
+from memd.backends.sqlite.connection import SQLiteConnection
+from memd.errors import StorageError
+
+# Users with fewer than this many embedded messages keep them in memory too (a message
+# search's vector channel is then several times cheaper than through vec0), the least
+# recently searched dropped first beyond the total; bigger histories stay on vec0.
+MESSAGE_CACHE_USER = 4096
+MESSAGE_CACHE_TOTAL = 50_000
+
+
+def blob(vector: Vector) -> bytes:
+    """A vector as vec0 stores it."""
+    return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+class UserVectors:
+    """One user's vectors: a growable matrix plus liveness, activity and workspace."""
+
+    def __init__(self, dim: int, rows: Iterable[tuple[str, bytes, str, int]]) -> None:
+        rows = list(rows)
+        self.dim = dim
+        self.ids: list[str] = [r[0] for r in rows]
+        self.pos = {mid: i for i, mid in enumerate(self.ids)}
+        cap = max(64, len(rows) * 2)
+        self.mat = np.zeros((cap, dim), dtype=np.float32)
+        for i, r in enumerate(rows):
+            self.mat[i] = np.frombuffer(r[1], dtype=np.float32)
+        self.live = np.zeros(cap, dtype=bool)
+        self.live[: len(rows)] = True
+        self.active = np.zeros(cap, dtype=bool)
+        self.active[: len(rows)] = [bool(r[3]) for r in rows]
+        self.ws_codes: dict[str, int] = {}
+        self.ws = np.zeros(cap, dtype=np.int32)
+        for i, r in enumerate(rows):
+            self.ws[i] = self._code(r[2])
+
+    def _code(self, workspace: str) -> int:
+        return self.ws_codes.setdefault(workspace, len(self.ws_codes))
+
+    def _grow(self) -> None:
+        cap = self.mat.shape[0] * 2
+        for name in ("mat", "live", "active", "ws"):
+            old = getattr(self, name)
+            new = np.zeros((cap, *old.shape[1:]), dtype=old.dtype)
+            new[: old.shape[0]] = old
+            setattr(self, name, new)
+
+    def upsert(self, memory_id: str, vector: Vector, workspace: str, active: bool
+               ) -> None:
+        i = self.pos.get(memory_id)
+        if i is None:
+            if len(self.ids) == self.mat.shape[0]:
+                self._grow()
+            i = len(self.ids)
+            self.ids.append(memory_id)
+            self.pos[memory_id] = i
+        self.mat[i] = np.asarray(vector, dtype=np.float32)
+        self.live[i] = True
+        self.active[i] = active
+        self.ws[i] = self._code(workspace)
+
+    def set_active(self, memory_id: str, active: bool) -> None:
+        i = self.pos.get(memory_id)
+        if i is not None:
+            self.active[i] = active
+
+    def remove(self, memory_id: str) -> None:
+        i = self.pos.get(memory_id)
+        if i is not None:
+            self.live[i] = False
+            self.mat[i] = 0.0
+
+    def knn(self, query: Vector, k: int, active_only: bool,
+            workspaces: Sequence[str] | None) -> list[tuple[str, float]]:
+        n = len(self.ids)
+        if n == 0 or k <= 0:
+            return []
+        mask = self.live[:n].copy()
+        if active_only:
+            mask &= self.active[:n]
+        if workspaces is not None:
+            codes = [self.ws_codes[w] for w in workspaces if w in self.ws_codes]
+            mask &= np.isin(self.ws[:n], codes)
+        sims = self.mat[:n] @ np.asarray(query, dtype=np.float32)  # a view: no copy
+        sims[~mask] = -np.inf
+        live = int(mask.sum())
+        if live == 0:
+            return []
+        k = min(k, live)
+        top = np.argpartition(-sims, k - 1)[:k] if k < n else np.arange(n)
+        order = sorted((j for j in top.tolist() if mask[j]),
+                       key=lambda j: (-float(sims[j]), self.ids[j]))
+        return [(self.ids[j], float(sims[j])) for j in order]
+
+
+class SQLiteVectors(SQLiteConnection):
+    """The connection with the vector caches: each user's memory vectors, and the message
+    vectors of users with small histories."""
+
+    def __init__(self, path: str | Path = ":memory:", dim: int = 384) -> None:
+        self._vectors: dict[str, UserVectors] = {}
+        self._message_vectors: OrderedDict[str, UserVectors | None] = OrderedDict()
+        self._message_loads: set[str] = set()  # users whose vectors a thread is loading
+        self._message_seen: set[str] = set()  # users who searched messages once already
+        self._data_version = -1
+        super().__init__(path, dim)
+
+    def _drop_caches(self) -> None:
+        self._vectors.clear()
+        self._message_vectors.clear()
+
+    def _check_data_version(self) -> None:
+        """Drop the vector caches when another connection changed the file."""
+        version = int(cast(int, self._db.execute("PRAGMA data_version").fetchall()[0][0]))
+        if version != self._data_version:
+            self._drop_caches()
+            self._data_version = version
+
+    def _cached_vectors(self, user_id: str) -> UserVectors:
+        """The user's memory vectors in memory, (re)loaded when another process wrote."""
+        with self._lock:
+            self._check_data_version()
+            cached = self._vectors.get(user_id)
+            if cached is None:
+                rows = self._rows(
+                    "SELECT memory_id, embedding, workspace, active FROM memory_vec "
+                    "WHERE user_id = ?", (user_id,),
+                )
+                cached = self._vectors[user_id] = UserVectors(self.dim, rows)
+            return cached
+
+    def _put_memory_vector(
+        self, memory_id: str, user_id: str, workspace: str | None, active: bool, vector: Vector
+    ) -> None:
+        if len(vector) != self.dim:
+            raise StorageError(f"vector has {len(vector)} dims, store expects {self.dim}")
+        self._write("DELETE FROM memory_vec WHERE memory_id = ?", (memory_id,))
+        self._write(
+            "INSERT INTO memory_vec (memory_id, user_id, embedding, workspace, active) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (memory_id, user_id, blob(vector), workspace or "", int(active)),
+        )
+        if user_id in self._vectors:
+            self._vectors[user_id].upsert(memory_id, vector, workspace or "", active)
+
+    def get_memory_vectors(self, user_id: str, memory_ids: Sequence[str]) -> dict[str, Vector]:
+        cached = self._cached_vectors(user_id)
+        out: dict[str, Vector] = {}
+        for mid in memory_ids:
+            i = cached.pos.get(mid)
+            if i is not None and cached.live[i]:
+                out[mid] = cached.mat[i].copy()
+        return out
+
+    def _message_vectors_or_warm(self, user_id: str) -> UserVectors | None:
+        """The user's message vectors if in memory; else None, and from a user's second
+        search on, a thread loads them: searches are not slowed by the load (it holds the
+        store's lock meanwhile), and one-off searches never pay for it."""
+        with self._lock:
+            self._check_data_version()
+            if user_id in self._message_vectors:
+                self._message_vectors.move_to_end(user_id)
+                return self._message_vectors[user_id]
+            if user_id in self._message_loads:
+                return None
+            if user_id not in self._message_seen:  # a one-off search: vec0 is enough
+                self._message_seen.add(user_id)
+                return None
+            self._message_loads.add(user_id)
+        threading.Thread(target=self._warm_message_vectors, args=(user_id,),
+                         name="memd-message-vectors", daemon=True).start()
+        return None
+
+    def _warm_message_vectors(self, user_id: str) -> None:
+        try:
+            with self._lock:
+                if not self._closed:
+                    self._cached_message_vectors(user_id)
+        except StorageError:
+            pass  # the next search uses vec0 and tries again
+        finally:
+            with self._lock:
+                self._message_loads.discard(user_id)
+
+    def _cached_message_vectors(self, user_id: str) -> UserVectors | None:
+        """The user's message vectors in memory (session id in the workspace slot), or
+        None when the user has MESSAGE_CACHE_USER or more of them."""
+        with self._lock:
+            self._check_data_version()
+            cache = self._message_vectors
+            if user_id in cache:
+                cache.move_to_end(user_id)
+                return cache[user_id]
+            # A KNN over the partition reads only this user's chunks, where a plain scan
+            # of vec0 reads the whole table. vec0's k tops out at 4096, so a full answer
+            # means "maybe more": too big.
+            probe = np.full(self.dim, self.dim ** -0.5, dtype=np.float32).tobytes()
+            rows = self._rows(
+                "SELECT message_id, embedding, session_id, 1 FROM message_vec "
+                "WHERE embedding MATCH ? AND k = ? AND user_id = ?",
+                (probe, MESSAGE_CACHE_USER, user_id),
+            )
+            vectors = UserVectors(self.dim, rows) if len(rows) < MESSAGE_CACHE_USER else None
+            cache[user_id] = vectors
+            total = sum(len(v.ids) for v in cache.values() if v is not None)
+            while total > MESSAGE_CACHE_TOTAL and len(cache) > 1:
+                _, dropped = cache.popitem(last=False)
+                total -= len(dropped.ids) if dropped is not None else 0
+            return vectors
+
+    def set_message_embeddings(self, user_id: str, items: Sequence[tuple[str, Vector]]) -> None:
+        with self.transaction():
+            for message_id, vector in items:
+                rows = self._rows(
+                    "SELECT session_id FROM messages WHERE user_id = ? AND message_id = ?",
+                    (user_id, message_id),
+                )
+                if not rows:
+                    continue
+                self._write("DELETE FROM message_vec WHERE message_id = ?", (message_id,))
+                self._write(
+                    "INSERT INTO message_vec (message_id, user_id, embedding, session_id) "
+                    "VALUES (?, ?, ?, ?)",
+                    (message_id, user_id, blob(vector), rows[0][0]),
+                )
+                self._write(
+                    "UPDATE messages SET has_embedding = 1 WHERE message_id = ?", (message_id,)
+                )
+                cached = self._message_vectors.get(user_id)
+                if cached is not None:
+                    if len(cached.ids) < MESSAGE_CACHE_USER:
+                        cached.upsert(message_id, vector, rows[0][0], True)
+                    else:  # grown past the bound: back to vec0 for this user
+                        self._message_vectors[user_id] = None
+
