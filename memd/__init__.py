@@ -14,8 +14,8 @@ import os
 from typing import TYPE_CHECKING, Any
 
 # memd's numpy work is small matrix-vector products (KNN over a user's vectors), which
-# are memory-bound: a second BLAS thread gains nothing and, on a busy 2-core laptop,
-# waiting for it made KNN 3x slower. Set before numpy loads; an explicit value wins.
+# are memory-bound: a second BLAS thread gains nothing and, on a busy machine, waiting
+# for it slows every query down. Set before numpy loads; an explicit value wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 __version__ = "0.1.0"

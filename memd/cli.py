@@ -167,12 +167,24 @@ def search(ctx: click.Context, query: str, user_id: str, k: int, workspace: str 
 
 
 @main.command()
-@click.argument("memory_id")
+@click.argument("memory_id", required=False)
 @click.option("--user", "user_id", help="The owner (optional in local mode).")
+@click.option("--fact", "fact", metavar="CATEGORY/KEY",
+              help="Forget a fact instead: every value it had, and the memories that "
+                   "state it (see `memd facts`).")
+@click.option("--workspace", help="With --fact: only that workspace's fact.")
 @click.pass_context
 @handles_errors
-def forget(ctx: click.Context, memory_id: str, user_id: str | None) -> None:
-    """Delete a memory and every derived copy of it."""
+def forget(ctx: click.Context, memory_id: str | None, user_id: str | None,
+           fact: str | None, workspace: str | None) -> None:
+    """Delete a memory, every derived copy of it and the facts it stated; or, with
+    --fact, a fact."""
+    if (memory_id is None) == (fact is None):
+        raise click.UsageError("give a memory ID or --fact CATEGORY/KEY (one of them)")
+    if fact is not None:
+        _forget_fact(ctx, fact, user_id, workspace)
+        return
+    assert memory_id is not None
     daemon = _daemon(ctx) if user_id else None
     if daemon is not None:
         with daemon:
@@ -182,6 +194,65 @@ def forget(ctx: click.Context, memory_id: str, user_id: str | None) -> None:
     with _open(ctx) as m:  # by id alone: only the local store can look it up
         mem = m.forget(memory_id, user_id)
     click.echo(f"forgot {mem.id}")
+
+
+def _forget_fact(ctx: click.Context, fact: str, user_id: str | None,
+                 workspace: str | None) -> None:
+    category, sep, key = fact.partition("/")
+    if not sep or not category.strip() or not key.strip():
+        raise click.BadParameter("use CATEGORY/KEY, e.g. preference/indentation",
+                                 param_hint="--fact")
+    user = user_id or _default_user(ctx)
+    daemon = _daemon(ctx)
+    if daemon is not None:
+        from urllib.parse import quote
+
+        with daemon:
+            params = {"user_id": user, **({"workspace": workspace} if workspace else {})}
+            gone = _call(daemon, "DELETE",
+                         f"/v1/facts/{quote(category, safe='')}/{quote(key, safe='')}",
+                         params=params)["deleted"]
+        values = [f["value"] for f in gone]
+    else:
+        with _open(ctx) as m:
+            values = [f.value for f in m.forget_fact(user, category, key,
+                                                     workspace=workspace)]
+    click.echo(f"forgot {category.strip().lower()}/{key.strip().lower()} "
+               f"({len(values)} value{'s' if len(values) != 1 else ''}: {', '.join(values)})")
+
+
+def _default_user(ctx: click.Context) -> str:
+    from memd.config import load_settings
+
+    opts = ctx.obj or {}
+    return load_settings(opts.get("config"), data_dir=opts.get("data_dir")).default_user
+
+
+@main.command()
+@click.option("--user", "user_id", help="Whose facts (default: the local user).")
+@click.option("--workspace")
+@click.option("--history", is_flag=True, help="Also the values that were replaced.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handles_errors
+def facts(ctx: click.Context, user_id: str | None, workspace: str | None, history: bool,
+          as_json: bool) -> None:
+    """List a user's facts (one value per category/key; forget one with
+    `memd forget --fact CATEGORY/KEY`)."""
+    user = user_id or _default_user(ctx)
+    with _open(ctx) as m:
+        found = m.facts(user, workspace=workspace, include_history=history)
+    if as_json:
+        from memd.server.api import fact_json
+
+        click.echo(json.dumps([fact_json(f) for f in found], ensure_ascii=False))
+        return
+    if not found:
+        click.echo("no facts")
+    for f in found:
+        flag = "" if f.is_active else "  (replaced)"
+        where = f"  [{f.workspace}]" if f.workspace else ""
+        click.echo(f"{f.category}/{f.key} = {f.value}{where}{flag}")
 
 
 @main.command(name="list")
@@ -422,8 +493,8 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
         log.warning("listening on %s without auth: anyone who can reach it can read this "
                     "memory", settings.host)
     # Long-lived start-up objects (modules, model, settings) leave the GC's young
-    # generations for good: without this, full collections walk them and add ~10 ms
-    # pauses to the p99 of request handling.
+    # generations for good: without this, full collections walk them and add pauses to
+    # the slowest requests.
     import gc
 
     gc.collect()

@@ -25,6 +25,7 @@ from memd.errors import InvalidInput
 
 APP = "memd"
 MEMORY_PLACEMENTS = ("user", "before-user", "system")
+QUERY_PRECISIONS = ("int8", "float32")  # see memd.models.onnx_embedder
 
 
 @dataclass(frozen=True)
@@ -42,20 +43,36 @@ class Weights:
     authority: float = 0.15
     importance: float = 0.10
     entity: float = 0.05
-    freshness_lambda: float = 0.005  # per hour, seed 000 §6.2
+    freshness_lambda: float = 0.005  # per hour: freshness halves in about 6 days
 
 
-# Seed 000 §6.2 and seed 003 §3.2 exactly as written; "default" rebalances seed 000 to
-# give the keyword (BM25) and entity channels a say, which hybrid retrieval needs.
+# Named weight sets (docs/design.md, "Retrieval score"). "default" is hybrid: cosine and
+# keyword (BM25) relevance with small priors; "semantic" is relevance alone (no priors);
+# "vector-authority" and "vector-importance" give keyword relevance no weight and rank by
+# cosine tempered by freshness and access, with provenance authority, or importance and
+# entity match, as the prior.
 PRESETS: dict[str, Weights] = {
     "default": Weights(),
-    "seed000": Weights(similarity=0.45, keyword=0.0, freshness=0.20, access=0.15,
-                       authority=0.20, importance=0.0, entity=0.0),
-    "seed003": Weights(similarity=0.40, keyword=0.0, freshness=0.25, access=0.10,
-                       authority=0.0, importance=0.20, entity=0.05),
+    "vector-authority": Weights(similarity=0.45, keyword=0.0, freshness=0.20, access=0.15,
+                                authority=0.20, importance=0.0, entity=0.0),
+    "vector-importance": Weights(similarity=0.40, keyword=0.0, freshness=0.25, access=0.10,
+                                 authority=0.0, importance=0.20, entity=0.05),
     "semantic": Weights(similarity=0.75, keyword=0.25, freshness=0.0, access=0.0,
                         authority=0.0, importance=0.0, entity=0.0),
 }
+# Other names of two presets, accepted because existing config files use them.
+PRESET_ALIASES: dict[str, str] = {
+    "seed000": "vector-authority",
+    "seed003": "vector-importance",
+}
+
+
+def preset_weights(name: str) -> Weights:
+    """The weights of preset ``name`` (an alias resolves to its preset)."""
+    canonical = PRESET_ALIASES.get(name, name)
+    if canonical not in PRESETS:
+        raise InvalidInput(f"unknown preset {name!r} (known: {', '.join(sorted(PRESETS))})")
+    return PRESETS[canonical]
 
 
 @dataclass(frozen=True)
@@ -63,20 +80,26 @@ class Settings:
     data_dir: Path = field(default_factory=lambda: Path(platformdirs.user_data_dir(APP)))
     config_file: Path | None = None
     db: str = "sqlite"  # or a .db path, or postgresql://user@host/dbname
-    # hash partitions of sessions, memories, history on PostgreSQL (seed 000 §3)
+    # hash partitions of sessions, memories, history on PostgreSQL: a query that names one
+    # user reads one small leaf (docs/design.md, "Storage")
     pg_partitions: tuple[int, int, int] = (256, 256, 512)
     # all-MiniLM-L6-v2 on ONNX Runtime (the same vectors as the torch model within 1e-6,
-    # ~3x faster per query, no torch in the daemon); "minilm" runs it on torch
+    # faster per query, no torch in the daemon); "minilm" runs it on torch
     embedder: str = "minilm-onnx"
     embedder_path: str | None = None
+    # search queries (on the chat path) run on an int8 copy of the model, about twice as
+    # fast with the same retrieval quality; "float32" runs them on the exact model
+    query_precision: str = "int8"
     default_user: str = "local"
     # write path: memories, facts and search queries are at most max_text_chars; a stored
     # chat message (a tool result, a whole file) may be up to max_message_chars
     max_text_chars: int = 32_000
     max_message_chars: int = 8_000_000
-    dedup_threshold: float = 0.92  # seed 000 §5.4
+    dedup_threshold: float = 0.92  # cosine above which a new memory merges into an old one
     session_ttl_hours: float = 24.0
-    l1_ttl_hours: float = 24.0  # seed 000 §5.1: session TTL + 24 h
+    # lifetimes of session-tier (L1) memories after their session and of episodic (L2)
+    # ones; the maintenance sweeps use their own constants (memd.engine.maintenance)
+    l1_ttl_hours: float = 24.0
     l2_ttl_days: float = 90.0
     # retrieval
     preset: str = "default"
@@ -103,6 +126,16 @@ class Settings:
     memory_window_share: float = 0.05
     memory_unknown_window_tokens: int = 400
     memory_placement: str = "user"
+    # the memory block also recalls related messages of the user's earlier conversations
+    # (memd.engine.recall), not only what extraction made memories and facts of
+    memory_recall: bool = True
+    # a past message is recalled when its cosine with the query reaches this; lower than
+    # min_similarity, as a message's own words differ more from a later question's than
+    # a memory's distilled ones (bench/README.md, "bench_recall.py")
+    recall_min_similarity: float = 0.2
+    # recall also through full text: more of what was said is found, at the cost of a
+    # full-text ranking over all the user's messages on each new question
+    recall_keyword: bool = False
     # messages of recent session histories kept in the process between compiles, checked
     # against each session's history state (memd.engine.history); 0 turns it off
     history_cache_messages: int = 50_000
@@ -122,7 +155,7 @@ class Settings:
     auth: bool = False
     job_interval: float = 0.5  # seconds between background job polls
     # USD per million tokens, [input, output], by model name ("*" for any other model);
-    # usage rows get cost_microcents from it (seed 001 usage_logs)
+    # usage rows get cost_microcents from it
     prices: dict[str, list[float]] = field(default_factory=dict)
 
     @property
@@ -141,6 +174,8 @@ _ENV = {
     "MEMD_EMBEDDER_PATH": "embedder_path",
     "MEMD_USER": "default_user",
     "MEMD_AUTH": "auth",
+    "MEMD_QUERY_PRECISION": "query_precision",
+    "MEMD_MEMORY_RECALL": "memory_recall",
 }
 
 
@@ -165,10 +200,13 @@ def _coerce(name: str, value: Any) -> Any:
     if name == "memory_placement" and value not in MEMORY_PLACEMENTS:
         raise InvalidInput(f"memory_placement must be one of {', '.join(MEMORY_PLACEMENTS)}, "
                            f"not {value!r}")
-    if name == "auth" and isinstance(value, str):
+    if name in ("auth", "memory_recall", "recall_keyword") and isinstance(value, str):
         if value.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-            raise InvalidInput(f"auth must be true or false, not {value!r}")
+            raise InvalidInput(f"{name} must be true or false, not {value!r}")
         return value.lower() in ("1", "true", "yes", "on")
+    if name == "query_precision" and value not in QUERY_PRECISIONS:
+        raise InvalidInput(f"query_precision must be one of {', '.join(QUERY_PRECISIONS)}, "
+                           f"not {value!r}")
     if name == "weights":
         if not isinstance(value, dict):
             raise InvalidInput("config: [weights] must be a table")
@@ -204,9 +242,6 @@ def load_settings(config: str | os.PathLike[str] | None = None, **overrides: Any
     values.update({k: v for k, v in overrides.items() if v is not None})
     settings = Settings(**{k: _coerce(k, v) for k, v in values.items()})
     if "weights" not in values:
-        if settings.preset not in PRESETS:
-            raise InvalidInput(
-                f"unknown preset {settings.preset!r} (known: {', '.join(sorted(PRESETS))})"
-            )
-        settings = replace(settings, weights=PRESETS[settings.preset])
+        settings = replace(settings, weights=preset_weights(settings.preset),
+                           preset=PRESET_ALIASES.get(settings.preset, settings.preset))
     return settings

@@ -36,7 +36,7 @@ How a run goes, and why it can be killed and rerun:
    target anyway, to catch conflicts before writing, and COPY straight into the table is
    faster. A concurrent writer of the same keys fails its batch with a unique violation,
    reported as a conflict.) Copying into an empty table with a small partition tree drops
-   its vector indexes first and builds them after the last batch (HNSW builds ~4x faster
+   its vector indexes first and builds them after the last batch (HNSW builds much faster
    in bulk); their definitions wait in schema_meta, so a killed run's rerun rebuilds them.
 4. verify: per table, the row counts and a checksum of each side: sha256 over the sorted
    row digests of the source rows, and of the target rows with the source's keys.
@@ -130,7 +130,7 @@ _KINDS = {
     "double precision": "float", "real": "float", "boolean": "bool", "jsonb": "json",
     "json": "json", "text[]": "array", "bytea": "bytes",
 }
-# Vector indexes are built much faster in bulk than row by row (HNSW: ~4x), so copying
+# Vector indexes are built much faster in bulk than row by row, so copying
 # into an empty table drops them first and builds them after its last batch. Their
 # definitions wait in schema_meta under this prefix, so a killed run's rerun rebuilds them.
 _DEFERRED_AMS = ("hnsw", "ivfflat")

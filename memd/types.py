@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 
 class Tier(enum.IntEnum):
-    """Memory tiers of seed 000 §5.1."""
+    """Memory tiers, from ephemeral to permanent (docs/design.md, "Memory tiers")."""
 
     WORKING = 0  # L0: ephemeral, never durable-critical
     SESSION = 1  # L1: extracted in a session, short TTL
@@ -29,7 +29,7 @@ class Scope(enum.IntEnum):
 
 
 class Provenance(enum.IntEnum):
-    """How a memory came to be (seed 000 §2.2), plus SUMMARY for episodic summaries."""
+    """How a memory came to be; it sets the memory's authority in the retrieval score."""
 
     USER_STATED = 0
     SYSTEM_INFERRED = 1
@@ -58,7 +58,7 @@ def quick_init(cls: type[T]) -> type[T]:
     slot's descriptor, where the generated one calls ``object.__setattr__`` by name per
     field (the way around the frozen ``__setattr__``) at about three times the cost of
     a plain assignment. Same parameters, defaults and immutability; for the types a
-    context compile builds by the hundred (a Memory of 25 fields: 4.1 -> 2.0 µs)."""
+    context compile builds by the hundred."""
     params, body = [], []
     env: dict[str, Any] = {"MISSING": MISSING}
     for f in fields(cls):  # type: ignore[arg-type]
@@ -148,7 +148,7 @@ class NewMessage:
 @quick_init
 @dataclass(frozen=True, slots=True)
 class Message:
-    """A stored message (conversation_history, seed 000 §2.3): append-only."""
+    """A stored message of the conversation history: append-only."""
 
     id: str
     session_id: str
@@ -185,7 +185,7 @@ class Message:
 @quick_init
 @dataclass(frozen=True, slots=True)
 class Memory:
-    """A long-term memory (memory_store, seed 000 §2.2)."""
+    """A long-term memory (docs/design.md, "Storage")."""
 
     id: str
     user_id: str
@@ -221,7 +221,7 @@ class Memory:
 
 @dataclass(frozen=True, slots=True)
 class Fact:
-    """A structured fact (seed 004): one active value per user+workspace+category+key."""
+    """A structured fact: one active value per user+workspace+category+key."""
 
     id: str
     user_id: str
@@ -315,7 +315,7 @@ class ReportItem:
 
 @dataclass(frozen=True, slots=True)
 class ContextReport:
-    """What the compiler put in a context, and why (seed 000 §6)."""
+    """What the compiler put in a context, and why (docs/design.md, "Context compilation")."""
 
     task_type: str
     budget: dict[str, int]

@@ -317,7 +317,7 @@ BAD_MEMORY_WRITES = [
     pytest.param({"json": {"text": ""}}, 400, id="empty-text"),
     pytest.param({"json": {"text": " \n\t "}}, 400, id="blank-text"),
     pytest.param({"json": {"text": "x", "user_id": "no spaces allowed"}}, 400, id="bad-user"),
-    pytest.param({"json": {"text": "x", "tier": "L9"}}, 400, id="bad-tier"),
+    pytest.param({"json": {"text": "x", "tier": "L9"}}, 422, id="bad-tier"),
     pytest.param({"json": {"text": "x", "scope": "local"}}, 400, id="local-no-session"),
     pytest.param({"json": {"text": "x", "session_id": "missing"}}, 404, id="unknown-session"),
     pytest.param({"content": b'{"text": "' + b"a" * (65 * 1024 * 1024) + b'"}', "headers": {
@@ -334,11 +334,11 @@ def test_bad_memory_write_stores_nothing(client: TestClient, request_kw: dict[st
 
 
 @pytest.mark.parametrize(("messages", "status"), [
-    pytest.param([{"role": "user", "content": "hi"}, {"role": "wizard", "content": "x"}], 400,
+    pytest.param([{"role": "user", "content": "hi"}, {"role": "wizard", "content": "x"}], 422,
                  id="bad-role"),
     pytest.param([{"role": "tool", "content": "orphan"}], 400, id="tool-without-id"),
     pytest.param([{"role": "user"}], 400, id="user-without-content"),
-    pytest.param([], 400, id="empty-list"),
+    pytest.param([], 422, id="empty-list"),
     pytest.param([{"content": "no role"}], 422, id="missing-role"),
     pytest.param([{"role": "user", "content": 7}], 422, id="content-wrong-type"),
     pytest.param("hello", 422, id="not-a-list"),

@@ -177,6 +177,11 @@ def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team)
         call(c, "GET", "/v1/facts", "/v1/facts?user_id=bob", 403)
         call(c, "PUT", "/v1/facts", "/v1/facts", 403, json={
             "category": "project", "key": "codename", "value": "planted", "user_id": "bob"})
+        call(c, "DELETE", "/v1/facts/{category}/{key}", "/v1/facts/project/codename", 404)
+        call(c, "DELETE", "/v1/facts/{category}/{key}",
+             "/v1/facts/project/codename?user_id=bob", 403)
+        call(posing, "DELETE", "/v1/facts/{category}/{key}", "/v1/facts/project/codename",
+             403)
         # the proxy: a chat naming bob's session neither joins it nor sees bob's memory
         chat = {"model": "fake-model", "messages": [
             {"role": "user", "content": "What is the Zanzibar deploy target?"}]}

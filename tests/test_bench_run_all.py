@@ -1,4 +1,4 @@
-"""bench/run_all.py's targets table: each target of the benchmark issue judged on a run's
+"""bench/run_all.py's targets table: each benchmark target judged on a run's
 figures, misses included. (CI runs the whole harness with --quick.)"""
 
 from __future__ import annotations
@@ -99,3 +99,33 @@ def test_proxy_targets_judge_the_largest_agent_size_and_prefix_stability(
     assert rows[0]["target"].endswith("~100000 tokens") and rows[0]["measured"] == 14.0
     assert rows[1]["measured"] == "0.930 (the client's own: 0.940)"
     assert list(run_all.proxy_targets({})) == []  # a run without the agent replay
+
+
+def test_proxy_targets_judge_prefix_stability_by_tokens_when_measured(
+    run_all: ModuleType,
+) -> None:
+    def size(memd: float, client: float, tokens_memd: float,
+             tokens_client: float) -> dict[str, Any]:
+        return {"added_ms": {"p50": 20.0}, "prefix_share_memd": memd,
+                "prefix_share_client": client, "previous_reused_memd": 1.0,
+                "prefix_tokens_memd": tokens_memd, "prefix_tokens_client": tokens_client}
+
+    result = {"agent": {"10000": size(0.86, 0.87, 0.93, 0.94),
+                        "100000": size(0.91, 0.92, 0.99, 0.99)}}
+    rows = list(run_all.proxy_targets(result))
+    assert [r["met"] for r in rows] == [False, False, True, True]
+    assert "by tokens" in rows[2]["target"]
+    assert rows[2]["measured"] == "0.960 (the client's own: 0.965)"
+
+
+def test_recall_and_query_precision_targets(run_all: ModuleType) -> None:
+    rows = list(run_all.recall_targets({"block_recall": {"1000": 0.8, "2000": 0.86},
+                                        "search_recall_any_at_5": 0.93}))
+    assert [r["met"] for r in rows] == [True, False]
+    assert rows[1]["measured"] == "0.860 vs 0.930"
+    rows = list(run_all.query_precision_targets({"quality": {"recall_any": {
+        "float32": {"@5": 0.83}, "int8": {"@5": 0.825}}}}))
+    assert [r["met"] for r in rows] == [True]
+    rows = list(run_all.query_precision_targets({"quality": {"recall_any": {
+        "float32": {"@5": 0.83}, "int8": {"@5": 0.81}}}}))
+    assert [r["met"] for r in rows] == [False]

@@ -144,11 +144,13 @@ def test_non_json_writes_to_every_route_write_nothing(
         body: tuple[str, bytes]) -> None:
     mid = engine.add("The boat is moored at pier 4", "local").memory.id
     sid = engine.create_session("local").id
+    engine.set_fact("local", "preference", "indentation", "tabs")
     before = rows(engine)
-    assert before["memories"] and before["sessions"]
+    assert before["memories"] and before["sessions"] and before["facts"]
     content_type, content = body
     for method, path in writing_routes(app):
-        url = path.format(workspace="proj", memory_id=mid, session_id=sid)
+        url = path.format(workspace="proj", memory_id=mid, session_id=sid,
+                          category="preference", key="indentation")
         for browser, status, kind in ((FROM_EVIL, 403, "cross_site_request"),
                                       ({}, 415, "unsupported_media_type")):
             resp = client.request(method, url, content=content,

@@ -231,3 +231,60 @@ def test_unreadable_cached_file_is_exported_again(
     assert np.allclose(again.embed(["I prefer tabs over spaces"])[0], ref, atol=1e-6)
     assert again.onnx_path == broken and broken.stat().st_size > 10_000_000
     assert [p.name for p in cache.iterdir()] == [broken.name]
+
+
+def test_queries_run_on_an_int8_copy_close_to_the_float_model(
+    onnx: OnnxMiniLMEmbedder,
+) -> None:
+    stored = onnx.embed(TEXTS)
+    queries = onnx.embed_queries(TEXTS)
+    assert onnx.query_path == onnx.onnx_path.with_suffix(".q8.onnx")
+    assert onnx.query_path.stat().st_size < onnx.onnx_path.stat().st_size / 2
+    cos = _cosines(queries, stored)
+    assert cos.min() >= 0.95, TEXTS[int(np.argmin(cos))][:60]
+    assert np.median(cos) >= 0.98
+    assert np.abs(queries - stored).max() > 1e-4  # really another model, not the float one
+    assert np.allclose(np.linalg.norm(queries, axis=1), 1.0, atol=1e-5)
+
+
+def test_int8_queries_rank_like_float_ones(onnx: OnnxMiniLMEmbedder) -> None:
+    docs = onnx.embed(TEXTS)
+    probes = ["What editor do I use?", "what did I eat for lunch", "who is Miso",
+              "indentation preference", "the staging database password"]
+    for probe in probes:
+        exact = np.argsort(-(docs @ onnx.embed([probe])[0]))[:3]
+        approx = np.argsort(-(docs @ onnx.embed_queries([probe])[0]))[:3]
+        assert exact[0] == approx[0], probe
+        assert len(set(exact) & set(approx)) >= 2, probe
+
+
+def test_float32_query_precision_uses_the_float_model(onnx_cache: Path) -> None:
+    exact = OnnxMiniLMEmbedder(cache_dir=onnx_cache, query_precision="float32")
+    got = exact.embed_queries(["I prefer tabs over spaces", "who is Miso"])
+    assert np.allclose(got, exact.embed(["I prefer tabs over spaces", "who is Miso"]),
+                       atol=1e-6)
+    assert exact.query_path is None
+    with pytest.raises(ValueError, match="query_precision"):
+        OnnxMiniLMEmbedder(query_precision="int4")
+
+
+def test_unreadable_int8_copy_is_made_again(tmp_path: Path, onnx: OnnxMiniLMEmbedder) -> None:
+    ref = onnx.embed_queries(["I prefer tabs over spaces"])[0]
+    cache = tmp_path / "onnx"
+    cache.mkdir()
+    assert onnx.onnx_path is not None and onnx.query_path is not None
+    (cache / onnx.onnx_path.name).write_bytes(onnx.onnx_path.read_bytes())
+    broken = cache / onnx.query_path.name
+    broken.write_bytes(b"not an onnx file")
+    again = OnnxMiniLMEmbedder(cache_dir=cache)
+    assert np.allclose(again.embed_queries(["I prefer tabs over spaces"])[0], ref, atol=1e-5)
+    assert again.query_path == broken and broken.stat().st_size > 5_000_000
+
+
+def test_cached_embedder_embeds_queries_on_the_query_model(onnx: OnnxMiniLMEmbedder) -> None:
+    from memd.models.embedder import CachedEmbedder
+
+    cached = CachedEmbedder(onnx)
+    text = "which shell do I use at work"
+    assert np.allclose(cached.embed_query(text), onnx.embed_queries([text])[0], atol=1e-6)
+    assert np.allclose(cached.embed([text])[0], onnx.embed([text])[0], atol=1e-6)

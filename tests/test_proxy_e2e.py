@@ -169,11 +169,11 @@ def test_async_client_streaming_and_not(stack: Stack) -> None:
     async def run() -> tuple[str, str]:
         client = openai.AsyncOpenAI(base_url=stack.v1(), api_key="x", max_retries=0)
         plain = await client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "async plain"}])
+            model="m", messages=[{"role": "user", "content": "apples please"}])
         text = ""
         stream = await client.chat.completions.create(
             model="m", stream=True, stream_options={"include_usage": True},
-            messages=[{"role": "user", "content": "async streamed"}])
+            messages=[{"role": "user", "content": "river stream"}])
         async for chunk in stream:
             if chunk.choices and chunk.choices[0].delta.content:
                 text += chunk.choices[0].delta.content
@@ -181,7 +181,8 @@ def test_async_client_streaming_and_not(stack: Stack) -> None:
         return plain.choices[0].message.content or "", text
 
     plain, streamed = asyncio.run(run())
-    assert plain == "ok: async plain" and streamed == "ok: async streamed"
+    # two unrelated chats: neither recalls the other, so each answer echoes its question
+    assert plain == "ok: apples please" and streamed == "ok: river stream"
     stack.until(lambda: len(stack.engine.store.list_usage("local")) == 2)
     usage = stack.engine.store.list_usage("local")
     assert len(usage) == 2 and all(u.prompt_tokens == 11 for u in usage)

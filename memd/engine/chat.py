@@ -180,18 +180,20 @@ def prepare_chat(
         raise InvalidInput("messages must be a non-empty list")
     if not all(isinstance(m, Mapping) for m in messages):
         raise InvalidInput("each message must be an object")
-    for m in messages:
-        v.check_role(m.get("role"))
+    # An agent's tool output may hold a NUL or a lone surrogate: the request still goes
+    # upstream as sent, and memd hashes, stores and searches a copy with U+FFFD there.
+    clean = [v.check_message(v.sanitized(m), i) for i, m in enumerate(messages)]
+    model = None if model is None else v.clean_chars(model)
     window = window or WindowInfo(None)
-    system = [dict(m) for m in messages if m.get("role") in SYSTEM_ROLES]
-    history = [dict(m) for m in messages if m.get("role") not in SYSTEM_ROLES]
+    system = [m for m in clean if m.get("role") in SYSTEM_ROLES]
+    history = [m for m in clean if m.get("role") not in SYSTEM_ROLES]
     if not history:
         raise InvalidInput("messages must contain at least one non-system message")
     query = last_user_text(history, engine.settings.max_message_chars)
     # The query's vector is computed while the messages are hashed and stored (the model
     # releases the GIL); retrieval then finds it in the embedder's query cache.
     vector = SIDE.submit(engine.query_vector, query) if query else None
-    hashes = chain_hashes(messages, None)
+    hashes = chain_hashes(clean, None)
     with engine.store.transaction():
         session, new, retry, client_owns = _resolve(
             engine, uid, ws, history, [h for h in hashes if h is not None], sid, model)
@@ -300,7 +302,9 @@ def _blocks(
         taken = {k for a in kept for k in a.block.key}
         room_left = budget - kept_tokens
     facts, mems = engine.memory_candidates(user_id, query, session=session,
-                                           exclude_session=True)
+                                           exclude_session=True,
+                                           sent_chains=[h for h in hashes if h]
+                                           if engine.settings.memory_recall else None)
     new = build([f for f in facts if ("fact", f.id) not in taken],
                 [m for m in mems if (m.kind, m.id) not in taken], room_left, placement, model)
     if new is not None and not (placement == "system" and kept

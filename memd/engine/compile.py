@@ -1,4 +1,4 @@
-"""The prefill context compiler (seed 000 §6.1-6.5): a pure function.
+"""The prefill context compiler (docs/design.md, "Context compilation"): a pure function.
 
 ``compile_context`` turns what a client sent (system messages, tool definitions, the
 session's stored history) and what retrieval found (facts, memories, episodic summaries)
@@ -61,8 +61,9 @@ KNOWLEDGE: Final = "knowledge"
 NEW_SESSION: Final = "new_session"
 TOOL_HEAVY: Final = "tool_heavy"
 
-#: (memory, history) shares of ``B`` in percent per task type (seed 000 §6.1); integer
-#: percentages keep the split exact (no float rounding).
+#: (memory, history) shares of ``B`` in percent per task type: a knowledge question or a
+#: new session leans on memory, a continuation on its own history; integer percentages
+#: keep the split exact (no float rounding).
 TASK_SPLITS: Final[Mapping[str, tuple[int, int]]] = {
     CONTINUATION: (15, 85),
     KNOWLEDGE: (40, 60),
@@ -77,6 +78,8 @@ MEMORY_HEADER: Final = (
 )
 FACTS_HEADER: Final = "### Facts"
 MEMORIES_HEADER: Final = "### Memories"
+RECALL_HEADER: Final = "### From earlier conversations"
+RECALL_KIND: Final = "recall"  # a past message recalled (memd.engine.recall)
 SUMMARY_PREFIX: Final = "[Session summary]\n"
 
 TOOL_WINDOW: Final = 10  # recent messages the tool_heavy rule looks at
@@ -294,7 +297,9 @@ def memory_block_lines(facts: Sequence[Candidate], memories: Sequence[Candidate]
     """The memory block's content, by line (a multi-line item is one line); a
     subsection with no items is left out."""
     lines = [header]
-    for header, group in ((FACTS_HEADER, facts), (MEMORIES_HEADER, memories)):
+    for header, group in ((FACTS_HEADER, facts),
+                          (MEMORIES_HEADER, [m for m in memories if m.kind != RECALL_KIND]),
+                          (RECALL_HEADER, [m for m in memories if m.kind == RECALL_KIND])):
         if group:
             lines.append(header)
             lines += ["- " + _bullet(c.text) for c in group]
@@ -313,8 +318,7 @@ def _pack(
     """Greedy selection under ``budget`` by estimated cost; skips what does not fit."""
     base = MESSAGE_OVERHEAD + _constant_tokens(header, model) + 1  # + its newline
     section_cost = {
-        FACTS_HEADER: _constant_tokens(FACTS_HEADER, model) + 1,
-        MEMORIES_HEADER: _constant_tokens(MEMORIES_HEADER, model) + 1,
+        h: _constant_tokens(h, model) + 1 for h in (FACTS_HEADER, MEMORIES_HEADER, RECALL_HEADER)
     }
     ordered_facts = sorted(
         (f for f in facts if f.text.strip()),
@@ -326,19 +330,20 @@ def _pack(
     )
     used = 0
     chosen: tuple[list[Candidate], list[Candidate]] = ([], [])
-    for header, group, out in (
-        (FACTS_HEADER, ordered_facts, chosen[0]),
-        (MEMORIES_HEADER, ordered_mems, chosen[1]),
-    ):
+    sections: set[str] = set()
+    for group, out in ((ordered_facts, chosen[0]), (ordered_mems, chosen[1])):
         for item in group:
             cost = max(0, item.tokens) + LINE_OVERHEAD
-            if not out:
+            header = (FACTS_HEADER if out is chosen[0] else
+                      RECALL_HEADER if item.kind == RECALL_KIND else MEMORIES_HEADER)
+            if header not in sections:
                 cost += section_cost[header]
-            if not chosen[0] and not chosen[1]:
+            if not sections:
                 cost += base
             if used + cost <= budget:
                 out.append(item)
                 used += cost
+                sections.add(header)
     return chosen
 
 

@@ -1,8 +1,7 @@
 """Inline, rules-based extraction of memories and facts from a user message.
 
-It runs synchronously on every user message (seed 003 §4.2, seed 004 flow 2), so it has
-no model and no I/O and costs well under 10 ms; the LLM extractor, a durable job, can
-find more later. It would rather miss a fact than invent one.
+It runs synchronously on every user message (docs/design.md, "Inline extraction"), so
+it has no model and no I/O. It would rather miss a fact than invent one.
 
 1. **What is read.** Fenced code (an unclosed fence hides the rest of the message), quoted
    lines (``> ...``) and indented code are skipped. The rest is cut into sentences at
@@ -55,7 +54,7 @@ HEDGED_CONFIDENCE = 0.6
 
 @dataclass(frozen=True, slots=True)
 class ExtractedFact:
-    """A key/value fact (seed 004). ``value`` is a slice of the source text."""
+    """A key/value fact. ``value`` is a slice of the source text."""
 
     category: str  # identity | preference | constraint | instruction
     key: str

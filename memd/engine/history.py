@@ -2,9 +2,8 @@
 
 A compile needs a session's newest active messages back to the first one that crosses
 ``reach`` tokens (older ones could never fit the window), plus the rest of a tool block
-cut there (:func:`recent_history`). On PostgreSQL that read was the compile's costliest
-statement after the memory candidates (2.7 ms in the server, 150 rows to build in the
-client at the scale benchmark's target).
+cut there (:func:`recent_history`). On PostgreSQL that read is the compile's costliest
+statement after the memory candidates, so it is worth not repeating.
 
 :class:`HistoryCache` keeps what was read, under the session's history state: its
 ``turn_count`` (every append raises it) and its ``history_version`` (every other change

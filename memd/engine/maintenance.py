@@ -1,23 +1,25 @@
-"""Deterministic maintenance: each sweep is a plain function of (store, now), so the
-daemon's scheduler calls it on a timer and a test drives it with a fake clock.
+"""Deterministic maintenance: each sweep is a plain function of (store, now), so a
+scheduler calls :func:`run_all` on a timer and a test drives it with a fake clock.
 
-- :func:`expiry_sweep` (seed 000 §9.2): deactivate memories past ``expires_at``, mark
+Why each rule is what it is: docs/design.md, "Maintenance".
+
+- :func:`expiry_sweep`: deactivate memories past ``expires_at``, mark
   sessions past theirs expired.
 - :func:`end_session`: clear a session's L0 working memory and close it.
-- :func:`promotion_sweep` (seed 000 §5.2, §9.1): utility
+- :func:`promotion_sweep`: utility
   ``U = (R/a) · log2(1 + a) / (1 + λ_k · Δt_hours)``; L1→L2 (λ 0.01, θ 0.3, ≥ 3 accesses)
   and L2→L3 (λ 0.001, θ 0.5, ≥ 10). Promoted memories become global and validated; L2
-  gets a 90-day expiry, L3 none. L2→L4 needs a behavioural classification the seed does
-  not define, so a procedural-provenance memory (instruction/preference) promotes from
-  L2 to L4 instead of L3.
-- :func:`demotion_sweep` (seed 000 §5.3): activity ``D = a / Δt_since_last_access_hours``;
+  gets a 90-day expiry, L3 none. Procedural knowledge is recognised by provenance alone:
+  a procedural-provenance memory (instruction/preference) promotes from L2 to L4
+  instead of L3.
+- :func:`demotion_sweep`: activity ``D = a / Δt_since_last_access_hours``;
   an L3/L4 memory under φ (1e-3 per hour: one access in ~6 weeks) drops to L2 with a
   fresh 90-day expiry; an L2 memory under φ expires (deactivated, not deleted). L0 and L1
-  are left to their TTLs. Memories the user stated directly at L3/L4 (is_validated and
-  never accessed by retrieval beyond their statement) are exempt for 30 days.
-- :func:`decay_sweep` (seed 003 §4.4 task 1): importance −= rate for memories not accessed
+  are left to their TTLs. Memories younger than 30 days are exempt: a statement the user
+  just made has had no time to be accessed.
+- :func:`decay_sweep`: importance −= rate for memories not accessed
   in 7 days whose importance is above 0.1.
-- :func:`prune_sweep` (seed 003 §4.4 task 3): delete (truly forget) memories with
+- :func:`prune_sweep`: delete (truly forget) memories with
   importance < 0.1 not accessed for 30 days.
 """
 
@@ -53,7 +55,7 @@ EXEMPT_AGE = 30 * DAY
 
 
 def utility(m: Memory, lam: float, now: float) -> float:
-    """Seed 000 §5.2's promotion utility."""
+    """The promotion utility: mean relevance, weighted by accesses, discounted by age."""
     a = m.access_count
     if a <= 0:
         return 0.0
@@ -63,7 +65,7 @@ def utility(m: Memory, lam: float, now: float) -> float:
 
 
 def activity(m: Memory, now: float) -> float:
-    """Seed 000 §5.3's activity: accesses per hour since the last access."""
+    """Activity, the demotion signal: accesses per hour since the last access."""
     hours = max(1.0, (now - (m.last_accessed_at or m.created_at)) / HOUR)
     return m.access_count / hours
 

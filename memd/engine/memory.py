@@ -34,9 +34,29 @@ from memd.engine.write import (
 from memd.errors import InvalidInput, NotFound
 from memd.models.embedder import CachedEmbedder, Embedder
 from memd.registry import embedder_class, store_class
-from memd.types import Fact, Hit, Memory, MemoryFilter, Provenance, Scope, Tier
+from memd.types import (
+    Context,
+    Fact,
+    Hit,
+    Memory,
+    MemoryFilter,
+    Message,
+    Provenance,
+    Scope,
+    Session,
+    Tier,
+)
 
 Clock = Callable[[], float]
+
+
+def _check_text_options(options: Mapping[str, Any], *names: str) -> None:
+    for name in names:
+        value = options.get(name)
+        if value is not None:
+            if not isinstance(value, str):
+                raise InvalidInput(f"{name} must be a string, not {type(value).__name__}")
+            v.check_chars(value, name)
 
 
 class Memd(SessionsMixin):
@@ -75,8 +95,13 @@ class Memd(SessionsMixin):
         if embedder is None or isinstance(embedder, str):
             name = embedder or settings.embedder
             cls_ = embedder_class(name)
-            takes_path = name in ("minilm", "minilm-onnx")
-            embedder = cls_(settings.embedder_path) if takes_path else cls_()
+            if name == "minilm-onnx":
+                embedder = cls_(settings.embedder_path,
+                                query_precision=settings.query_precision)
+            elif name == "minilm":
+                embedder = cls_(settings.embedder_path)
+            else:
+                embedder = cls_()
         assert not isinstance(embedder, str)
         if settings.db in ("sqlite", "") or settings.db.endswith(".db"):
             store = store_class("sqlite")(settings.db_path, dim=embedder.dim)
@@ -225,9 +250,52 @@ class Memd(SessionsMixin):
             user_id, mem = found
         else:
             mem = self.get(memory_id, user_id)
-        self.store.delete_memory(user_id, memory_id)
+        with self.store.transaction():
+            self.store.delete_memory(user_id, memory_id)
+            self.store.delete_facts(user_id, [f.id for f in self._stated_by(user_id, mem)])
         self.blocks.forget_user(user_id)
         return mem
+
+    def _stated_by(self, user_id: str, mem: Memory) -> builtins.list[Fact]:
+        """The facts ``mem`` stated: it carries their tag, and they come from the message
+        it was extracted from or its own words state that value. They were derived from
+        it and go with it; another value of the same fact, stated elsewhere, stays."""
+        from memd.engine.extract import extract
+
+        keys = {t.removeprefix("fact:") for t in mem.tags if t.startswith("fact:")}
+        if not keys:
+            return []
+        stated = {(ex.fact.category, ex.fact.key, ex.fact.value.lower())
+                  for ex in extract(mem.text) if ex.fact is not None}
+        source = mem.provenance_message_id
+        return [f for f in self.store.get_facts(user_id, active_only=False)
+                if f"{f.category}/{f.key}" in keys
+                and ((source is not None and f.source_message_id == source)
+                     or (f.category, f.key, f.value.lower()) in stated)]
+
+    def forget_fact(self, user_id: str, category: str, key: str, *,
+                    workspace: str | None = None) -> builtins.list[Fact]:
+        """Delete a fact, every earlier value of it, and the memories that state it (they
+        carry its tag): nothing of it reaches a context again. With ``workspace``, only
+        that workspace's. Returns the facts deleted; NotFound when there is none."""
+        uid = v.check_id(user_id, "user_id")
+        category, key = _fact_key(category, key)
+        ws = v.check_optional_id(workspace, "workspace")
+        scope = None if ws is None else (ws,)
+        found = self.store.get_facts(uid, workspaces=scope, active_only=False,
+                                     category=category, key=key)
+        if not found:
+            raise NotFound(f"no fact {category}/{key} for user {uid!r}")
+        tag = fact_tag(category, key)
+        with self.store.transaction():
+            self.store.delete_facts(uid, [f.id for f in found])
+            stating = self.store.list_memories(
+                uid, MemoryFilter(workspaces=scope, tags=(tag,), include_inactive=True,
+                                  include_superseded=True), limit=10_000)
+            for mem in stating:
+                self.store.delete_memory(uid, mem.id)
+        self.blocks.forget_user(uid)
+        return found
 
     def list(
         self, user_id: str, *, workspace: str | None = None, limit: int = 100,
@@ -275,6 +343,29 @@ class Memd(SessionsMixin):
                 shared=() if spans_all else self.shared_owners(uid, ws),
             )
 
+    # -- sessions --------------------------------------------------------------------
+    # Whole messages and model names are checked here, before SessionsMixin writes, so
+    # that what one backend would store and another refuse is refused on every backend.
+    def create_session(self, user_id: str, **options: Any) -> Session:
+        """Start a session (see :meth:`SessionsMixin.create_session`)."""
+        _check_text_options(options, "model")
+        return super().create_session(user_id, **options)
+
+    def append(self, session_id: str, user_id: str,
+               messages: Sequence[Any]) -> builtins.list[Message]:
+        """Append messages to a session, atomically (see :meth:`SessionsMixin.append`)."""
+        if isinstance(messages, list | tuple):
+            messages = [v.check_message(m, i) for i, m in enumerate(messages)]
+        return super().append(session_id, user_id, messages)
+
+    def context(self, user_id: str, **options: Any) -> Context:
+        """Compile a context (see :meth:`SessionsMixin.context`)."""
+        messages = options.get("messages")
+        if isinstance(messages, list | tuple):
+            options["messages"] = [v.check_message(m, i) for i, m in enumerate(messages)]
+        _check_text_options(options, "query", "model")
+        return super().context(user_id, **options)
+
     # -- facts -----------------------------------------------------------------------
     def set_fact(
         self, user_id: str, category: str, key: str, value: str, *,
@@ -283,14 +374,12 @@ class Memd(SessionsMixin):
         metadata: Mapping[str, Any] | None = None,
     ) -> FactResult:
         """Set a structured fact (one active value per category/key; confidence-gated)."""
-        for what, s in (("category", category), ("key", key)):
-            if not isinstance(s, str) or not s.strip() or len(s) > 64:
-                raise InvalidInput(f"{what} must be a non-empty string of at most 64 chars")
+        category, key = _fact_key(category, key)
         self.blocks.forget_user(user_id)
         return upsert_fact(
             self.store, v.check_id(user_id, "user_id"),
-            v.check_optional_id(workspace, "workspace"), category.strip().lower(),
-            key.strip().lower(), self._text(value, "value"),
+            v.check_optional_id(workspace, "workspace"), category, key,
+            self._text(value, "value"),
             v.check_unit(confidence, "confidence"), v.check_unit(importance, "importance"),
             self.now(), is_correction=is_correction, source_message_id=source_message_id,
             metadata=dict(v.check_metadata(metadata)) if metadata else None,
@@ -313,3 +402,12 @@ class Memd(SessionsMixin):
 
     def new_id(self) -> str:
         return uuid.uuid4().hex
+
+
+def _fact_key(category: Any, key: Any) -> tuple[str, str]:
+    """A fact's category and key as stored: checked, trimmed, lower case."""
+    for what, part in (("category", category), ("key", key)):
+        if not isinstance(part, str) or not part.strip() or len(part) > 64:
+            raise InvalidInput(f"{what} must be a non-empty string of at most 64 chars")
+        v.check_chars(part, what)
+    return category.strip().lower(), key.strip().lower()

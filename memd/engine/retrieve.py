@@ -1,12 +1,12 @@
 """Hybrid retrieval: candidates from several channels, fused and scored.
 
-Channels (seed 000 §6.4 phase 3, seed 003 §3.3–3.4, seed 004 flow 3):
+Channels (docs/design.md, "Retrieval"):
 
 - vector KNN over the user's memories (sqlite-vec / pgvector), top ``knn_k``;
 - keyword search (FTS5 BM25 / tsvector), top ``keyword_k``;
 - the user's most accessed global memories, top ``frequent_k``;
 - memories linked to the entities named in the query;
-- deterministic facts (all active facts of the user, seed 004 stage 1);
+- deterministic facts (all active facts of the user, so a stated fact is always recalled);
 - messages and summaries, by vector and keyword, when the caller asks for them.
 
 Every memory candidate gets its true cosine with the query (vectors are fetched for
@@ -44,8 +44,8 @@ from memd.types import (
 KINDS = ("memory", "summary", "message", "fact")
 
 # Runs what needs no query vector while the caller embeds the query (onnxruntime and
-# SQLite/psycopg release the GIL): a search's keyword channel over messages (~0.8 ms off
-# a message search whose ~4 ms is the embedding), a compile's history read. A few
+# SQLite/psycopg release the GIL): a search's keyword channel over messages, a compile's
+# history read. A few
 # workers, so concurrent requests do not queue behind one another.
 SIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memd-side")
 T = TypeVar("T")

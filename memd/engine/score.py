@@ -1,15 +1,15 @@
-"""The multi-signal retrieval score (seed 000 §6.2 merged with seed 003 §3.2).
+"""The multi-signal retrieval score (docs/design.md, "Retrieval score").
 
     score = w_sim · max(cos(q, m), 0)                      semantic relevance
           + w_kw  · bm25(q, m) / max bm25 over the query   keyword relevance (FTS5)
           + w_fr  · exp(−λ · Δt_hours)                     freshness, Δt since last access
           + w_acc · log(1 + a) / log(1 + a_max)            access frequency
           + w_au  · confidence · π(provenance)             authority
-          + w_imp · importance                             importance (seed 003)
-          + w_ent · [entities overlap the query's]         entity match (seed 003 §3.4)
+          + w_imp · importance                             importance
+          + w_ent · [entities overlap the query's]         entity match
 
-π is seed 000's provenance authority table. Every hit carries the breakdown, each signal
-already multiplied by its weight, so the parts add up to the score.
+π is the provenance authority table (:data:`AUTHORITY`). Every hit carries the breakdown,
+each signal already multiplied by its weight, so the parts add up to the score.
 """
 
 from __future__ import annotations

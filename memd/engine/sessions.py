@@ -1,8 +1,9 @@
 """Sessions, the append-only message log and context compilation, as ``Memd`` methods.
 
-The synchronous part of appending a turn is cheap and model-free (seed 000 §7.1, seed 003
-§4.2): validate, count tokens, store the messages, run the rules-based extractor on each
-user message and store its facts, all in one transaction. Embedding the messages and
+The synchronous part of appending a turn is cheap and model-free, so a chat call never
+waits for a model (docs/design.md, "Appending a turn"): validate, count tokens, store the
+messages, run the rules-based extractor on each user message and store its facts, all in
+one transaction. Embedding the messages and
 ingesting the extracted memories (which needs an embedding for dedup) are durable jobs.
 """
 
@@ -17,13 +18,16 @@ from typing import TYPE_CHECKING, Any
 from memd.engine import validate as v
 from memd.engine.chat import chain_hashes
 from memd.engine.compile import (
+    RECALL_KIND,
     Candidate,
     CompileInput,
     compile_context,
     history_budget_bound,
 )
 from memd.engine.extract import extract
+from memd.engine.recall import RecallScope, recall_candidates
 from memd.engine.retrieve import ScoredMemory, aside, score_memories
+from memd.engine.templates import user_words
 from memd.engine.write import fact_tag
 from memd.errors import InvalidInput, NotFound, TooLarge
 from memd.models.tokens import count_text, message_tokens
@@ -51,7 +55,7 @@ if TYPE_CHECKING:
 
 MAX_MESSAGES_PER_CALL = 1000
 MAX_WINDOW = 100_000_000  # tokens; far above any model, far below SQLite's int64
-FACT_MIN_IMPORTANCE = 0.5  # seed 004 stage 1
+FACT_MIN_IMPORTANCE = 0.5  # facts this important are candidates for every context
 
 
 def _message(raw: Any, max_chars: int) -> NewMessage:
@@ -195,7 +199,8 @@ class SessionsMixin:
 
     def _extract_inline(self, session: Session, msg: Message, now: float) -> None:
         # A huge message (pasted files) is read only in part: its head and its tail
-        for ex in extract(v.excerpt(msg.content or "", self.settings.max_text_chars)):
+        text = v.excerpt(msg.content or "", self.settings.max_text_chars)
+        for ex in extract(user_words(text)):  # a client's own text is not the user's
             accepted = None
             tags: tuple[str, ...] = ("extracted",)
             if ex.fact is not None:
@@ -246,21 +251,46 @@ class SessionsMixin:
     def memory_candidates(
         self, user_id: str, query: str, *, session: Session | None = None,
         workspace: str | None = None, exclude_session: bool = False,
+        sent_chains: Iterable[str] | None = None,
     ) -> tuple[list[Candidate], list[Candidate]]:
         """The facts and scored memories a memory block for ``query`` may hold (the
         session's own memories left out with ``exclude_session``), in one read batch;
-        the caller records which ones it used with :meth:`record_used`."""
+        the caller records which ones it used with :meth:`record_used`. With
+        ``sent_chains`` (the chain hashes of the messages the client sent) past messages
+        are recalled too (:mod:`memd.engine.recall`), after the memories."""
         uid = v.check_id(user_id, "user_id")
         ws = v.check_optional_id(workspace, "workspace")
         if session is not None and ws is None:
             ws = session.workspace
         now = self.now()
         visible = self.visible_workspaces(ws)
+        floor = self.settings.min_similarity
         with self.store.read_batch():
             all_facts = self.store.get_facts(uid, workspaces=visible)
             scored = self._score(uid, query, session, ws, visible, now)
-        return _candidates(all_facts, scored, self.settings.min_similarity,
-                           session.id if session is not None and exclude_session else None)
+            facts, mems = _candidates(
+                all_facts, scored, floor,
+                session.id if session is not None and exclude_session else None)
+            if sent_chains is None or not query:
+                return facts, mems
+            recalled = self._recall(uid, query, scored, all_facts, visible, now,
+                                    sent_chains=sent_chains)
+        return facts, mems + recalled
+
+    def _recall(self, user_id: str, query: str, scored: Sequence[ScoredMemory],
+                facts: Sequence[Fact], visible: tuple[str, ...], now: float, *,
+                sent_chains: Iterable[str] = (), own_session: str | None = None,
+                ) -> list[Candidate]:
+        """Past messages for ``query`` (:mod:`memd.engine.recall`), except those the
+        memories and facts at hand were drawn from."""
+        derived = {s.memory.provenance_message_id for s in scored}
+        derived |= {f.source_message_id for f in facts}
+        scope = RecallScope(frozenset(sent_chains), frozenset(d for d in derived if d),
+                            visible, own_session)
+        return recall_candidates(self.store, self.embedder, user_id, query,
+                                 self.query_vector(query), self.settings.weights,
+                                 self.settings.recall_min_similarity, now, scope,
+                                 keyword=self.settings.recall_keyword)
 
     def _score(self, user_id: str, query: str | None, session: Session | None,
                workspace: str | None, visible: tuple[str, ...], now: float
@@ -280,9 +310,9 @@ class SessionsMixin:
         return self.embedder.embed_query(v.excerpt(query, v.QUERY_EMBED_CHARS))
 
     def record_used(self, user_id: str, used: Sequence[Candidate]) -> None:
-        """Access statistics of the memories a call injected (off the critical path,
-        seed 000 §6.4 phase 5)."""
-        hits = [(c.id, c.score) for c in used if c.kind != "fact"]
+        """Access statistics of the memories a call injected, written by a background
+        job so the call does not wait for them (docs/design.md, "Access statistics")."""
+        hits = [(c.id, c.score) for c in used if c.kind not in ("fact", RECALL_KIND)]
         if hits:
             self.jobs.record_access(hits, user_id, self.now())
 
@@ -328,8 +358,7 @@ class SessionsMixin:
             # The query is known already: the history and the facts are read in a side
             # thread (on a connection of its own) while this one embeds the query and
             # gathers memories. (Not on SQLite: its reads take turns on one connection,
-            # and handing the GIL back and forth cost more than the overlap saved: +1.5 ms
-            # at p50.)
+            # and handing the GIL back and forth costs more than the overlap saves.)
             side = aside(self.store, _history_and_facts, self, uid, session, reach, visible)
         else:
             if session is not None:
@@ -341,6 +370,10 @@ class SessionsMixin:
         if side is not None:
             stored, all_facts = side.result()
         fact_cands, mem_cands = _candidates(all_facts, scored, self.settings.min_similarity)
+        if query and self.settings.memory_recall:
+            # Past sessions' messages; this session's are the history (or its summary).
+            mem_cands += self._recall(uid, query, scored, all_facts, visible, now,
+                                      own_session=session.id if session else None)
         history = stored + [_transient(m, uid, session, len(stored) + i, model)
                             for i, m in pending]
         ctx = compile_context(CompileInput(
@@ -350,8 +383,9 @@ class SessionsMixin:
             session_summary_tokens=session.summary_token_count if session else 0,
             task_type=task_type, model=model,
         ))
-        used = [(i.id, i.score or 0.0) for i in ctx.report.items if i.section == "memory"]
-        if used:  # access stats off the critical path (seed 000 §6.4 phase 5)
+        used = [(i.id, i.score or 0.0) for i in ctx.report.items
+                if i.section == "memory" and i.kind != RECALL_KIND]
+        if used:  # access statistics are written by a job, off the request's path
             self.jobs.record_access(used, uid, now)
         return ctx
 

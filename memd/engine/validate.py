@@ -3,14 +3,26 @@ with a message that names the field and what is wrong, before anything is writte
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
+from collections.abc import Mapping
+from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from memd.errors import InvalidInput
 from memd.types import ROLES, Provenance, Scope, Tier
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+# The same rules as JSON Schema patterns, for the OpenAPI schema; "(?!\n)$" keeps "$"
+# from matching before a final newline, which Python's "$" would.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}(?!\n)$"
+OPTIONAL_ID_PATTERN = r"^(?:[A-Za-z0-9][A-Za-z0-9._:@-]{0,127})?(?!\n)$"
+NO_NUL_PATTERN = r"^[^\x00]*$"
+# Python's whitespace (str.isspace), spelt out: "\s" means less in other regex engines.
+SPACE_CLASS = (r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029"
+               r"\u202f\u205f\u3000")
+TEXT_PATTERN = rf"^[^\x00]*[^\x00{SPACE_CLASS}][^\x00]*$"  # some non-space, no NUL
 _SPACE = re.compile(r"\s+")
 # The bounded part of a message that is embedded, and that a query is made of (MiniLM
 # reads its first 256 word pieces anyway; a longer query only slows the keyword channel).
@@ -18,8 +30,8 @@ EMBED_CHARS = 2_000
 # The part of a user message that retrieval takes as its query (its keywords).
 QUERY_CHARS = 1_000
 # The part of a query that is embedded: a sentence or two from its head and its tail. An
-# embedding's cost grows with its length (MiniLM: ~10 ms for 50 tokens, ~34 ms for 256 on
-# two cores), and a long query's words still reach the keyword channel whole.
+# embedding's cost grows with its length, and a long query's words still reach the
+# keyword channel whole.
 QUERY_EMBED_CHARS = 400
 
 
@@ -41,18 +53,16 @@ def check_optional_id(value: Any, what: str) -> str | None:
 
 
 def normalize_text(text: Any, max_chars: int, what: str = "text") -> str:
-    """NFC, whitespace collapsed, stripped; rejects empty, oversized and non-text input."""
+    """NFC, whitespace collapsed, stripped; rejects empty, oversized and non-text input.
+    The size limit is on the text as sent, which is what the API schema can state."""
     if not isinstance(text, str):
         raise InvalidInput(f"{what} must be a string, not {type(text).__name__}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInput(f"{what} is not valid Unicode (lone surrogate)") from exc
+    if len(text) > max_chars:
+        raise InvalidInput(f"{what} is too long: {len(text)} characters (limit {max_chars})")
+    check_chars(text, what)
     clean = _SPACE.sub(" ", unicodedata.normalize("NFC", text)).strip()
     if not clean:
         raise InvalidInput(f"{what} is empty")
-    if len(clean) > max_chars:
-        raise InvalidInput(f"{what} is too long: {len(clean)} characters (limit {max_chars})")
     return clean
 
 
@@ -111,6 +121,8 @@ def check_tags(tags: Any) -> tuple[str, ...]:
         return ()
     if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
         raise InvalidInput("tags must be a list of strings")
+    for i, t in enumerate(tags):
+        check_chars(t, f"tags[{i}]")
     clean = tuple(dict.fromkeys(t.strip() for t in tags if t.strip()))
     if any(len(t) > 64 for t in clean) or len(clean) > 32:
         raise InvalidInput("at most 32 tags of at most 64 characters each")
@@ -123,9 +135,130 @@ def check_role(role: Any) -> str:
     return str(role)
 
 
-def check_metadata(metadata: Any) -> dict[str, Any]:
+def check_metadata(metadata: Any, what: str = "metadata") -> dict[str, Any]:
     if metadata is None:
         return {}
     if not isinstance(metadata, dict):
-        raise InvalidInput("metadata must be a JSON object")
+        raise InvalidInput(f"{what} must be a JSON object")
+    check_json(metadata, what)
     return metadata
+
+
+# Deeper JSON is refused: no real request nests this far, and recursive code (JSON
+# encoders, drivers, pydantic) fails on far less than Python's recursion limit allows.
+MAX_DEPTH = 100
+# Characters no store can hold the same way: PostgreSQL refuses NUL in text and JSON,
+# and a lone surrogate is not valid Unicode, so UTF-8 cannot encode it.
+_BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
+# The fields of a stored message that are plain strings, and those that are counts.
+_MESSAGE_STRINGS = ("name", "tool_call_id", "model", "finish_reason")
+_MESSAGE_COUNTS = ("prompt_tokens", "completion_tokens", "latency_ms")
+_MAX_COUNT = 2**31  # stored as a 32-bit integer by PostgreSQL
+
+
+def check_chars(value: str, what: str) -> str:
+    """``value`` if every store can hold it: no NUL, no lone surrogate."""
+    bad = _BAD_CHARS.search(value)
+    if bad is None:
+        return value
+    char = bad.group()
+    kind = "a NUL character" if char == "\x00" else "a lone surrogate"
+    raise InvalidInput(f"{what} contains {kind} (\\u{ord(char):04x}) at position "
+                       f"{bad.start()}; memd stores only valid Unicode text without NUL characters")
+
+
+def check_json(value: Any, what: str, depth: int = 0) -> Any:
+    """``value`` if it is JSON every store can hold: objects with string keys, arrays,
+    finite numbers, and strings that pass :func:`check_chars`, at most ``MAX_DEPTH``
+    levels deep."""
+    if depth > MAX_DEPTH:
+        raise InvalidInput(f"{what} nests deeper than {MAX_DEPTH} levels")
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, str):
+        return check_chars(value, what)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidInput(f"{what} contains {value!r}, which is not a JSON number")
+        return value
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidInput(f"{what} has a key that is not a string: {key!r}")
+            check_chars(key, f"a key of {what}")
+            check_json(item, f"{what}.{key[:40]}", depth + 1)
+        return value
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            check_json(item, f"{what}[{i}]", depth + 1)
+        return value
+    raise InvalidInput(f"{what} holds a {type(value).__name__}, which is not JSON")
+
+
+def check_message(raw: Any, index: int | None = None) -> dict[str, Any]:
+    """One message to store, checked whole before anything is written (a count sent
+    as a whole float comes back an int):
+    ``content`` a string, a list of part objects or null; ``name``, ``tool_call_id``,
+    ``model`` and ``finish_reason`` strings or null; ``tool_calls`` a list of objects;
+    the token and latency counts non-negative integers; ``metadata`` an object; every
+    string free of what :func:`check_chars` refuses."""
+    if is_dataclass(raw) and not isinstance(raw, type):
+        raw = asdict(raw)
+    where = "message" if index is None else f"messages[{index}]"
+    if not isinstance(raw, Mapping):
+        raise InvalidInput(f"{where} must be an object with a role")
+    check_role(raw.get("role"))
+    message = dict(raw)
+    content = raw.get("content")
+    if isinstance(content, list):
+        if not all(isinstance(p, Mapping) for p in content):
+            raise InvalidInput(f"{where}.content parts must be objects")
+        check_json(content, f"{where}.content")
+    elif isinstance(content, str):
+        check_chars(content, f"{where}.content")
+    elif content is not None:
+        raise InvalidInput(f"{where}.content must be a string, a list of parts or null, "
+                           f"not {type(content).__name__}")
+    for name in _MESSAGE_STRINGS:
+        item = raw.get(name)
+        if item is not None and not isinstance(item, str):
+            raise InvalidInput(f"{where}.{name} must be a string or null, not "
+                               f"{type(item).__name__}")
+        if item is not None:
+            check_chars(item, f"{where}.{name}")
+    for name in _MESSAGE_COUNTS:
+        item = raw.get(name)
+        if isinstance(item, float) and item.is_integer():  # JSON does not tell 3.0 from 3
+            item = message[name] = int(item)
+        if item is not None and (isinstance(item, bool) or not isinstance(item, int)
+                                 or not 0 <= item < _MAX_COUNT):
+            raise InvalidInput(f"{where}.{name} must be a non-negative integer or null, "
+                               f"not {item!r}")
+    calls = raw.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, list) or not all(isinstance(t, Mapping) for t in calls):
+            raise InvalidInput(f"{where}.tool_calls must be a list of objects")
+        check_json(calls, f"{where}.tool_calls")
+    check_metadata(raw.get("metadata"), f"{where}.metadata")
+    return message
+
+
+def clean_chars(value: str) -> str:
+    """``value`` with each NUL and lone surrogate replaced by U+FFFD."""
+    return _BAD_CHARS.sub("\ufffd", value)
+
+
+def sanitized(value: Any) -> Any:
+    """A copy of a JSON value that every store can hold: each string (keys too) through
+    :func:`clean_chars`, NaN and infinities as null. What a proxied client sent is
+    forwarded as sent; memd keeps this copy of it."""
+    if isinstance(value, str):
+        return clean_chars(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {clean_chars(str(k)): sanitized(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [sanitized(v) for v in value]
+    return value
+

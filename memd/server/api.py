@@ -18,8 +18,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 
+from memd.engine import validate as v
 from memd.engine.write import FactResult, WriteResult
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text
@@ -29,18 +30,19 @@ from memd.types import Fact, Hit, Memory, Message, Session
 
 MAX_EMBEDDING_INPUTS = 2048
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": s.ErrorResponse, "description": "Invalid input"},
-    404: {"model": s.ErrorResponse, "description": "Not found (or another user's)"},
-    422: {"model": s.ErrorResponse, "description": "Body or parameters of the wrong shape"},
-}
-
-router = APIRouter(responses=_ERRORS)
+router = APIRouter(responses=s.ERRORS)
 
 UserQuery = Query(None, description="The acting user (default: X-Memd-User, else the "
-                                    "configured default user).")
+                                    "configured default user).",
+                  json_schema_extra={"pattern": v.OPTIONAL_ID_PATTERN, "maxLength": 128})
 WorkspaceQuery = Query(None, alias="workspace",
-                       description="Scope to a workspace (under /w/{workspace}: the path).")
+                       description="Scope to a workspace (under /w/{workspace}: the path).",
+                       json_schema_extra={"pattern": v.OPTIONAL_ID_PATTERN,
+                                          "maxLength": 128})
+MemoryId = Path(description="A memory's id.",
+                json_schema_extra={"pattern": v.ID_PATTERN, "maxLength": 128})
+SessionId = Path(description="A session's id.",
+                 json_schema_extra={"pattern": v.ID_PATTERN, "maxLength": 128})
 
 
 # -- JSON shapes ----------------------------------------------------------------------
@@ -124,7 +126,7 @@ def add_memory(request: Request, body: s.MemoryCreate) -> dict[str, Any]:
 @router.get("/v1/memories", tags=["memories"])
 def list_memories(
     request: Request, user_id: str | None = UserQuery, ws: str | None = WorkspaceQuery,
-    limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0),
+    limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0, le=2**31),
     include_inactive: bool = Query(False, description="Also superseded and expired ones."),
 ) -> dict[str, Any]:
     """The user's memories, newest first; with a workspace, that workspace's plus the
@@ -137,14 +139,15 @@ def list_memories(
 
 
 @router.get("/v1/memories/{memory_id}", tags=["memories"])
-def get_memory(request: Request, memory_id: str,
+def get_memory(request: Request, memory_id: str = MemoryId,
                user_id: str | None = UserQuery) -> dict[str, Any]:
     """One memory of the user (another user's memory is a 404)."""
     return memory_json(engine_of(request).get(memory_id, user_of(request, user_id)))
 
 
 @router.patch("/v1/memories/{memory_id}", tags=["memories"])
-def update_memory(request: Request, memory_id: str, body: s.MemoryPatch) -> dict[str, Any]:
+def update_memory(request: Request, body: s.MemoryPatch,
+                  memory_id: str = MemoryId) -> dict[str, Any]:
     """Edit a memory's text (re-embedded and re-indexed), tier, scope, tags, importance,
     confidence or metadata; fields left out stay as they are."""
     changes = body.model_dump(exclude_unset=True, exclude={"user_id"})
@@ -156,7 +159,7 @@ def update_memory(request: Request, memory_id: str, body: s.MemoryPatch) -> dict
 
 
 @router.delete("/v1/memories/{memory_id}", tags=["memories"])
-def delete_memory(request: Request, memory_id: str,
+def delete_memory(request: Request, memory_id: str = MemoryId,
                   user_id: str | None = UserQuery) -> dict[str, Any]:
     """Delete a memory and every derived copy (vector, full-text row, entity links)."""
     engine_of(request).forget(memory_id, user_of(request, user_id))
@@ -208,15 +211,15 @@ def create_session(request: Request, body: s.SessionCreate) -> dict[str, Any]:
 
 
 @router.get("/v1/sessions/{session_id}", tags=["sessions"])
-def get_session(request: Request, session_id: str,
+def get_session(request: Request, session_id: str = SessionId,
                 user_id: str | None = UserQuery) -> dict[str, Any]:
     """One session of the user (another user's session is a 404)."""
     return session_json(engine_of(request).session(session_id, user_of(request, user_id)))
 
 
 @router.post("/v1/sessions/{session_id}/messages", status_code=201, tags=["sessions"])
-def append_messages(request: Request, session_id: str,
-                    body: s.MessagesAppend) -> dict[str, Any]:
+def append_messages(request: Request, body: s.MessagesAppend,
+                    session_id: str = SessionId) -> dict[str, Any]:
     """Append 1-1000 OpenAI messages to a session, atomically (all or none). Facts
     stated in user messages are extracted at once; embeddings and memories follow in
     background jobs."""
@@ -227,7 +230,7 @@ def append_messages(request: Request, session_id: str,
 
 
 @router.get("/v1/sessions/{session_id}/messages", tags=["sessions"])
-def list_messages(request: Request, session_id: str,
+def list_messages(request: Request, session_id: str = SessionId,
                   user_id: str | None = UserQuery) -> dict[str, Any]:
     """A session's stored messages, oldest first."""
     found = engine_of(request).messages(session_id, user_of(request, user_id))
@@ -261,6 +264,23 @@ def put_fact(request: Request, body: s.FactPut) -> dict[str, Any]:
     return fact_result_json(result)
 
 
+def _fact_part(what: str) -> Any:
+    return Path(description=f"The fact's {what} (case does not matter).",
+                json_schema_extra={"pattern": v.TEXT_PATTERN, "maxLength": 64})
+
+
+@router.delete("/v1/facts/{category}/{key}", tags=["facts"])
+def delete_fact(request: Request, category: str = _fact_part("category"),
+                key: str = _fact_part("key"),
+                user_id: str | None = UserQuery,
+                ws: str | None = WorkspaceQuery) -> dict[str, Any]:
+    """Forget a fact: every value it had, and the memories that state it; with a
+    workspace, only that workspace's (404 when the user has no such fact)."""
+    gone = engine_of(request).forget_fact(user_of(request, user_id), category, key,
+                                          workspace=workspace_of(request, ws))
+    return {"deleted": [fact_json(f) for f in gone]}
+
+
 # -- calls (what the proxy did) -------------------------------------------------------
 def _instant(value: str | None, name: str) -> float | None:
     """A query's point in time as a unix time: seconds since the epoch, or an ISO 8601
@@ -272,7 +292,7 @@ def _instant(value: str | None, name: str) -> float | None:
         seconds = float(value)
     except ValueError:
         try:
-            when = datetime.fromisoformat(value.strip())
+            when = datetime.fromisoformat(value.strip().upper())  # RFC 3339 allows "t", "z"
         except ValueError:
             raise InvalidInput(f"{name} must be a unix time in seconds or an ISO 8601 "
                                f"datetime, not {value!r}") from None
@@ -284,22 +304,31 @@ def _instant(value: str | None, name: str) -> float | None:
     return seconds
 
 
+_INSTANT: dict[str, Any] = {"anyOf": [{"type": "number"},
+                                      {"type": "string", "format": "date-time"}]}
+
+
 @router.get("/v1/calls", tags=["calls"])
 def list_calls(
     request: Request, user_id: str | None = UserQuery, ws: str | None = WorkspaceQuery,
-    session: str | None = Query(None, description="Only this session's calls."),
+    session: str | None = Query(None, description="Only this session's calls.",
+                                json_schema_extra={"pattern": v.OPTIONAL_ID_PATTERN,
+                                                   "maxLength": 128}),
     since: str | None = Query(None, description="Only calls made at or after this time: "
                                                 "unix seconds or ISO 8601 (UTC unless "
-                                                "it has an offset)."),
+                                                "it has an offset).",
+                              json_schema_extra=_INSTANT),
     until: str | None = Query(None, description="Only calls made before this time, "
-                                                "given as for since."),
+                                                "given as for since.",
+                              json_schema_extra=_INSTANT),
     limit: int = Query(50, ge=1, le=500),
 ) -> dict[str, Any]:
     """The user's recent proxied chat calls, newest first, each with what memd injected
     and why (its ``report``, as ``GET /v1/calls/{id}`` shows it): agents do not show
     memd's response headers, so this is where a user sees what memd did."""
     calls = engine_of(request).store.list_calls(
-        user_of(request, user_id), session_id=session, workspace=workspace_of(request, ws),
+        user_of(request, user_id), session_id=v.check_optional_id(session, "session"),
+        workspace=workspace_of(request, ws),
         since=_instant(since, "since"), until=_instant(until, "until"), limit=limit,
     )
     return {"object": "list", "data": calls}
@@ -321,7 +350,8 @@ def _embedding_texts(raw: str | list[Any], max_chars: int) -> list[str]:
         if len(t) > max_chars:
             raise InvalidInput(f"input[{i}] is too long: {len(t)} characters "
                                f"(limit {max_chars})")
-    return texts
+    # a lone surrogate has no UTF-8 form for a tokenizer to read
+    return [v.clean_chars(t) for t in texts]
 
 
 def _encode(vector: np.ndarray, encoding_format: str) -> list[float] | str:

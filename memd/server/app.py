@@ -16,6 +16,7 @@ to a workspace for plugins that can set a base URL but not headers.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
@@ -25,16 +26,19 @@ from fastapi import Depends, FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 import memd
 from memd.config import Settings
 from memd.engine.memory import Memd
+from memd.engine.validate import ID_PATTERN, MAX_DEPTH, check_id, clean_chars
 from memd.errors import (
     Conflict,
     Forbidden,
     InvalidInput,
     MemdError,
     NotFound,
+    StorageError,
     TooLarge,
     Unauthorized,
 )
@@ -49,6 +53,7 @@ from memd.server.security import (
     cross_site_refusal,
     error_body,
     is_json,
+    nests_deeper,
     scope_headers,
     send_error,
 )
@@ -72,6 +77,46 @@ def status_for(exc: MemdError) -> int:
     if isinstance(exc, Forbidden):
         return 403
     return 500
+
+
+# What a client is told instead of a driver's own words (SQL, constraint and table
+# names), which stay in the daemon's log.
+_DRIVER_WORDS: tuple[tuple[type[MemdError], str], ...] = (
+    (Conflict, "this write conflicts with stored data: an id in it is already in use"),
+    (InvalidInput, "the store cannot hold a value in this request"),
+    (StorageError, "the store failed; the daemon's log has the details"),
+)
+
+
+# How pydantic names the branch of a union in an error's location, e.g.
+# "function-before[_integral(), int]" or "literal['L0','L1']": noise to a client.
+_UNION_BRANCH = re.compile(r"[a-z-]+\[.*\]", re.DOTALL)
+
+
+_DRIVERS = frozenset({"apsw", "psycopg", "psycopg_pool", "sqlite3"})
+
+
+def public_message(exc: MemdError) -> str:
+    """``exc``'s message for a client: a message that quotes the database driver error
+    it was translated from is replaced by a plain one."""
+    message = str(exc)
+    cause = exc.__cause__
+    driver = type(cause).__module__.partition(".")[0] in _DRIVERS
+    if cause is None or not driver or str(cause) not in message:
+        return clean_chars(message)
+    log.warning("%s (told the client less)", message)
+    return next((text for kind, text in _DRIVER_WORDS if isinstance(exc, kind)),
+                "the request failed")
+
+
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(app: FastAPI, scope: Scope) -> list[str]:
+    """The methods the app's routes serve at the path of the request ``scope``."""
+    return [method for method in _METHODS
+            if any(route.matches({**scope, "method": method})[0] == Match.FULL
+                   for route in app.router.routes)]
 
 
 class Guard:
@@ -134,6 +179,10 @@ class Guard:
         if writes and content_type is None and body:
             await self._not_json(send, None)
             return
+        if nests_deeper(body, MAX_DEPTH):
+            await send_error(send, 400, "invalid_request_error",
+                             f"the request body nests JSON deeper than {MAX_DEPTH} levels")
+            return
         sent = False
 
         async def replay() -> MutableMapping[str, Any]:
@@ -181,10 +230,61 @@ class JobWorker:
 
 
 def _workspace_param(
-    workspace: str = Path(description="Scope memory to this workspace (a project)."),
+    workspace: str = Path(description="Scope memory to this workspace (a project).",
+                          json_schema_extra={"pattern": ID_PATTERN, "maxLength": 128}),
 ) -> None:
-    """Declares the ``/w/{workspace}`` path parameter for the OpenAPI schema; routes read
-    it through :func:`memd.server.deps.workspace_of`."""
+    """Declares and checks the ``/w/{workspace}`` path parameter; routes read it through
+    :func:`memd.server.deps.workspace_of`."""
+    check_id(workspace, "workspace")
+
+
+def _path_decides_workspace(schema: dict[str, Any]) -> None:
+    """Under ``/w/{workspace}`` the path gives the workspace: the operations there take
+    no ``workspace`` query parameter or body field (one that differs is a 400)."""
+    parts = schema["components"]["schemas"]
+    ref = "#/components/schemas/"
+    for path, item in schema["paths"].items():
+        if not path.startswith("/w/{workspace}/"):
+            continue
+        for op in item.values():
+            op["parameters"] = [p for p in op.get("parameters", ())
+                                if not (p["name"] == "workspace" and p["in"] == "query")]
+            for media in op.get("requestBody", {}).get("content", {}).values():
+                name = media.get("schema", {}).get("$ref", "").removeprefix(ref)
+                if "workspace" not in parts.get(name, {}).get("properties", {}):
+                    continue
+                scoped = f"{name}InWorkspace"
+                if scoped not in parts:
+                    copy = dict(parts[name])
+                    copy["properties"] = {k: v for k, v in copy["properties"].items()
+                                          if k != "workspace"}
+                    parts[scoped] = copy
+                media["schema"] = {"$ref": ref + scoped}
+
+
+def _complete_schema(app: FastAPI, engine: Memd) -> None:
+    """Add to the OpenAPI schema what the models cannot say: the JSON that metadata may
+    hold (a recursive schema), and the one embedding size this daemon serves."""
+    from memd.server.schemas import JSON_VALUE
+
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        fresh = app.openapi_schema is None
+        schema = plain()  # built once, then cached by FastAPI
+        if fresh:
+            parts = schema.setdefault("components", {}).setdefault("schemas", {})
+            parts["JsonValue"] = JSON_VALUE
+            embeddings = parts.get("EmbeddingsRequest", {}).get("properties", {})
+            if "dimensions" in embeddings:
+                embeddings["dimensions"] = {
+                    "anyOf": [{"type": "integer", "enum": [engine.embedder.dim]},
+                              {"type": "null"}],
+                    "description": "The embedder's dimension; any other is a 400."}
+            _path_decides_workspace(schema)
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = True,
@@ -219,7 +319,7 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
         status = status_for(exc)
         if status >= 500:
             log.error("internal error: %s", exc)
-        return JSONResponse(error_body(exc.type, str(exc)), status_code=status)
+        return JSONResponse(error_body(exc.type, public_message(exc)), status_code=status)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -227,17 +327,24 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
         if any(e.get("type") == "json_invalid" for e in errors):
             return JSONResponse(error_body("invalid_request_error",
                                            "request body is not valid JSON"), status_code=400)
-        parts = []
+        parts: list[str] = []
         for e in errors[:5]:
-            where = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
-            parts.append(f"{where or 'body'}: {e.get('msg')}")
-        return JSONResponse(error_body("invalid_request_error", "; ".join(parts)),
-                            status_code=422)
+            where = ".".join(str(x) for x in e.get("loc", ())
+                             if x != "body" and not _UNION_BRANCH.fullmatch(str(x)))
+            part = f"{where or 'body'}: {e.get('msg')}"
+            if part not in parts:
+                parts.append(part)
+        return JSONResponse(error_body("invalid_request_error",
+                                       clean_chars("; ".join(parts))), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return JSONResponse(error_body(kind, str(exc.detail)), status_code=exc.status_code)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method of the path, not just its first route's
+            headers["Allow"] = ", ".join(allowed_methods(app, request.scope))
+        return JSONResponse(error_body(kind, str(exc.detail)), status_code=exc.status_code,
+                            headers=headers)
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -251,6 +358,7 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
     for router in (api.router, proxy.router):
         app.include_router(router)
         app.include_router(router, prefix="/w/{workspace}", dependencies=scoped)
+    _complete_schema(app, engine)
     if settings.auth:
         check = getattr(engine.store, "check_row_security", None)
         if check is not None:

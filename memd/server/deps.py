@@ -37,6 +37,7 @@ def user_of(request: Request, body_user: str | None = None) -> str:
 
 def workspace_of(request: Request, body_workspace: str | None = None) -> str | None:
     path_ws = request.path_params.get("workspace")
+    body_workspace = body_workspace or None  # an empty workspace is none
     if path_ws is not None and body_workspace is not None and path_ws != body_workspace:
         raise InvalidInput("workspace in the path and in the body disagree")
     return v.check_optional_id(path_ws if path_ws is not None else body_workspace,

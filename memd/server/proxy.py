@@ -25,14 +25,16 @@ from typing import Any
 import anyio
 import httpx
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from memd.engine import validate
 from memd.engine.chat import PreparedCall, WindowInfo, finish_chat, prepare_chat
 from memd.engine.memory import Memd
-from memd.errors import InvalidInput, NotFound
+from memd.errors import Conflict, InvalidInput, NotFound
 from memd.models.tokens import calibrated_scale
+from memd.server import schemas as s
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.security import error_body
 from memd.server.windows import WindowResolver
@@ -126,8 +128,8 @@ def _memd_headers(call: PreparedCall) -> dict[str, str]:
 
 async def _body(request: Request) -> dict[str, Any]:
     raw = await request.body()
-    try:  # orjson parses an agent's 400 KB request ~5x faster; json takes what it refuses
-        body = orjson.loads(raw)  # (integers past 64 bits, NaN) or says what is wrong
+    try:  # orjson parses an agent's large request several times faster; json takes what
+        body = orjson.loads(raw)  # it refuses (integers past 64 bits, NaN) or says why
     except orjson.JSONDecodeError:
         try:
             body = json.loads(raw)
@@ -140,11 +142,11 @@ async def _body(request: Request) -> dict[str, Any]:
 
 def _encode(body: dict[str, Any]) -> bytes:
     """``body`` as compact JSON (orjson; json for what orjson refuses, such as integers
-    past 64 bits)."""
+    past 64 bits, or a lone surrogate, which only an ASCII ``\\ud800`` escape carries)."""
     try:
         return orjson.dumps(body)
     except orjson.JSONEncodeError:
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        return json.dumps(body, separators=(",", ":")).encode()
 
 
 class StreamAccumulator:
@@ -177,9 +179,9 @@ class StreamAccumulator:
             return
         if not isinstance(chunk, dict):
             return
-        self.model = chunk.get("model") or self.model
+        self.model = _text_or_none(chunk.get("model")) or self.model
         if chunk.get("usage"):
-            self.usage = chunk["usage"]
+            self.usage = _usage(chunk["usage"])
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
@@ -197,21 +199,58 @@ class StreamAccumulator:
                 slot["function"]["name"] += fn.get("name") or ""
                 slot["function"]["arguments"] += fn.get("arguments") or ""
             if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
+                self.finish_reason = _text_or_none(choice["finish_reason"])
 
     def reply(self) -> dict[str, Any]:
         calls = [self.tool_calls[i] for i in sorted(self.tool_calls)]
-        return {"role": "assistant", "content": "".join(self.content) or None,
-                "tool_calls": calls or None}
+        return _stored_reply("".join(self.content) or None, calls or None)
+
+
+def _text_or_none(value: Any) -> str | None:
+    return validate.clean_chars(value) if isinstance(value, str) else None
+
+
+def _stored_reply(content: Any, tool_calls: Any) -> dict[str, Any]:
+    """What memd stores of a model's reply: the client already has it as sent, so a
+    field memd cannot store is cleaned (a NUL or lone surrogate becomes U+FFFD) or
+    dropped, never refused."""
+    if not isinstance(content, str | list):
+        content = None
+    if not isinstance(tool_calls, list):
+        tool_calls = None
+    reply = validate.sanitized({"role": "assistant", "content": content,
+                                "tool_calls": tool_calls})
+    if isinstance(reply["content"], list) and not all(isinstance(p, Mapping)
+                                                      for p in reply["content"]):
+        reply["content"] = None
+    if reply["tool_calls"] is not None:
+        reply["tool_calls"] = [c for c in reply["tool_calls"] if isinstance(c, Mapping)]
+    return dict(reply)
+
+
+def _usage(value: Any) -> dict[str, Any] | None:
+    """A reply's usage as memd can store and count it: token counts that are not
+    non-negative integers are dropped."""
+    if not isinstance(value, Mapping):
+        return None
+    usage = validate.sanitized(dict(value))
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        n = usage.get(key)
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int)
+                              or not 0 <= n < 2**31):
+            del usage[key]
+    return dict(usage)
 
 
 def _reply_of(data: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     choices = data.get("choices") or []
-    if not choices or not isinstance(choices[0], Mapping):
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
         return None, None
-    message = choices[0].get("message") or {}
-    return ({"role": "assistant", "content": message.get("content"),
-             "tool_calls": message.get("tool_calls")}, choices[0].get("finish_reason"))
+    message = choices[0].get("message")
+    if not isinstance(message, Mapping):
+        message = {}
+    return (_stored_reply(message.get("content"), message.get("tool_calls")),
+            _text_or_none(choices[0].get("finish_reason")))
 
 
 async def _unreachable(engine: Memd, call: PreparedCall, exc: httpx.HTTPError,
@@ -228,7 +267,41 @@ async def _unreachable(engine: Memd, call: PreparedCall, exc: httpx.HTTPError,
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-@router.post("/v1/chat/completions")
+_CHAT_ERRORS: dict[int | str, dict[str, Any]] = {
+    **s.ERRORS,
+    502: {"model": s.ErrorResponse, "description": "The model server cannot be reached"},
+    503: {"model": s.ErrorResponse, "description": "No model server is configured"},
+    504: {"model": s.ErrorResponse, "description": "The model server timed out"},
+}
+
+
+def _tokens(body: Mapping[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if isinstance(value, float) and value.is_integer():  # JSON does not tell 3.0 from 3
+        value = int(value)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                              or value < 0):
+        raise InvalidInput(f"{name} must be a non-negative integer, not {value!r}")
+    return value
+
+
+@router.post(
+    "/v1/chat/completions", responses={
+        200: {"description": "The model server's answer, relayed (SSE when streaming)",
+              "content": {"application/json": {}, "text/event-stream": {}}},
+        **_CHAT_ERRORS},
+    openapi_extra={
+        "parameters": [{
+            "name": "X-Memd-Session", "in": "header", "required": False,
+            "description": "Pin the call to this session (created if new); memd then "
+                           "owns its history.",
+            "schema": {"type": "string", "pattern": validate.OPTIONAL_ID_PATTERN,
+                       "maxLength": 128},
+        }],
+        "requestBody": {"required": True,
+                        "content": {"application/json": {"schema": s.CHAT_REQUEST}}},
+    },
+)
 async def chat_completions(request: Request) -> Response:
     """OpenAI chat completions through memd: memory in, the model's answer out."""
     engine = engine_of(request)
@@ -237,22 +310,33 @@ async def chat_completions(request: Request) -> Response:
         raise InvalidInput("'messages' is required")
     if "stream" in body and not isinstance(body["stream"], bool):
         raise InvalidInput("'stream' must be a boolean")
+    if "model" in body and not isinstance(body["model"], str):
+        raise InvalidInput(f"'model' must be a string, not {type(body['model']).__name__}")
     user = user_of(request)
     workspace = workspace_of(request)
-    model = body.get("model") if isinstance(body.get("model"), str) else None
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 0):
-        raise InvalidInput("max_tokens must be a non-negative integer")
+    # the body goes upstream as sent; memd's own records take a cleaned model name
+    model = validate.clean_chars(body["model"]) if "model" in body else None
+    completion_tokens = _tokens(body, "max_completion_tokens")
+    legacy_tokens = _tokens(body, "max_tokens")
+    max_tokens = completion_tokens or legacy_tokens
     try:
         client = _client(request)
     except NoUpstream as exc:
         return JSONResponse(error_body("upstream_not_configured", str(exc)), status_code=503)
     window = await _window(request, model)
-    call = await run_in_threadpool(
-        prepare_chat, engine, user, workspace, body["messages"],
-        session_id=request.headers.get("x-memd-session"), model=model,
-        max_response_tokens=max_tokens, tools=body.get("tools"), window=window,
-    )
+    pinned = request.headers.get("x-memd-session")
+    try:
+        call = await run_in_threadpool(
+            prepare_chat, engine, user, workspace, body["messages"], session_id=pinned,
+            model=model, max_response_tokens=max_tokens, tools=body.get("tools"),
+            window=window,
+        )
+    except Conflict as exc:
+        if not pinned:
+            raise
+        # The store may keep session ids unique across users: say which id to change.
+        raise Conflict(f"session {pinned!r} cannot be used: the id is already in use; "
+                       "pin another X-Memd-Session") from exc
     headers = _memd_headers(call)
     if body.get("stream"):
         return await _stream(request, client, call, body, headers, model)
@@ -272,7 +356,7 @@ async def chat_completions(request: Request) -> Response:
     # reply) always finds it: storing later races that call on a concurrent backend.
     await run_in_threadpool(
         finish_chat, engine, call, status=resp.status_code, reply=reply, finish_reason=finish,
-        usage=data.get("usage") if isinstance(data, dict) else None, model=model,
+        usage=_usage(data.get("usage")) if isinstance(data, dict) else None, model=model,
         retried=retried,
     )
     return Response(content=resp.content, status_code=resp.status_code, headers=headers,
@@ -348,7 +432,9 @@ async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCal
                              media_type=resp.headers.get("content-type", "text/event-stream"))
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", responses={
+    200: {"description": "The model server's list"},
+    400: {"model": s.ErrorResponse, "description": "Invalid workspace"}})
 async def models(request: Request) -> Response:
     """The upstream model server's models (an empty list when it is unreachable)."""
     try:
@@ -359,11 +445,14 @@ async def models(request: Request) -> Response:
                     media_type=resp.headers.get("content-type", "application/json"))
 
 
-@router.get("/v1/calls/{call_id}")
-def get_call(request: Request, call_id: str) -> dict[str, Any]:
+@router.get("/v1/calls/{call_id}", responses=s.ERRORS)
+def get_call(request: Request, call_id: str = Path(
+    description="A call's id (the X-Memd-Call header of its response).",
+    json_schema_extra={"pattern": validate.ID_PATTERN, "maxLength": 128},
+)) -> dict[str, Any]:
     """What memd injected into a proxied call, and why (the compiler's report)."""
     engine = engine_of(request)
-    found = engine.store.get_call(user_of(request), call_id)
+    found = engine.store.get_call(user_of(request), validate.check_id(call_id, "call_id"))
     if found is None:
         raise NotFound(f"no call {call_id!r}")
     return found

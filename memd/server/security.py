@@ -19,6 +19,7 @@ not ``application/json``.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -39,6 +40,27 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Sec-Fetch-Site values of a request from memd's own pages or typed by the user; a
 # "same-site" request may come from another port of localhost, which is another app
 _OWN_FETCH_SITES = frozenset({"same-origin", "none"})
+
+
+# A JSON string (its escapes included), and the brackets that open and close a level.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKET = re.compile(rb"[\[\]{}]")
+
+
+def nests_deeper(body: bytes, limit: int) -> bool:
+    """Whether a JSON text nests arrays and objects more than ``limit`` levels deep,
+    found without parsing it (brackets inside strings do not count)."""
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False
+    depth = 0
+    for bracket in _BRACKET.finditer(_JSON_STRING.sub(b"", body)):
+        if bracket.group() in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
 
 
 def error_body(kind: str, message: str, **extra: Any) -> dict[str, Any]:

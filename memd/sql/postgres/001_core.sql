@@ -1,5 +1,5 @@
--- memd team schema (PostgreSQL 15+ with pgvector >= 0.8 and pg_trgm). Seed 000 §2-4:
--- the same logical tables as sql/sqlite/, PostgreSQL-native.
+-- memd team schema (PostgreSQL 15+ with pgvector >= 0.8 and pg_trgm): the same logical
+-- tables as sql/sqlite/, PostgreSQL-native (docs/design.md, "Storage").
 --
 -- * Timestamps are double precision seconds since the epoch (UTC): exactly the floats of
 --   memd/types.py, so both backends store and return the same values
@@ -21,7 +21,8 @@
 --   memd_add_partitions(n) and memd_ensure_history_months(...) in short transactions until
 --   they return 0 (psql: CALL memd_create_partitions();). A partition made after its
 --   parent's indexes gets all of them.
--- * Messages are further range-partitioned by month of created_at (seed 000 §3.2); see
+-- * Messages are further range-partitioned by month of created_at (old months can be
+--   detached or archived whole); see
 --   memd_ensure_history_months below. Working memory (tier 0) lives in UNLOGGED leaves.
 
 CREATE EXTENSION IF NOT EXISTS vector;
@@ -100,7 +101,7 @@ CREATE INDEX idx_sessions_user_active ON sessions (user_id, updated_at DESC) WHE
 CREATE INDEX idx_sessions_user_all ON sessions (user_id, created_at DESC);
 CREATE INDEX idx_sessions_expiry ON sessions (expires_at) WHERE status <> 4;
 
--- conversation_history (seed 000 §2.3): append-only; the only updates are compaction marks
+-- The conversation history: append-only; the only updates are compaction marks
 -- and embedding backfill. Hash by user, then range by month of created_at: the primary key
 -- must hold every partition column, so turn_index uniqueness per session is kept by
 -- construction (append_messages locks the session row) rather than by an index.
@@ -199,7 +200,7 @@ BEGIN
     END LOOP;
 END $$;
 
--- memory_store (seed 000 §2.2). Tier 0 (working memory) goes to memories_working, whose
+-- Long-term memories. Tier 0 (working memory) goes to memories_working, whose
 -- leaves are UNLOGGED: no WAL, emptied by crash recovery, which working memory may be.
 -- Tiers 1-4 go to memories_durable. Both are hash-partitioned by user with the same
 -- counts, so one user's memories sit in memories_working_pNNN and memories_durable_pNNN.
@@ -256,7 +257,7 @@ CREATE INDEX idx_memories_fts ON memories USING gin (content_tsv);
 -- Trigram index for partial and fuzzy recall (word_similarity, ILIKE) over memory text.
 CREATE INDEX idx_memories_trgm ON memories USING gin (content_text gin_trgm_ops);
 
--- Structured facts (seed 004): one active value per user+workspace+category+key.
+-- Structured facts: one active value per user+workspace+category+key.
 CREATE TABLE facts (
     fact_id           text COLLATE "C" NOT NULL,
     user_id           text COLLATE "C" NOT NULL,
@@ -279,7 +280,7 @@ CREATE UNIQUE INDEX idx_facts_one_active ON facts (user_id, workspace, category,
     WHERE is_active;
 CREATE INDEX idx_facts_user ON facts (user_id, is_active, importance DESC);
 
--- Entities linked to memories (seed 003 §3.4).
+-- Entities linked to memories (the entity channel of retrieval).
 CREATE TABLE memory_entities (
     user_id   text COLLATE "C" NOT NULL,
     entity    text COLLATE "C" NOT NULL,
@@ -289,7 +290,7 @@ CREATE TABLE memory_entities (
 INSERT INTO memd_partitioning VALUES ('memory_entities', {memory_partitions});
 CREATE INDEX idx_memory_entities_memory ON memory_entities (user_id, memory_id);
 
--- Usage and cost (seed 001 usage_logs).
+-- Usage and cost, one row per upstream call.
 CREATE TABLE usage_log (
     usage_id          text COLLATE "C" NOT NULL,
     user_id           text COLLATE "C" NOT NULL,

@@ -1,13 +1,11 @@
--- Access statistics in a narrow table of their own (seed 000 §6.4 phase 5).
+-- Access statistics in a narrow table of their own (docs/design.md, "Access statistics").
 --
--- Every compile that uses memories bumps their access stats (a background job). While the
--- stats were columns of memories, each bump was a new version of a wide row: access_count
--- is indexed, so the update could not be HOT, and every bump inserted the row again into
--- the HNSW, full-text, trigram and b-tree indexes. That cost ~0.2 s of database time per
--- compile (1,100 compiles' jobs took 3 min 45 s on the scale benchmark) and bloated the
--- indexes every later query reads: 24k pending GIN entries and 143k dead rows in one
--- partition after a few runs. Here a bump is an update of a 5-column row with two b-tree
--- indexes, and memories rows change only when their content does.
+-- Every compile that uses memories bumps their access stats (a background job). As
+-- columns of memories, each bump would be a new version of a wide row: access_count is
+-- indexed, so the update cannot be HOT, and every bump would insert the row again into
+-- the HNSW, full-text, trigram and b-tree indexes, costing database time and bloating
+-- the indexes every later query reads. Here a bump is an update of a 5-column row with
+-- two b-tree indexes, and memories rows change only when their content does.
 --
 -- The backend makes a memory's stats row with it (one transaction) and deletes it with
 -- it; a memory without one (rows loaded by other means) reads as never accessed.

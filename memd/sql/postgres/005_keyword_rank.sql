@@ -1,8 +1,7 @@
--- Keyword relevance by ts_rank (term frequency), as seed 002 §2.3's hybrid search has it,
--- instead of ts_rank_cd (cover density). For the OR of a query's words that memd searches
--- with, cover density adds little, and it costs three times as much: over the ~365 rows
--- a common word matches in one user's 10k memories, 1.5 ms against 0.55 ms, the largest
--- part of a compile's keyword channel. The backend's own queries changed with this file;
+-- Keyword relevance by ts_rank (term frequency) instead of ts_rank_cd (cover density):
+-- for the OR of a query's words that memd searches with, cover density adds little and
+-- costs several times as much per matching row, the largest part of a compile's keyword
+-- channel. The backend's own queries changed with this file;
 -- these are the row-level-security paths' functions of 003_auth.sql, the same but for
 -- the ranking function.
 

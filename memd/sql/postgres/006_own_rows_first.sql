@@ -1,10 +1,9 @@
 -- The read policies that let a workspace's members see each other's memories test the
 -- acting user's own rows first. PostgreSQL evaluates an OR left to right and stops at the
--- first true arm, but it put memd_workspace_read's function before memd_own_rows' plain
--- comparison: every row a user read of their own memory_stats called memd_shared_memory
--- (a lookup of the memory, ~90 us), and every own memory in a named workspace called
--- memd_shares_workspace. A compile under row-level security reads ~110 stats rows (the
--- frequent channel and each candidate's stats): 10 ms of its 20. With the own-row test
+-- first true arm, but it may put memd_workspace_read's function before memd_own_rows'
+-- plain comparison: then every row a user reads of their own memory_stats calls
+-- memd_shared_memory (a lookup of the memory), and every own memory in a named workspace
+-- calls memd_shares_workspace, on the ~100 stats rows a compile reads. With the own-row test
 -- inside each policy the functions run only for other users' rows, whichever order the
 -- policies are combined in. What each policy admits is unchanged: own rows were already
 -- admitted by memd_own_rows.

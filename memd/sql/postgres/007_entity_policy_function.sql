@@ -3,8 +3,8 @@
 -- The EXISTS is correlated with each entity row, so PostgreSQL could not prune it: every
 -- statement that read memory_entities under row-level security planned a subquery over
 -- every partition of memories (2 x 256 leaves of 11 indexes each at the production
--- layout). The memory candidates' entity branch took 160-450 ms in team mode against
--- 7 ms for a query naming no entity. The function is opaque to the planner and runs only
+-- layout), which made a query naming an entity far slower in team mode than one naming
+-- none. The function is opaque to the planner and runs only
 -- for other users' rows (the own-row test comes first, as in 006). What the policy
 -- admits is unchanged: the function's body is the EXISTS it replaces.
 DO $$

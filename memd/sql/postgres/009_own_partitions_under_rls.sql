@@ -1,8 +1,7 @@
 -- An authenticated request reads its user's own memory partitions directly, as an
--- unauthenticated one does since session 7, instead of the partitioned parents: a
--- statement that names a few leaves is prepared once and runs its generic plan, where one
--- over the parents is planned at every call (2.2 ms of the memory candidates' 5.8 in the
--- server at the scale benchmark's target). Row-Level Security binds the leaves too: each
+-- unauthenticated one does, instead of the partitioned parents: a statement that names a
+-- few leaves is prepared once and runs its generic plan, where one over the parents is
+-- planned at every call, a large share of the memory candidates' time. Row-Level Security binds the leaves too: each
 -- leaf of memories_working, memories_durable, memory_stats and memory_entities gets RLS,
 -- a policy that lets memd_app read its acting user's own rows and nothing else, and
 -- SELECT for memd_app (no writes: they keep going through the parents). Reads of other

@@ -5,9 +5,8 @@
 -- would scan a user's leaf row by row; this function runs the indexed query as the owner,
 -- for the acting user's rows only, as memd_keyword_memory_ids does. That function plans
 -- its query over the parents at every call (pruning 2 x 256 leaves at the production
--- layout): at the scale benchmark's target, the team-mode keyword branch took 3.4 ms in
--- the server against 2.0 ms for the owner's own-leaf query. Here the dynamic query names
--- the two leaves, and is planned in a fraction of that.
+-- layout). Here the dynamic query names the two leaves, and is planned in a fraction of
+-- that time.
 --
 -- The leaves must be partitions of memories_working and memories_durable (checked in the
 -- catalog), and the rows are the acting user's (memd.user_id), whatever a caller passes.

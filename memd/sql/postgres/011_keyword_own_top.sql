@@ -1,10 +1,9 @@
 -- The keyword channel of an authenticated request over its own user's partitions, with
 -- the whole memory filter applied inside the probe: memd_keyword_own_memory_ids (010)
 -- applies only is_active and the workspaces, so its caller over-fetched (4k + 20 ids) and
--- read every one of them back through the policies before its LIMIT k. At the scale
--- benchmark's target, a query matching ~600 memories sent 100 ids through that join for
--- 20 rows: the team-mode candidates statement took 2 ms longer than the unauthenticated
--- one, and 0.5 ms (p50) to 1.5 ms (p99) of that was the over-fetch. This function returns
+-- read every one of them back through the policies before its LIMIT k: for a query
+-- matching hundreds of memories, most of the team-mode candidates statement's extra time
+-- over the unauthenticated one. This function returns
 -- the top ``lim`` ids that pass the filter the caller's statement applies (the same
 -- columns and rules as PostgresStore._where), so the caller reads back only those.
 --

@@ -1,4 +1,5 @@
--- memd embedded schema (SQLite). Seed 000 §2 adapted to one file per user data dir:
+-- memd embedded schema (SQLite): the tables of docs/design.md, "Storage", in one file per
+-- data dir:
 -- no partitioning (one process, one machine), timestamps as REAL unix seconds,
 -- JSON as TEXT, the "no workspace" value stored as '' so that UNIQUE constraints hold.
 -- Every table and every hot index leads with user_id, as on PostgreSQL.
@@ -36,7 +37,7 @@ CREATE INDEX idx_sessions_user_active ON sessions (user_id, updated_at DESC) WHE
 CREATE INDEX idx_sessions_user_all ON sessions (user_id, created_at DESC);
 CREATE INDEX idx_sessions_expiry ON sessions (expires_at) WHERE status != 4;
 
--- Append-only (seed 000 §2.3): the only updates are compaction marks and embeddings.
+-- Append-only: the only updates are compaction marks and embeddings.
 CREATE TABLE messages (
     message_id            TEXT PRIMARY KEY,
     session_id            TEXT NOT NULL,
@@ -108,7 +109,7 @@ CREATE INDEX idx_memories_expiry ON memories (expires_at)
 CREATE INDEX idx_memories_superseded ON memories (superseded_by)
     WHERE superseded_by IS NOT NULL;
 
--- Structured facts (seed 004): one active value per user+workspace+category+key.
+-- Structured facts: one active value per user+workspace+category+key.
 CREATE TABLE facts (
     fact_id           TEXT PRIMARY KEY,
     user_id           TEXT NOT NULL,
@@ -129,7 +130,7 @@ CREATE UNIQUE INDEX idx_facts_one_active ON facts (user_id, workspace, category,
     WHERE is_active = 1;
 CREATE INDEX idx_facts_user ON facts (user_id, is_active, importance DESC);
 
--- Entities linked to memories (seed 003 §3.4).
+-- Entities linked to memories (the entity channel of retrieval).
 CREATE TABLE memory_entities (
     user_id   TEXT NOT NULL,
     entity    TEXT NOT NULL,
@@ -138,7 +139,7 @@ CREATE TABLE memory_entities (
 ) WITHOUT ROWID;
 CREATE INDEX idx_memory_entities_memory ON memory_entities (memory_id);
 
--- Usage and cost (seed 001 usage_logs).
+-- Usage and cost, one row per upstream call.
 CREATE TABLE usage_log (
     usage_id          TEXT PRIMARY KEY,
     user_id           TEXT NOT NULL,

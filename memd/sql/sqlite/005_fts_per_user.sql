@@ -30,9 +30,8 @@ INSERT INTO messages_fts (rowid, content, session_id, message_id)
     WHERE content IS NOT NULL AND content != '';
 
 -- One merged segment per index: without this the rebuilt index is one huge level-0
--- segment that FTS5's incremental merging drags along on every later insert (measured
--- on 1.3 M rows: ~150 pages written per appended message instead of ~22, and 35-90 ms
--- stalls every 64 appends).
+-- segment that FTS5's incremental merging drags along on every later insert, which makes
+-- appends write several times the pages and stall periodically.
 INSERT INTO memories_fts (memories_fts) VALUES ('optimize');
 INSERT INTO messages_fts (messages_fts) VALUES ('optimize');
 -- Note for a later migration: SQLite 3.54's DROP TABLE of a contentless_unindexed FTS5

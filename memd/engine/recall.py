@@ -1,0 +1,128 @@
+"""Episodic recall: what the user said in earlier conversations, for the memory block.
+
+Memories and facts hold what the extraction rules recognised; everything else a user said
+is stored as messages, searchable, and would never reach the model again. Recall finds
+the past messages nearest to the query (the vector channel of search, scored with the same
+formula; with ``recall_keyword`` its keyword channel too), keeps those whose cosine with the
+query reaches the similarity floor ``recall_min_similarity`` (a shared keyword alone is not
+enough: boilerplate shares words with everything), and leaves out what the model has
+anyway:
+
+- messages the client sent in this request (by chain hash, so a branch or a resent copy
+  of the same conversation is left out too);
+- messages a memory or fact among the block's candidates was drawn from;
+- messages of sessions outside the call's visible workspaces.
+
+A message of the call's own session that the client no longer sends (it fell out of the
+client's window) is recalled like any other. Each recalled message becomes one block
+item: its date, who said it, a bounded excerpt (files and logs are stored whole), and
+the message that answered it or that it answered, so a question and its answer come
+together.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from memd.engine import validate as v
+from memd.engine.compile import RECALL_KIND, Candidate
+from memd.engine.retrieve import score_messages
+from memd.models.tokens import count_text
+from memd.types import Message, Session
+
+if TYPE_CHECKING:
+    from memd.backends.base import Store
+    from memd.config import Weights
+    from memd.models.embedder import CachedEmbedder
+
+RECALL_K = 12  # past messages retrieved per query, before the floor and the exclusions
+RECALL_CHARS = 600  # the excerpt of a recalled message
+NEIGHBOUR_CHARS = 300  # the excerpt of the message answering it (or that it answers)
+_SPEAKERS = {"user": "User", "assistant": "Assistant"}
+
+
+@dataclass(frozen=True, slots=True)
+class RecallScope:
+    """What a call's recall may not return: the chain hashes of the messages the client
+    sent, the ids of messages that a memory or fact among the candidates came from, which
+    workspaces' sessions it may read ("" for sessions outside any workspace), and a
+    session whose messages are all left out (a compiled context's own: its history)."""
+
+    sent_chains: frozenset[str]
+    derived: frozenset[str]
+    workspaces: tuple[str, ...]
+    own_session: str | None = None
+
+
+def recall_candidates(
+    store: Store, embedder: CachedEmbedder, user_id: str, query: str, qvec: np.ndarray,
+    weights: Weights, floor: float, now: float, scope: RecallScope, model: str | None = None,
+    keyword: bool = False,
+) -> list[Candidate]:
+    """Past messages for ``query`` as block candidates (kind ``"recall"``), best first;
+    with ``keyword``, the keyword channel finds candidates too (better recall, but a
+    full-text ranking over all the user's messages on every new question)."""
+    if weights.similarity <= 0:
+        return []  # the floor is a cosine: without the similarity signal nothing passes
+    hits = score_messages(store, user_id, query, qvec, weights, now, RECALL_K,
+                          embedder=embedder, keyword_hits=None if keyword else [])
+    sessions: dict[str, Session | None] = {}
+    used: set[str] = set()
+    out: list[Candidate] = []
+    for msg, total, parts in hits:
+        if (msg.id in used or msg.role not in _SPEAKERS or not (msg.content or "").strip()
+                or parts["similarity"] / weights.similarity < floor
+                or msg.id in scope.derived or msg.chain_hash in scope.sent_chains
+                or msg.session_id == scope.own_session):
+            continue
+        if msg.session_id not in sessions:
+            sessions[msg.session_id] = store.get_session(user_id, msg.session_id)
+        session = sessions[msg.session_id]
+        if session is None or (session.workspace or "") not in scope.workspaces:
+            continue
+        other = neighbour(store, user_id, msg)
+        if other is not None and (other.id in scope.derived
+                                  or other.chain_hash in scope.sent_chains):
+            other = None
+        used.add(msg.id)
+        if other is not None:
+            used.add(other.id)
+        pair = (msg, other) if other is None or msg.turn_index < other.turn_index \
+            else (other, msg)
+        text = render(pair, msg)
+        out.append(Candidate(RECALL_KIND, msg.id, text, count_text(text, model), total))
+    return out
+
+
+def neighbour(store: Store, user_id: str, msg: Message) -> Message | None:
+    """The assistant's answer to a user message, or the user message an answer answers."""
+    if msg.role == "user":
+        found = store.get_messages(user_id, msg.session_id, after_turn=msg.turn_index,
+                                   limit=1)
+        want = "assistant"
+    else:
+        found = store.get_messages(user_id, msg.session_id, before_turn=msg.turn_index,
+                                   limit=1, newest_first=True)
+        want = "user"
+    if found and found[0].role == want and (found[0].content or "").strip():
+        return found[0]
+    return None
+
+
+def render(pair: Sequence[Message | None], hit: Message) -> str:
+    """``[date] User: ... / Assistant: ...``: the hit in full excerpt, its neighbour
+    shorter."""
+    day = time.strftime("%Y-%m-%d", time.gmtime(hit.created_at))
+    lines = []
+    for msg in pair:
+        if msg is None:
+            continue
+        limit = RECALL_CHARS if msg.id == hit.id else NEIGHBOUR_CHARS
+        text = " ".join(v.excerpt((msg.content or "").strip(), limit).split())
+        lines.append(f"{_SPEAKERS[msg.role]}: {text}")
+    return f"[{day}] " + "\n".join(lines)

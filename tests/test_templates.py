@@ -1,0 +1,88 @@
+"""What a client inserts on its own never becomes a memory or a standing instruction; the
+user's own words in the same messages still do."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+from agent_traffic import KINDS, generate
+
+import memd
+from memd.engine.chat import finish_chat, prepare_chat
+from memd.engine.extract import extract
+from memd.engine.templates import CLIENT_LINES, is_client_line, user_words
+
+AIDER_FILES = (
+    "I switched to a new code base. Please don't consider the above files or try to edit "
+    "them any longer.\n\n"
+    "Here are summaries of some files present in my git repository.\n"
+    "Do not propose changes to these files, treat them as *read-only*.\n"
+    "If you need to edit any of these files, ask me to *add them to the chat* first.\n\n"
+    "src/app.py:\n⋮...\n│def main():\n"
+)
+CLINE_TURN = (
+    "<task>\nAdd a --verbose flag to the CLI. Always use pytest for the tests.\n</task>\n"
+    "<environment_details>\n# VSCode Visible Files\nsrc/cli.py\n\n"
+    "Never commit secrets to the repository.\n</environment_details>"
+)
+
+
+def texts(text: str) -> list[str]:
+    return [ex.text for ex in extract(user_words(text))]
+
+
+def test_client_lines_alone_extract_nothing_though_the_rules_would_read_them() -> None:
+    lines = [line for line in CLIENT_LINES if "{" not in line]
+    assert all(is_client_line(line) for line in lines)
+    raw = [line for line in lines if extract(line)]
+    assert len(raw) >= 5, raw  # without the corpus these would be standing instructions
+    assert [line for line in lines if texts(line)] == []
+
+
+def test_the_users_words_beside_client_text_are_still_read() -> None:
+    assert texts(AIDER_FILES) == []
+    mixed = texts(AIDER_FILES + "\nBy the way, I prefer tabs over spaces.")
+    assert len(mixed) == 1 and "tabs" in mixed[0]
+    cline = texts(CLINE_TURN)
+    assert len(cline) == 1 and "pytest" in cline[0]  # the task is the user's; the
+    assert not any("secret" in t for t in cline)  # environment details are the client's
+
+
+def test_lines_are_matched_whole_and_loosely() -> None:
+    assert is_client_line("  do not propose changes to these files, treat them as READ-ONLY ")
+    assert is_client_line("I committed the changes with git hash 3f2a1b & commit msg: fix")
+    assert not is_client_line("Do not propose changes to the database schema.")
+    assert not is_client_line("")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_agent_traffic_makes_no_memory_but_a_stated_preference_does(
+    tmp_path: Path, kind: str,
+) -> None:
+    session = generate(kind, seed=11, target_tokens=20_000)
+    with memd.open(tmp_path / kind, embedder="fake") as engine:
+        for step in session.steps:
+            call = prepare_chat(engine, "local", None, step.request["messages"],
+                                model="gpt-4o")
+            finish_chat(engine, call, status=200, reply=step.reply, finish_reason="stop",
+                        usage=None, model="gpt-4o")
+        while engine.run_jobs():
+            pass
+        assert [m.text for m in engine.list("local")] == []
+        assert engine.facts("local") == []
+        # The same first request, with the user's own preference added to its last user
+        # message, in a new chat.
+        request = copy.deepcopy(session.steps[0].request)
+        last = [m for m in request["messages"] if m["role"] == "user"][-1]
+        said = "\nI prefer tabs over spaces."
+        if isinstance(last["content"], list):
+            last["content"].append({"type": "text", "text": said})
+        else:
+            last["content"] += said
+        prepare_chat(engine, "local", None, request["messages"], model="gpt-4o")
+        while engine.run_jobs():
+            pass
+        found = [m.text for m in engine.list("local")]
+        assert len(found) == 1 and "tabs" in found[0], found
