@@ -10,7 +10,8 @@ anyway:
 
 - messages the client sent in this request (by chain hash, so a branch or a resent copy
   of the same conversation is left out too);
-- messages a memory or fact among the block's candidates was drawn from;
+- messages that a memory among the block's candidates says word for word (a message a
+  fact or a shorter memory was extracted from usually says more, and stays);
 - messages of sessions outside the call's visible workspaces.
 
 A message of the call's own session that the client no longer sends (it fell out of the
@@ -49,12 +50,13 @@ _SPEAKERS = {"user": "User", "assistant": "Assistant"}
 @dataclass(frozen=True, slots=True)
 class RecallScope:
     """What a call's recall may not return: the chain hashes of the messages the client
-    sent, the ids of messages that a memory or fact among the candidates came from, which
-    workspaces' sessions it may read ("" for sessions outside any workspace), and a
-    session whose messages are all left out (a compiled context's own: its history)."""
+    sent, the texts the memories among the candidates say already (as :func:`same_text`
+    reads them), which workspaces' sessions it may read ("" for sessions outside any
+    workspace), and a session whose messages are all left out (a compiled context's own:
+    its history)."""
 
     sent_chains: frozenset[str]
-    derived: frozenset[str]
+    known_texts: frozenset[str]
     workspaces: tuple[str, ...]
     own_session: str | None = None
 
@@ -77,7 +79,8 @@ def recall_candidates(
     for msg, total, parts in hits:
         if (msg.id in used or msg.role not in _SPEAKERS or not (msg.content or "").strip()
                 or parts["similarity"] / weights.similarity < floor
-                or msg.id in scope.derived or msg.chain_hash in scope.sent_chains
+                or same_text(msg.content or "") in scope.known_texts
+                or msg.chain_hash in scope.sent_chains
                 or msg.session_id == scope.own_session):
             continue
         if msg.session_id not in sessions:
@@ -86,7 +89,7 @@ def recall_candidates(
         if session is None or (session.workspace or "") not in scope.workspaces:
             continue
         other = neighbour(store, user_id, msg)
-        if other is not None and (other.id in scope.derived
+        if other is not None and (same_text(other.content or "") in scope.known_texts
                                   or other.chain_hash in scope.sent_chains):
             other = None
         used.add(msg.id)
@@ -97,6 +100,11 @@ def recall_candidates(
         text = render(pair, msg)
         out.append(Candidate(RECALL_KIND, msg.id, text, count_text(text, model), total))
     return out
+
+
+def same_text(text: str) -> str:
+    """``text`` as compared with a memory's: lower case, whitespace collapsed."""
+    return " ".join(text.lower().split())
 
 
 def neighbour(store: Store, user_id: str, msg: Message) -> Message | None:

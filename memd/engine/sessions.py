@@ -25,7 +25,7 @@ from memd.engine.compile import (
     history_budget_bound,
 )
 from memd.engine.extract import extract
-from memd.engine.recall import RecallScope, recall_candidates
+from memd.engine.recall import RecallScope, recall_candidates, same_text
 from memd.engine.retrieve import ScoredMemory, aside, score_memories
 from memd.engine.templates import user_words
 from memd.engine.write import fact_tag
@@ -273,20 +273,18 @@ class SessionsMixin:
                 session.id if session is not None and exclude_session else None)
             if sent_chains is None or not query:
                 return facts, mems
-            recalled = self._recall(uid, query, scored, all_facts, visible, now,
+            recalled = self._recall(uid, query, scored, visible, now,
                                     sent_chains=sent_chains)
         return facts, mems + recalled
 
     def _recall(self, user_id: str, query: str, scored: Sequence[ScoredMemory],
-                facts: Sequence[Fact], visible: tuple[str, ...], now: float, *,
+                visible: tuple[str, ...], now: float, *,
                 sent_chains: Iterable[str] = (), own_session: str | None = None,
                 ) -> list[Candidate]:
         """Past messages for ``query`` (:mod:`memd.engine.recall`), except those the
-        memories and facts at hand were drawn from."""
-        derived = {s.memory.provenance_message_id for s in scored}
-        derived |= {f.source_message_id for f in facts}
-        scope = RecallScope(frozenset(sent_chains), frozenset(d for d in derived if d),
-                            visible, own_session)
+        memories at hand say word for word."""
+        known = frozenset(same_text(s.memory.text) for s in scored)
+        scope = RecallScope(frozenset(sent_chains), known, visible, own_session)
         return recall_candidates(self.store, self.embedder, user_id, query,
                                  self.query_vector(query), self.settings.weights,
                                  self.settings.recall_min_similarity, now, scope,
@@ -372,7 +370,7 @@ class SessionsMixin:
         fact_cands, mem_cands = _candidates(all_facts, scored, self.settings.min_similarity)
         if query and self.settings.memory_recall:
             # Past sessions' messages; this session's are the history (or its summary).
-            mem_cands += self._recall(uid, query, scored, all_facts, visible, now,
+            mem_cands += self._recall(uid, query, scored, visible, now,
                                       own_session=session.id if session else None)
         history = stored + [_transient(m, uid, session, len(stored) + i, model)
                             for i, m in pending]
