@@ -49,12 +49,9 @@ def _open(ctx: click.Context) -> Any:
 
 def _daemon(ctx: click.Context) -> Any:
     """An HTTP client for the daemon serving this data dir, or None."""
-    from memd.config import load_settings
     from memd.server.discovery import find_daemon
 
-    opts = ctx.obj or {}
-    settings = load_settings(opts.get("config"), data_dir=opts.get("data_dir"))
-    return find_daemon(settings.data_dir)
+    return find_daemon(_settings(ctx).data_dir)
 
 
 def _call(client: Any, method: str, path: str, **kwargs: Any) -> Any:
@@ -202,7 +199,7 @@ def _forget_fact(ctx: click.Context, fact: str, user_id: str | None,
     if not sep or not category.strip() or not key.strip():
         raise click.BadParameter("use CATEGORY/KEY, e.g. preference/indentation",
                                  param_hint="--fact")
-    user = user_id or _default_user(ctx)
+    user = user_id or _settings(ctx).default_user
     daemon = _daemon(ctx)
     if daemon is not None:
         from urllib.parse import quote
@@ -221,13 +218,6 @@ def _forget_fact(ctx: click.Context, fact: str, user_id: str | None,
                f"({len(values)} value{'s' if len(values) != 1 else ''}: {', '.join(values)})")
 
 
-def _default_user(ctx: click.Context) -> str:
-    from memd.config import load_settings
-
-    opts = ctx.obj or {}
-    return load_settings(opts.get("config"), data_dir=opts.get("data_dir")).default_user
-
-
 @main.command()
 @click.option("--user", "user_id", help="Whose facts (default: the local user).")
 @click.option("--workspace")
@@ -239,9 +229,9 @@ def facts(ctx: click.Context, user_id: str | None, workspace: str | None, histor
           as_json: bool) -> None:
     """List a user's facts (one value per category/key; forget one with
     `memd forget --fact CATEGORY/KEY`)."""
-    user = user_id or _default_user(ctx)
     with _open(ctx) as m:
-        found = m.facts(user, workspace=workspace, include_history=history)
+        found = m.facts(user_id or m.settings.default_user, workspace=workspace,
+                        include_history=history)
     if as_json:
         from memd.server.api import fact_json
 

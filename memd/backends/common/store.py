@@ -299,9 +299,9 @@ class PortableStore(SqlMixin):
     def delete_facts(self, user_id: str, fact_ids: Sequence[str]) -> int:
         if not fact_ids:
             return 0
-        return self._write(self._sql(
-            f"DELETE FROM facts WHERE user_id = ? AND fact_id IN "
-            f"({', '.join('?' * len(fact_ids))})"), (user_id, *fact_ids))
+        test, values = self._dialect.among("fact_id", fact_ids)
+        return self._write(f"DELETE FROM facts WHERE user_id = {self._dialect.mark} AND {test}",
+                           (user_id, *values))
 
     # -- calls and usage -------------------------------------------------------------
     def record_call(
