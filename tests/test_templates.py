@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agent_traffic import KINDS, generate
@@ -12,6 +13,7 @@ from agent_traffic import KINDS, generate
 import memd
 from memd.engine.chat import finish_chat, prepare_chat
 from memd.engine.extract import extract
+from memd.engine.sessions import last_user_text
 from memd.engine.templates import CLIENT_LINES, is_client_line, user_words
 
 AIDER_FILES = (
@@ -86,3 +88,76 @@ def test_agent_traffic_makes_no_memory_but_a_stated_preference_does(
             pass
         found = [m.text for m in engine.list("local")]
         assert len(found) == 1 and "tabs" in found[0], found
+
+
+CLINE_READ = [
+    {"type": "text", "text": "[read_file for 'NOTES.md'] Result:"},
+    {"type": "text", "text": "I prefer tabs over spaces.\nAlways use pytest for the tests.\n"},
+    {"type": "text", "text": "<environment_details>\n# VSCode Visible Files\nsrc/config.py\n"
+                             "</environment_details>"},
+]
+AIDER_RUN = ("I ran this command:\n\npytest -q\n\nAnd got this output:\n\n"
+             "1 failed in 0.1s\nNote: I always use the staging database for tests.\n")
+
+
+def test_tool_output_is_never_the_users_words_but_their_quoted_reply_is() -> None:
+    read = "\n".join(p["text"] for p in CLINE_READ)
+    assert user_words(read).strip() == ""
+    assert texts(read) == [] and texts(AIDER_RUN) == []
+    assert extract(read) and extract(AIDER_RUN)  # read as prose they would be memories
+    added = ("I added these files to the chat: src/app.py\nLet me know if there are "
+             "others we should add.\n\nsrc/app.py\n```\n# Never commit secrets.\n```\n")
+    assert texts(added) == []
+    denied = ("[replace_in_file for 'src/app.py'] Result:\nThe user denied this operation "
+              "and provided the following feedback:\n<feedback>\nI prefer tabs over "
+              "spaces.\n</feedback>\n<environment_details>\n</environment_details>")
+    assert user_words(denied).strip() == "I prefer tabs over spaces."
+    assert len(texts(denied)) == 1
+
+
+def test_the_query_of_a_tool_loop_is_the_users_last_request() -> None:
+    task = "<task>\nMake the config loader accept TOML files.\n</task>"
+    messages: list[dict[str, object]] = [
+        {"role": "system", "content": "You are Cline."},
+        {"role": "user", "content": [{"type": "text", "text": task}]},
+        {"role": "assistant", "content": "<read_file><path>src/config.py</path></read_file>"},
+        {"role": "user", "content": CLINE_READ},
+    ]
+    assert last_user_text(messages, 10**6) == task
+    messages += [{"role": "assistant", "content": "Done."},
+                 {"role": "user", "content": "Now add a test for it."}]
+    assert last_user_text(messages, 10**6) == "Now add a test for it."
+    assert last_user_text([{"role": "user", "content": AIDER_RUN}], 10**6) is None
+
+
+def test_an_agents_tool_loop_keeps_the_block_of_its_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through the proxy path: the memory block goes into the task's message, and the tool
+    results after it neither retrieve again nor get blocks of their own."""
+    session = generate("cline-like", seed=5, target_tokens=20_000)
+    with memd.open(tmp_path / "cline", embedder="fake") as engine:
+        engine.add("The config loader must keep accepting the policies module's bounds.",
+                   "local")
+        queries: list[str] = []
+        retrieve = engine.memory_candidates
+
+        def counted(user_id: str, query: str, **kw: Any) -> Any:
+            queries.append(query)
+            return retrieve(user_id, query, **kw)
+
+        monkeypatch.setattr(engine, "memory_candidates", counted)
+        anchors = []
+        for step in session.steps[:6]:
+            call = prepare_chat(engine, "local", None, step.request["messages"],
+                                model="gpt-4o")
+            finish_chat(engine, call, status=200, reply=step.reply, finish_reason="stop",
+                        usage=None, model="gpt-4o")
+            anchors.append([b["at"] for b in call.report["blocks"]])
+        first_user = next(i for i, m in enumerate(session.steps[0].request["messages"])
+                          if m["role"] == "user")
+        assert all(a[0] == first_user for a in anchors), anchors
+        # one retrieval for the task, one for the user's feedback quoted in a tool result
+        assert len(queries) == 2 and queries[0].startswith("<task>"), queries
+        assert queries[1] == "The CI run still shows one failure in a neighbouring test. " \
+                             "Please look at it too."

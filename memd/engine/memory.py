@@ -18,6 +18,7 @@ from typing import Any
 from memd.backends.base import Store
 from memd.config import Settings, load_settings
 from memd.engine import validate as v
+from memd.engine.chat import ChainCache
 from memd.engine.history import HistoryCache
 from memd.engine.inject import StableBlocks
 from memd.engine.jobs import JobRunner
@@ -77,6 +78,7 @@ class Memd(SessionsMixin):
         self.jobs = JobRunner(self)
         self.history = HistoryCache(self.settings.history_cache_messages)
         self.blocks = StableBlocks()  # each session's last memory block, for stable prompts
+        self.chains = ChainCache()  # the last requests' chain hashes, for the next ones
 
     @classmethod
     def open(

@@ -424,13 +424,22 @@ def _history_and_facts(
 
 
 def _last_user_text(newest_first: Iterable[NewMessage | Message]) -> str | None:
-    return next((m.content for m in newest_first if m.role == "user" and m.content), None)
+    """The user's own words in the newest user message that has any (see
+    :mod:`memd.engine.templates`): a tool result or a file the client added is not what
+    the user asked, so an agent's tool loop keeps the query of the user's last request.
+    A huge message is read in part (its head and tail), as extraction reads it."""
+    for m in newest_first:
+        if m.role == "user" and m.content:
+            words = user_words(v.excerpt(m.content, 4 * v.QUERY_CHARS)).strip()
+            if words:
+                return words
+    return None
 
 
 def last_user_text(messages: Sequence[Any], max_chars: int) -> str | None:
-    """The text of the last user message among OpenAI-style ``messages`` (multimodal
-    parts joined as they are stored), or None: what ``context`` would take as the query
-    once they are stored."""
+    """The user's words in the last user message among OpenAI-style ``messages`` that
+    has any (multimodal parts joined as they are stored), or None: what ``context`` would
+    take as the query once they are stored."""
     text = _last_user_text(
         m for m in (_message(raw, max_chars) for raw in reversed(messages))
     )

@@ -12,6 +12,14 @@ extraction reads a user message only after :func:`user_words` has taken out
   compared case- and punctuation-insensitively.
 
 What remains is what the user typed; a message that is all client text extracts nothing.
+
+Some user-role messages are written by the client from what a tool or a command returned:
+Cline's and Roo's tool results (``[read_file for 'src/app.py'] Result:`` and the file),
+Aider's files added to the chat and command output (``I ran this command:``). Their only
+user words are the replies the client quotes in them (``<feedback>``, ``<answer>``,
+``<user_message>``); the rest is a tool's output, whatever it says. The retrieval query of
+a call is the user's words too (:func:`memd.engine.sessions.last_user_text`): during an
+agent's tool loop it stays the user's last request, not the file the tool just read.
 """
 
 from __future__ import annotations
@@ -79,6 +87,14 @@ CLIENT_LINES: tuple[str, ...] = (
     "Continue with the task. Do not ask for confirmation.",
 )
 
+# How a message written from a tool's or a command's output starts (Cline's and Roo's tool
+# results, Aider's added files and command output).
+_TOOL_OUTPUT = re.compile(
+    r"\s*(?:\[[\w-]+(?: for '[^\n]*')?\] Result:|I added these files to the chat:"
+    r"|I ran this command:)")
+# The tags in which such a message quotes the user's reply.
+_USER_REPLY = re.compile(r"<(feedback|answer|user_message)>(.*?)</\1>", re.S)
+
 _TAGGED = re.compile(
     r"<(?P<tag>" + "|".join(re.escape(t) for t in CLIENT_TAGS) + r")(?:\s[^>]*)?>"
     r".*?</(?P=tag)>", re.S | re.I)
@@ -115,5 +131,7 @@ def is_client_line(line: str) -> bool:
 
 def user_words(text: str) -> str:
     """``text`` without the blocks and lines a client adds on its own."""
+    if _TOOL_OUTPUT.match(text):
+        return "\n".join(m.group(2).strip() for m in _USER_REPLY.finditer(text))
     text = _TAGGED.sub("\n", text)
     return "\n".join(line for line in text.splitlines() if not is_client_line(line))
