@@ -368,13 +368,9 @@ def calls(ctx: click.Context, user_id: str | None, session_id: str | None,
         with _open(ctx) as m:
             uid = user_id or m.settings.default_user
             if call_id is not None:
-                one = m.store.get_call(uid, call_id)
-                if one is None:
-                    raise NotFound(f"no call {call_id!r} of user {uid!r}")
-                found = [one]
+                found = [m.call(uid, call_id)]
             else:
-                found = m.store.list_calls(uid, session_id=session_id, since=since,
-                                           limit=limit)
+                found = m.calls(uid, session_id=session_id, since=since, limit=limit)
     if call_id is not None:
         click.echo(json.dumps(found[0], indent=2, ensure_ascii=False))
     elif as_json:
@@ -404,9 +400,11 @@ def status(ctx: click.Context) -> None:
     click.echo(f"embedder:  {settings.embedder}")
     if settings.db_path.exists():
         with _open(ctx) as m:
-            click.echo(f"schema:    v{m.store.schema_version()}")
-            click.echo(f"users:     {len(m.store.memory_users())}")
-            click.echo(f"jobs:      {m.store.pending_jobs()} pending")
+            held = m.status()
+        click.echo(f"store:     {held['store']}")
+        click.echo(f"schema:    v{held['schema']}")
+        click.echo(f"users:     {held['users']}")
+        click.echo(f"jobs:      {held['pending_jobs']} pending")
     else:
         click.echo("store:     not created yet (the first write creates it)")
 
@@ -512,12 +510,8 @@ def user() -> None:
 @handles_errors
 def user_add(ctx: click.Context, user_id: str, name: str) -> None:
     """Add a user; then give them a key with 'memd key create --user USER_ID'."""
-    import time
-
-    from memd.engine import validate as v
-
     with _open(ctx) as m:
-        m.store.create_user(v.check_id(user_id, "user_id"), name, time.time())
+        m.accounts.add_user(user_id, name)
     click.echo(f"added user {user_id}")
 
 
@@ -528,7 +522,7 @@ def user_add(ctx: click.Context, user_id: str, name: str) -> None:
 def user_list(ctx: click.Context, as_json: bool) -> None:
     """List the users."""
     with _open(ctx) as m:
-        users = m.store.list_users()
+        users = m.accounts.users()
     if as_json:
         click.echo(json.dumps([{"user_id": u.id, "name": u.name, "created_at": u.created_at}
                                for u in users], indent=2))
@@ -549,18 +543,12 @@ def key() -> None:
 @handles_errors
 def key_create(ctx: click.Context, user_id: str, label: str) -> None:
     """Create a key and print it once: it cannot be shown again."""
-    import time
-
-    from memd.auth import hash_key, key_id_of, new_key
-
-    secret = new_key()
-    digest = hash_key(secret)
     with _open(ctx) as m:
-        m.store.add_api_key(key_id_of(digest), user_id, digest, label, time.time())
-    click.echo(f"key id:  {key_id_of(digest)}", err=True)
+        made = m.accounts.create_key(user_id, label)
+    click.echo(f"key id:  {made.id}", err=True)
     click.echo("the key (shown once; use it as the OpenAI API key or 'Authorization: "
                "Bearer ...'):", err=True)
-    click.echo(secret)
+    click.echo(made.secret)
 
 
 @key.command(name="list")
@@ -570,7 +558,7 @@ def key_create(ctx: click.Context, user_id: str, label: str) -> None:
 def key_list(ctx: click.Context, user_id: str | None) -> None:
     """List keys (ids, owners, labels, last use; never the keys themselves)."""
     with _open(ctx) as m:
-        keys = m.store.list_api_keys(user_id)
+        keys = m.accounts.keys(user_id)
     for k in keys:
         state = "revoked" if k.revoked_at else "live"
         click.echo(f"{k.id}\t{k.user_id}\t{state}\t{k.label}")
@@ -582,11 +570,8 @@ def key_list(ctx: click.Context, user_id: str | None) -> None:
 @handles_errors
 def key_revoke(ctx: click.Context, key_id: str) -> None:
     """Revoke a key: requests with it are refused from now on."""
-    import time
-
     with _open(ctx) as m:
-        if not m.store.revoke_api_key(key_id, time.time()):
-            raise NotFound(f"no live key {key_id!r} (see memd key list)")
+        m.accounts.revoke_key(key_id)
     click.echo(f"revoked {key_id}")
 
 
@@ -602,16 +587,9 @@ def workspace() -> None:
 @handles_errors
 def workspace_add(ctx: click.Context, workspace_name: str, user_ids: tuple[str, ...]) -> None:
     """Make users members of a workspace."""
-    import time
-
-    from memd.engine import validate as v
-
-    ws = v.check_id(workspace_name, "workspace")
     with _open(ctx) as m:
-        for uid in user_ids:
-            m.store.add_workspace_member(ws, uid, time.time())
-        members = m.store.workspace_members(ws)
-    click.echo(f"{ws}: {', '.join(members)}")
+        members = m.accounts.join(workspace_name, user_ids)
+    click.echo(f"{workspace_name}: {', '.join(members)}")
 
 
 @workspace.command(name="remove")
@@ -623,10 +601,7 @@ def workspace_remove(ctx: click.Context, workspace_name: str,
                      user_ids: tuple[str, ...]) -> None:
     """Remove users from a workspace (their memories stay theirs)."""
     with _open(ctx) as m:
-        for uid in user_ids:
-            if not m.store.remove_workspace_member(workspace_name, uid):
-                raise NotFound(f"{uid!r} is not a member of {workspace_name!r}")
-        members = m.store.workspace_members(workspace_name)
+        members = m.accounts.leave(workspace_name, user_ids)
     click.echo(f"{workspace_name}: {', '.join(members) or '(no members)'}")
 
 
@@ -637,7 +612,7 @@ def workspace_remove(ctx: click.Context, workspace_name: str,
 def workspace_members(ctx: click.Context, workspace_name: str) -> None:
     """List a workspace's members."""
     with _open(ctx) as m:
-        for uid in m.store.workspace_members(workspace_name):
+        for uid in m.accounts.members(workspace_name):
             click.echo(uid)
 
 

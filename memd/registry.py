@@ -35,5 +35,16 @@ def store_class(name: str) -> Any:
     return load("memd.stores", name)
 
 
+def store_for(db: str) -> Any:
+    """The registered store class that opens the ``db`` setting (each says which it opens:
+    ``opens(db)``; ``db_forms`` for this error)."""
+    classes = [load("memd.stores", name) for name in names("memd.stores")]
+    for cls in classes:
+        if cls.opens(db):
+            return cls
+    forms = "; ".join(f"{cls.db_forms} ({cls.__name__})" for cls in classes)
+    raise InvalidInput(f"unsupported database {db!r}: use {forms}")
+
+
 def embedder_class(name: str) -> Any:
     return load("memd.embedders", name)

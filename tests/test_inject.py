@@ -228,7 +228,7 @@ def test_chain_hashes_reuse_the_previous_requests_prefix_and_equal_a_fresh_count
     """An agent's next request is the last one plus a few messages: only those are hashed,
     and the hashes are the ones a fresh computation gives (an edited message and what
     follows it are hashed again)."""
-    from memd.engine import chat
+    from memd.engine import chains
 
     base = [{"role": "system", "content": "s"}, {"role": "user", "content": "read a.py"},
             {"role": "assistant", "content": None, "tool_calls": [
@@ -236,14 +236,14 @@ def test_chain_hashes_reuse_the_previous_requests_prefix_and_equal_a_fresh_count
                  "function": {"name": "read", "arguments": "{}"}}]},
             {"role": "tool", "tool_call_id": "c1", "content": "x = 1\n" * 1000}]
     hashed: list[int] = []
-    real = chat.chain_hashes
+    real = chains.chain_hashes
 
     def counting(messages: list[dict[str, object]], previous: str | None) -> list[str | None]:
         hashed.append(len(messages))
         return real(messages, previous)
 
-    monkeypatch.setattr(chat, "chain_hashes", counting)
-    cache = chat.ChainCache(max_requests=2)
+    monkeypatch.setattr(chains, "chain_hashes", counting)
+    cache = chains.ChainCache(max_requests=2)
     assert cache.hashes("u", copy.deepcopy(base)) == real(base, None)
     step = [*copy.deepcopy(base), {"role": "assistant", "content": "done"},
             {"role": "user", "content": "thanks"}]

@@ -86,6 +86,12 @@ class Lifecycle(Protocol):
 
     def schema_version(self) -> int: ...
 
+    def check_row_security(self) -> None:
+        """Raise :class:`memd.errors.StorageError` unless the database enforces what
+        authenticated mode relies on beyond memd's own filters (PostgreSQL: the role and
+        the row-level security policies); a store without row security checks nothing."""
+        ...
+
 
 class SessionStore(Protocol):
     """Sessions and their system prompts."""

@@ -30,103 +30,25 @@ passed through to the model first and unchanged.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memd.engine import validate as v
+from memd.engine.chains import SYSTEM_ROLES
 from memd.engine.inject import Anchored, build, newest_user, place_all, room
 from memd.engine.retrieve import SIDE
+from memd.engine.sessions import last_user_text
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text, message_tokens
 from memd.types import Session, Usage
 
 if TYPE_CHECKING:
     from memd.engine.memory import Memd
-
-SYSTEM_ROLES = ("system", "developer")
-
-
-def canonical(message: Mapping[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        content = "\n".join(str(p.get("text", "")) for p in content
-                            if isinstance(p, Mapping) and p.get("type") == "text")
-    calls = [
-        [c.get("id"), (c.get("function") or {}).get("name"),
-         (c.get("function") or {}).get("arguments")]
-        for c in message.get("tool_calls") or () if isinstance(c, Mapping)
-    ]
-    return json.dumps([message.get("role"), (content or "").strip(), message.get("name"),
-                       calls, message.get("tool_call_id")], ensure_ascii=False)
-
-
-def chain_hashes(messages: Sequence[Mapping[str, Any]], previous: str | None) -> list[str | None]:
-    """The chain hash of each message (None for system messages, which are skipped)."""
-    out: list[str | None] = []
-    head = previous or ""
-    for m in messages:
-        if m.get("role") in SYSTEM_ROLES:
-            out.append(None)
-            continue
-        head = hashlib.sha256((head + "\x1e" + canonical(m)).encode("utf-8")).hexdigest()
-        out.append(head)
-    return out
-
-
-_Request = tuple[str, Sequence[Mapping[str, Any]], list[str | None]]  # user, messages, hashes
-
-
-class ChainCache:
-    """The chain hashes of the last requests, per user: an agent resends the previous
-    request's messages plus a few on every step, so the hashes of the messages equal to
-    the previous request's (compared as parsed: far cheaper than canonical JSON and
-    SHA-256 over a 100k-token history) are taken from it, and only the new ones are
-    hashed. Bounded: the newest ``max_requests`` requests of all users."""
-
-    def __init__(self, max_requests: int = 16) -> None:
-        self.max_requests = max_requests
-        self._lock = threading.Lock()
-        self._last: OrderedDict[int, _Request] = OrderedDict()
-        self._serial = 0
-
-    def hashes(self, user_id: str, messages: Sequence[Mapping[str, Any]]) -> list[str | None]:
-        """``chain_hashes(messages, None)``, reusing the longest equal prefix of one of the
-        user's last requests."""
-        with self._lock:
-            mine = [(key, m, h) for key, (u, m, h) in self._last.items() if u == user_id]
-        best, reused, key = 0, [], None
-        for k, old, old_hashes in mine:
-            n = _common_prefix(old, messages)
-            if n > best:
-                best, reused, key = n, old_hashes[:n], k
-        previous = next((h for h in reversed(reused) if h is not None), None)
-        out = reused + chain_hashes(messages[best:], previous)
-        with self._lock:
-            if key is not None:
-                self._last.pop(key, None)
-            self._serial += 1
-            self._last[self._serial] = (user_id, messages, out)
-            while len(self._last) > self.max_requests:
-                self._last.popitem(last=False)
-        return out
-
-
-def _common_prefix(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
 
 @dataclass
 class PreparedCall:
@@ -221,7 +143,6 @@ def prepare_chat(
     A client that sends its history gets it forwarded unchanged plus one memory block
     within the window's headroom (:mod:`memd.engine.inject`); a client that sends only its
     newest turn gets the whole compiled context (:mod:`memd.engine.compile`)."""
-    from memd.engine.sessions import last_user_text  # sessions imports this module
     uid = v.check_id(user_id, "user_id")
     ws = v.check_optional_id(workspace, "workspace")
     sid = v.check_optional_id(session_id, "session_id")

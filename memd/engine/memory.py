@@ -18,7 +18,8 @@ from typing import Any
 from memd.backends.base import Store
 from memd.config import Settings, load_settings
 from memd.engine import validate as v
-from memd.engine.chat import ChainCache
+from memd.engine.accounts import Accounts
+from memd.engine.chains import ChainCache
 from memd.engine.history import HistoryCache
 from memd.engine.inject import StableBlocks
 from memd.engine.jobs import JobRunner
@@ -34,7 +35,7 @@ from memd.engine.write import (
 )
 from memd.errors import InvalidInput, NotFound
 from memd.models.embedder import CachedEmbedder, Embedder
-from memd.registry import embedder_class, store_class
+from memd.registry import embedder_class, store_for
 from memd.types import (
     Context,
     Fact,
@@ -79,6 +80,7 @@ class Memd(SessionsMixin):
         self.history = HistoryCache(self.settings.history_cache_messages)
         self.blocks = StableBlocks()  # each session's last memory block, for stable prompts
         self.chains = ChainCache()  # the last requests' chain hashes, for the next ones
+        self.accounts = Accounts(store, self.now)  # users, keys, workspace members
 
     @classmethod
     def open(
@@ -105,14 +107,7 @@ class Memd(SessionsMixin):
             else:
                 embedder = cls_()
         assert not isinstance(embedder, str)
-        if settings.db in ("sqlite", "") or settings.db.endswith(".db"):
-            store = store_class("sqlite")(settings.db_path, dim=embedder.dim)
-        elif settings.db.startswith(("postgresql://", "postgres://")):
-            store = store_class("postgres")(settings.db, dim=embedder.dim,
-                                            partitions=tuple(settings.pg_partitions))
-        else:
-            raise InvalidInput(f"unsupported database {settings.db!r}: use 'sqlite', a path "
-                               "to a .db file, or a postgresql:// URL")
+        store = store_for(settings.db).from_settings(settings, embedder.dim)
         return cls(store, embedder, settings, clock)
 
     def close(self) -> None:
@@ -397,6 +392,31 @@ class Memd(SessionsMixin):
         )
 
     # -- jobs ------------------------------------------------------------------------
+    def call(self, user_id: str, call_id: str) -> dict[str, Any]:
+        """What memd injected into one proxied call, and why (its report)."""
+        found = self.store.get_call(user_id, v.check_id(call_id, "call_id"))
+        if found is None:
+            raise NotFound(f"no call {call_id!r} of user {user_id!r}")
+        return found
+
+    def calls(self, user_id: str, *, session_id: str | None = None,
+              workspace: str | None = None, since: float | None = None,
+              until: float | None = None, limit: int = 50) -> builtins.list[dict[str, Any]]:
+        """The user's proxied calls, newest first (see :meth:`Store.list_calls`)."""
+        return self.store.list_calls(
+            user_id, session_id=v.check_optional_id(session_id, "session"),
+            workspace=v.check_optional_id(workspace, "workspace"), since=since, until=until,
+            limit=limit)
+
+    def status(self) -> dict[str, Any]:
+        """What the store holds, for ``memd status`` and ``/health``."""
+        return {"store": type(self.store).__name__, "schema": self.store.schema_version(),
+                "users": len(self.store.memory_users()),
+                "pending_jobs": self.store.pending_jobs()}
+
+    def pending_jobs(self) -> int:
+        return self.store.pending_jobs()
+
     def run_jobs(self, limit: int = 1000) -> int:
         """Run due background jobs (embedding backfill, extraction ingest, access stats)
         now; the daemon does this continuously. Returns how many ran."""

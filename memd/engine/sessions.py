@@ -16,7 +16,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from memd.engine import validate as v
-from memd.engine.chat import chain_hashes
+from memd.engine.chains import chain_hashes
 from memd.engine.compile import (
     RECALL_KIND,
     Candidate,

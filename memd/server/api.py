@@ -326,9 +326,8 @@ def list_calls(
     """The user's recent proxied chat calls, newest first, each with what memd injected
     and why (its ``report``, as ``GET /v1/calls/{id}`` shows it): agents do not show
     memd's response headers, so this is where a user sees what memd did."""
-    calls = engine_of(request).store.list_calls(
-        user_of(request, user_id), session_id=v.check_optional_id(session, "session"),
-        workspace=workspace_of(request, ws),
+    calls = engine_of(request).calls(
+        user_of(request, user_id), session_id=session, workspace=workspace_of(request, ws),
         since=_instant(since, "since"), until=_instant(until, "until"), limit=limit,
     )
     return {"object": "list", "data": calls}

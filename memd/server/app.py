@@ -352,7 +352,7 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
             return {"status": "ok", "version": memd.__version__, "auth": True}
         return {"status": "ok", "version": memd.__version__,
                 "store": type(engine.store).__name__, "embedder": engine.embedder.name,
-                "pending_jobs": engine.store.pending_jobs()}
+                "pending_jobs": engine.pending_jobs()}
 
     scoped = [Depends(_workspace_param)]
     for router in (api.router, proxy.router):
@@ -360,9 +360,7 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
         app.include_router(router, prefix="/w/{workspace}", dependencies=scoped)
     _complete_schema(app, engine)
     if settings.auth:
-        check = getattr(engine.store, "check_row_security", None)
-        if check is not None:
-            check()  # PostgreSQL: refuse to serve users without RLS in place
+        engine.accounts.check_row_security()  # PostgreSQL: no users served without RLS
         app.add_middleware(Authenticate, engine=engine)
     app.add_middleware(  # added last: runs first
         Guard, allowed_hosts=LOOPBACK_HOSTS | frozenset(h.lower() for h in settings.allowed_hosts),

@@ -32,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from memd.engine import validate
 from memd.engine.chat import PreparedCall, WindowInfo, finish_chat, prepare_chat
 from memd.engine.memory import Memd
-from memd.errors import Conflict, InvalidInput, NotFound
+from memd.errors import Conflict, InvalidInput
 from memd.models.tokens import calibrated_scale
 from memd.server import schemas as s
 from memd.server.deps import engine_of, user_of, workspace_of
@@ -334,9 +334,10 @@ async def chat_completions(request: Request) -> Response:
     except Conflict as exc:
         if not pinned:
             raise
-        # The store may keep session ids unique across users: say which id to change.
-        raise Conflict(f"session {pinned!r} cannot be used: the id is already in use; "
-                       "pin another X-Memd-Session") from exc
+        # Session ids are per user: only a concurrent call creating the same session
+        # first gets here. Say so instead of the store's words.
+        raise Conflict(f"session {pinned!r} was being created by another call at the same "
+                       "moment; send the request again") from exc
     headers = _memd_headers(call)
     if body.get("stream"):
         return await _stream(request, client, call, body, headers, model)
@@ -451,8 +452,4 @@ def get_call(request: Request, call_id: str = Path(
     json_schema_extra={"pattern": validate.ID_PATTERN, "maxLength": 128},
 )) -> dict[str, Any]:
     """What memd injected into a proxied call, and why (the compiler's report)."""
-    engine = engine_of(request)
-    found = engine.store.get_call(user_of(request), validate.check_id(call_id, "call_id"))
-    if found is None:
-        raise NotFound(f"no call {call_id!r}")
-    return found
+    return engine_of(request).call(user_of(request), call_id)

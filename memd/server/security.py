@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import anyio
 
-from memd.auth import acting_as, hash_key, looks_like_key
+from memd.auth import acting_as
 from memd.engine.memory import Memd
 
 Scope = MutableMapping[str, Any]
@@ -153,11 +152,7 @@ class Authenticate:
                                    "Bearer memd_...' (an administrator creates one with "
                                    "'memd key create --user NAME')")
             return
-        user = None
-        if looks_like_key(key):
-            user = await anyio.to_thread.run_sync(
-                self.engine.store.api_key_user, hash_key(key), time.time()
-            )
+        user = await anyio.to_thread.run_sync(self.engine.accounts.user_of_key, key)
         if user is None:
             await self._deny(send, "invalid or revoked API key")
             return

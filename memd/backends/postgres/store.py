@@ -8,6 +8,7 @@ from memd.backends.common.columns import USAGE_COLUMNS
 from memd.backends.postgres.connection import MAP
 from memd.backends.postgres.memories import PostgresMemories
 from memd.backends.postgres.queries import JOB_RETURNING
+from memd.config import Settings
 from memd.types import Job, Usage
 
 
@@ -17,6 +18,17 @@ class PostgresStore(PostgresMemories):
     ``partitions`` are the hash partition counts of (sessions, memories, history) used when
     the schema is first created; an existing database keeps the counts it was made with.
     """
+
+    #: The ``db`` settings it opens, as the error for an unknown one lists them.
+    db_forms = "a postgresql:// URL"
+
+    @classmethod
+    def opens(cls, db: str) -> bool:
+        return db.startswith(("postgresql://", "postgres://"))
+
+    @classmethod
+    def from_settings(cls, settings: Settings, dim: int) -> PostgresStore:
+        return cls(settings.db, dim=dim, partitions=tuple(settings.pg_partitions))
 
     def list_usage(self, user_id: str, limit: int = 100) -> list[Usage]:
         rows = self._rows(f"SELECT {USAGE_COLUMNS} FROM usage_log WHERE user_id = %s "

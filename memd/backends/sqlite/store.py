@@ -9,11 +9,27 @@ from memd.backends.common.candidates import compose_candidates
 from memd.backends.common.columns import USAGE_COLUMNS, marks
 from memd.backends.sqlite.connection import MAP
 from memd.backends.sqlite.memories import SQLiteMemories
+from memd.config import Settings
 from memd.types import Found, Job, MemoryFilter, Usage
 
 
 class SQLiteStore(SQLiteMemories):
     """The Store protocol over one SQLite file (or ``:memory:``)."""
+
+    #: The ``db`` settings it opens, as the error for an unknown one lists them.
+    db_forms = "'sqlite' (memd.db in the data dir) or a path to a .db file"
+
+    @classmethod
+    def opens(cls, db: str) -> bool:
+        return db in ("sqlite", "") or db.endswith(".db")
+
+    @classmethod
+    def from_settings(cls, settings: Settings, dim: int) -> SQLiteStore:
+        return cls(settings.db_path, dim=dim)
+
+    def check_row_security(self) -> None:
+        """Nothing to check: one SQLite file belongs to one daemon, which filters every
+        query by user itself."""
 
     def list_usage(self, user_id: str, limit: int = 100) -> list[Usage]:
         rows = self._rows(f"SELECT {USAGE_COLUMNS} FROM usage_log WHERE user_id = ? "
