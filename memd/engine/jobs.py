@@ -42,7 +42,9 @@ from memd.errors import MemdError
 from memd.types import Job, Provenance, Scope, Tier
 
 if TYPE_CHECKING:
-    from memd.engine.memory import Memd
+    from memd.backends.base import Store
+    from memd.config import Settings
+    from memd.models.embedder import CachedEmbedder
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +55,14 @@ ACCESS_HITS = 2000  # or this many hits, whichever comes first
 
 
 class JobRunner:
-    def __init__(self, memd: Memd) -> None:
-        self.memd = memd
+    """Runs the queue's jobs on the engine's parts (it does not know the engine)."""
+
+    def __init__(self, store: Store, embedder: CachedEmbedder, settings: Settings,
+                 now: Callable[[], float]) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.settings = settings
+        self.now = now
         self._lock = threading.Lock()
         self._pending: set[Future[None]] = set()
         # Access hits gathered by (acting user, user): by memory (accesses, relevance
@@ -74,7 +82,7 @@ class JobRunner:
                       now: float) -> None:
         """Enqueue a job without holding up the caller where the store allows it (see
         the module docstring); otherwise, and inside a caller's transaction, in line."""
-        store = self.memd.store
+        store = self.store
         if not store.concurrent_reads or store.in_transaction():
             store.enqueue_job(kind, payload, user_id, now)
             return
@@ -98,8 +106,8 @@ class JobRunner:
         """A compile's access statistics: gathered, written as the user's next ``access``
         job when the window closes (see the module docstring); in line inside a caller's
         transaction."""
-        if self.memd.store.in_transaction():
-            self.memd.store.enqueue_job("access", {"hits": hits}, user_id, now)
+        if self.store.in_transaction():
+            self.store.enqueue_job("access", {"hits": hits}, user_id, now)
             return
         key = (current_actor(), user_id)
         with self._lock:
@@ -136,7 +144,7 @@ class JobRunner:
         in flight."""
         with self._lock:
             jobs = self._take_gathered()
-        self._enqueue_gathered(jobs, self.memd.store.enqueue_job)
+        self._enqueue_gathered(jobs, self.store.enqueue_job)
         with self._lock:
             pending = list(self._pending)
         wait(pending)
@@ -146,7 +154,7 @@ class JobRunner:
         self.flush()
         done = 0
         while done < limit:
-            jobs = self.memd.store.claim_jobs(self.memd.now(), min(BATCH, limit - done))
+            jobs = self.store.claim_jobs(self.now(), min(BATCH, limit - done))
             if not jobs:
                 break
             for job in jobs:
@@ -158,20 +166,20 @@ class JobRunner:
                 except (MemdError, KeyError, ValueError, TypeError) as exc:
                     retry = None
                     if job.attempts < MAX_ATTEMPTS:
-                        retry = self.memd.now() + 2.0 ** job.attempts
-                    self.memd.store.fail_job(job.id, f"{type(exc).__name__}: {exc}", retry)
+                        retry = self.now() + 2.0 ** job.attempts
+                    self.store.fail_job(job.id, f"{type(exc).__name__}: {exc}", retry)
                     continue
-                self.memd.store.complete_job(job.id)
+                self.store.complete_job(job.id)
                 done += 1
         return done
 
     def _embed_messages(self, job: Job) -> None:
         assert job.user_id is not None
-        store = self.memd.store
+        store = self.store
         msgs = [m for m in (store.get_message(job.user_id, i) for i in job.payload["ids"])
                 if m is not None and m.content]
         if msgs:
-            vecs = self.memd.embedder.embed([excerpt(m.content or "", EMBED_CHARS)
+            vecs = self.embedder.embed([excerpt(m.content or "", EMBED_CHARS)
                                              for m in msgs])
             store.set_message_embeddings(job.user_id, list(zip([m.id for m in msgs], vecs,
                                                                strict=True)))
@@ -186,7 +194,7 @@ class JobRunner:
             tags=tuple(p.get("tags", ())), entities=tuple(p.get("entities", ())),
             fact_accepted=p.get("fact_accepted"),
         )
-        ingest(self.memd.store, self.memd.embedder, self.memd.settings, draft, self.memd.now())
+        ingest(self.store, self.embedder, self.settings, draft, self.now())
 
     def _access(self, job: Job) -> None:
         assert job.user_id is not None
@@ -194,4 +202,4 @@ class JobRunner:
         # gathered)
         hits: list[AccessHit] = [(str(mid), float(rel), int(n[0]) if n else 1)
                                  for mid, rel, *n in job.payload["hits"]]
-        self.memd.store.record_access(job.user_id, hits, self.memd.now())
+        self.store.record_access(job.user_id, hits, self.now())

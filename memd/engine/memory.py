@@ -20,6 +20,7 @@ from memd.config import Settings, load_settings
 from memd.engine import validate as v
 from memd.engine.accounts import Accounts
 from memd.engine.chains import ChainCache
+from memd.engine.extract import extract, extract_entities
 from memd.engine.history import HistoryCache
 from memd.engine.inject import StableBlocks
 from memd.engine.jobs import JobRunner
@@ -29,12 +30,14 @@ from memd.engine.write import (
     FactResult,
     MemoryDraft,
     WriteResult,
+    content_hash,
     fact_tag,
     ingest,
     upsert_fact,
 )
 from memd.errors import InvalidInput, NotFound
 from memd.models.embedder import CachedEmbedder, Embedder
+from memd.models.tokens import count_text
 from memd.registry import embedder_class, store_for
 from memd.types import (
     Context,
@@ -76,7 +79,7 @@ class Memd(SessionsMixin):
             embedder if isinstance(embedder, CachedEmbedder)
             else CachedEmbedder(embedder, cache)
         )
-        self.jobs = JobRunner(self)
+        self.jobs = JobRunner(store, self.embedder, self.settings, self.now)
         self.history = HistoryCache(self.settings.history_cache_messages)
         self.blocks = StableBlocks()  # each session's last memory block, for stable prompts
         self.chains = ChainCache()  # the last requests' chain hashes, for the next ones
@@ -154,8 +157,6 @@ class Memd(SessionsMixin):
         entities: Iterable[str] | None = None,
     ) -> WriteResult:
         """Store a memory through the full write path (dedup, merge, conflicts)."""
-        from memd.engine.extract import extract, extract_entities
-
         clean = self._text(text)
         tier_ = v.check_tier(tier)
         scope_ = v.check_scope(scope)
@@ -213,9 +214,6 @@ class Memd(SessionsMixin):
         fields: dict[str, Any] = {"updated_at": self.now()}
         vector = None
         if "text" in changes:
-            from memd.engine.write import content_hash
-            from memd.models.tokens import count_text
-
             text = self._text(changes["text"])
             fields.update(text=text, content_hash=content_hash(text),
                           token_count=count_text(text))
@@ -257,8 +255,6 @@ class Memd(SessionsMixin):
         """The facts ``mem`` stated: it carries their tag, and they come from the message
         it was extracted from or its own words state that value. They were derived from
         it and go with it; another value of the same fact, stated elsewhere, stays."""
-        from memd.engine.extract import extract
-
         keys = {t.removeprefix("fact:") for t in mem.tags if t.startswith("fact:")}
         if not keys:
             return []
