@@ -43,20 +43,18 @@ Design:
   ``query_precision="float32"`` turns it off.
 * **Memory.** onnxruntime's CPU arena is off: it would keep the peak of the largest
   batch for the life of the daemon, and plain malloc/free is as fast.
+
+This module holds the runtime embedder; the export and the int8 copy are made in
+``memd.models.onnx_export``, and the model directory is read in ``memd.models.onnx_model``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import tempfile
 import threading
-import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from importlib import metadata
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,14 +62,12 @@ import numpy as np
 
 from memd.errors import ModelError
 from memd.models.embedder import MINILM_DIM
+from memd.models.onnx_export import export_onnx, quantize_onnx
+from memd.models.onnx_model import _ModelSpec, _ort_errors, _read_json, _session, _unit
 
-# Bump when the exported graph changes (wrapper, opset, optimizer settings): new cache key.
 log = logging.getLogger("memd.embedder")
 
-_EXPORT_FORMAT = 1
-_OPSET = 17
 _MAX_THREADS = 2
-_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 QUERY_PRECISIONS = ("int8", "float32")
 # The int8 query model is used only if its vectors stay this close to the float model's
 # on the probe texts below (a query's ranking barely moves this close).
@@ -82,24 +78,6 @@ _PROBE_TEXTS = (
     "Traceback (most recent call last): File \"app.py\", line 12, in <module>",
     "def parse(path: str) -> dict[str, int]: return json.loads(Path(path).read_text())",
 )
-
-
-def _ort_errors() -> tuple[type[BaseException], ...]:
-    """onnxruntime's own exception classes (they derive from ``Exception`` directly)."""
-    from onnxruntime.capi import onnxruntime_pybind11_state as state
-
-    names = ("Fail", "InvalidArgument", "NoSuchFile", "NoModel", "EngineError",
-             "RuntimeException", "InvalidProtobuf", "ModelLoaded", "NotImplemented",
-             "InvalidGraph", "EPFail")
-    found = tuple(getattr(state, n) for n in names if hasattr(state, n))
-    return (*found, RuntimeError, ValueError, OSError)
-
-
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "absent"
 
 
 def default_model_dir() -> Path:
@@ -118,225 +96,6 @@ def default_cache_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("memd")) / "onnx"
-
-
-class _ModelSpec:
-    """What the sentence-transformers directory says about the pipeline."""
-
-    def __init__(self, model_dir: Path) -> None:
-        self.model_dir = model_dir
-        try:
-            self._parse()
-        except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
-            raise ModelError(f"{model_dir}: unexpected sentence-transformers or model "
-                             f"config ({exc!r})") from exc
-
-    def _parse(self) -> None:
-        model_dir = self.model_dir
-        modules = self._json("modules.json")
-        kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
-        if kinds not in (["Transformer", "Pooling", "Normalize"], ["Transformer", "Pooling"]):
-            raise ModelError(
-                f"{model_dir} is a sentence-transformers pipeline {kinds}; the ONNX "
-                "embedder supports only Transformer -> Pooling(mean) [-> Normalize]; "
-                "use the 'minilm' embedder for it"
-            )
-        self.transformer_dir = model_dir / str(modules[0].get("path", ""))
-        pooling = self._json(str(Path(str(modules[1].get("path", ""))) / "config.json"))
-        modes = sorted(k for k, v in pooling.items() if k.startswith("pooling_mode") and v)
-        if modes != ["pooling_mode_mean_tokens"]:
-            raise ModelError(f"{model_dir}: pooling {modes} is not supported (only mean)")
-        st_config = self._json_optional("sentence_bert_config.json")
-        config = self._json(str(Path(str(modules[0].get("path", ""))) / "config.json"))
-        self.max_seq_length = int(
-            st_config.get("max_seq_length") or config.get("max_position_embeddings", 512)
-        )
-        self.do_lower_case = bool(st_config.get("do_lower_case", False))
-        self.dim = int(pooling.get("word_embedding_dimension") or config["hidden_size"])
-        if config.get("model_type") != "bert":
-            raise ModelError(f"{model_dir} is a {config.get('model_type')!r} model; the ONNX "
-                             "embedder exports BERT-family models (like MiniLM) only")
-        self.hidden_size = int(config["hidden_size"])
-        self.vocab_size = int(config.get("vocab_size", 30522))
-        self.num_heads = int(config["num_attention_heads"])
-        self.tokenizer_file = self.transformer_dir / "tokenizer.json"
-        if not self.tokenizer_file.is_file():
-            raise ModelError(f"{model_dir}: no tokenizer.json (a fast tokenizer is needed)")
-
-    def _json_optional(self, name: str) -> dict[str, Any]:
-        path = self.model_dir / name
-        return self._json(name) if path.is_file() else {}
-
-    def _json(self, name: str) -> Any:
-        return _read_json(self.model_dir / name)
-
-    def cache_key(self) -> str:
-        """Identity of the export: model files (by stat, cheap) and the tool versions."""
-        files = []
-        for root in sorted({self.model_dir, self.transformer_dir}):
-            for p in sorted(root.iterdir()):
-                if p.is_file():
-                    st = p.stat()
-                    files.append([str(p), st.st_size, st.st_mtime_ns])
-        ident = {
-            "format": _EXPORT_FORMAT, "opset": _OPSET, "dir": str(self.model_dir),
-            "files": files, "torch": _version("torch"),
-            "transformers": _version("transformers"), "onnxruntime": _version("onnxruntime"),
-        }
-        blob = json.dumps(ident, sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:32]
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot read {path} ({exc}): not a sentence-transformers "
-                         "model directory?") from exc
-
-
-def export_onnx(spec: _ModelSpec, dest: Path) -> None:
-    """Export the transformer + mean pooling to ``dest`` (atomically). Needs torch."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    try:
-        import torch
-        from onnxruntime.transformers.optimizer import optimize_model
-        from transformers import AutoModel
-    except ImportError as exc:
-        raise ModelError(
-            f"exporting MiniLM to ONNX needs torch, transformers and onnx once ({exc}); "
-            "install memd with the 'models' extra, or copy an exported file into "
-            f"{dest.parent}"
-        ) from exc
-
-    class Pooled(torch.nn.Module):
-        def __init__(self, model: torch.nn.Module) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    token_type_ids: torch.Tensor) -> torch.Tensor:
-            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                                token_type_ids=token_type_ids).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-
-    try:
-        model = AutoModel.from_pretrained(str(spec.transformer_dir), attn_implementation="eager")
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot load {spec.transformer_dir} for export ({exc})") from exc
-    wrapped = Pooled(model).eval()
-    # A padded probe: the second row's mask has zeros, so nothing mask-dependent is traced
-    # as a constant "all ones" (and the check below covers padding).
-    ids = torch.tensor([[101, 7592, 2088, 2003, 1037, 3231, 102], [101, 7592, 102, 0, 0, 0, 0]])
-    mask = (ids != 0).to(torch.long)
-    ids = ids % spec.vocab_size
-    types = torch.zeros_like(ids)
-    axes = {name: {0: "batch", 1: "sequence"} for name in _INPUTS}
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, raw_name = tempfile.mkstemp(dir=dest.parent, prefix=".export-", suffix=".onnx")
-    except OSError as exc:
-        raise ModelError(f"cannot write the ONNX cache in {dest.parent} ({exc}); pass "
-                         "another cache_dir or set XDG_CACHE_HOME") from exc
-    os.close(fd)
-    raw = Path(raw_name)
-    optimized = raw.with_suffix(".opt.onnx")
-    try:
-        with warnings.catch_warnings(), torch.inference_mode():
-            # The TorchScript exporter is deprecated (DeprecationWarning) and tracing warns
-            # about shape-dependent Python branches that are constant for an encoder.
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                wrapped, (ids, mask, types), str(raw), input_names=list(_INPUTS),
-                output_names=["sentence_embedding"],
-                dynamic_axes={**axes, "sentence_embedding": {0: "batch"}},
-                opset_version=_OPSET, do_constant_folding=True, dynamo=False,
-            )
-            expected = wrapped(ids, mask, types).numpy()
-            # Fuse attention / layer norms / gelu into onnxruntime's BERT kernels.
-            opt = optimize_model(str(raw), model_type="bert", num_heads=spec.num_heads,
-                                 hidden_size=spec.hidden_size, opt_level=1)
-            opt.save_model_to_file(str(optimized))
-        session = _session(optimized, 1)
-        got = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy(),
-                                 "token_type_ids": types.numpy()})[0]
-        cos = np.sum(_unit(got) * _unit(expected), axis=1)
-        if not np.all(cos >= 0.9999):
-            raise ModelError(f"the ONNX export of {spec.model_dir} does not match torch "
-                             f"(cosine {cos.tolist()}); use the 'minilm' embedder")
-        os.replace(optimized, dest)
-    except _ort_errors() + (TypeError,) as exc:
-        raise ModelError(f"exporting {spec.model_dir} to ONNX failed ({exc}); "
-                         "use the 'minilm' embedder") from exc
-    finally:
-        raw.unlink(missing_ok=True)
-        optimized.unlink(missing_ok=True)
-
-
-@contextmanager
-def _quiet_root_logger() -> Iterator[None]:
-    """The quantizer's advice to pre-process the graph goes to the root logger; it does
-    not apply to an encoder that onnxruntime's optimizer already fused."""
-    def advice(record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Please consider to run pre-processing")
-
-    root = logging.getLogger()
-    root.addFilter(advice)
-    try:
-        yield
-    finally:
-        root.removeFilter(advice)
-
-
-def quantize_onnx(source: Path, dest: Path) -> None:
-    """Write an int8 copy of the exported graph ``source`` to ``dest`` (atomically):
-    weights quantized per channel, activations quantized on the fly."""
-    try:
-        import onnx
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-    except ImportError as exc:
-        raise ModelError(f"quantizing the query model needs onnx ({exc})") from exc
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=".quant-", suffix=".onnx")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        with warnings.catch_warnings(), _quiet_root_logger():
-            warnings.simplefilter("ignore")
-            # The fused graph's custom ops hide some tensor types from shape inference:
-            # they are all float.
-            quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8,
-                             per_channel=True,
-                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
-        os.replace(tmp, dest)
-    except _ort_errors() + (TypeError, KeyError, onnx.checker.ValidationError) as exc:
-        raise ModelError(f"quantizing {source} failed ({exc})") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _unit(rows: np.ndarray) -> np.ndarray:
-    rows = np.asarray(rows, dtype=np.float32)
-    norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    return rows / np.maximum(norms, 1e-12)
-
-
-def _session(path: Path, threads: int) -> Any:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3
-    options.enable_cpu_mem_arena = False  # see the module docstring: Memory
-    # Idle workers sleep instead of spinning (see the module docstring: Threads).
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 class OnnxMiniLMEmbedder:

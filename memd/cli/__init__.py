@@ -1,0 +1,104 @@
+"""The ``memd`` command.
+
+When a daemon serves the same data dir (``memd serve`` leaves ``daemon.json`` there),
+add, search, list and forget go through its HTTP API: no model to load, one writer.
+Otherwise they open the data dir directly (SQLite in WAL mode, safe beside a daemon that
+is starting or stopping). Errors print ``error: ...`` on stderr and exit 2 for bad input
+or an unknown id, 1 for anything else.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from memd.errors import InvalidInput, MemdError, NotFound
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(exc: MemdError) -> None:
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(2 if isinstance(exc, InvalidInput | NotFound) else 1)
+
+
+def handles_errors(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except MemdError as exc:
+            fail(exc)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def open_engine(ctx: click.Context) -> Any:
+    import memd
+
+    opts = ctx.obj or {}
+    return memd.open(opts.get("data_dir"), config=opts.get("config"))
+
+
+def daemon_for(ctx: click.Context) -> Any:
+    """An HTTP client for the daemon serving this data dir, or None."""
+    from memd.server.discovery import find_daemon
+
+    return find_daemon(settings_for(ctx).data_dir)
+
+
+def daemon_call(client: Any, method: str, path: str, **kwargs: Any) -> Any:
+    """A daemon call; its JSON errors become the same memd errors a direct call raises."""
+    from memd.errors import StorageError
+
+    resp = client.request(method, path, **kwargs)
+    if resp.is_success:
+        return resp.json()
+    try:
+        message = resp.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = resp.text
+    if resp.status_code == 404:
+        raise NotFound(message)
+    if resp.status_code == 401:
+        raise InvalidInput(f"{message} (the CLI sends the key in MEMD_API_KEY)")
+    if resp.status_code < 500:
+        raise InvalidInput(message)
+    raise StorageError(f"daemon error {resp.status_code}: {message}")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="memd")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
+              envvar="MEMD_DATA_DIR", help="Where memd keeps its data (env MEMD_DATA_DIR).")
+@click.option("--config", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="MEMD_CONFIG", help="TOML config file (env MEMD_CONFIG).")
+@click.pass_context
+def main(ctx: click.Context, data_dir: Path | None, config: Path | None) -> None:
+    """memd: a local-first memory daemon for AI assistants."""
+    ctx.obj = {"data_dir": data_dir, "config": config}
+
+
+def settings_for(ctx: click.Context) -> Any:
+    from memd.config import load_settings
+
+    opts = ctx.obj or {}
+    return load_settings(opts.get("config"), data_dir=opts.get("data_dir"))
+
+
+@contextmanager
+def progressbar(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr (stdout stays clean for --json)."""
+    with click.progressbar(length=max(total, 1), label=f"{label:<10}", file=sys.stderr,
+                           show_pos=True) as bar:
+        yield bar.update
+
+
+# The commands, registered on ``main`` by importing their modules.
+from memd.cli import admin, daemon, memories, storage  # noqa: E402, F401

@@ -1,0 +1,5 @@
+"""``python -m memd.cli``."""
+
+from memd.cli import main
+
+main()

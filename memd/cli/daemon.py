@@ -1,0 +1,239 @@
+"""The daemon and what it did: ``memd serve``, ``status`` and ``calls``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from memd.cli import (
+    daemon_call,
+    daemon_for,
+    handles_errors,
+    main,
+    open_engine,
+    settings_for,
+)
+from memd.errors import InvalidInput
+
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _point_in_time(ctx: click.Context, param: click.Parameter,
+                   value: str | None) -> float | None:
+    """An option's time as a unix time: ``10m``, ``2h``, ``1d`` ago (s, m, h, d, w), a
+    unix time, or an ISO datetime (local time unless it has an offset)."""
+    import math
+    import re
+    import time
+    from datetime import datetime
+
+    if value is None:
+        return None
+    text = value.strip()
+    ago = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw])", text)
+    if ago:
+        return time.time() - float(ago[1]) * _UNIT_SECONDS[ago[2]]
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            return datetime.fromisoformat(text).timestamp()  # naive: local time
+        except (ValueError, OverflowError):
+            seconds = math.nan
+    if not math.isfinite(seconds):
+        raise click.BadParameter(
+            f"{value!r} is not a time: give a duration ago (10m, 2h, 1d), a unix time "
+            "or an ISO datetime (2025-01-31T09:00)", ctx=ctx, param=param)
+    return seconds
+
+
+def _call_line(call: dict[str, Any]) -> str:
+    """One call in a line: when, id, status, model, session, then what the report says
+    of the context window, the memory tokens added and a retry without memory. Reports of different
+    memd versions carry different keys, so each is read only if present."""
+    import time
+
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(call["created_at"]))
+    status = "-" if call.get("status") is None else str(call["status"])
+    parts = [when, call["id"], status, call.get("model") or "-", call.get("session_id") or "-"]
+    report = call.get("report")
+    report = report if isinstance(report, dict) else {}
+    window = report.get("window")
+    if isinstance(window, dict) and window.get("tokens") is not None:
+        source = window.get("source")
+        parts.append(f"window={window['tokens']}" + (f" ({source})" if source else ""))
+    tokens = report.get("tokens")
+    if isinstance(tokens, dict) and tokens.get("memory") is not None:
+        parts.append(f"memory={tokens['memory']}")
+    if isinstance(window, dict) and window.get("tokens") is None and window.get("source"):
+        parts.append("window=unknown")
+    metadata = call.get("metadata")
+    if isinstance(metadata, dict) and metadata.get("retried"):
+        parts.append("retried")
+    return "  ".join(str(p) for p in parts)
+
+
+@main.command()
+@click.option("--user", "user_id",
+              help="Whose calls (default: the configured default user; through a daemon "
+                   "in auth mode, the user of the API key in MEMD_API_KEY).")
+@click.option("--session", "session_id", help="Only this session's calls.")
+@click.option("--since", callback=_point_in_time,
+              help="Only calls since then: a duration ago (10m, 2h, 1d), a unix time, or "
+                   "an ISO datetime (local time unless it has an offset).")
+@click.option("--limit", type=click.IntRange(1, 500), default=20, show_default=True,
+              help="How many calls, newest first.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print each call's full record as JSON, one object a line.")
+@click.option("--show", "call_id", metavar="ID",
+              help="Print this one call in full, its report included, as indented JSON.")
+@click.pass_context
+@handles_errors
+def calls(ctx: click.Context, user_id: str | None, session_id: str | None,
+          since: float | None, limit: int, as_json: bool, call_id: str | None) -> None:
+    """List recent chat calls proxied through memd, newest first.
+
+    A line a call: local time, call id, HTTP status, model, session, and what memd
+    injected (the context window and where its size came from, the memory tokens added,
+    whether the call was a retry). --show ID prints one call's full report."""
+    daemon = daemon_for(ctx)
+    if daemon is not None:
+        # Without --user the daemon decides: its default user, or the key's in auth mode.
+        who = {"X-Memd-User": user_id} if user_id else {}
+        with daemon:
+            if call_id is not None:
+                found = [daemon_call(daemon, "GET", f"/v1/calls/{call_id}", headers=who)]
+            else:
+                params = {"session": session_id, "since": since, "limit": limit}
+                found = daemon_call(daemon, "GET", "/v1/calls", headers=who, params={
+                    k: v for k, v in params.items() if v is not None})["data"]
+    else:
+        with open_engine(ctx) as m:
+            uid = user_id or m.settings.default_user
+            if call_id is not None:
+                found = [m.call(uid, call_id)]
+            else:
+                found = m.calls(uid, session_id=session_id, since=since, limit=limit)
+    if call_id is not None:
+        click.echo(json.dumps(found[0], indent=2, ensure_ascii=False))
+    elif as_json:
+        for c in found:
+            click.echo(json.dumps(c, ensure_ascii=False))
+    elif not found:
+        click.echo("no calls")
+    else:
+        for c in found:
+            click.echo(_call_line(c))
+
+
+@main.command()
+@click.pass_context
+@handles_errors
+def status(ctx: click.Context) -> None:
+    """Show where memd keeps its data and what the store holds."""
+    import memd
+
+    settings = settings_for(ctx)
+    click.echo(f"memd {memd.__version__}")
+    click.echo(f"data dir:  {settings.data_dir}")
+    click.echo(f"database:  {settings.db_path}")
+    click.echo(f"embedder:  {settings.embedder}")
+    if settings.db_path.exists():
+        with open_engine(ctx) as m:
+            held = m.status()
+        click.echo(f"store:     {held['store']}")
+        click.echo(f"schema:    v{held['schema']}")
+        click.echo(f"users:     {held['users']}")
+        click.echo(f"jobs:      {held['pending_jobs']} pending")
+    else:
+        click.echo("store:     not created yet (the first write creates it)")
+
+
+@main.command()
+@click.option("--host", default=None, help="Interface to listen on (default 127.0.0.1).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None,
+              help="Port (default 8765).")
+@click.option("--upstream-url", envvar="MEMD_UPSTREAM_URL",
+              help="OpenAI-compatible base URL chats are forwarded to, e.g. "
+                   "http://127.0.0.1:8080/v1 (env MEMD_UPSTREAM_URL).")
+@click.option("--upstream-api-key", envvar="MEMD_UPSTREAM_API_KEY",
+              help="API key for the upstream (env MEMD_UPSTREAM_API_KEY).")
+@click.option("--db", envvar="MEMD_DB",
+              help="sqlite (default), a .db path, or postgresql://... (env MEMD_DB).")
+@click.option("--context-window", type=click.IntRange(1, 100_000_000), default=None,
+              help="Context window in tokens of models that neither the request "
+                   "(X-Memd-Context-Window), the config's [context_windows], the upstream "
+                   "nor memd's table of model families knows.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--auth/--no-auth", default=None,
+              help="Require an API key on every request (team mode; env MEMD_AUTH).")
+@click.option("--unauthenticated", is_flag=True,
+              help="Allow a non-loopback --host without --auth (anyone who can reach the "
+                   "port reads and writes this memory).")
+@click.pass_context
+@handles_errors
+def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: str | None,
+          upstream_api_key: str | None, db: str | None, context_window: int | None,
+          log_level: str, auth: bool | None, unauthenticated: bool) -> None:
+    """Run the daemon in the foreground: the OpenAI-compatible memory proxy and the
+    native API, on 127.0.0.1 unless told otherwise."""
+    import logging
+
+    import uvicorn
+
+    import memd
+    from memd.config import load_settings
+    from memd.server.app import create_app
+
+    opts = ctx.obj or {}
+    settings = load_settings(opts.get("config"), data_dir=opts.get("data_dir"), host=host,
+                             port=port, upstream_url=upstream_url,
+                             upstream_api_key=upstream_api_key, db=db, auth=auth,
+                             context_window=context_window)
+    loopback = settings.host in ("127.0.0.1", "localhost", "::1")
+    if not loopback and not settings.auth and not unauthenticated:
+        raise InvalidInput(f"refusing to serve {settings.host} without --auth: anyone who "
+                           "can reach it could read this memory (add --auth and create keys "
+                           "with 'memd key create', or pass --unauthenticated)")
+    from memd.server.discovery import find_daemon, remove_daemon_file, write_daemon_file
+
+    running = find_daemon(settings.data_dir)
+    if running is not None:  # two daemons on one SQLite file starve each other's writes
+        base = running.base_url
+        running.close()
+        raise InvalidInput(f"a memd daemon already serves {settings.data_dir} at {base}: "
+                           "stop it first, or give this one its own --data-dir")
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    engine = memd.open(settings=settings)
+    app = create_app(engine, settings)
+    log = logging.getLogger("memd")
+    log.info("memd %s listening on http://%s:%d/v1", memd.__version__, settings.host,
+             settings.port)
+    where = (f"SQLite at {settings.db_path}" if not settings.db.startswith("postgres")
+             else "PostgreSQL at " + settings.db.split("@")[-1])  # never log a password
+    log.info("store: %s; embedder: %s", where, engine.embedder.name)
+    log.info("upstream: %s", settings.upstream_url or "none (set --upstream-url to proxy "
+             "chats; the native API works without one)")
+    if settings.auth:
+        log.info("auth: every request needs an API key (memd key create --user NAME)")
+    elif not loopback:
+        log.warning("listening on %s without auth: anyone who can reach it can read this "
+                    "memory", settings.host)
+    # Long-lived start-up objects (modules, model, settings) leave the GC's young
+    # generations for good: without this, full collections walk them and add pauses to
+    # the slowest requests.
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+    marker = write_daemon_file(settings.data_dir, settings.host, settings.port)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level,
+                    access_log=log_level == "debug")
+    finally:
+        remove_daemon_file(marker)
+        engine.close()

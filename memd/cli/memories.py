@@ -1,0 +1,202 @@
+"""Memories and facts: ``memd add``, ``search``, ``list``, ``forget`` and ``facts``."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from memd.cli import (
+    daemon_call,
+    daemon_for,
+    handles_errors,
+    main,
+    open_engine,
+    settings_for,
+)
+
+
+@main.command()
+@click.argument("text")
+@click.option("--user", "user_id", required=True, help="Whose memory this is.")
+@click.option("--workspace", help="Scope the memory to a workspace (project).")
+@click.option("--tier", default="L3", show_default=True, help="L0-L4 or a tier name.")
+@click.option("--scope", default="global", show_default=True,
+              type=click.Choice(["global", "local"]))
+@click.option("--session", "session_id", help="Originating session (needed for local).")
+@click.option("--tags", multiple=True, help="A tag; repeat for more (comma lists work too).")
+@click.option("--importance", type=float, default=0.5, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@handles_errors
+def add(ctx: click.Context, text: str, user_id: str, workspace: str | None, tier: str,
+        scope: str, session_id: str | None, tags: tuple[str, ...], importance: float,
+        as_json: bool) -> None:
+    """Remember TEXT for a user (deduplicated, merged with near-duplicates)."""
+    split_tags = [t for tag in tags for t in tag.split(",") if t.strip()]
+    daemon = daemon_for(ctx)
+    if daemon is not None:
+        with daemon:
+            body = {"user_id": user_id, "text": text, "workspace": workspace, "tier": tier,
+                    "scope": scope, "session_id": session_id, "tags": split_tags,
+                    "importance": importance}
+            data = daemon_call(daemon, "POST", "/v1/memories",
+                         json={k: v for k, v in body.items() if v is not None})
+        out = {"action": data["action"], "id": data["memory"]["id"],
+               "text": data["memory"]["text"], "access_count": data["memory"]["access_count"],
+               "replaced": data["replaced"]}
+    else:
+        with open_engine(ctx) as m:
+            result = m.add(text, user_id, workspace=workspace, tier=tier, scope=scope,
+                           session_id=session_id, tags=split_tags, importance=importance)
+        mem = result.memory
+        out = {"action": result.action, "id": mem.id, "text": mem.text,
+               "access_count": mem.access_count, "replaced": [r.id for r in result.replaced]}
+    if as_json:
+        click.echo(json.dumps(out))
+    else:
+        click.echo(f"{out['action']} {out['id']}")
+
+
+@main.command()
+@click.argument("query")
+@click.option("--user", "user_id", required=True, help="Whose memories to search.")
+@click.option("--k", "k", type=click.IntRange(1, 1000), default=10, show_default=True,
+              help="How many hits.")
+@click.option("--workspace", help="Only this workspace and the user's global memories.")
+@click.option("--kinds", default="memory,summary,fact", show_default=True,
+              help="Comma list among memory, summary, message, fact.")
+@click.option("--json", "as_json", is_flag=True, help="Print hits as a JSON list.")
+@click.pass_context
+@handles_errors
+def search(ctx: click.Context, query: str, user_id: str, k: int, workspace: str | None,
+           kinds: str, as_json: bool) -> None:
+    """Search a user's memories (hybrid: vector, keyword, facts, entities)."""
+    kind_list = [x.strip() for x in kinds.split(",") if x.strip()]
+    daemon = daemon_for(ctx)
+    if daemon is not None:
+        with daemon:
+            body = {"user_id": user_id, "query": query, "k": k, "kinds": kind_list,
+                    "workspace": workspace}
+            hits = daemon_call(daemon, "POST", "/v1/search",
+                         json={k_: v for k_, v in body.items() if v is not None})["hits"]
+    else:
+        with open_engine(ctx) as m:
+            hits = [h.to_dict() for h in m.search(query, user_id, k=k, workspace=workspace,
+                                                   kinds=kind_list)]
+    if as_json:
+        click.echo(json.dumps(hits, ensure_ascii=False))
+        return
+    if not hits:
+        click.echo("no results")
+    for h in hits:
+        click.echo(f"{h['score']:.3f}  {h['kind']:<7} {h['id']}  {h['text']}")
+
+
+@main.command()
+@click.argument("memory_id", required=False)
+@click.option("--user", "user_id", help="The owner (optional in local mode).")
+@click.option("--fact", "fact", metavar="CATEGORY/KEY",
+              help="Forget a fact instead: every value it had, and the memories that "
+                   "state it (see `memd facts`).")
+@click.option("--workspace", help="With --fact: only that workspace's fact.")
+@click.pass_context
+@handles_errors
+def forget(ctx: click.Context, memory_id: str | None, user_id: str | None,
+           fact: str | None, workspace: str | None) -> None:
+    """Delete a memory, every derived copy of it and the facts it stated; or, with
+    --fact, a fact."""
+    if (memory_id is None) == (fact is None):
+        raise click.UsageError("give a memory ID or --fact CATEGORY/KEY (one of them)")
+    if fact is not None:
+        _forget_fact(ctx, fact, user_id, workspace)
+        return
+    assert memory_id is not None
+    daemon = daemon_for(ctx) if user_id else None
+    if daemon is not None:
+        with daemon:
+            daemon_call(daemon, "DELETE", f"/v1/memories/{memory_id}", params={"user_id": user_id})
+        click.echo(f"forgot {memory_id}")
+        return
+    with open_engine(ctx) as m:  # by id alone: only the local store can look it up
+        mem = m.forget(memory_id, user_id)
+    click.echo(f"forgot {mem.id}")
+
+
+def _forget_fact(ctx: click.Context, fact: str, user_id: str | None,
+                 workspace: str | None) -> None:
+    category, sep, key = fact.partition("/")
+    if not sep or not category.strip() or not key.strip():
+        raise click.BadParameter("use CATEGORY/KEY, e.g. preference/indentation",
+                                 param_hint="--fact")
+    user = user_id or settings_for(ctx).default_user
+    daemon = daemon_for(ctx)
+    if daemon is not None:
+        from urllib.parse import quote
+
+        with daemon:
+            params = {"user_id": user, **({"workspace": workspace} if workspace else {})}
+            gone = daemon_call(daemon, "DELETE",
+                         f"/v1/facts/{quote(category, safe='')}/{quote(key, safe='')}",
+                         params=params)["deleted"]
+        values = [f["value"] for f in gone]
+    else:
+        with open_engine(ctx) as m:
+            values = [f.value for f in m.forget_fact(user, category, key,
+                                                     workspace=workspace)]
+    click.echo(f"forgot {category.strip().lower()}/{key.strip().lower()} "
+               f"({len(values)} value{'s' if len(values) != 1 else ''}: {', '.join(values)})")
+
+
+@main.command()
+@click.option("--user", "user_id", help="Whose facts (default: the local user).")
+@click.option("--workspace")
+@click.option("--history", is_flag=True, help="Also the values that were replaced.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handles_errors
+def facts(ctx: click.Context, user_id: str | None, workspace: str | None, history: bool,
+          as_json: bool) -> None:
+    """List a user's facts (one value per category/key; forget one with
+    `memd forget --fact CATEGORY/KEY`)."""
+    with open_engine(ctx) as m:
+        found = m.facts(user_id or m.settings.default_user, workspace=workspace,
+                        include_history=history)
+    if as_json:
+        from memd.server.api import fact_json
+
+        click.echo(json.dumps([fact_json(f) for f in found], ensure_ascii=False))
+        return
+    if not found:
+        click.echo("no facts")
+    for f in found:
+        flag = "" if f.is_active else "  (replaced)"
+        where = f"  [{f.workspace}]" if f.workspace else ""
+        click.echo(f"{f.category}/{f.key} = {f.value}{where}{flag}")
+
+
+@main.command(name="list")
+@click.option("--user", "user_id", required=True)
+@click.option("--workspace")
+@click.option("--limit", type=click.IntRange(1, 10000), default=50, show_default=True)
+@click.option("--all", "include_inactive", is_flag=True,
+              help="Include superseded and inactive memories.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@handles_errors
+def list_(ctx: click.Context, user_id: str, workspace: str | None, limit: int,
+          include_inactive: bool, as_json: bool) -> None:
+    """List a user's memories, newest first."""
+    with open_engine(ctx) as m:
+        mems = m.list(user_id, workspace=workspace, limit=limit,
+                      include_inactive=include_inactive)
+    if as_json:
+        click.echo(json.dumps([
+            {"id": x.id, "text": x.text, "tier": int(x.tier), "workspace": x.workspace,
+             "active": x.is_active, "superseded_by": x.superseded_by,
+             "access_count": x.access_count} for x in mems
+        ], ensure_ascii=False))
+        return
+    for x in mems:
+        flag = "" if x.is_active else f"  (superseded by {x.superseded_by})"
+        click.echo(f"L{int(x.tier)} {x.id}  {x.text}{flag}")

@@ -1,0 +1,275 @@
+"""The extractor's regular expressions and its rule table, ``_RULES``, first match wins.
+
+Every lead-in the extractor knows is here, in one place, so the order of the rules and
+the linearity of the patterns (tests/test_extract.py checks it) can be read at a glance.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from memd.types import Provenance, Tier
+
+# -- patterns ----------------------------------------------------------------------------
+# No pattern nests one unbounded repeat in another, and every one that scans a whole
+# message or sentence can only start a match at a word edge, so all of them stay linear.
+_A = "['’]"
+_IM = rf"i(?:{_A}?m|\s+am)"
+_DONT = rf"(?:don{_A}?t|do\s+not)"
+_CANT = rf"(?:can{_A}?t|cannot|can\s+not)"
+_ADV = (r"(?:(?P<adv>really|much|strongly|generally|usually|definitely|actually|personally|"
+        r"mostly|also|still|just|honestly|totally|absolutely|now|typically|normally|mainly|"
+        r"always|kinda|probably|might|may)\s+)?")
+_SUBJECT = (rf"(?:i|my|we|our|please|always|never|{_DONT}|call\s+me|from\s+now\s+on|"
+            r"actually|remember)\b")
+_CONJ = r"(?:and|but|so|plus|also|although|though|because|since|while|whereas)"
+
+_SENT_SPLIT = re.compile(r"(?<=[.!?;])\s+")
+_CLAUSE_SPLIT = re.compile(
+    rf"(?<=[\w)\"'’])(?:\s*+,\s*+(?:{_CONJ}\s++)?|\s++{_CONJ}\s++)(?={_SUBJECT})", re.I
+)
+_WORD = re.compile(r"\w+")
+_WS_TOKEN = re.compile(r"\S+")
+_TOKEN = re.compile(r"[\w#.][\w#.+'’-]*")
+_NAME_WORD = re.compile(r"[^\W\d_][\w'’.-]{0,30}")
+_QUESTION_START = re.compile(
+    r"(?:what|who|whom|whose|where|when|why|how|which|is|are|was|were|does|did|can|could|"
+    r"would|should|will|shall|may|might|am|have|has|had|whether|if|unless|suppose|imagine|"
+    rf"(?:is|are|does|did|wo|would|should|could){_A}?n{_A}?t|do(?!\s+not\b))\b"
+    rf"|i\s+wonder|{_IM}\s+(?:wondering|curious|not\s+sure)|i\s+was\s+wondering|not\s+sure"
+    rf"|i\s+{_DONT}\s+know\b",
+    re.I,
+)
+_LEAD = re.compile(
+    rf"(?P<corr>actually|correction|i\s+meant(?:\s+to\s+say)?|to\s+clarify)\b[\s,:;.!-]*"
+    rf"|(?P<corr2>no|nope|nah|wait|sorry|oops|wrong|incorrect|not\s+quite"
+    rf"|that{_A}?s\s+(?:wrong|incorrect|not\s+right|not\s+true))(?:\s*[,:;.!-]+\s*|$)"
+    r"|(?P<fnow>from\s+now\s+on|going\s+forward|from\s+here\s+on(?:\s+out)?|henceforth"
+    r"|in\s+the\s+future)\b[\s,:;-]*"
+    rf"|(?P<rem>(?:please\s+)?(?:remember|note|keep\s+in\s+mind|{_DONT}\s+forget"
+    r"|never\s+forget)(?:\s+that)?)\b[\s,:;-]*"
+    r"|(?P<hedge>i\s+think|i\s+guess|i\s+believe|i\s+suppose|maybe|probably|perhaps)"
+    r"(?:\s+that)?\b[\s,:;-]*"
+    r"|(?:so|well|also|and|but|oh|ok|okay|hey|hi|hello|btw|by\s+the\s+way|fyi|for\s+the"
+    r"\s+record|just\s+so\s+you\s+know|honestly|basically|yeah|yes|sure|anyway|ps|plus|then"
+    r"|hmm|um|uh|ah|one\s+more\s+thing|just)\b[\s,:;.!-]*",
+    re.I,
+)
+_TRAILERS = (("from now on", "fnow"), ("going forward", "fnow"), ("in the future", "fnow"),
+             ("from here on", "fnow"), ("instead", "corr"), ("please", ""), ("thanks", ""),
+             ("thank you", ""), ("btw", ""), ("lol", ""))
+_HEDGE = re.compile(
+    r"\b(?:maybe|probably|perhaps|possibly|might|kinda|kind\s+of|sort\s+of|sorta|i\s+think"
+    r"|i\s+guess|i\s+suppose|i\s+believe|not\s+sure)\b",
+    re.I,
+)
+_INSTEAD = re.compile(r"\binstead\b(?!\s+of\b)", re.I)
+_VALUE_LEAD = re.compile(
+    r"(?:(?P<actually>actually)\s+|(?:now|really|just|still|also|currently|definitely"
+    r"|totally|simply|usually|mostly)\s+)?"
+    r"(?P<notbut>not\s+[^,;]{1,80}?,?\s+but\s+(?:rather\s+)?)?",
+    re.I,
+)
+_NEGATED = re.compile(rf"(?:not|never|n{_A}t)\b", re.I)
+_COMPARATOR = re.compile(
+    r"\b(?:over|to|than|rather\s+than|instead\s+of|versus|vs|for|not|when|whenever|unless"
+    r"|if|because|except|but)\b",
+    re.I,
+)
+_VERSION = re.compile(r"\s?v?\d[\d.x]{0,8}")
+_AT_ORG = re.compile(r"[\s,]*(?:at|for|with)\s+", re.I)
+_THIRD_PERSON = re.compile(
+    rf"\b(?:i{_A}m|i{_A}ve|i{_A}d|i{_A}ll|i|me|my|mine|myself|you{_A}re|yourself|yours|your|you)\b",
+    re.I,
+)
+_YOU_SHOULD = re.compile(r"you\s+(?:should|must|will|need\s+to|have\s+to)\s+", re.I)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """A lead-in anchored at the start of a clause and what to make of the words after it.
+
+    ``key``: a fact key, ``"*"`` for the key of the vocabulary term in the value, ``"@noun"``
+    for the key named by the ``noun`` group, None for a memory with no fact. ``read``: how
+    the value is read (see ``_read_value``). A ``v`` group in the regex is the value itself.
+    ``need``: the rule applies only when the value holds a term of this vocabulary kind
+    (``"*"``: of any kind that names a key).
+    """
+
+    kind: str  # identity | preference | constraint | instruction | fact | auto
+    regex: re.Pattern[str]
+    template: str
+    key: str | None = None
+    confidence: float = 0.9
+    read: str = "phrase"
+    category: str = ""
+    need: str | None = None
+    block: frozenset[str] = frozenset()
+    importance: float | None = None
+    corrects: bool = False  # the statement replaces an older value ("I switched to")
+
+
+def _r(kind: str, pattern: str, template: str, *, key: str | None = None,
+       confidence: float = 0.9, read: str = "phrase", category: str = "",
+       need: str | None = None, block: str = "", importance: float | None = None,
+       corrects: bool = False) -> _Rule:
+    return _Rule(kind, re.compile(pattern, re.I), template, key, confidence, read, category,
+                 need, frozenset(block.split()), importance, corrects)
+
+
+_FREQ = r"(?:(?:currently|now|usually|always|mostly|typically|also)\s+)?"
+_RULES: tuple[_Rule, ...] = (
+    # -- identity
+    _r("identity", rf"my\s+(?:(?:full|first|real|actual|preferred)\s+)?name(?:{_A}s|\s+is)\s+",
+       "User's name is {v}", key="name", confidence=1.0, read="loose_name"),
+    _r("identity", r"(?:(?:you\s+can|you\s+may|please|just|everyone|people|friends)\s+)?"
+       r"call\s+me\s+", "User wants to be called {v}", key="name", read="name"),
+    _r("identity", rf"(?:i\s+go\s+by|{_IM}\s+(?:called|named))\s+", "User goes by {v}",
+       key="name", read="name"),
+    _r("identity", r"my\s+pronouns\s+are\s+", "User's pronouns are {v}", key="pronouns",
+       confidence=1.0, read="short"),
+    _r("identity", r"i\s+use\s+(?P<v>[a-z]{2,5}/[a-z]{2,5}(?:/[a-z]{2,5})?)\s+pronouns\b",
+       "User's pronouns are {v}", key="pronouns", confidence=1.0),
+    _r("identity", r"my\s+(?:time\s*zone|tz)\s+is\s+", "User's timezone is {v}",
+       key="timezone", confidence=1.0, read="short"),
+    _r("identity", rf"{_IM}\s+(?:in|on)\s+(?:the\s+)?(?P<v>[\w/+:-]{{2,30}}"
+       r"(?:\s+[\w/+:-]{2,20})?)\s+(?:time\s*zone|time)\b", "User's timezone is {v}",
+       key="timezone"),
+    _r("identity", rf"{_IM}\s+in\s+(?P<v>(?-i:(?:UTC|GMT)(?:\s?[+-]\s?\d{{1,2}}(?::\d\d)?)?"
+       r"|[A-Z]{2,4}T))\b", "User's timezone is {v}", key="timezone"),
+    _r("identity", rf"i\s+{_FREQ}live\s+in\s+", "User lives in {v}", key="location"),
+    _r("identity", rf"{_IM}\s+{_FREQ}(?:based|located|living)\s+(?:in|out\s+of)\s+",
+       "User is based in {v}", key="location"),
+    _r("identity", rf"{_IM}\s+(?:originally\s+)?from\s+", "User is from {v}", key="location",
+       confidence=0.8),
+    _r("identity", rf"i\s+{_FREQ}work\s+(?P<p>at|for)\s+", "User works {p} {v}", key="employer"),
+    _r("identity", rf"{_IM}\s+{_FREQ}(?:employed|working)\s+(?:at|by|for)\s+",
+       "User works at {v}", key="employer", confidence=0.85),
+    _r("identity", r"i\s+work\s+as\s+(?P<art>an?)\s+", "User works as {art} {v}", key="role",
+       read="role"),
+    # -- constraints that are facts
+    _r("constraint", rf"{_IM}\s+(?:(?:very|severely|deathly|highly)\s+)?allergic\s+to\s+",
+       "User is allergic to {v}", key="allergy", confidence=1.0, read="list",
+       category="constraint", importance=0.95),
+    _r("constraint", r"i\s+have\s+(?:an?\s+)?(?P<v>[\w-]{2,30})\s+allergy\b",
+       "User has a {v} allergy", key="allergy", confidence=1.0, category="constraint",
+       importance=0.95),
+    _r("constraint", rf"{_IM}\s+(?:an?\s+)?(?:strict\s+)?(?P<v>vegetarian|vegan|pescatarian"
+       r"|lactose[\s-]intolerant|gluten[\s-]free|celiac|coeliac|diabetic|kosher|halal)\b",
+       "User is {v}", key="diet", confidence=0.95, category="constraint"),
+    _r("constraint", rf"i\s+(?:{_DONT}|{_CANT})\s+(?P<verb>eat|drink)\s+",
+       "User doesn't {verb} {v}", key="diet", read="list", category="constraint"),
+    # -- preferences (and the instructions phrased as one)
+    _r("instruction", rf"i(?:{_A}d|\s+would)?\s+(?:really\s+)?(?:like|want|need|prefer)\s+"
+       r"(?:you|the\s+assistant|the\s+ai)\s+to\s+", "User wants the assistant to {v}",
+       read="clause"),
+    _r("preference", rf"{_IM}\s+(?:an?\s+)?(?:(?:big|huge|massive|great)\s+)?fan\s+of\s+",
+       "User is a fan of {v}", key="*", confidence=0.8, read="clause"),
+    _r("identity", rf"{_IM}\s+(?:(?:currently|now|also)\s+)?(?P<art>an?)\s+", "User is {art} {v}",
+       key="role", read="role"),
+    _r("identity", rf"{_IM}\s+", "User's name is {v}", key="name", confidence=0.8,
+       read="proper_name"),
+    _r("preference", rf"i(?:{_A}d|\s+would)?\s+{_ADV}prefer\s+", "User prefers {v}",
+       key="*", read="clause"),
+    _r("preference", rf"i(?:{_A}d|\s+would)\s+{_ADV}rather\s+", "User would rather {v}",
+       key="*", confidence=0.8, read="clause"),
+    _r("preference", rf"i\s+{_ADV}(?P<verb>like|love|enjoy|adore)\s+", "User {verb3} {v}",
+       key="*", confidence=0.8, read="clause"),
+    _r("preference", rf"i\s+{_ADV}{_DONT}\s+(?:really\s+|much\s+)?(?P<verb>like|love|enjoy"
+       r"|want|use|care\s+(?:for|about))\s+", "User doesn't {verb} {v}", confidence=0.8,
+       read="clause"),
+    _r("preference", rf"i\s+{_ADV}(?P<verb>hate|dislike|detest|loathe|despise|can{_A}?t\s+stand"
+       r"|cannot\s+stand)\s+", "User {verb3} {v}", confidence=0.8, read="clause",
+       block="to"),
+    _r("preference", rf"i\s+{_ADV}want\s+(?=(?:\w+\s+)?(?:\w+\s+)?(?:answers|responses|replies"
+       r"|explanations|code|comments|examples|output|summaries|posts|tests|commits|messages)\b)",
+       "User wants {v}", key="*", confidence=0.8, read="clause"),
+    _r("preference", rf"{_IM}\s+(?:(?:currently|now|mostly)\s+)?(?P<verb>on|running)\s+",
+       "User is {verb} {v}", key="*", confidence=0.85, read="clause", need="os"),
+    _r("preference", rf"i\s+{_FREQ}run\s+", "User runs {v}", key="*", confidence=0.85,
+       read="clause", need="os"),
+    _r("preference", rf"{_IM}\s+(?:(?:currently|now|mostly)\s+)?using\s+", "User is using {v}",
+       key="*", confidence=0.8, read="clause"),
+    _r("preference", r"i\s+(?:(?:mostly|mainly|primarily|usually)\s+)?(?:(?:code|program"
+       r"|write\s+code|develop|work)\s+(?:(?:mostly|mainly|primarily|exclusively)\s+)?in"
+       r"|write(?:\s+in)?)\s+", "User writes code in {v}", key="*", confidence=0.85,
+       read="clause", need="language"),
+    _r("preference", rf"i(?:{_A}ve|\s+have)?\s+(?:just\s+|recently\s+|finally\s+)?(?:switched"
+       r"|moved|migrated|changed)\s+(?:over\s+)?(?:from\s+[^,;]{1,40}?\s+)?to\s+",
+       "User switched to {v}", key="*", read="clause", need="*", corrects=True),
+    _r("identity", rf"i(?:{_A}ve|\s+have)?\s+(?:just\s+|recently\s+)?(?:moved|relocated)"
+       r"\s+to\s+(?=(?-i:[A-Z]))", "User moved to {v}", key="location", confidence=0.85,
+       corrects=True),
+    _r("preference", rf"i(?:{_A}ve|\s+have)\s+been\s+using\s+", "User has been using {v}",
+       key="*", confidence=0.8, read="clause"),
+    _r("preference", r"i\s+(?:(?P<adv>always|usually|mostly|mainly|generally|typically|normally"
+       r"|also|still|now|only|just|currently|primarily|exclusively)\s+)?use\s+",
+       "User {adv} uses {v}", key="*", confidence=0.85, read="clause"),
+    _r("preference", r"i\s+(?P<adv>always|usually|typically|normally|generally)\s+",
+       "User {adv} {v3}", key="*", confidence=0.8, read="clause",
+       block="forget get have seem end run make mess struggle wonder find thought wanted"),
+    _r("fact", r"(?:our|my)\s+(?:tech\s+)?stack\s+(?:is|includes|consists\s+of)\s+",
+       "User's stack is {v}", key="stack", read="clause"),
+    _r("fact", r"(?:my|our)\s+(?:current\s+|main\s+|side\s+)?(?:project|app|product|startup)"
+       rf"(?:(?:{_A}s|\s+is)\s+(?:called|named)|(?:{_A}s|\s+)\s*name\s+is)\s+",
+       "User's project is {v}", key="project", read="clause"),
+    _r("fact", r"(?:my|our)\s+(?:current\s+|main\s+|side\s+)?project\s+is\s+"
+       r"(?=(?-i:[A-Z])|[\w.-]+(?:[,;.!]|\s*$))", "User's project is {v}", key="project"),
+    _r("auto", r"my\s+(?P<fav>(?:favou?rite|preferred|go-to|main|primary|default)\s+)?"
+       r"(?P<noun>[a-z][a-z -]{1,30}?)\s+(?:of\s+choice\s+)?(?:is|are)\s+",
+       "User's {fav} {noun} is {v}", key="@noun", confidence=0.95, read="list"),
+    # -- facts about the user's work
+    _r("fact", r"(?P<who>i|we)\s+(?:(?:usually|always|mostly|typically|currently|now)\s+)?"
+       r"deploy\s+(?:(?:everything|it|things|stuff|apps|services|code|(?:my|our)\s+\w+)\s+)?"
+       r"(?P<p>with|on|to|using|via|through|onto)\s+", "{who} deploys {p} {v}",
+       key="deploy_tool", read="list"),
+    _r("fact", rf"we(?:{_A}re|\s+are)?\s+(?:(?:also|mostly|mainly|currently|now|primarily)\s+)?"
+       r"(?:use|using)\s+", "User's team uses {v}", key="*", confidence=0.85, read="clause"),
+    _r("fact", rf"(?:(?:we(?:{_A}re|\s+are)|our\s+(?:company|team|office|business|startup|hq)"
+       r"\s+is)\s+)?(?:currently\s+)?(?:based|located|headquartered)\s+in\s+",
+       "User's company is based in {v}", key="company_location", confidence=0.8),
+    _r("fact", rf"we(?:{_A}re|\s+are)\s+(?P<art>an?|the)\s+", "User's team is {art} {v}",
+       confidence=0.8, read="clause", block="bit little lot"),
+    _r("fact", r"our\s+(?P<noun>business|company|startup|product|app|agency|team|shop|store"
+       r"|service|organi[sz]ation|org)\s+(?P<verb>is|sells|makes|builds|provides|offers|does"
+       r"|helps|focuses\s+on)\s+", "User's {noun} {verb} {v}", confidence=0.8, read="clause"),
+    _r("fact", r"we\s+(?P<verb>sell|make|build|develop|provide|offer|run|maintain|ship)\s+",
+       "User's team {verb3} {v}", confidence=0.75, read="clause", block="sure"),
+    _r("fact", r"i\s+work\s+on\s+", "User works on {v}", key="*", confidence=0.8, read="clause"),
+    # -- constraints
+    _r("constraint", rf"i\s+(?:(?:really|just|simply|absolutely)\s+)?{_CANT}\s+",
+       "User can't {v}", confidence=0.85, read="clause",
+       block="figure get find understand seem believe see wait remember reproduce tell think "
+       "imagine decide recall help stop access login log open load connect install run build "
+       "compile make import reach push pull fix debug read hear say agree explain do be"),
+    _r("constraint", rf"i\s+(?:must\s+not|mustn{_A}?t|should\s+not|shouldn{_A}?t)\s+",
+       "User must not {v}", confidence=0.85, read="clause"),
+    _r("constraint", rf"{_IM}\s+not\s+(?:allowed|permitted)\s+to\s+",
+       "User is not allowed to {v}", read="clause"),
+    _r("constraint", r"i\s+never\s+", "User never {v3}", confidence=0.8, read="clause",
+       block="know knew thought said understood get got really liked used had was did could "
+       "would heard saw tried"),
+    _r("constraint", rf"we\s+(?P<modal>must\s+not|mustn{_A}?t|must|have\s+to|{_CANT}"
+       rf"|(?:are|{_A}re)\s+not\s+allowed\s+to|(?:are|{_A}re)\s+required\s+to)\s+",
+       "User's team {modal} {v}", confidence=0.85, read="clause"),
+    # -- instructions to the assistant
+    _r("instruction", r"(?:please[\s,]+)?(?:you\s+(?:should|must|need\s+to|have\s+to|will)\s+)?"
+       r"(?P<adv>always|never)\s+", "User wants the assistant to {adv} {v}", read="clause",
+       block="mind happy glad nice good great fun a an the seen been done had heard thought "
+       "gone known got gotten made used tried said told wanted liked needed"),
+    _r("instruction", rf"(?:please[\s,]+)?{_DONT}\s+(?:ever\s+)?",
+       "User doesn't want the assistant to {v}", read="clause",
+       block="worry bother mind panic know think understand get care see remember"),
+    _r("instruction", r"(?:please[\s,]+)?stop\s+(?=\w+ing\b)",
+       "User wants the assistant to stop {v}", confidence=0.85, read="clause"),
+)
+
+_KINDS = {  # kind -> provenance, tier, default importance
+    "identity": (Provenance.USER_STATED, Tier.SEMANTIC, 0.9),
+    "preference": (Provenance.PREFERENCE, Tier.PROCEDURAL, 0.7),
+    "constraint": (Provenance.USER_STATED, Tier.PROCEDURAL, 0.85),
+    "instruction": (Provenance.INSTRUCTION, Tier.PROCEDURAL, 0.9),
+    "fact": (Provenance.FACT, Tier.SEMANTIC, 0.75),
+    "note": (Provenance.USER_STATED, Tier.SEMANTIC, 0.9),
+}

@@ -1,0 +1,137 @@
+"""The sentence-transformers directory as the ONNX embedder reads it, and the
+onnxruntime helpers that both the export and the embedder use.
+
+Apart from ``memd.models.onnx_embedder`` so that the export (``memd.models.onnx_export``)
+and the runtime share one reading of the model and one way to open a session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memd.errors import ModelError
+
+# Bump when the exported graph changes (wrapper, opset, optimizer settings): new cache key.
+_EXPORT_FORMAT = 1
+_OPSET = 17
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def _ort_errors() -> tuple[type[BaseException], ...]:
+    """onnxruntime's own exception classes (they derive from ``Exception`` directly)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    names = ("Fail", "InvalidArgument", "NoSuchFile", "NoModel", "EngineError",
+             "RuntimeException", "InvalidProtobuf", "ModelLoaded", "NotImplemented",
+             "InvalidGraph", "EPFail")
+    found = tuple(getattr(state, n) for n in names if hasattr(state, n))
+    return (*found, RuntimeError, ValueError, OSError)
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+class _ModelSpec:
+    """What the sentence-transformers directory says about the pipeline."""
+
+    def __init__(self, model_dir: Path) -> None:
+        self.model_dir = model_dir
+        try:
+            self._parse()
+        except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+            raise ModelError(f"{model_dir}: unexpected sentence-transformers or model "
+                             f"config ({exc!r})") from exc
+
+    def _parse(self) -> None:
+        model_dir = self.model_dir
+        modules = self._json("modules.json")
+        kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+        if kinds not in (["Transformer", "Pooling", "Normalize"], ["Transformer", "Pooling"]):
+            raise ModelError(
+                f"{model_dir} is a sentence-transformers pipeline {kinds}; the ONNX "
+                "embedder supports only Transformer -> Pooling(mean) [-> Normalize]; "
+                "use the 'minilm' embedder for it"
+            )
+        self.transformer_dir = model_dir / str(modules[0].get("path", ""))
+        pooling = self._json(str(Path(str(modules[1].get("path", ""))) / "config.json"))
+        modes = sorted(k for k, v in pooling.items() if k.startswith("pooling_mode") and v)
+        if modes != ["pooling_mode_mean_tokens"]:
+            raise ModelError(f"{model_dir}: pooling {modes} is not supported (only mean)")
+        st_config = self._json_optional("sentence_bert_config.json")
+        config = self._json(str(Path(str(modules[0].get("path", ""))) / "config.json"))
+        self.max_seq_length = int(
+            st_config.get("max_seq_length") or config.get("max_position_embeddings", 512)
+        )
+        self.do_lower_case = bool(st_config.get("do_lower_case", False))
+        self.dim = int(pooling.get("word_embedding_dimension") or config["hidden_size"])
+        if config.get("model_type") != "bert":
+            raise ModelError(f"{model_dir} is a {config.get('model_type')!r} model; the ONNX "
+                             "embedder exports BERT-family models (like MiniLM) only")
+        self.hidden_size = int(config["hidden_size"])
+        self.vocab_size = int(config.get("vocab_size", 30522))
+        self.num_heads = int(config["num_attention_heads"])
+        self.tokenizer_file = self.transformer_dir / "tokenizer.json"
+        if not self.tokenizer_file.is_file():
+            raise ModelError(f"{model_dir}: no tokenizer.json (a fast tokenizer is needed)")
+
+    def _json_optional(self, name: str) -> dict[str, Any]:
+        path = self.model_dir / name
+        return self._json(name) if path.is_file() else {}
+
+    def _json(self, name: str) -> Any:
+        return _read_json(self.model_dir / name)
+
+    def cache_key(self) -> str:
+        """Identity of the export: model files (by stat, cheap) and the tool versions."""
+        files = []
+        for root in sorted({self.model_dir, self.transformer_dir}):
+            for p in sorted(root.iterdir()):
+                if p.is_file():
+                    st = p.stat()
+                    files.append([str(p), st.st_size, st.st_mtime_ns])
+        ident = {
+            "format": _EXPORT_FORMAT, "opset": _OPSET, "dir": str(self.model_dir),
+            "files": files, "torch": _version("torch"),
+            "transformers": _version("transformers"), "onnxruntime": _version("onnxruntime"),
+        }
+        blob = json.dumps(ident, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot read {path} ({exc}): not a sentence-transformers "
+                         "model directory?") from exc
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    rows = np.asarray(rows, dtype=np.float32)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows / np.maximum(norms, 1e-12)
+
+
+def _session(path: Path, threads: int) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    options.enable_cpu_mem_arena = False  # see the onnx_embedder docstring: Memory
+    # Idle workers sleep instead of spinning (see the onnx_embedder docstring: Threads).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
