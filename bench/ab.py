@@ -6,17 +6,18 @@ run at once, in two processes over the same dataset, and take turns in 2-second 
 compiles (or appends) in the even slots while B sleeps, B in the odd ones. Each prints its p50, p90
 and p99 over all its slots.
 
-    .venv/bin/python bench/ab.py HEAD~1                       # HEAD~1 against this checkout
-    .venv/bin/python bench/ab.py HEAD~1 --what append --slots 20
-    .venv/bin/python bench/ab.py HEAD~1 --backend sqlite
+    .venv/bin/python -m bench.ab HEAD~1                       # HEAD~1 against this checkout
+    .venv/bin/python -m bench.ab HEAD~1 --what append --slots 20
+    .venv/bin/python -m bench.ab HEAD~1 --backend sqlite
 
 The old revision is checked out into a temporary git worktree (its ``memd.backends`` and
 ``memd.sql`` linked in, as an installed package maps them) and runs with this checkout's
-SQL migrations, so that it can open a dataset the new revision has migrated. The dataset
-must exist (run bench_scale.py once). ``--what append`` appends to a session of a scratch
-user, not the target's, so the timed phases of later runs see the same target data
-(except with ``--team``: row-level security lets a request write only its own user's
-rows, so team-mode appends go to a new session of the target).
+SQL migrations, so that it can open a dataset the new revision has migrated. Both sides run
+this checkout's ``bench`` package (``python -m bench.ab``), each with its own ``memd``. The
+dataset must exist (run ``python -m bench.bench_scale`` once). ``--what append`` appends to
+a session of a scratch user, not the target's, so the timed phases of later runs see the
+same target data (except with ``--team``: row-level security lets a request write only its
+own user's rows, so team-mode appends go to a new session of the target).
 
 On SQLite (``--backend sqlite``, compiles only) the two processes share one database
 file, and the compile that closes an access-statistics window writes its job in line, so
@@ -44,14 +45,13 @@ SLOT = 2.0  # seconds
 def worker(args: argparse.Namespace) -> None:
     """One side: open the dataset, warm up, then run in slots ``args.slot``, +2, +4..."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    sys.path.insert(0, str(HERE))
     import gc
 
     import numpy as np
-    import scale_data as sd
-    from bench_engine import sentence
 
+    import bench.scale_data as sd
     import memd
+    from bench.bench_engine import sentence
     from memd.auth import acting_as
     from memd.models.embedder import FakeEmbedder
 
@@ -112,6 +112,9 @@ def checkout(rev: str, into: Path) -> Path:
     tree = into / "a"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree),
                     rev], check=True)
+    # Its side imports memd from the tree and bench from this checkout (the tree comes
+    # first on its path): the tree's own bench, whatever its layout, must not shadow ours.
+    shutil.rmtree(tree / "bench", ignore_errors=True)
     if (tree / "backends").is_dir():  # older trees kept the backends beside memd/
         (tree / "memd" / "backends").symlink_to(tree / "backends")
     sql = tree / "memd" / "sql"
@@ -147,13 +150,16 @@ def main() -> None:
         try:
             # Both sides open the dataset and warm up (~10 s) before the first slot.
             start = int(time.time() / SLOT) + 15
-            common = [sys.executable, __file__, args.rev, "--backend", args.backend,
-                      "--what", args.what, "--slots",
-                      str(args.slots), "--data-dir", args.data_dir, "--start", str(start),
+            data_dir = Path(args.data_dir).expanduser().resolve()  # the sides run in tmp
+            common = [sys.executable, "-m", "bench.ab", args.rev, "--backend", args.backend,
+                      "--what", args.what, "--slots", str(args.slots),
+                      "--data-dir", str(data_dir), "--start", str(start),
                       *(["--team"] if args.team else [])]
             sides = [
                 subprocess.Popen([*common, "--slot", "0", "--label", f"A {args.rev}"],
-                                 env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tmp),
+                                 env={**os.environ,
+                                      "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT)])},
+                                 cwd=tmp),
                 subprocess.Popen([*common, "--slot", "1", "--label", "B this checkout"],
                                  env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=tmp),
             ]

@@ -1,7 +1,7 @@
 """Engine latency benchmark: context compile and append-turn for one user among many.
 
-    .venv/bin/python bench/bench_engine.py                 # 10k memories, 100k messages
-    .venv/bin/python bench/bench_engine.py --quick         # small, for CI smoke runs
+    .venv/bin/python -m bench.bench_engine                 # 10k memories, 100k messages
+    .venv/bin/python -m bench.bench_engine --quick         # small, for CI smoke runs
 
 Builds a fresh SQLite store in a temp dir: the measured user gets ``--memories`` memories
 and ``--messages`` messages (in sessions of ``--session-len``), and ``--others`` other
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import random
 import statistics
 import sys
@@ -28,6 +27,7 @@ import uuid
 from pathlib import Path
 
 import memd
+from bench.output import emit
 from memd.engine.write import content_hash
 from memd.models.tokens import count_text
 from memd.types import Memory, NewMessage
@@ -108,7 +108,8 @@ def main() -> int:
     ap.add_argument("--session-len", type=int, default=500)
     ap.add_argument("--iterations", type=int, default=300)
     ap.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
-    ap.add_argument("--json", type=Path, help="also write the figures to this file")
+    ap.add_argument("--out", "--json", type=Path,
+                    help="also write the figures to this JSON file")
     args = ap.parse_args()
     if args.quick:
         args.memories, args.messages, args.others, args.iterations = 300, 2000, 2, 30
@@ -150,9 +151,7 @@ def main() -> int:
                       for p, q in (("p50", 50), ("p95", 95), ("p99", 99))},
         "compile_mean_ms": round(statistics.fmean(compile_ms), 2),
     }
-    print(json.dumps(result, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    emit(result, args.out)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Proxy overhead: the latency memd adds to a chat call, and how stable its prompts are.
 
-    .venv/bin/python bench/bench_proxy.py                 # real MiniLM, 1k memories
-    .venv/bin/python bench/bench_proxy.py --quick --embedder fake
+    .venv/bin/python -m bench.bench_proxy                 # real MiniLM, 1k memories
+    .venv/bin/python -m bench.bench_proxy --quick --embedder fake
 
 A minimal OpenAI-compatible upstream (answers at once) and memd both run on uvicorn on
 loopback ports. Two parts, in one run:
@@ -9,7 +9,7 @@ loopback ports. Two parts, in one run:
 - One-message chats: the same requests go to the upstream directly and through memd;
   each is a fresh conversation with a different question, so every call through memd
   stores a turn, embeds the query, retrieves, forwards and stores the reply.
-- Agent sessions (``tests/agent_traffic.py``: opencode-, Cline- and Aider-like) whose
+- Agent sessions (``bench.agent_traffic``: opencode-, Cline- and Aider-like) whose
   last request is about 10k, 50k and 100k tokens, replayed step by step: each step sent
   to the upstream directly, then through memd, once memd's background jobs of the
   previous step are done (as the model's answer time lets them finish in real use).
@@ -51,13 +51,12 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import memd
+from bench.agent_traffic import AgentSession, ScriptedUpstream, generate
+from bench.output import emit
 from memd.config import load_settings
 from memd.engine.memory import Memd
 from memd.models.tokens import counter_for
 from memd.server.app import create_app
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from agent_traffic import AgentSession, ScriptedUpstream, generate  # noqa: E402
 
 AGENT_KINDS = ("opencode-like", "cline-like", "aider-like")
 AGENT_SIZES = (10_000, 50_000, 100_000)
@@ -269,9 +268,7 @@ def main() -> int:
     result = {"embedder": args.embedder, "memories": args.memories, "calls": args.calls,
               "direct_ms": summary(direct), "via_memd_ms": summary(proxied),
               "overhead_ms": summary(overhead), "agent": agent}
-    print(json.dumps(result, indent=2))
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2) + "\n", "utf-8")
+    emit(result, args.out)
     return 0
 
 

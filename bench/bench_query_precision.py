@@ -1,7 +1,7 @@
 """Query precision: the int8 query model against the exact one, in speed and in recall.
 
-    .venv/bin/python bench/bench_query_precision.py --limit 100
-    .venv/bin/python bench/bench_query_precision.py --quick      # CI: 5 questions
+    .venv/bin/python -m bench.bench_query_precision --limit 100
+    .venv/bin/python -m bench.bench_query_precision --quick      # CI: 5 questions
 
 memd embeds stored texts with the exact (float) MiniLM and search queries with an int8
 copy of it (``OnnxMiniLMEmbedder.embed_queries``, ``query_precision`` setting). Two
@@ -17,7 +17,6 @@ figures decide whether that is right:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -25,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from longmemeval import (  # bench/ is on sys.path: this script runs as a file
+
+from bench.longmemeval import (
+    DATA_ENV,
     DEFAULT_CACHE,
     RecordingEmbedder,
     VectorCache,
@@ -34,7 +35,7 @@ from longmemeval import (  # bench/ is on sys.path: this script runs as a file
     load_questions,
     recall_any,
 )
-
+from bench.output import emit
 from memd.engine.validate import EMBED_CHARS, QUERY_EMBED_CHARS, excerpt
 from memd.models.onnx_embedder import OnnxMiniLMEmbedder
 
@@ -57,8 +58,9 @@ def speed(model: OnnxMiniLMEmbedder) -> dict[str, dict[str, float]]:
     return out
 
 
-def quality(model: OnnxMiniLMEmbedder, limit: int, cache: Path | None) -> dict[str, Any]:
-    questions = load_questions(data_path(None), limit)
+def quality(model: OnnxMiniLMEmbedder, data: Path, limit: int,
+            cache: Path | None) -> dict[str, Any]:
+    questions = load_questions(data, limit)
     docs_model = RecordingEmbedder(model, VectorCache(cache, model.name, model.dim)
                                    if cache else None)
     hits: dict[str, dict[int, list[float]]] = {"float32": {5: [], 10: []},
@@ -90,6 +92,8 @@ def quality(model: OnnxMiniLMEmbedder, limit: int, cache: Path | None) -> dict[s
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=None,
+                    help=f"LongMemEval_S .json(.gz) (default: ${DATA_ENV})")
     ap.add_argument("--limit", type=int, default=100, help="LongMemEval_S questions")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
                     help="persistent embedding cache, shared with longmemeval.py")
@@ -98,11 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.limit, args.cache = 5, None
+    data = data_path(args.data)  # before the model loads: a missing file fails at once
     model = OnnxMiniLMEmbedder()
-    result = {"speed_ms": speed(model), "quality": quality(model, args.limit, args.cache)}
-    print(json.dumps(result, indent=2))
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2) + "\n", "utf-8")
+    result = {"speed_ms": speed(model),
+              "quality": quality(model, data, args.limit, args.cache)}
+    emit(result, args.out)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Injected recall: how often the memory block the model receives holds the evidence.
 
-    .venv/bin/python bench/bench_recall.py --limit 100 --out bench/figures/recall.json
-    .venv/bin/python bench/bench_recall.py --quick        # 5 questions, fake embedder (CI)
+    .venv/bin/python -m bench.bench_recall --limit 100 --out bench/figures/recall.json
+    .venv/bin/python -m bench.bench_recall --quick        # 5 questions, fake embedder (CI)
 
 On LongMemEval_S (``--data`` or ``$MEMD_BENCH_LONGMEMEVAL``), each question's haystack
 sessions are ingested through the engine, one memd session each, as longmemeval.py does
@@ -18,7 +18,6 @@ recall in the block is what the model gets, search recall what it could have got
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -26,7 +25,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from longmemeval import (  # bench/ is on sys.path: this script runs as bench/bench_recall.py
+import memd
+from bench.longmemeval import (
     DEFAULT_CACHE,
     Ingested,
     Question,
@@ -39,8 +39,7 @@ from longmemeval import (  # bench/ is on sys.path: this script runs as bench/be
     make_embedder,
     memd_search,
 )
-
-import memd
+from bench.output import emit
 from memd.engine.inject import build
 from memd.engine.recall import RECALL_KIND, neighbour
 
@@ -127,9 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         "by_type": {t: dict(c) for t, c in sorted(by_type.items())},
         "wall_s": round(time.perf_counter() - started, 1),
     }
-    print(json.dumps(result, indent=2))
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2) + "\n", "utf-8")
+    emit(result, args.out)
     return 0
 
 

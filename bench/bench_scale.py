@@ -1,9 +1,9 @@
 """Scale benchmark: memd on SQLite and on PostgreSQL with many users, memories and messages.
 
-    nice -n 19 .venv/bin/python bench/bench_scale.py               # full (datasets cached)
-    .venv/bin/python bench/bench_scale.py --quick                  # tiny, both backends, CI
+    nice -n 19 .venv/bin/python -m bench.bench_scale               # full (datasets cached)
+    .venv/bin/python -m bench.bench_scale --quick                  # tiny, both backends, CI
 
-Dataset (bench/scale_data.py, built once per spec under ``--data-dir``, default
+Dataset (``bench.scale_data``, built once per spec under ``--data-dir``, default
 ~/.cache/memd-bench/): ``--users`` users; the measured user ``target`` has ``--memories``
 memories and ``--messages`` messages (sessions of 500), every other user
 ``--other-memories`` and ``--other-messages``; one more user per growth size
@@ -68,15 +68,16 @@ from typing import Any
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
-import scale_data as sd  # noqa: E402
-from bench_engine import pct, sentence  # noqa: E402
 
+import bench.scale_data as sd  # noqa: E402
 import memd  # noqa: E402
+from bench.bench_engine import pct, sentence  # noqa: E402
 from memd.auth import acting_as
 from memd.engine.memory import Memd
 from memd.models.embedder import FakeEmbedder
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 DEFAULT_OUT = HERE / "results" / "scale.json"
 TARGETS = {"compile_p99_ms": 15.0, "append_p99_ms": 5.0, "rss_mb": 700.0}
 WARM_PROCESS = 10  # compiles of a fresh process before its first-visit phase
@@ -202,7 +203,7 @@ class Backend:
                          pg_partitions=self.args.partitions)
 
     def probe_args(self) -> list[str]:
-        return ["--probe-db", str(self.path) if self.name == "sqlite" else self.dsn]
+        return ["--probe-db", str(self.path.resolve()) if self.name == "sqlite" else self.dsn]
 
     def close(self) -> None:
         if self.cluster is not None:
@@ -380,9 +381,9 @@ def rss_probe(args: argparse.Namespace) -> int:
 
 
 def run_probe(backend: Backend, growth: int) -> dict[str, Any]:
-    cmd = [sys.executable, "-W", "ignore", __file__, "--rss-probe", *backend.probe_args(),
-           "--probe-growth", str(growth)]
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    cmd = [sys.executable, "-W", "ignore", "-m", "bench.bench_scale", "--rss-probe",
+           *backend.probe_args(), "--probe-growth", str(growth)]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
     if res.returncode != 0:
         return {"error": res.stderr[-2000:]}
     return dict(json.loads(res.stdout.strip().splitlines()[-1]))
@@ -497,7 +498,7 @@ def main() -> int:
                     help="persistent datasets (default ~/.cache/memd-bench; "
                          "a temp dir with --quick)")
     ap.add_argument("--out", type=Path, default=None,
-                    help=f"JSON results (default {DEFAULT_OUT.relative_to(HERE.parent)}; "
+                    help=f"JSON results (default {DEFAULT_OUT.relative_to(ROOT)}; "
                          "a temp file with --quick); the plot is written beside it. "
                          "With --backends naming one backend, the other's figures already "
                          "in the file (same spec) are kept")

@@ -1,11 +1,11 @@
 """LongMemEval_S retrieval quality: memd's message search against BM25 and dense baselines.
 
-    nice -n 19 .venv/bin/python bench/longmemeval.py --limit 40       # subset, real MiniLM
-    nice -n 19 .venv/bin/python bench/longmemeval.py --interleave \
+    nice -n 19 .venv/bin/python -m bench.longmemeval --limit 40       # subset, real MiniLM
+    nice -n 19 .venv/bin/python -m bench.longmemeval --interleave \
         --dump lme.jsonl --out lme.json                                # all 418 questions
-    .venv/bin/python bench/longmemeval.py --dump lme.jsonl --report \
+    .venv/bin/python -m bench.longmemeval --dump lme.jsonl --report \
         --out lme.json --plot lme.png                                  # figures of a dump
-    .venv/bin/python bench/longmemeval.py --quick                     # 5 questions, fake model
+    .venv/bin/python -m bench.longmemeval --quick                     # 5 questions, fake model
 
 MiniLM runs on onnxruntime (``--embedder minilm`` for torch); vectors are cached by text
 hash in ``--cache`` (``~/.cache/memd-bench/embeddings.sqlite``) for memd and the

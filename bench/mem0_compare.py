@@ -1,16 +1,17 @@
 """memd and mem0 side by side: the same LongMemEval_S turns, the same searches, one run.
 
-    nice -n 19 .venv/bin/python bench/mem0_compare.py          # ~6,000 turns, ~340 queries
-    .venv/bin/python bench/mem0_compare.py --quick             # ~250 turns, CI
+    nice -n 19 .venv/bin/python -m bench.mem0_compare          # ~6,000 turns, ~340 queries
+    .venv/bin/python -m bench.mem0_compare --quick             # ~250 turns, CI
 
 mem0 (``mem0ai``, pinned) lives in its own virtual environment outside the repo,
 created on first use and reused afterwards (``--venv``, default
 ``~/.cache/memd-bench/mem0-venv``; ``--rebuild-venv`` starts it over): a pinned ``torch``
 first, then ``mem0ai`` and ``sentence-transformers``, which reuse it.
 Each side runs in its own process, so each one's RSS is its own: mem0 in
-``mem0_driver.py`` under that venv's python, memd in this script with ``--worker memd``
-under memd's python. Both speak one JSON line protocol and time every call themselves
-(the pipe is not in the figures). The harness measures RSS from outside (psutil).
+``bench.mem0_driver`` under that venv's python, memd in this module with ``--worker memd``
+under memd's python (both as ``python -m bench.<name>`` from the repo root). Both speak
+one JSON line protocol and time every call themselves (the pipe is not in the figures).
+The harness measures RSS from outside (psutil).
 
 Data. A corpus of ``--questions`` LongMemEval_S questions spread over the file (every
 question type; 25 give ~6,000 user turns). Each question's haystack is one user (the
@@ -81,7 +82,8 @@ from typing import Any
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as memd sets it, before numpy loads
 
 import numpy as np  # noqa: E402
-from longmemeval import (  # noqa: E402  # bench/ is on sys.path: this script runs as bench/mem0_compare.py
+
+from bench.longmemeval import (  # noqa: E402
     DATA_ENV,
     KS,
     Question,
@@ -95,7 +97,6 @@ from longmemeval import (  # noqa: E402  # bench/ is on sys.path: this script ru
 )
 
 REPO = Path(__file__).resolve().parent.parent
-DRIVER = Path(__file__).resolve().parent / "mem0_driver.py"
 DEFAULT_OUT = REPO / "bench" / "results" / "mem0_compare.json"
 TORCH_SPEC = "torch==2.13.0"  # installed first, so mem0's dependencies take this one
 MEM0_SPECS = ("mem0ai==2.2.1", "sentence-transformers")
@@ -153,10 +154,13 @@ def ensure_venv(path: Path, rebuild: bool = False) -> Venv:
 class Worker:
     """One side's process: JSON requests on its stdin, replies on its stdout."""
 
-    def __init__(self, name: str, argv: Sequence[str], env: dict[str, str]) -> None:
+    def __init__(self, name: str, python: Path | str, module: str, args: Sequence[str],
+                 env: dict[str, str]) -> None:
+        """``python -m module *args`` from the repo root, where ``bench`` is a package."""
         self.name = name
-        self.proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     env=env, text=True, encoding="utf-8")
+        self.proc = subprocess.Popen([str(python), "-m", module, *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env, cwd=REPO, text=True,
+                                     encoding="utf-8")
 
     def call(self, op: str, **kw: Any) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -198,7 +202,7 @@ class Worker:
 
 
 class MemdWorker:
-    """memd's side of the protocol (``--worker memd``), see ``mem0_driver.py``."""
+    """memd's side of the protocol (``--worker memd``), see ``bench.mem0_driver``."""
 
     def __init__(self) -> None:
         self.clock = SimClock()
@@ -573,9 +577,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             mem0_env |= {"OMP_NUM_THREADS": str(args.mem0_threads),
                          "MKL_NUM_THREADS": str(args.mem0_threads)}
         workers = {
-            "memd": Worker("memd", [sys.executable, str(Path(__file__).resolve()),
-                                    "--worker", "memd"], base_env | offline),
-            "mem0": Worker("mem0", [str(venv.python), str(DRIVER)], mem0_env),
+            "memd": Worker("memd", sys.executable, "bench.mem0_compare",
+                           ["--worker", "memd"], base_env | offline),
+            "mem0": Worker("mem0", venv.python, "bench.mem0_driver", [], mem0_env),
         }
         try:
             setups = {}

@@ -1,6 +1,6 @@
-"""mem0's side of ``mem0_compare.py``: runs with the mem0 venv's python, never memd's.
+"""mem0's side of ``bench.mem0_compare``: runs with the mem0 venv's python, never memd's.
 
-It speaks the same line protocol as memd's worker in ``mem0_compare.py`` (one JSON
+It speaks the same line protocol as memd's worker in ``bench.mem0_compare`` (one JSON
 request per stdin line, one JSON reply per stdout line; ops ``setup``, ``add``,
 ``search``, ``embed``, ``stats``, ``quit``) and times each mem0 call itself, so the pipe
 is not in the figures. Library output goes to stderr: stdout carries only replies.

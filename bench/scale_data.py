@@ -1,4 +1,4 @@
-"""Datasets for bench_scale.py: many users' memories and messages, built once and reused.
+"""Datasets for ``bench.bench_scale``: many users' memories and messages, built once and reused.
 
 A dataset is a :class:`Spec` (users, memories and messages per user, growth-curve users,
 seed). Its content is a pure function of the spec, so SQLite and PostgreSQL get the same
@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_engine import sentence
 
+from bench.bench_engine import sentence
 from memd.models.embedder import FakeEmbedder
 from memd.models.tokens import count_text
 from memd.types import Memory, NewMessage, Session

@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from agent_traffic import KINDS, AgentSession, ScriptedUpstream, generate
 from servers import memd_in_front, serve
 
 import memd
+from bench.agent_traffic import KINDS, AgentSession, ScriptedUpstream, generate
 from memd.config import load_settings
 from memd.engine.inject import USER_CLOSE, USER_OPEN
 from memd.engine.memory import Memd

@@ -1,4 +1,4 @@
-"""The agent traffic fixtures themselves (``tests/agent_traffic.py``): generated sessions are
+"""The agent traffic fixtures themselves (``bench/agent_traffic.py``): generated sessions are
 valid OpenAI chat requests that grow the way clients grow them, and the scripted upstream
 speaks the protocol the official ``openai`` client expects. Nothing here goes through memd's
 proxy."""
@@ -14,11 +14,14 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
-import agent_traffic
 import openai
 import pydantic
 import pytest
-from agent_traffic import (
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+from starlette.testclient import TestClient
+
+from bench import agent_traffic
+from bench.agent_traffic import (
     CONTEXT_LENGTH_EXCEEDED,
     KINDS,
     AgentSession,
@@ -28,8 +31,6 @@ from agent_traffic import (
     png_data_url,
     request_tokens,
 )
-from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
-from starlette.testclient import TestClient
 
 NATIVE = ("opencode-like", "continue-like", "sdk-script")
 MESSAGE = pydantic.TypeAdapter(ChatCompletionMessageParam)

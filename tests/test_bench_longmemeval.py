@@ -1,4 +1,4 @@
-"""The LongMemEval harness (bench/longmemeval.py): its metric functions, the official
+"""The LongMemEval harness (``bench.longmemeval``): its metric functions, the official
 protocol's question filter and a tiny end-to-end run on a synthetic dataset with the
 fake embedder. No timing assertions."""
 
@@ -11,17 +11,17 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import bench_scripts
 import numpy as np
 import pytest
 
+import bench.longmemeval
 from memd.config import PRESETS
 from memd.models.embedder import FakeEmbedder
 
 
 @pytest.fixture(scope="module")
 def lme() -> ModuleType:
-    return bench_scripts.load("longmemeval")
+    return bench.longmemeval
 
 
 # ------------------------------------------------------------------------ metrics

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_traffic import KINDS, generate
 
 import memd
+from bench.agent_traffic import KINDS, generate
 from memd.engine.chat import finish_chat, prepare_chat
 from memd.engine.extract import extract
 from memd.engine.sessions import last_user_text

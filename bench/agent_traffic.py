@@ -1131,8 +1131,9 @@ class _OpenCodeLike(_NativeAgent):
     id_prefix = "toolu_"
 
     def extra(self) -> dict[str, Any]:
+        # opencode asks for the model's whole output limit, at most 32k: gpt-4o's is 16,384
         return {"tools": self.tools(), "tool_choice": "auto", "parallel_tool_calls": True,
-                "max_tokens": 32_000, "top_p": 1}
+                "max_tokens": 16_384, "top_p": 1}
 
     def tools(self) -> list[dict[str, Any]]:
         rng = Random(1)  # tool descriptions do not change between sessions

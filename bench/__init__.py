@@ -1,0 +1,1 @@
+"""memd's benchmarks: each script runs as ``python -m bench.<name>`` from the repo root."""
