@@ -1,6 +1,7 @@
 """Authenticated (team) mode, on a real uvicorn port, on SQLite and on PostgreSQL: keys,
-isolation of two users across every endpoint, workspace sharing, and (PostgreSQL)
-Row-Level Security checked with raw SQL under the application role."""
+isolation of two users across every endpoint and workspace sharing. (PostgreSQL's
+Row-Level Security checked with raw SQL under the application role is in
+test_postgres_backend.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 from click.testing import CliRunner
 from servers import FakeUpstream, postgres_url, serve
@@ -253,63 +253,6 @@ def test_workspace_memories_are_shared_among_members_only(team: Team) -> None:
         found = [h["id"] for h in ok(carol.post("/w/rocket/v1/search", json=query))["hits"]]
         assert shared not in found and private not in found
     assert team.engine.get(shared, "bob").text == "The rocket launch pad uses Terraform"
-
-
-@pytest.mark.parametrize("team", ["postgres"], indirect=True)
-def test_row_level_security_holds_for_raw_sql(team: Team) -> None:
-    """Under the application role, with memd.user_id naming alice, no statement reaches
-    bob's rows, whatever its WHERE clause; without the setting it reaches nothing."""
-    assert team.dsn is not None
-    seed(team, "alice", "Aardvark")
-    seed(team, "bob", "Zanzibar")
-    deadline = time.monotonic() + 20
-    while team.engine.store.pending_jobs():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    tables = ["sessions", "messages", "memories", "facts", "memory_entities", "usage_log",
-              "calls", "users", "api_keys"]
-    with psycopg.connect(team.dsn) as conn:
-        owner = {t: conn.execute(f"SELECT count(*) FROM {t} WHERE user_id = 'bob'").fetchone()
-                 for t in tables}
-        assert all(n is not None and n[0] > 0 for t, n in owner.items()
-                   if t != "memory_entities"), owner
-        conn.rollback()
-        with conn.transaction(force_rollback=True):
-            conn.execute("SET LOCAL ROLE memd_app")
-            for t in tables:
-                assert conn.execute(f"SELECT count(*) FROM {t}").fetchone() == (0,), t
-        with conn.transaction(force_rollback=True):
-            conn.execute("SET LOCAL ROLE memd_app")
-            conn.execute("SELECT set_config('memd.user_id', 'alice', true)")
-            for t in tables:
-                rows = conn.execute(f"SELECT DISTINCT user_id FROM {t}").fetchall()
-                assert rows in ([("alice",)], []), (t, rows)
-            assert conn.execute("SELECT count(*) FROM messages WHERE user_id = 'bob' "
-                                "OR content LIKE '%Zanzibar%'").fetchone() == (0,)
-            hits = conn.execute("SELECT * FROM memd_keyword_message_ids('bob', "
-                                "to_tsquery('english', 'zanzibar'), 10, NULL)").fetchall()
-            assert hits == []
-            assert conn.execute("SELECT * FROM memd_keyword_memory_ids('bob', "
-                                "to_tsquery('english', 'zanzibar'), 10, true, NULL)"
-                                ).fetchall() == []
-            assert conn.execute("UPDATE memories SET content_text = 'x' WHERE user_id = 'bob'"
-                                ).rowcount == 0
-            assert conn.execute("DELETE FROM sessions WHERE user_id = 'bob'").rowcount == 0
-            deleted = conn.execute("DELETE FROM facts").rowcount
-            assert deleted == 1  # alice's one fact, not bob's
-        with conn.transaction(force_rollback=True):
-            conn.execute("SET LOCAL ROLE memd_app")
-            conn.execute("SELECT set_config('memd.user_id', 'alice', true)")
-            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level"):
-                conn.execute("UPDATE facts SET user_id = 'bob'")
-        with conn.transaction(force_rollback=True):
-            conn.execute("SET LOCAL ROLE memd_app")
-            conn.execute("SELECT set_config('memd.user_id', 'alice', true)")
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute("INSERT INTO usage_log (usage_id, user_id, created_at) "
-                             "VALUES ('u1', 'bob', 0)")
-        assert conn.execute("SELECT count(*) FROM facts WHERE user_id = 'bob'").fetchone() \
-            == owner["facts"]
 
 
 def test_keys_users_and_workspaces_from_the_cli(tmp_path: Path) -> None:

@@ -435,7 +435,7 @@ def test_context_reads_history_only_as_far_back_as_any_split_could_keep(
 
 
 def test_access_statistics_are_gathered_then_enqueued_beside_the_reply(
-    engine_on: Memd,
+    engine_on: Memd, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A compile's access statistics are gathered per user: compiles within the window
     enqueue nothing; running the jobs writes one job with all of them. The compile that
@@ -444,8 +444,8 @@ def test_access_statistics_are_gathered_then_enqueued_beside_the_reply(
     access is lost or counted late. Inside a caller's transaction the job is enqueued in
     line, in that transaction."""
     import threading
-    import time as _time
 
+    import memd.engine.jobs as jobs_module
     from memd.auth import acting_as
 
     m = engine_on
@@ -456,11 +456,25 @@ def test_access_statistics_are_gathered_then_enqueued_beside_the_reply(
     seen: list[tuple[str | None, str]] = _record_calls(m.store, "enqueue_job")
     real = m.store.enqueue_job
     here = threading.current_thread().name
+    # An enqueue in a side thread is held until the job runner waits for the enqueues
+    # in flight: it is still in flight when the runner starts, and the runner must wait.
+    in_flight, runner_waits = threading.Event(), threading.Event()
+    released: list[bool] = []
 
     def slow(*args: Any, **kwargs: Any) -> Any:
         if threading.current_thread().name.startswith("memd-side"):
-            _time.sleep(0.3)  # still in flight when the runner starts
+            in_flight.set()
+            released.append(runner_waits.wait(timeout=30))
         return real(*args, **kwargs)
+
+    real_wait = jobs_module.wait
+
+    def waiting(futures: Any, *args: Any, **kwargs: Any) -> Any:
+        if futures:
+            runner_waits.set()
+        return real_wait(futures, *args, **kwargs)
+
+    monkeypatch.setattr(jobs_module, "wait", waiting)
 
     def compile_as_u() -> None:
         with acting_as("u"):
@@ -476,7 +490,12 @@ def test_access_statistics_are_gathered_then_enqueued_beside_the_reply(
     assert seen == [("u", here)]  # one job for both compiles, as their user
     m.jobs.access_window = 0.0  # every compile closes it
     compile_as_u()
+    if m.store.concurrent_reads:  # PostgreSQL: enqueued aside, and held there
+        assert in_flight.wait(timeout=30)
+    else:
+        assert not in_flight.is_set()
     m.run_jobs()
+    assert released == ([True] if m.store.concurrent_reads else [])
     assert m.get(mem.id, "u").access_count == mem.access_count + 3
     assert len(seen) == 2 and seen[1][0] == "u"
     assert seen[1][1].startswith("memd-side") == m.store.concurrent_reads
@@ -485,33 +504,3 @@ def test_access_statistics_are_gathered_then_enqueued_beside_the_reply(
     assert seen[2][1] == here
     m.run_jobs()
     assert m.get(mem.id, "u").access_count == mem.access_count + 4
-
-
-def test_workers_never_wait_on_connections_their_callers_hold(tmp_path: Path) -> None:
-    """A compile or a search holds a pooled connection (its read batch) while it waits
-    for its worker thread; the workers read from a pool of their own. With every
-    connection of the main pool held by a waiting request, they still finish (one
-    shared pool would stall them until the pool's 30 s timeout, then fail)."""
-    import threading
-
-    import pg
-
-    with memd.open(tmp_path / "d", embedder="fake", db=pg.database(),
-                   pg_partitions=(4, 4, 4)) as m:
-        s = m.create_session("u")
-        m.append(s.id, "u", [{"role": "user", "content": "the narwhal tusk survey"}])
-        while m.run_jobs():
-            pass
-        m.store._pool.resize(min_size=1, max_size=1)  # type: ignore[attr-defined]
-        out: dict[str, Any] = {}
-
-        def run() -> None:
-            out["ctx"] = m.context("u", session_id=s.id, query="narwhal")
-            out["hits"] = m.search("narwhal", "u", k=5, kinds=["message"])
-
-        worker = threading.Thread(target=run, daemon=True)
-        worker.start()
-        worker.join(timeout=20)
-        assert not worker.is_alive(), "a worker waited on a connection its caller held"
-        assert out["ctx"].messages[-1]["content"] == "the narwhal tusk survey"
-        assert [h.text for h in out["hits"]] == ["the narwhal tusk survey"]

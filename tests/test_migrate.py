@@ -196,14 +196,11 @@ def sqlite_rows(db: Path, query: str) -> list[tuple[Any, ...]]:
 
 def test_migrate_copies_everything_exactly(big_db: Path) -> None:
     dsn = migrated_template()
-    started = time.perf_counter()
     res = run("migrate", "--from", str(big_db), "--to", dsn, "--partitions", "4,4,4", "--json")
-    elapsed = time.perf_counter() - started
     assert res.exit_code == 0, res.output
     assert "copying" in res.stderr  # the progress bar
     report = json.loads(res.stdout)
-    print(f"\nmigrated the 10k/2k data dir in {elapsed:.1f} s: {report['phases']}")
-    assert elapsed < 60
+    print(f"\nmigrated the 10k/2k data dir: {report['phases']}")
     assert_matches(report)
     tables = report["tables"]
     assert tables["messages"]["source_rows"] == 10_000

@@ -125,8 +125,11 @@ def test_a_retried_request_stores_nothing_twice(stack: Stack) -> None:
     b = client.chat.completions.with_raw_response.create(model="m", messages=msgs)
     sid = a.headers["x-memd-session"]
     assert b.headers["x-memd-session"] == sid
-    stack.until(lambda: len(stack.messages(sid)) >= 2)
-    time.sleep(0.3)  # give a wrongly stored second reply the time to appear
+    # Each call is closed in the transaction that stores its reply (or decides not to):
+    # once both are closed, a wrongly stored second reply would be there.
+    calls = [r.headers["x-memd-call"] for r in (a, b)]
+    stack.until(lambda: all((stack.engine.store.get_call("local", c) or {}).get("status")
+                            is not None for c in calls))
     assert [m.role for m in stack.messages(sid)] == ["user", "assistant"]
 
 

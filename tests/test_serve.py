@@ -67,15 +67,51 @@ def test_cli_uses_the_running_daemon(tmp_path: Path) -> None:
     assert again.returncode == 0 and json.loads(again.stdout)[0]["text"].startswith("I prefer")
 
 
-def test_every_command_has_help() -> None:
+def _command_paths() -> list[tuple[str, ...]]:
+    """Every command of memd's click tree, the groups' subcommands included, as the
+    words that invoke it (``()`` is ``memd`` itself)."""
+    import click
+
+    from memd.cli import main
+
+    paths: list[tuple[str, ...]] = []
+
+    def walk(cmd: click.Command, path: tuple[str, ...]) -> None:
+        paths.append(path)
+        if isinstance(cmd, click.Group):
+            ctx = click.Context(cmd, info_name=path[-1] if path else "memd")
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                assert sub is not None, (path, name)
+                walk(sub, (*path, name))
+
+    walk(main, ())
+    return paths
+
+
+COMMAND_PATHS = _command_paths()
+
+
+def test_the_command_tree_has_nested_subcommands() -> None:
+    """The enumeration reaches into the groups (``memd user add``), not just the top."""
+    assert ("user", "add") in COMMAND_PATHS and ("key", "revoke") in COMMAND_PATHS
+    assert len([p for p in COMMAND_PATHS if len(p) == 2]) >= 10
+
+
+@pytest.mark.parametrize("path", COMMAND_PATHS, ids=lambda p: " ".join(p) or "memd")
+def test_every_command_has_help(path: tuple[str, ...]) -> None:
+    import click
     from click.testing import CliRunner
 
     from memd.cli import main
 
-    runner = CliRunner()
-    top = runner.invoke(main, ["--help"])
-    assert top.exit_code == 0
-    for name in main.commands:  # type: ignore[attr-defined]
-        result = runner.invoke(main, [name, "--help"])
-        assert result.exit_code == 0 and "Usage:" in result.output, name
-        assert main.commands[name].help, f"{name} has no help text"  # type: ignore[attr-defined]
+    result = CliRunner().invoke(main, [*path, "--help"], prog_name="memd")
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"Usage: {' '.join(('memd', *path))} "), result.output
+    cmd: click.Command = main
+    for name in path:
+        assert isinstance(cmd, click.Group)
+        cmd = cmd.commands[name]
+    assert cmd.help, f"{' '.join(path) or 'memd'} has no help text"
+    if isinstance(cmd, click.Group):  # a group's help lists its subcommands
+        assert all(name in result.output for name in cmd.commands), result.output

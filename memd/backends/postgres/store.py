@@ -28,7 +28,7 @@ class PostgresStore(PostgresMemories):
 
     @classmethod
     def from_settings(cls, settings: Settings, dim: int) -> PostgresStore:
-        return cls(settings.db, dim=dim, partitions=tuple(settings.pg_partitions))
+        return cls(settings.db, dim=dim, partitions=settings.pg_partitions)
 
     def list_usage(self, user_id: str, limit: int = 100) -> list[Usage]:
         rows = self._rows(f"SELECT {USAGE_COLUMNS} FROM usage_log WHERE user_id = %s "

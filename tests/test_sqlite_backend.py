@@ -1,0 +1,252 @@
+"""The SQLite backend's own workings, beyond the Store contract (test_store_contract.py):
+its migrations, the in-memory message vectors, the side connection that ranks full-text
+matches, reindexing an older data dir, secure deletion and the WAL checkpoints."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from store_data import DIM, memory, session, vec
+
+from memd.errors import MigrationError
+from memd.types import Found, MemoryFilter, NewMessage
+
+
+def test_migrations_are_recorded_once(tmp_path: Path) -> None:
+    from memd.backends.sqlite import SQLiteStore
+
+    s = SQLiteStore(tmp_path / "m.db", dim=DIM)
+    s.insert_memory(memory("kept across reopen"), vec(0))
+    s.close()
+    s = SQLiteStore(tmp_path / "m.db", dim=DIM)
+    assert s.get_memory("alice", s.list_memories("alice", MemoryFilter())[0].id) is not None
+    files = list((Path(__file__).parent.parent / "memd" / "sql" / "sqlite").glob("[0-9]*.sql"))
+    numbers = sorted(int(f.name.split("_", 1)[0]) for f in files)
+    assert numbers == list(range(1, len(files) + 1)) and len(files) >= 6
+    assert s.schema_version() == len(files)
+    s.close()
+    with pytest.raises(MigrationError, match="8-dim"):
+        SQLiteStore(tmp_path / "m.db", dim=16)
+
+
+def test_sqlite_message_knn_from_memory_equals_vec0(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small histories answer the message vector channel from memory; it must give what
+    vec0 gives (same ids, order and cosine, per session too), stay in step with new
+    embeddings, and hand a history grown past the bound back to vec0."""
+    import memd.backends.sqlite.vectors as sq
+    from memd.backends.sqlite import SQLiteStore
+
+    s = SQLiteStore(tmp_path / "m.db", dim=DIM)
+    rng = np.random.default_rng(5)
+    sessions = [s.create_session(session()) for _ in range(3)]
+    ids: list[str] = []
+    for i in range(30):
+        msgs = s.append_messages("alice", sessions[i % 3].id, [NewMessage("user", f"m{i}")],
+                                 [1], [None], 1.0)
+        ids.append(msgs[0].id)
+    vecs = rng.normal(size=(30, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    s.set_message_embeddings("alice", list(zip(ids[:20], vecs[:20], strict=True)))
+    query = vecs[3] + 0.5 * vecs[7]
+    query /= np.linalg.norm(query)
+
+    def both(session_id: str | None = None) -> tuple[list[Any], list[Any]]:
+        monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 4096)
+        s._drop_caches()
+        assert s._cached_message_vectors("alice") is not None  # loaded: from memory
+        fast = [(m.id, round(x, 5)) for m, x in s.nearest_messages("alice", query, 8, session_id)]
+        monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 1)
+        s._drop_caches()
+        assert s._cached_message_vectors("alice") is None  # over the bound: vec0
+        slow = [(m.id, round(x, 5)) for m, x in s.nearest_messages("alice", query, 8, session_id)]
+        return fast, slow
+
+    for sid in (None, sessions[1].id):
+        fast, slow = both(sid)
+        assert fast == slow and len(fast) == (8 if sid is None else 7)
+    monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 25)
+    s._drop_caches()
+    # early searches answer from vec0; the second starts loading the vectors in a thread
+    first = s.nearest_messages("alice", query, 8)
+    assert not s._message_loads
+    again = s.nearest_messages("alice", query, 8)
+    assert [m.id for m, _ in first] == [m.id for m, _ in again]
+    assert [x for _, x in first] == pytest.approx([x for _, x in again], abs=1e-5)
+    deadline = time.monotonic() + 10
+    while s._message_vectors.get("alice") is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(s._message_vectors["alice"].ids) == 20  # type: ignore[union-attr]
+    s.set_message_embeddings("alice", list(zip(ids[20:], vecs[20:], strict=True)))
+    assert s._message_vectors["alice"] is None  # 30 > 25: vec0 again
+    near = s.nearest_messages("alice", vecs[25], 1)
+    assert near[0][0].id == ids[25] and near[0][1] == pytest.approx(1.0, abs=1e-5)
+    monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 4096)
+    s._drop_caches()
+    s._cached_message_vectors("alice")
+    s.set_message_embeddings("alice", [(ids[0], vecs[29])])  # re-embedded: cache follows
+    top2 = s.nearest_messages("alice", vecs[29], 2)  # ids[29] has the same vector
+    assert {m.id for m, _ in top2} == {ids[0], ids[29]}
+    s.close()
+
+
+def test_sqlite_keyword_ranking_beside_the_vector_channel(tmp_path: Path) -> None:
+    """On a file store the memory candidates' FTS5 ranking runs on the store's read-only
+    side connection, in its own thread, while the caller runs the vector channel; the
+    candidates are those of the keyword channel run in line. Where the side connection
+    could not see the caller's view (a transaction's own writes) or is busy, it runs in
+    line. Closing the store stops the side thread."""
+    import threading
+
+    from memd.backends.sqlite import SQLiteStore
+
+    s = SQLiteStore(tmp_path / "side.db", dim=DIM)
+    threads: list[str] = []
+    workers: set[threading.Thread] = set()
+    rank = s._side.rank
+
+    def spy(match: str, limit: int) -> list[tuple[str, float]]:
+        threads.append(threading.current_thread().name)
+        workers.add(threading.current_thread())
+        return rank(match, limit)
+
+    s._side.rank = spy  # type: ignore[method-assign]
+    for i, text in enumerate(["rust compiler errors", "python rust bindings", "tea",
+                              "rust borrow checker", "coffee"]):
+        s.insert_memory(memory(text, importance=0.1 * i), vec(i % DIM))
+    flt = MemoryFilter(now=20.0)
+    kw: dict[str, Any] = dict(knn_k=1, keyword_k=3, frequent_k=0)
+
+    def in_line() -> dict[str, Found]:
+        s._start_side_ranking = lambda *_: None  # type: ignore[method-assign]
+        try:
+            return s.memory_candidates("alice", "rust", vec(2), flt, **kw)
+        finally:
+            del s._start_side_ranking
+
+    got = s.memory_candidates("alice", "rust", vec(2), flt, **kw)
+    assert threads == ["memd-sqlite-side_0"]
+    assert got == in_line() and sum(f.keyword > 0 for f in got.values()) == 3
+    with s.transaction():  # uncommitted: only the store's own connection sees it
+        fresh = s.insert_memory(memory("zanzibar, in a transaction"), vec(7))
+        assert s.memory_candidates("alice", "zanzibar", vec(2), flt, **kw)[fresh.id].keyword == 1
+    assert len(threads) == 1
+    with s._side.lock:  # busy with another caller's ranking
+        assert s.memory_candidates("alice", "rust", vec(2), flt, **kw) == in_line()
+    assert len(threads) == 1
+    assert s.memory_candidates("alice", "zanzibar", vec(2), flt, **kw)[fresh.id].keyword == 1
+    assert len(threads) == 2
+    s.close()
+    assert workers and not any(t.is_alive() for t in workers)
+
+
+def test_sqlite_full_text_of_an_older_data_dir_is_reindexed(tmp_path: Path) -> None:
+    """A data dir from before 005_fts_per_user.sql (shared terms plus an owner column)
+    is reindexed when opened: its memories and messages are found by keyword after."""
+    from memd.backends.sqlite import SQLiteStore
+
+    s = SQLiteStore(tmp_path / "old.db", dim=DIM)
+    m = s.insert_memory(memory("deploys with docker"), vec(0))
+    sess = s.create_session(session())
+    s.append_messages("alice", sess.id, [NewMessage("user", "the cluster runs kubernetes")],
+                      [1], [None], 1.0)
+    s.insert_memory(memory("docker for bob", user="bob"), vec(0))
+    with s.transaction():  # back to the schema-4 layout, holding the old index
+        for table in ("memories_fts", "messages_fts"):
+            s._write(f"DROP TABLE {table}")
+            # SQLite 3.54 leaves a contentless_unindexed table's _content shadow behind
+            s._write(f"DROP TABLE IF EXISTS {table}_content")
+        s._write("CREATE VIRTUAL TABLE memories_fts USING fts5(content_text, owner, "
+             "memory_id UNINDEXED, tokenize = 'porter unicode61 remove_diacritics 2')")
+        s._write("CREATE VIRTUAL TABLE messages_fts USING fts5(content, owner, session_id "
+             "UNINDEXED, message_id UNINDEXED, tokenize = 'porter unicode61 "
+             "remove_diacritics 2')")
+        s._write("DELETE FROM schema_migrations WHERE version = 5")
+    s.close()
+    s = SQLiteStore(tmp_path / "old.db", dim=DIM)
+    assert s._rows("SELECT count(*) FROM schema_migrations WHERE version = 5")[0][0] == 1
+    assert [x.id for x, _ in s.keyword_memories("alice", "docker", 5, MemoryFilter())] == [m.id]
+    assert [x.content for x, _ in s.keyword_messages("alice", "kubernetes", 5)] \
+        == ["the cluster runs kubernetes"]
+    # contentless: the index keeps no copy of the text
+    assert s._rows("SELECT content_text FROM memories_fts") == [(None,), (None,)]
+    s.close()
+
+
+def test_sqlite_forget_leaves_no_readable_bytes(tmp_path: Path) -> None:
+    from memd.backends.sqlite import SQLiteStore
+
+    s = SQLiteStore(tmp_path / "f.db", dim=DIM)
+    m = s.insert_memory(memory("xylophone-secret-4242"), vec(0))
+    s.delete_memory("alice", m.id)
+    s._rows("PRAGMA wal_checkpoint(TRUNCATE)")
+    s.close()
+    blob = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    assert b"xylophone-secret-4242" not in blob
+
+
+def test_sqlite_checkpoint_moves_the_wal_into_the_database(tmp_path: Path) -> None:
+    import apsw
+
+    from memd.backends.sqlite import SQLiteStore
+
+    s = SQLiteStore(tmp_path / "c.db", dim=DIM)
+    for i in range(50):
+        s.insert_memory(memory(f"note {i}"), vec(i % DIM))
+    probe = apsw.Connection(str(tmp_path / "c.db"))
+    busy, frames, done = probe.execute("PRAGMA wal_checkpoint(NOOP)").fetchone()
+    assert frames > 0 and done < frames  # the writes sit in the WAL
+    s.checkpoint()
+    busy, frames, done = probe.execute("PRAGMA wal_checkpoint(NOOP)").fetchone()
+    assert done == frames
+    probe.close()
+    s.close()
+
+
+def test_sqlite_checkpoints_run_on_the_stores_thread_not_in_a_write(
+    tmp_path: Path,
+) -> None:
+    """SQLite's automatic checkpoint would run in the commit that takes the WAL past its
+    limit; the store's WAL hook replaces it and wakes a thread of its own once the WAL
+    holds checkpoint_pages. Under writes back to back the thread may fall behind: a write
+    then checkpoints in line at 10x, so the WAL stays short either way."""
+    import apsw
+
+    from memd.backends.sqlite import SQLiteStore
+
+    s = SQLiteStore(tmp_path / "c.db", dim=DIM)
+    s.checkpoint_pages = 40
+    ran_on: list[str] = []
+    checkpoint = s.checkpoint
+
+    def recorded() -> None:
+        ran_on.append(threading.current_thread().name)
+        checkpoint()
+
+    s.checkpoint = recorded  # type: ignore[method-assign]
+    probe = apsw.Connection(str(tmp_path / "c.db"))
+    try:
+        for i in range(300):
+            s.insert_memory(memory(f"note {i} " + "words " * 50), vec(i % DIM))
+        # Once the writes stop, the frames not yet copied are fewer than checkpoint_pages
+        # (the last writes restarted the WAL and stayed below the limit: nothing is due),
+        # or the thread copies them all.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            busy, frames, done = probe.execute("PRAGMA wal_checkpoint(NOOP)").fetchone()
+            if done == frames or frames < s.checkpoint_pages:
+                break
+            time.sleep(0.01)
+        assert len(ran_on) >= 3 and set(ran_on) == {"memd-sqlite-checkpoint"}, ran_on
+        assert done == frames or frames < s.checkpoint_pages, (done, frames)
+        wal = (tmp_path / "c.db-wal").stat().st_size // 4096
+        assert wal < 10 * 40 + 100, wal  # restarted, not 300 writes long (~6,600 pages)
+    finally:
+        probe.close()
+        s.close()
+    assert not s._checkpoint_thread.is_alive()  # type: ignore[union-attr]
