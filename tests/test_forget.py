@@ -145,3 +145,48 @@ def test_delete_fact_over_http_keeps_to_the_user_and_workspace(client: Any,
     assert len(client.get("/v1/facts", params={"user_id": "bob"}).json()["facts"]) == 1
     bad = client.delete(f"{prefix}/v1/facts/tooling/%00", params={"user_id": "alice"})
     assert bad.status_code in (400, 422)
+
+
+def test_a_forgotten_memory_and_fact_never_come_back_from_the_same_message(
+    tmp_path: Path,
+) -> None:
+    """Forgetting leaves a tombstone of each item and the message text it came from: the
+    same message stored again (a branch of the session, a client resending it in a new
+    chat) extracts nothing of it; the user saying it again in new words is remembered."""
+    said = "I prefer tabs over spaces."
+    with memd.open(tmp_path, embedder="fake") as m:
+        first = m.create_session("alice")
+        m.append(first.id, "alice", [{"role": "user", "content": said}])
+        m.run_jobs()
+        [mem] = m.list("alice")
+        assert [f.value for f in m.facts("alice")] == ["tabs"]
+        m.forget(mem.id, "alice")
+        assert m.list("alice") == [] and m.facts("alice") == []
+        again = m.create_session("alice")
+        m.append(again.id, "alice", [{"role": "user", "content": said}])
+        m.run_jobs()
+        assert m.list("alice") == [] and m.facts("alice") == []
+        other = m.create_session("bob")  # a tombstone is its user's only
+        m.append(other.id, "bob", [{"role": "user", "content": said}])
+        m.run_jobs()
+        assert [x.text for x in m.list("bob")] != []
+        m.append(again.id, "alice", [{"role": "user", "content": "Actually I prefer tabs "
+                                                                 "over spaces, always."}])
+        m.run_jobs()
+        assert [f.value for f in m.facts("alice")] == ["tabs"]
+
+
+def test_a_forgotten_fact_never_comes_back_from_the_same_message(tmp_path: Path) -> None:
+    said = "My name is Alex and I prefer dark mode."
+    with memd.open(tmp_path, embedder="fake") as m:
+        s = m.create_session("alice")
+        m.append(s.id, "alice", [{"role": "user", "content": said}])
+        m.run_jobs()
+        names = [f for f in m.facts("alice") if f.key == "name"]
+        assert [f.value for f in names] == ["Alex"]
+        m.forget_fact("alice", names[0].category, "name")
+        branch = m.create_session("alice")
+        m.append(branch.id, "alice", [{"role": "user", "content": said}])
+        m.run_jobs()
+        keys = sorted(f.key for f in m.facts("alice"))
+        assert "name" not in keys and keys, keys  # the other fact of the message stays

@@ -131,6 +131,9 @@ def build(data_dir: Path, n_sessions: int, per_session: int, n_memories: int) ->
                               {"budget": 8192, "items": [{"id": f"m{k}", "score": 0.5}]})
             if k % 2:
                 store.finish_call(call, 200, {"tokens": k, "ok": True})
+        for user in USERS:  # what a forget leaves behind
+            store.add_forgotten(user, [hashlib.sha256(f"{user}{k}".encode()).hexdigest()
+                                       for k in range(3)], clock())
     db = apsw.Connection(str(data_dir / "memd.db"))  # auth rows: no engine API yet
     with db:
         db.execute("INSERT INTO users VALUES ('alice', 'Alice Ünver', ?), ('bob', '', ?)",

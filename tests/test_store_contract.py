@@ -468,6 +468,16 @@ def test_delete_facts_deletes_only_the_users_named_facts(store: Store) -> None:
     assert [f.id for f in left] == [other.id]
 
 
+def test_forgotten_digests_are_per_user_and_kept_once(store: Store) -> None:
+    assert store.forgotten("alice", ["d1", "d2"]) == set()
+    store.add_forgotten("alice", ["d1", "d1", "d3"], 5.0)
+    store.add_forgotten("alice", ["d1"], 6.0)  # already there: kept, no error
+    store.add_forgotten("alice", [], 7.0)
+    assert store.forgotten("alice", ["d1", "d2", "d3"]) == {"d1", "d3"}
+    assert store.forgotten("bob", ["d1", "d3"]) == set()
+    assert store.forgotten("alice", []) == set()
+
+
 def test_usage_log(store: Store) -> None:
     store.record_usage(Usage(id="u1", user_id="alice", created_at=5.0, model="m",
                              prompt_tokens=10, completion_tokens=3, cost_microcents=7))

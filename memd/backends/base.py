@@ -293,6 +293,20 @@ class FactStore(Protocol):
         ...
 
 
+class ForgottenStore(Protocol):
+    """What a user made memd forget, as digests only (``memd.engine.write.forgotten_digest``):
+    extraction skips what is here, so a forgotten item never comes back from a later
+    extraction of the same message."""
+
+    def add_forgotten(self, user_id: str, digests: Sequence[str], now: float) -> None:
+        """Remember these digests (one already there is kept)."""
+        ...
+
+    def forgotten(self, user_id: str, digests: Sequence[str]) -> set[str]:
+        """Those of ``digests`` that the user made memd forget."""
+        ...
+
+
 class CallStore(Protocol):
     """Calls (what the proxy injected into each chat call) and token usage."""
 
@@ -378,13 +392,13 @@ class EmbeddingCache(Protocol):
 
 
 @runtime_checkable
-class Store(Lifecycle, SessionStore, MessageStore, MemoryStore, FactStore, CallStore,
-            AccountStore, JobQueue, EmbeddingCache, Protocol):
+class Store(Lifecycle, SessionStore, MessageStore, MemoryStore, FactStore, ForgottenStore,
+            CallStore, AccountStore, JobQueue, EmbeddingCache, Protocol):
     """Storage for sessions, messages, memories, facts, entities, usage and jobs: every
     role above, over one database."""
 
 __all__ = [
     "KEYWORD_INDEX_CHARS", "AccessHit", "AccountStore", "CallStore", "EmbeddingCache",
-    "FactStore", "JobQueue", "Lifecycle", "MemoryStore", "MessageStore", "SessionStore",
-    "Store", "Vector", "access_totals", "compose_candidates", "keyword_part",
+    "FactStore", "ForgottenStore", "JobQueue", "Lifecycle", "MemoryStore", "MessageStore",
+    "SessionStore", "Store", "Vector", "access_totals", "compose_candidates", "keyword_part",
 ]

@@ -31,8 +31,11 @@ from memd.engine.write import (
     MemoryDraft,
     WriteResult,
     content_hash,
+    fact_item,
     fact_tag,
+    forgotten_digest,
     ingest,
+    memory_item,
     upsert_fact,
 )
 from memd.errors import InvalidInput, NotFound
@@ -246,10 +249,32 @@ class Memd(SessionsMixin):
         else:
             mem = self.get(memory_id, user_id)
         with self.store.transaction():
+            stated = self._stated_by(user_id, mem)
             self.store.delete_memory(user_id, memory_id)
-            self.store.delete_facts(user_id, [f.id for f in self._stated_by(user_id, mem)])
+            self.store.delete_facts(user_id, [f.id for f in stated])
+            self._remember_forgotten(user_id, [mem], stated)
         self.blocks.forget_user(user_id)
         return mem
+
+    def _remember_forgotten(self, user_id: str, memories: Sequence[Memory],
+                            facts: Sequence[Fact]) -> None:
+        """Tombstones of what a forget deleted, for each item extracted from a message
+        (see :func:`memd.engine.write.forgotten_digest`): extraction of that message
+        text, stored again, skips them."""
+        items = [(m.provenance_message_id, memory_item(m.text)) for m in memories]
+        items += [(f.source_message_id, fact_item(f.category, f.key, f.value)) for f in facts]
+        sources: dict[str, str | None] = {}
+        digests = []
+        for message_id, item in items:
+            if message_id is None:
+                continue
+            if message_id not in sources:
+                found = self.store.get_message(user_id, message_id)
+                sources[message_id] = found.content_hash if found else None
+            source = sources[message_id]
+            if source is not None:
+                digests.append(forgotten_digest(source, item))
+        self.store.add_forgotten(user_id, digests, self.now())
 
     def _stated_by(self, user_id: str, mem: Memory) -> builtins.list[Fact]:
         """The facts ``mem`` stated: it carries their tag, and they come from the message
@@ -287,6 +312,7 @@ class Memd(SessionsMixin):
                                   include_superseded=True), limit=10_000)
             for mem in stating:
                 self.store.delete_memory(uid, mem.id)
+            self._remember_forgotten(uid, stating, found)
         self.blocks.forget_user(uid)
         return found
 

@@ -24,11 +24,11 @@ from memd.engine.compile import (
     compile_context,
     history_budget_bound,
 )
-from memd.engine.extract import extract
+from memd.engine.extract import Extraction, extract
 from memd.engine.recall import RecallScope, recall_candidates, same_text
 from memd.engine.retrieve import ScoredMemory, aside, score_memories
 from memd.engine.templates import user_words
-from memd.engine.write import fact_tag
+from memd.engine.write import fact_item, fact_tag, forgotten_digest, memory_item
 from memd.errors import InvalidInput, NotFound, TooLarge
 from memd.models.tokens import count_text, message_tokens
 from memd.types import (
@@ -200,10 +200,17 @@ class SessionsMixin:
     def _extract_inline(self, session: Session, msg: Message, now: float) -> None:
         # A huge message (pasted files) is read only in part: its head and its tail
         text = v.excerpt(msg.content or "", self.settings.max_text_chars)
-        for ex in extract(user_words(text)):  # a client's own text is not the user's
+        found = extract(user_words(text))  # a client's own text is not the user's
+        if not found:
+            return
+        forgotten = self._forgotten_items(session.user_id, msg.content_hash, found)
+        for ex in found:
+            if memory_item(ex.text) in forgotten:
+                continue
             accepted = None
             tags: tuple[str, ...] = ("extracted",)
-            if ex.fact is not None:
+            if ex.fact is not None and fact_item(
+                    ex.fact.category, ex.fact.key, ex.fact.value) not in forgotten:
                 f = ex.fact
                 result = self.set_fact(
                     session.user_id, f.category, f.key, f.value, workspace=session.workspace,
@@ -221,6 +228,19 @@ class SessionsMixin:
                 "confidence": ex.confidence, "importance": ex.importance, "tags": list(tags),
                 "entities": list(ex.entities), "fact_accepted": accepted,
             }, session.user_id, now)
+
+    def _forgotten_items(self, user_id: str, source_hash: str | None,
+                         found: Sequence[Extraction]) -> set[str]:
+        """The items (``memory_item`` / ``fact_item``) of ``found`` that the user made
+        memd forget when they came from this same message text (see
+        :func:`memd.engine.write.forgotten_digest`)."""
+        if source_hash is None:
+            return set()
+        items = {memory_item(ex.text) for ex in found}
+        items |= {fact_item(ex.fact.category, ex.fact.key, ex.fact.value)
+                  for ex in found if ex.fact is not None}
+        by_digest = {forgotten_digest(source_hash, item): item for item in items}
+        return {by_digest[d] for d in self.store.forgotten(user_id, list(by_digest))}
 
     def messages(
         self, session_id: str, user_id: str, *, active_only: bool = False

@@ -56,6 +56,23 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.lower().encode("utf-8")).hexdigest()
 
 
+def forgotten_digest(source_hash: str, item: str) -> str:
+    """What a forget leaves behind of one extracted item: SHA-256 over the content hash of
+    the message it was extracted from and the item's words (``memory_item`` /
+    ``fact_item``). Extraction skips an item whose digest is there, so the same message,
+    stored again (a branch of its session, an import), never brings it back; the same
+    thing said in a new message of other words is the user's new statement."""
+    return hashlib.sha256(f"{source_hash}\x1f{item}".encode()).hexdigest()
+
+
+def memory_item(text: str) -> str:
+    return "memory\x1f" + " ".join(text.lower().split())
+
+
+def fact_item(category: str, key: str, value: str) -> str:
+    return f"fact\x1f{category}\x1f{key}\x1f{' '.join(value.lower().split())}"
+
+
 def specificity(text: str) -> tuple[int, int, int]:
     words = {w.lower() for w in _CONTENT_WORD.findall(text)} - _STOP
     return len(words), sum(c.isdigit() for c in text), len(text)

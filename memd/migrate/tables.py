@@ -56,6 +56,7 @@ TABLES: tuple[Table, ...] = (
     # PostgreSQL keeps access stats in a narrow table (sql/postgres/004_memory_stats.sql).
     Table("memory_stats", ("user_id", "memory_id"), source="memories"),
     Table("facts", ("user_id", "fact_id")),
+    Table("forgotten", ("user_id", "digest")),
     Table("memory_entities", ("user_id", "entity", "memory_id")),
     Table("usage_log", ("user_id", "usage_id")),
     Table("calls", ("call_id",)),

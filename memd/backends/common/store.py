@@ -303,6 +303,24 @@ class PortableStore(SqlMixin):
         return self._write(f"DELETE FROM facts WHERE user_id = {self._dialect.mark} AND {test}",
                            (user_id, *values))
 
+    # -- what was forgotten ----------------------------------------------------------
+    def add_forgotten(self, user_id: str, digests: Sequence[str], now: float) -> None:
+        if not digests:
+            return
+        d = self._dialect
+        self._write_many(
+            d.sql(f"{d.ignore_prefix} forgotten (user_id, digest, created_at) "
+                  f"VALUES (?, ?, ?){d.ignore_suffix}"),
+            [(user_id, digest, now) for digest in dict.fromkeys(digests)])
+
+    def forgotten(self, user_id: str, digests: Sequence[str]) -> set[str]:
+        if not digests:
+            return set()
+        test, values = self._dialect.among("digest", list(dict.fromkeys(digests)))
+        rows = self._rows(f"SELECT digest FROM forgotten WHERE user_id = {self._dialect.mark} "
+                          f"AND {test}", (user_id, *values))
+        return {str(r[0]) for r in rows}
+
     # -- calls and usage -------------------------------------------------------------
     def record_call(
         self, call_id: str, user_id: str, session_id: str | None, workspace: str | None,
