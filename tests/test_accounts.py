@@ -86,3 +86,36 @@ def test_the_cli_manages_accounts_and_status_names_the_store(tmp_path: Path) -> 
     status = run("status")
     assert "store:     SQLiteStore\n" in status
     assert re.search(r"^schema:    v\d+$", status, re.M)
+
+
+def test_the_readme_team_block_works_as_written_on_postgresql(tmp_path: Path) -> None:
+    """--data-dir, --config and --db after the command as well as before it: the users,
+    keys and workspaces land in the PostgreSQL the daemon serves, and status names it."""
+    from click.testing import CliRunner
+    from servers import postgres_url
+
+    from memd.cli import main
+
+    dsn = postgres_url()
+
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(main, list(args), env={"MEMD_EMBEDDER": "fake"})
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    where = ("--data-dir", str(tmp_path), "--db", dsn)
+    run("user", "add", "alice", *where)
+    run("user", "add", "bob", *where)
+    secret = run("key", "create", "--user", "alice", *where).strip().splitlines()[-1]
+    assert run("workspace", "add", "rocket", "alice", "bob", *where) == "rocket: alice, bob\n"
+    status = run("status", *where)
+    assert "store:     PostgresStore\n" in status and dsn.split("@")[0] not in status
+    assert not (tmp_path / "memd.db").exists()  # nothing went to SQLite
+    with memd.open(tmp_path, embedder="fake", db=dsn) as m:
+        assert m.accounts.user_of_key(secret) == "alice"
+        assert sorted(m.accounts.members("rocket")) == ["alice", "bob"]
+    # serve takes them after the command too (the port is refused, not the options)
+    result = CliRunner().invoke(main, ["serve", "--data-dir", str(tmp_path), "--config",
+                                       str(tmp_path / "none.toml"), "--port", "70000"])
+    assert result.exit_code == 2 and "No such option" not in result.output
+    assert "70000" in result.output

@@ -43,7 +43,7 @@ def open_engine(ctx: click.Context) -> Any:
     import memd
 
     opts = ctx.obj or {}
-    return memd.open(opts.get("data_dir"), config=opts.get("config"))
+    return memd.open(opts.get("data_dir"), config=opts.get("config"), db=opts.get("db"))
 
 
 def daemon_for(ctx: click.Context) -> Any:
@@ -73,23 +73,29 @@ def daemon_call(client: Any, method: str, path: str, **kwargs: Any) -> Any:
     raise StorageError(f"daemon error {resp.status_code}: {message}")
 
 
+DB_HELP = ("The store: 'sqlite' (memd.db in the data dir, the default), a path to a .db "
+           "file, or a postgresql:// URL (env MEMD_DB).")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="memd")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path),
               envvar="MEMD_DATA_DIR", help="Where memd keeps its data (env MEMD_DATA_DIR).")
 @click.option("--config", type=click.Path(dir_okay=False, path_type=Path),
               envvar="MEMD_CONFIG", help="TOML config file (env MEMD_CONFIG).")
+@click.option("--db", help=DB_HELP)
 @click.pass_context
-def main(ctx: click.Context, data_dir: Path | None, config: Path | None) -> None:
+def main(ctx: click.Context, data_dir: Path | None, config: Path | None,
+         db: str | None) -> None:
     """memd: a local-first memory daemon for AI assistants."""
-    ctx.obj = {"data_dir": data_dir, "config": config}
+    ctx.obj = {"data_dir": data_dir, "config": config, "db": db}
 
 
 def settings_for(ctx: click.Context) -> Any:
     from memd.config import load_settings
 
     opts = ctx.obj or {}
-    return load_settings(opts.get("config"), data_dir=opts.get("data_dir"))
+    return load_settings(opts.get("config"), data_dir=opts.get("data_dir"), db=opts.get("db"))
 
 
 @contextmanager
@@ -102,3 +108,39 @@ def progressbar(label: str, total: int) -> Iterator[Callable[[int], None]]:
 
 # The commands, registered on ``main`` by importing their modules.
 from memd.cli import admin, daemon, memories, storage  # noqa: E402, F401
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    if value is not None:  # a subcommand's option wins over the group's
+        ctx.ensure_object(dict)[param.name or ""] = value
+
+
+def _where_options(with_db: bool) -> list[click.Option]:
+    options = [
+        click.Option(["--data-dir"], type=click.Path(file_okay=False, path_type=Path),
+                     expose_value=False, callback=_remember,
+                     help="Where memd keeps its data (as before the command)."),
+        click.Option(["--config"], type=click.Path(dir_okay=False, path_type=Path),
+                     expose_value=False, callback=_remember,
+                     help="TOML config file (as before the command)."),
+    ]
+    if with_db:
+        options.append(click.Option(["--db"], expose_value=False, callback=_remember,
+                                    help=DB_HELP))
+    return options
+
+
+def _on_every_command(group: click.Group, with_db: bool = True) -> None:
+    """``--data-dir``, ``--config`` and ``--db`` after a subcommand as well as before it:
+    ``memd serve --data-dir X`` as every guide writes it. Not ``--db`` where it means
+    nothing (moving and hosting the store name their databases themselves)."""
+    for name, command in group.commands.items():
+        db = with_db and name not in ("migrate", "postgres")
+        if isinstance(command, click.Group):
+            _on_every_command(command, db)
+            continue
+        taken = {o for p in command.params for o in p.opts}
+        command.params += [o for o in _where_options(db) if not set(o.opts) & taken]
+
+
+_on_every_command(main)

@@ -134,13 +134,16 @@ def calls(ctx: click.Context, user_id: str | None, session_id: str | None,
 def status(ctx: click.Context) -> None:
     """Show where memd keeps its data and what the store holds."""
     import memd
+    from memd.migrate.target import redact_dsn
+    from memd.registry import store_class, store_for
 
     settings = settings_for(ctx)
+    local = store_for(settings.db) is store_class("sqlite")
     click.echo(f"memd {memd.__version__}")
     click.echo(f"data dir:  {settings.data_dir}")
-    click.echo(f"database:  {settings.db_path}")
+    click.echo(f"database:  {settings.db_path if local else redact_dsn(settings.db)}")
     click.echo(f"embedder:  {settings.embedder}")
-    if settings.db_path.exists():
+    if not local or settings.db_path.exists():
         with open_engine(ctx) as m:
             held = m.status()
         click.echo(f"store:     {held['store']}")
@@ -191,7 +194,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     opts = ctx.obj or {}
     settings = load_settings(opts.get("config"), data_dir=opts.get("data_dir"), host=host,
                              port=port, upstream_url=upstream_url,
-                             upstream_api_key=upstream_api_key, db=db, auth=auth,
+                             upstream_api_key=upstream_api_key, db=db or opts.get("db"), auth=auth,
                              context_window=context_window)
     loopback = settings.host in ("127.0.0.1", "localhost", "::1")
     if not loopback and not settings.auth and not unauthenticated:

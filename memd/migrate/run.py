@@ -18,7 +18,7 @@ from memd.errors import Conflict, InvalidInput, MigrationError, StorageError
 from memd.migrate.canon import _canon_source, _Column, _columns, _row_digest, _to_pg, checksum
 from memd.migrate.source import _Source
 from memd.migrate.tables import TABLES, Table
-from memd.migrate.target import _redact, _Target, _translate
+from memd.migrate.target import _Target, _translate, redact_dsn
 
 Progress = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
 """``progress(label, total)`` opens a bar; the callable it yields advances it by n."""
@@ -131,7 +131,7 @@ def migrate(
     if batch_size < 1:
         raise InvalidInput("batch_size must be at least 1")
     started = time.perf_counter()
-    where = _redact(dsn)
+    where = redact_dsn(dsn)
     phases: dict[str, float] = {}
     src = _Source(Path(source))
     try:

@@ -26,7 +26,7 @@ _DEFERRED_KEY = "migrate.deferred_index."
 _DEFER_MAX_RELATIONS = 2000  # tables and indexes of a partition tree
 
 
-def _redact(dsn: str) -> str:
+def redact_dsn(dsn: str) -> str:
     """``dbname on host:port`` for messages (never the password)."""
     import psycopg
     from psycopg.conninfo import conninfo_to_dict
