@@ -8,11 +8,12 @@
     ├── Unauthorized        auth is on and the request has no valid API key
     ├── Forbidden           the key's user asked to act as someone else
     ├── StorageError        the store failed (locked, corrupt, disk full, driver error)
+    │   ├── StoreUnavailable  the store cannot be reached for now (server down, file locked)
     │   └── MigrationError  a schema migration failed or the schema is newer than this code
     └── ModelError          an embedder or tokenizer could not be loaded or run
 
 The HTTP layer maps InvalidInput to 400/422, TooLarge to 413, NotFound to 404, Conflict to 409,
-Unauthorized to 401 and Forbidden to 403; the CLI
+Unauthorized to 401, Forbidden to 403 and StoreUnavailable to 503 with Retry-After; the CLI
 prints the message and exits 2 (bad input) or 1 (other failures).
 """
 
@@ -51,6 +52,13 @@ class Forbidden(MemdError):
 
 class StorageError(MemdError):
     type = "storage_error"
+
+
+class StoreUnavailable(StorageError):
+    """The store cannot be reached for now (the database server is down or restarting,
+    every pooled connection is busy, the file is locked): worth trying again later."""
+
+    type = "store_unavailable"
 
 
 class MigrationError(StorageError):

@@ -39,6 +39,7 @@ from memd.errors import (
     MemdError,
     NotFound,
     StorageError,
+    StoreUnavailable,
     TooLarge,
     Unauthorized,
 )
@@ -76,7 +77,12 @@ def status_for(exc: MemdError) -> int:
         return 401
     if isinstance(exc, Forbidden):
         return 403
+    if isinstance(exc, StoreUnavailable):
+        return 503
     return 500
+
+
+RETRY_AFTER_SECONDS = 5  # what a 503 for a store out of reach tells a client to wait
 
 
 # What a client is told instead of a driver's own words (SQL, constraint and table
@@ -84,6 +90,7 @@ def status_for(exc: MemdError) -> int:
 _DRIVER_WORDS: tuple[tuple[type[MemdError], str], ...] = (
     (Conflict, "this write conflicts with stored data: an id in it is already in use"),
     (InvalidInput, "the store cannot hold a value in this request"),
+    (StoreUnavailable, "the store cannot be reached for now; try again shortly"),
     (StorageError, "the store failed; the daemon's log has the details"),
 )
 
@@ -317,9 +324,14 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
     @app.exception_handler(MemdError)
     async def memd_error(_: Request, exc: MemdError) -> JSONResponse:
         status = status_for(exc)
-        if status >= 500:
+        headers = {}
+        if status == 503:
+            log.warning("the store is out of reach: %s", exc)
+            headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        elif status >= 500:
             log.error("internal error: %s", exc)
-        return JSONResponse(error_body(exc.type, public_message(exc)), status_code=status)
+        return JSONResponse(error_body(exc.type, public_message(exc)), status_code=status,
+                            headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -347,12 +359,24 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
                             headers=headers)
 
     @app.get("/health")
-    def health() -> dict[str, Any]:
-        if settings.auth:  # answered without a key: status only
-            return {"status": "ok", "version": memd.__version__, "auth": True}
-        return {"status": "ok", "version": memd.__version__,
-                "store": type(engine.store).__name__, "embedder": engine.embedder.name,
-                "pending_jobs": engine.pending_jobs()}
+    def health() -> JSONResponse:
+        """The daemon's state; 503 while the store is out of reach."""
+        try:
+            pending = engine.pending_jobs()
+            store = "ok"
+        except StorageError as exc:
+            log.warning("health: the store is out of reach: %s", exc)
+            pending, store = None, "unavailable"
+        status = 200 if store == "ok" else 503
+        headers = {} if status == 200 else {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        body: dict[str, Any] = {"status": "ok" if status == 200 else "degraded",
+                                "version": memd.__version__, "store_state": store}
+        if settings.auth:  # answered without a key: state only
+            body["auth"] = True
+        else:
+            body.update(store=type(engine.store).__name__, embedder=engine.embedder.name,
+                        pending_jobs=pending)
+        return JSONResponse(body, status_code=status, headers=headers)
 
     scoped = [Depends(_workspace_param)]
     for router in (api.router, proxy.router):

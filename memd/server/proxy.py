@@ -260,11 +260,17 @@ async def _unreachable(engine: Memd, call: PreparedCall, exc: httpx.HTTPError,
     status = 504 if timeout else 502
     await run_in_threadpool(finish_chat, engine, call, status=status, reply=None,
                             finish_reason=None, usage=None, model=model)
-    if timeout:
-        body = error_body("upstream_timeout", f"the model server timed out: {exc}")
-    else:
-        body = error_body("upstream_unreachable", f"cannot reach the model server: {exc}")
-    return JSONResponse(body, status_code=status, headers=headers)
+    return _out_of_reach(exc, headers)
+
+
+def _out_of_reach(exc: httpx.HTTPError, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The answer when the model server cannot be reached (502) or timed out (504)."""
+    if isinstance(exc, httpx.TimeoutException):
+        return JSONResponse(error_body("upstream_timeout", f"the model server timed out: {exc}"),
+                            status_code=504, headers=headers)
+    return JSONResponse(error_body("upstream_unreachable",
+                                   f"cannot reach the model server: {exc}"),
+                        status_code=502, headers=headers)
 
 
 _CHAT_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -435,13 +441,17 @@ async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCal
 
 @router.get("/v1/models", responses={
     200: {"description": "The model server's list"},
-    400: {"model": s.ErrorResponse, "description": "Invalid workspace"}})
+    400: {"model": s.ErrorResponse, "description": "Invalid workspace"},
+    502: _CHAT_ERRORS[502], 503: _CHAT_ERRORS[503], 504: _CHAT_ERRORS[504]})
 async def models(request: Request) -> Response:
-    """The upstream model server's models (an empty list when it is unreachable)."""
+    """The upstream model server's models, as the chat route answers when it is out of
+    reach (502, or 504 on a timeout) or not configured (503)."""
     try:
         resp = await _client(request).get("models", headers=_headers(request))
-    except (httpx.HTTPError, NoUpstream):
-        return JSONResponse({"object": "list", "data": []})
+    except NoUpstream as exc:
+        return JSONResponse(error_body("upstream_not_configured", str(exc)), status_code=503)
+    except httpx.HTTPError as exc:
+        return _out_of_reach(exc)
     return Response(content=resp.content, status_code=resp.status_code,
                     media_type=resp.headers.get("content-type", "application/json"))
 

@@ -55,7 +55,7 @@ _EF_SEARCH = 64
 
 driver_error: functools.partial[MemdError] = functools.partial(
     translate, database="PostgreSQL", conflict=psycopg.IntegrityError,
-    invalid=psycopg.DataError)
+    invalid=psycopg.DataError, unavailable=psycopg.OperationalError)  # PoolTimeout too
 # psycopg hands JSON over undecoded (_undecoded); the row mappers decode it.
 MAP = row_mappers(load_json_bytes, tuple)
 

@@ -37,7 +37,8 @@ Params = Sequence[Any] | dict[str, Any]
 # The errors a statement can raise: apsw's, and Python's for an integer SQLite can't hold.
 DRIVER_ERRORS = (apsw.Error, OverflowError)
 driver_error: functools.partial[MemdError] = functools.partial(
-    translate, database="SQLite", conflict=apsw.ConstraintError, invalid=OverflowError)
+    translate, database="SQLite", conflict=apsw.ConstraintError, invalid=OverflowError,
+    unavailable=(apsw.BusyError, apsw.LockedError))
 
 # JSON is stored as text, string arrays (tags, entities) as JSON text.
 MAP = row_mappers(load_json_text, strings_from_json)
