@@ -40,7 +40,7 @@ def test_an_older_data_dir_keeps_its_messages_and_their_index(
         before = m.search("kubernetes cluster", "alice", kinds=("message",))
     monkeypatch.setattr(schema, "pending", real)
     with memd.open(tmp_path, embedder="fake") as m:
-        assert m.store.schema_version() == 7
+        assert m.store.schema_version() == real("sqlite", set(), "latest")[-1].version
         assert [x.content for x in m.store.get_messages("alice", "work")] == [
             "the cluster runs kubernetes", "noted"]
         found = m.store.keyword_messages("alice", "kubernetes", 5)
