@@ -130,6 +130,8 @@ def test_provenance_and_tier(text: str, provenance: Provenance, tier: Tier) -> N
          "User asked to remember that the staging DB is on port 5433"),
         ("Remember to run the linter", "User wants the assistant to run the linter"),
         ("I never use semicolons", "User never uses semicolons"),
+        ("I never learned Rust", "User never learned Rust"),  # a past tense stays one
+        ("I always need coffee first", "User always needs coffee first"),
         ("I can't share customer data with third parties",
          "User can't share customer data with third parties"),
         ("We must support Safari", "User's team must support Safari"),

@@ -180,6 +180,15 @@ def _order(text: str) -> str:
     return _third_person(text)
 
 
+# Present-tense verbs that end in "ed" like a past tense does.
+_PRESENT_ED = frozenset({"embed", "shed", "shred", "wed", "bed"})
+
+
+def _past_tense(word: str) -> bool:
+    return (word.endswith("ed") and len(word) > 3 and not word.endswith("eed")
+            and word not in _PRESENT_ED)
+
+
 def _third_verb(phrase: str) -> str:
     """The phrase with its verb in the third person: "use tabs" -> "uses tabs"."""
     head, sep, tail = phrase.partition(" ")
@@ -190,6 +199,8 @@ def _third_verb(phrase: str) -> str:
         new = _IRREGULAR.get(word.replace("’", "'"), head)
     elif word in _IRREGULAR:
         new = _IRREGULAR[word]
+    elif _past_tense(word):  # "I never learned" is already the user's, as said
+        new = head
     elif word.endswith(("s", "sh", "ch", "x", "z", "o")):
         new = head + "es"
     elif word.endswith("y") and len(word) > 1 and word[-2] not in "aeiou":
