@@ -67,6 +67,39 @@ def test_cli_uses_the_running_daemon(tmp_path: Path) -> None:
     assert again.returncode == 0 and json.loads(again.stdout)[0]["text"].startswith("I prefer")
 
 
+def test_of_two_daemons_started_at_once_on_one_data_dir_one_serves(tmp_path: Path) -> None:
+    """Both start before either has written daemon.json: the data dir's lock lets one
+    through and refuses the other."""
+    env = {**os.environ, "MEMD_DATA_DIR": str(tmp_path / "data"), "MEMD_EMBEDDER": "fake"}
+    ports = [free_port(), free_port()]
+    procs = [subprocess.Popen([*MEMD, "serve", "--port", str(p)], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for p in ports]
+    try:
+        deadline = time.monotonic() + 60
+        refused = None
+        while refused is None and time.monotonic() < deadline:
+            refused = next((i for i, p in enumerate(procs) if p.poll() is not None), None)
+            time.sleep(0.1)
+        assert refused is not None, "neither daemon was refused"
+        _, err = procs[refused].communicate(timeout=10)
+        assert procs[refused].returncode == 2 and "already serves" in err, err
+        serving = ports[1 - refused]
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{serving}/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        assert httpx.get(f"http://127.0.0.1:{serving}/health").status_code == 200
+        assert procs[1 - refused].poll() is None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+                p.wait(timeout=30)
+
+
 def _command_paths() -> list[tuple[str, ...]]:
     """Every command of memd's click tree, the groups' subcommands included, as the
     words that invoke it (``()`` is ``memd`` itself)."""

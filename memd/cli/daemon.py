@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import click
@@ -201,13 +202,21 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
         raise InvalidInput(f"refusing to serve {settings.host} without --auth: anyone who "
                            "can reach it could read this memory (add --auth and create keys "
                            "with 'memd key create', or pass --unauthenticated)")
-    from memd.server.discovery import find_daemon, remove_daemon_file, write_daemon_file
+    from memd.server.discovery import (
+        find_daemon,
+        hold_data_dir,
+        remove_daemon_file,
+        write_daemon_file,
+    )
 
+    # One daemon per data dir: two on one SQLite file starve each other's writes.
+    lock = hold_data_dir(settings.data_dir)
     running = find_daemon(settings.data_dir)
-    if running is not None:  # two daemons on one SQLite file starve each other's writes
-        base = running.base_url
-        running.close()
-        raise InvalidInput(f"a memd daemon already serves {settings.data_dir} at {base}: "
+    if lock is None or running is not None:
+        where = "(it is starting)" if running is None else f"at {running.base_url}"
+        if running is not None:
+            running.close()
+        raise InvalidInput(f"a memd daemon already serves {settings.data_dir} {where}: "
                            "stop it first, or give this one its own --data-dir")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     engine = memd.open(settings=settings)
@@ -240,3 +249,4 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     finally:
         remove_daemon_file(marker)
         engine.close()
+        os.close(lock)  # the lock goes last: the store is closed

@@ -2,11 +2,15 @@
 
 ``memd serve`` writes ``daemon.json`` (pid, host, port) into the data dir while it runs
 and removes it on exit. A stale file (the process is gone, or nothing answers /health)
-is ignored.
+is ignored. One daemon per data dir: it holds an exclusive lock on ``daemon.lock`` from
+before it opens the store until it exits (the kernel drops the lock of a process that
+dies), so of two daemons started at the same moment one gets it and the other is
+refused, where the file alone would let both through.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -15,6 +19,20 @@ from typing import Any
 import httpx
 
 FILENAME = "daemon.json"
+LOCKNAME = "daemon.lock"
+
+
+def hold_data_dir(data_dir: Path) -> int | None:
+    """Take the data dir's daemon lock; its file descriptor (kept open while serving), or
+    None when another daemon holds it."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / LOCKNAME, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def write_daemon_file(data_dir: Path, host: str, port: int) -> Path:
