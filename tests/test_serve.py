@@ -7,12 +7,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from servers import free_port
+from servers import FakeUpstream, free_port, serve
 
 pytestmark = pytest.mark.slow
 MEMD = [sys.executable, "-m", "memd.cli"]
@@ -98,6 +99,60 @@ def test_of_two_daemons_started_at_once_on_one_data_dir_one_serves(tmp_path: Pat
             if p.poll() is None:
                 p.send_signal(signal.SIGINT)
                 p.wait(timeout=30)
+
+
+def _wait_healthy(port: int, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    raise AssertionError("daemon did not start")
+
+
+def test_sigterm_drains_a_stream_stores_the_turn_and_exits_0(tmp_path: Path) -> None:
+    """What systemd and launchd send to stop a service: the stream in flight finishes,
+    its turn is stored, the store is closed (no WAL left), daemon.json goes, status 0."""
+    upstream = FakeUpstream()
+    upstream.gate = threading.Event()
+    data = tmp_path / "data"
+    env = {**os.environ, "MEMD_DATA_DIR": str(data), "MEMD_EMBEDDER": "fake"}
+    port = free_port()
+    with serve(upstream.app) as up:
+        proc = subprocess.Popen([*MEMD, "serve", "--port", str(port), "--upstream-url",
+                                 f"{up}/v1"], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            _wait_healthy(port, proc)
+            body = {"model": "m", "stream": True,
+                    "messages": [{"role": "user", "content": "count to three"}]}
+            with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions",
+                              json=body, timeout=60) as resp:
+                chunks = resp.iter_bytes()
+                received = next(chunks)  # the first chunk: the stream is in flight
+                proc.send_signal(signal.SIGTERM)
+                time.sleep(0.5)  # the daemon is draining, the stream still open
+                upstream.gate.set()
+                received += b"".join(chunks)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert received.rstrip().endswith(b"data: [DONE]"), received
+    assert proc.returncode == 0, err
+    assert not (data / "daemon.json").exists()
+    assert not (data / "memd.db-wal").exists()  # closed: the WAL was checkpointed
+    import memd
+
+    with memd.open(data, embedder="fake") as engine:
+        [session] = engine.store.list_sessions("local")
+        stored = engine.messages(session.id, "local")
+        assert [m.role for m in stored] == ["user", "assistant"]
+        assert stored[1].content == "ok: count to three"
 
 
 def _command_paths() -> list[tuple[str, ...]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from typing import Any
 
 import click
@@ -243,6 +244,11 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     gc.freeze()
 
     marker = write_daemon_file(settings.data_dir, settings.host, settings.port)
+    # uvicorn drains on SIGTERM (what systemd and launchd send) and SIGINT, then sends the
+    # signal again to the handler it found: this one ends the process through the
+    # finally below (store closed, daemon.json removed) with status 0, not killed by it.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _exit_cleanly)
     try:
         uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level,
                     access_log=log_level == "debug")
@@ -250,3 +256,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
         remove_daemon_file(marker)
         engine.close()
         os.close(lock)  # the lock goes last: the store is closed
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
