@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servers import FakeUpstream, free_port, serve
+from servers import FakeUpstream, free_port, postgres_url, serve
 
 pytestmark = pytest.mark.slow
 MEMD = [sys.executable, "-m", "memd.cli"]
@@ -153,6 +153,28 @@ def test_sigterm_drains_a_stream_stores_the_turn_and_exits_0(tmp_path: Path) -> 
         stored = engine.messages(session.id, "local")
         assert [m.role for m in stored] == ["user", "assistant"]
         assert stored[1].content == "ok: count to three"
+
+
+def test_serve_refuses_a_database_whose_migrate_did_not_finish(tmp_path: Path) -> None:
+    """A killed ``memd migrate`` leaves vector indexes deferred: served as it is, search
+    would find nothing, so serve says what to do instead."""
+    import psycopg
+    from click.testing import CliRunner
+
+    from memd.backends.common.migrations import DEFERRED_INDEX_KEY
+    from memd.cli import main
+
+    dsn = postgres_url()
+    args = ["serve", "--data-dir", str(tmp_path), "--db", dsn, "--port", str(free_port())]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO schema_meta (key, value) VALUES (%s, %s)",
+                     (f"{DEFERRED_INDEX_KEY}memories.idx_memories_embedding",
+                      "CREATE INDEX ..."))
+    result = CliRunner().invoke(main, args, env={"MEMD_EMBEDDER": "fake"})
+    assert result.exit_code == 1, result.output
+    assert "memd migrate into this database did not finish" in result.output
+    assert "memories" in result.output and "run the same memd migrate again" in result.output
+    assert not (tmp_path / "daemon.json").exists()
 
 
 def _command_paths() -> list[tuple[str, ...]]:

@@ -478,6 +478,10 @@ def test_forgotten_digests_are_per_user_and_kept_once(store: Store) -> None:
     assert store.forgotten("alice", []) == set()
 
 
+def test_a_store_no_migrate_copied_into_has_no_unfinished_copy(store: Store) -> None:
+    assert store.unfinished_copy() == []
+
+
 def test_usage_log(store: Store) -> None:
     store.record_usage(Usage(id="u1", user_id="alice", created_at=5.0, model="m",
                              prompt_tokens=10, completion_tokens=3, cost_microcents=7))

@@ -86,6 +86,12 @@ class Lifecycle(Protocol):
 
     def schema_version(self) -> int: ...
 
+    def unfinished_copy(self) -> list[str]:
+        """The tables a ``memd migrate`` into this database has not finished copying (their
+        vector indexes, dropped for the bulk copy, are not built again yet); empty when
+        there is none."""
+        ...
+
     def check_row_security(self) -> None:
         """Raise :class:`memd.errors.StorageError` unless the database enforces what
         authenticated mode relies on beyond memd's own filters (PostgreSQL: the role and

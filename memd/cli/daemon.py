@@ -17,7 +17,7 @@ from memd.cli import (
     open_engine,
     settings_for,
 )
-from memd.errors import InvalidInput
+from memd.errors import InvalidInput, MemdError
 
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -221,6 +221,11 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
                            "stop it first, or give this one its own --data-dir")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     engine = memd.open(settings=settings)
+    try:
+        engine.check_servable()
+    except MemdError:
+        engine.close()
+        raise
     app = create_app(engine, settings)
     log = logging.getLogger("memd")
     log.info("memd %s listening on http://%s:%d/v1", memd.__version__, settings.host,

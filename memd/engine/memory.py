@@ -38,7 +38,7 @@ from memd.engine.write import (
     memory_item,
     upsert_fact,
 )
-from memd.errors import InvalidInput, NotFound
+from memd.errors import InvalidInput, NotFound, StorageError
 from memd.models.embedder import CachedEmbedder, Embedder
 from memd.models.tokens import count_text
 from memd.registry import embedder_class, store_for
@@ -435,6 +435,16 @@ class Memd(SessionsMixin):
         return {"store": type(self.store).__name__, "schema": self.store.schema_version(),
                 "users": len(self.store.memory_users()),
                 "pending_jobs": self.store.pending_jobs()}
+
+    def check_servable(self) -> None:
+        """Raise unless the store is whole: a database whose ``memd migrate`` did not
+        finish lacks its vector indexes, and search would find nothing."""
+        tables = self.store.unfinished_copy()
+        if tables:
+            raise StorageError(
+                f"memd migrate into this database did not finish (the vector indexes of "
+                f"{', '.join(tables)} are not built yet, so search would find nothing): run "
+                "the same memd migrate again to finish it")
 
     def pending_jobs(self) -> int:
         return self.store.pending_jobs()

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from memd.backends.common.migrations import DEFERRED_INDEX_KEY
 from memd.errors import Conflict, MemdError, MigrationError, StorageError
 from memd.migrate.canon import _canon_target, _Column, _row_digest
 from memd.migrate.tables import Table
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 # into an empty table drops them first and builds them after its last batch. Their
 # definitions wait in schema_meta under this prefix, so a killed run's rerun rebuilds them.
 _DEFERRED_AMS = ("hnsw", "ivfflat")
-_DEFERRED_KEY = "migrate.deferred_index."
+_DEFERRED_KEY = DEFERRED_INDEX_KEY
 _DEFER_MAX_RELATIONS = 2000  # tables and indexes of a partition tree
 
 

@@ -12,6 +12,10 @@ from importlib.abc import Traversable
 
 from memd.errors import MigrationError
 
+# schema_meta keys of the vector indexes a ``memd migrate`` run dropped to copy in bulk and
+# has not built again yet: while one is there, the copy is unfinished.
+DEFERRED_INDEX_KEY = "migrate.deferred_index."
+
 
 @dataclass(frozen=True, slots=True)
 class Migration:

@@ -20,6 +20,7 @@ from memd.backends.common.columns import (
     marks,
 )
 from memd.backends.common.dialect import SqlMixin
+from memd.backends.common.migrations import DEFERRED_INDEX_KEY
 from memd.backends.common.queries import calls_query
 from memd.backends.common.rows import RowMappers
 from memd.errors import NotFound
@@ -92,6 +93,11 @@ class PortableStore(SqlMixin):
 
     def schema_version(self) -> int:
         return int(self._rows("SELECT coalesce(max(version), 0) FROM schema_migrations")[0][0])
+
+    def unfinished_copy(self) -> list[str]:
+        rows = self._rows(self._sql("SELECT key FROM schema_meta WHERE key LIKE ?"),
+                          (DEFERRED_INDEX_KEY + "%",))
+        return sorted({str(r[0])[len(DEFERRED_INDEX_KEY):].split(".")[0] for r in rows})
 
     # -- sessions --------------------------------------------------------------------
     def create_session(self, session: Session) -> Session:
