@@ -98,6 +98,17 @@ def settings_for(ctx: click.Context) -> Any:
     return load_settings(opts.get("config"), data_dir=opts.get("data_dir"), db=opts.get("db"))
 
 
+def store_place(settings: Any) -> tuple[bool, str]:
+    """Whether the store is a SQLite file, and where it is, as told to a user (a
+    PostgreSQL URL without its password)."""
+    from memd.migrate.target import redact_dsn
+    from memd.registry import store_class, store_for
+
+    if store_for(settings.db) is store_class("sqlite"):
+        return True, str(settings.db_path)
+    return False, redact_dsn(settings.db)
+
+
 @contextmanager
 def progressbar(label: str, total: int) -> Iterator[Callable[[int], None]]:
     """A progress bar on stderr (stdout stays clean for --json)."""

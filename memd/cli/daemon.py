@@ -16,6 +16,7 @@ from memd.cli import (
     main,
     open_engine,
     settings_for,
+    store_place,
 )
 from memd.errors import InvalidInput, MemdError
 
@@ -136,14 +137,12 @@ def calls(ctx: click.Context, user_id: str | None, session_id: str | None,
 def status(ctx: click.Context) -> None:
     """Show where memd keeps its data and what the store holds."""
     import memd
-    from memd.migrate.target import redact_dsn
-    from memd.registry import store_class, store_for
 
     settings = settings_for(ctx)
-    local = store_for(settings.db) is store_class("sqlite")
+    local, place = store_place(settings)
     click.echo(f"memd {memd.__version__}")
     click.echo(f"data dir:  {settings.data_dir}")
-    click.echo(f"database:  {settings.db_path if local else redact_dsn(settings.db)}")
+    click.echo(f"database:  {place}")
     click.echo(f"embedder:  {settings.embedder}")
     if not local or settings.db_path.exists():
         with open_engine(ctx) as m:
@@ -230,9 +229,9 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     log = logging.getLogger("memd")
     log.info("memd %s listening on http://%s:%d/v1", memd.__version__, settings.host,
              settings.port)
-    where = (f"SQLite at {settings.db_path}" if not settings.db.startswith("postgres")
-             else "PostgreSQL at " + settings.db.split("@")[-1])  # never log a password
-    log.info("store: %s; embedder: %s", where, engine.embedder.name)
+    local, place = store_place(settings)
+    log.info("store: %s %s; embedder: %s", "SQLite at" if local else "PostgreSQL,", place,
+             engine.embedder.name)
     log.info("upstream: %s", settings.upstream_url or "none (set --upstream-url to proxy "
              "chats; the native API works without one)")
     if settings.auth:

@@ -361,22 +361,22 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
     @app.get("/health")
     def health() -> JSONResponse:
         """The daemon's state; 503 while the store is out of reach."""
+        pending: int | None = None
         try:
             pending = engine.pending_jobs()
-            store = "ok"
         except StorageError as exc:
             log.warning("health: the store is out of reach: %s", exc)
-            pending, store = None, "unavailable"
-        status = 200 if store == "ok" else 503
-        headers = {} if status == 200 else {"Retry-After": str(RETRY_AFTER_SECONDS)}
-        body: dict[str, Any] = {"status": "ok" if status == 200 else "degraded",
-                                "version": memd.__version__, "store_state": store}
+        reachable = pending is not None
+        headers = {} if reachable else {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        body: dict[str, Any] = {"status": "ok" if reachable else "degraded",
+                                "version": memd.__version__,
+                                "store_state": "ok" if reachable else "unavailable"}
         if settings.auth:  # answered without a key: state only
             body["auth"] = True
         else:
             body.update(store=type(engine.store).__name__, embedder=engine.embedder.name,
                         pending_jobs=pending)
-        return JSONResponse(body, status_code=status, headers=headers)
+        return JSONResponse(body, status_code=200 if reachable else 503, headers=headers)
 
     scoped = [Depends(_workspace_param)]
     for router in (api.router, proxy.router):

@@ -256,11 +256,10 @@ def _reply_of(data: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | Non
 async def _unreachable(engine: Memd, call: PreparedCall, exc: httpx.HTTPError,
                        headers: dict[str, str], model: str | None) -> JSONResponse:
     """The upstream could not be reached or timed out: close the call, answer 502/504."""
-    timeout = isinstance(exc, httpx.TimeoutException)
-    status = 504 if timeout else 502
-    await run_in_threadpool(finish_chat, engine, call, status=status, reply=None,
+    answer = _out_of_reach(exc, headers)
+    await run_in_threadpool(finish_chat, engine, call, status=answer.status_code, reply=None,
                             finish_reason=None, usage=None, model=model)
-    return _out_of_reach(exc, headers)
+    return answer
 
 
 def _out_of_reach(exc: httpx.HTTPError, headers: dict[str, str] | None = None) -> JSONResponse:
