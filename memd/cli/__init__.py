@@ -118,7 +118,7 @@ def progressbar(label: str, total: int) -> Iterator[Callable[[int], None]]:
 
 
 # The commands, registered on ``main`` by importing their modules.
-from memd.cli import admin, daemon, memories, storage  # noqa: E402, F401
+from memd.cli import admin, daemon, memories, service, storage  # noqa: E402, F401
 
 
 def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 import click
@@ -172,6 +173,10 @@ def status(ctx: click.Context) -> None:
                    "nor memd's table of model families knows.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also log to this file, rotated at 5 MB, 3 kept (default: memd.log in the "
+                   "user log dir, except under systemd, whose journal keeps stderr).")
+@click.option("--no-log-file", is_flag=True, help="Log to stderr only.")
 @click.option("--auth/--no-auth", default=None,
               help="Require an API key on every request (team mode; env MEMD_AUTH).")
 @click.option("--unauthenticated", is_flag=True,
@@ -181,7 +186,8 @@ def status(ctx: click.Context) -> None:
 @handles_errors
 def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: str | None,
           upstream_api_key: str | None, db: str | None, context_window: int | None,
-          log_level: str, auth: bool | None, unauthenticated: bool) -> None:
+          log_level: str, log_file: Path | None, no_log_file: bool, auth: bool | None,
+          unauthenticated: bool) -> None:
     """Run the daemon in the foreground: the OpenAI-compatible memory proxy and the
     native API, on 127.0.0.1 unless told otherwise."""
     import logging
@@ -192,6 +198,8 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     from memd.config import load_settings
     from memd.server.app import create_app
 
+    if log_file is not None and no_log_file:
+        raise InvalidInput("--log-file and --no-log-file contradict each other")
     opts = ctx.obj or {}
     settings = load_settings(opts.get("config"), data_dir=opts.get("data_dir"), host=host,
                              port=port, upstream_url=upstream_url,
@@ -218,7 +226,11 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
             running.close()
         raise InvalidInput(f"a memd daemon already serves {settings.data_dir} {where}: "
                            "stop it first, or give this one its own --data-dir")
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    if not logging.getLogger().handlers:  # else the program running memd set logging up
+        from memd.cli.service import LOG_FORMAT, log_handlers
+
+        logging.basicConfig(level=log_level.upper(), format=LOG_FORMAT,
+                            handlers=log_handlers(log_file, no_log_file=no_log_file))
     engine = memd.open(settings=settings)
     try:
         engine.check_servable()
@@ -254,8 +266,10 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _exit_cleanly)
     try:
+        # log_config=None: uvicorn's own lines (errors in requests among them) reach the
+        # handlers above, and so the log file, rather than a handler of uvicorn's.
         uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level,
-                    access_log=log_level == "debug")
+                    access_log=log_level == "debug", log_config=None)
     finally:
         remove_daemon_file(marker)
         engine.close()
