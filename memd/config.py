@@ -8,7 +8,8 @@ Environment: ``MEMD_DATA_DIR``, ``MEMD_CONFIG``, ``MEMD_DB`` (``sqlite`` or a pa
 name),
 ``MEMD_EMBEDDER_PATH`` (a local sentence-transformers directory), ``MEMD_USER`` (the
 default local user), ``MEMD_UPSTREAM_URL`` and ``MEMD_UPSTREAM_API_KEY`` (the model
-server the daemon forwards chats to).
+server the daemon forwards chats to), ``MEMD_SANITIZE`` (``off``, ``secrets`` or
+``secrets+pii``: what memd redacts before anything becomes a memory).
 """
 
 from __future__ import annotations
@@ -17,15 +18,19 @@ import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
 from memd.errors import InvalidInput
 
+if TYPE_CHECKING:
+    from memd.privacy import CustomPattern
+
 APP = "memd"
 MEMORY_PLACEMENTS = ("user", "before-user", "system")
 QUERY_PRECISIONS = ("int8", "float32")  # see memd.models.onnx_embedder
+SANITIZE_MODES = ("off", "secrets", "secrets+pii")  # see memd.privacy.Mode
 
 
 @dataclass(frozen=True)
@@ -157,6 +162,13 @@ class Settings:
     # USD per million tokens, [input, output], by model name ("*" for any other model);
     # usage rows get cost_microcents from it
     prices: dict[str, list[float]] = field(default_factory=dict)
+    # privacy (memd.privacy): what the sanitizer replaces with placeholders in everything
+    # memd derives from a message or stores as a memory ("off", "secrets" or
+    # "secrets+pii"); sanitize_patterns, a table of name = regex, adds rules of one's own;
+    # sanitizer names the registered implementation (entry points "memd.sanitizers")
+    sanitize: str = "secrets"
+    sanitize_patterns: tuple[CustomPattern, ...] = ()
+    sanitizer: str = "regex"
 
     @property
     def db_path(self) -> Path:
@@ -176,6 +188,7 @@ _ENV = {
     "MEMD_AUTH": "auth",
     "MEMD_QUERY_PRECISION": "query_precision",
     "MEMD_MEMORY_RECALL": "memory_recall",
+    "MEMD_SANITIZE": "sanitize",
 }
 
 
@@ -207,6 +220,19 @@ def _coerce(name: str, value: Any) -> Any:
     if name == "query_precision" and value not in QUERY_PRECISIONS:
         raise InvalidInput(f"query_precision must be one of {', '.join(QUERY_PRECISIONS)}, "
                            f"not {value!r}")
+    if name == "sanitize" and value not in SANITIZE_MODES:
+        raise InvalidInput(f"sanitize must be one of {', '.join(SANITIZE_MODES)}, "
+                           f"not {value!r}")
+    if name == "sanitize_patterns":
+        from memd.privacy import CustomPattern, RegexSanitizer, parse_patterns
+
+        patterns = (tuple(value) if isinstance(value, tuple | list)
+                    and all(isinstance(p, CustomPattern) for p in value)
+                    else parse_patterns(value))
+        RegexSanitizer("secrets", patterns)  # raises InvalidInput on a bad name or regex
+        return patterns
+    if name == "sanitizer" and not isinstance(value, str):
+        raise InvalidInput(f"sanitizer must be a name, not {value!r}")
     if name == "weights":
         if not isinstance(value, dict):
             raise InvalidInput("config: [weights] must be a table")

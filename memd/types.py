@@ -143,6 +143,9 @@ class NewMessage:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     latency_ms: int | None = None
+    # ``content`` with its secrets replaced by placeholders (memd.privacy), set by the
+    # engine when the sanitizer changed something; a client never sends it
+    sanitized: str | None = None
 
 
 @quick_init
@@ -172,6 +175,17 @@ class Message:
     is_pruned: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
     chain_hash: str | None = None  # hash of the session's messages up to this one
+    # ``content`` with its secrets replaced by placeholders (memd.privacy), None when the
+    # sanitizer found none: what everything derived from the message reads (safe_text)
+    sanitized: str | None = None
+
+    @property
+    def safe_text(self) -> str | None:
+        """The text anything derived from this message may use (memories, facts,
+        embeddings, full-text indexes, memory blocks, memd-built history): the sanitized
+        copy when there is one, else ``content``. ``content`` itself, the client's own
+        words, is what its owner reads back and what chain hashes cover."""
+        return self.content if self.sanitized is None else self.sanitized
 
     def to_openai(self) -> dict[str, Any]:
         """The message as an OpenAI ``ChatCompletionMessageParam`` dict, the caller's own:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -15,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -166,3 +168,17 @@ class FakeUpstream:
         if (body.get("stream_options") or {}).get("include_usage"):
             yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode()
         yield b"data: [DONE]\n\n"
+
+
+def wait_healthy(port: int, proc: subprocess.Popen[Any], timeout: float = 90) -> None:
+    """Wait until the ``memd serve`` process ``proc`` answers /health on ``port``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    raise AssertionError("the daemon did not start")

@@ -204,6 +204,12 @@ def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team)
         assert bob["call"] not in str(listed)
         call(c, "GET", "/v1/calls", "/v1/calls?user_id=bob", 403)
         call(posing, "GET", "/v1/calls", "/v1/calls", 403)
+        # background jobs: alice lists her own only, and cannot retry bob's
+        bob_job = team.engine.store.enqueue_job("access", {"hits": []}, "bob", time.time())
+        jobs = call(c, "GET", "/v1/jobs", "/v1/jobs", 200)["data"]
+        assert bob_job not in str(jobs) and {j["user_id"] for j in jobs} <= {"alice"}
+        call(c, "GET", "/v1/jobs", "/v1/jobs?user_id=bob", 403)
+        call(c, "POST", "/v1/jobs/{job_id}/retry", f"/v1/jobs/{bob_job}/retry", 404)
         # no user data behind these two; they must still work for alice
         call(c, "GET", "/v1/models", "/v1/models", 200)
         call(c, "POST", "/v1/embeddings", "/v1/embeddings", 200,

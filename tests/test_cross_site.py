@@ -145,12 +145,14 @@ def test_non_json_writes_to_every_route_write_nothing(
     mid = engine.add("The boat is moored at pier 4", "local").memory.id
     sid = engine.create_session("local").id
     engine.set_fact("local", "preference", "indentation", "tabs")
+    jid = engine.store.enqueue_job("access", {"hits": []}, "local", engine.now())
+    engine.store.fail_job(jid, "planted", None)  # dead: a retry would revive it
     before = rows(engine)
     assert before["memories"] and before["sessions"] and before["facts"]
     content_type, content = body
     for method, path in writing_routes(app):
         url = path.format(workspace="proj", memory_id=mid, session_id=sid,
-                          category="preference", key="indentation")
+                          category="preference", key="indentation", job_id=jid)
         for browser, status, kind in ((FROM_EVIL, 403, "cross_site_request"),
                                       ({}, 415, "unsupported_media_type")):
             resp = client.request(method, url, content=content,
@@ -158,6 +160,7 @@ def test_non_json_writes_to_every_route_write_nothing(
             assert resp.status_code == status, (method, url, resp.text)
             assert resp.json()["error"]["type"] == kind
     assert rows(engine) == before
+    assert [q.job.id for q in engine.store.list_jobs("dead")] == [jid]
     assert upstream.requests == []
 
 

@@ -41,6 +41,7 @@ PARTITIONS = (4, 4, 4)
 T0 = 1_780_000_000.0  # 2026-05-28: the history spans May, June and July 2026
 USERS = ("alice", "bob", "zoe")  # ids are ASCII; the text is not
 TEXT = "Grüße aus Zürich, 東京 and café ☕ — 🚀 naïve façade"
+TOKEN = "ghp_mSM9wCZ7Uw9xfogoEmvnEN5N1aE6PwZPf1Qh"
 
 
 class Clock:
@@ -67,7 +68,9 @@ def build(data_dir: Path, n_sessions: int, per_session: int, n_memories: int) ->
         sessions.append(s)
         msgs: list[dict[str, Any]] = []
         for j in range(per_session):
-            if j % 2 == 0:
+            if j % 8 == 0:  # a secret: the message's sanitized copy is copied too
+                msgs.append({"role": "user", "content": f"{i}-{j}: my token is {TOKEN}"})
+            elif j % 2 == 0:
                 msgs.append({"role": "user", "content": f"{i}-{j}: I use vim for {TEXT}"})
             elif j % 10 == 1:
                 msgs.append({"role": "assistant", "content": None, "tool_calls": [
@@ -228,7 +231,10 @@ def test_migrate_copies_everything_exactly(big_db: Path) -> None:
             sessions = s.list_sessions(user, limit=1000)
             assert sessions and d.list_sessions(user, limit=1000) == sessions
             for sess in sessions[:5]:
-                assert d.get_messages(user, sess.id) == s.get_messages(user, sess.id)
+                copied = d.get_messages(user, sess.id)
+                assert copied == s.get_messages(user, sess.id)
+                assert any(x.sanitized == f"{x.content.split(':')[0]}: my token is "
+                           "[API_KEY_1]" for x in copied if x.content)
                 if sess.system_prompt_hash:
                     assert (d.get_system_prompt(sess.system_prompt_hash)
                             == s.get_system_prompt(sess.system_prompt_hash))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servers import FakeUpstream, free_port, postgres_url, serve
+from servers import FakeUpstream, free_port, postgres_url, serve, wait_healthy
 
 pytestmark = pytest.mark.slow
 MEMD = [sys.executable, "-m", "memd.cli"]
@@ -101,19 +101,6 @@ def test_of_two_daemons_started_at_once_on_one_data_dir_one_serves(tmp_path: Pat
                 p.wait(timeout=30)
 
 
-def _wait_healthy(port: int, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.2)
-    raise AssertionError("daemon did not start")
-
-
 def test_sigterm_drains_a_stream_stores_the_turn_and_exits_0(tmp_path: Path) -> None:
     """What systemd and launchd send to stop a service: the stream in flight finishes,
     its turn is stored, the store is closed (no WAL left), daemon.json goes, status 0."""
@@ -127,7 +114,7 @@ def test_sigterm_drains_a_stream_stores_the_turn_and_exits_0(tmp_path: Path) -> 
                                  f"{up}/v1"], env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            _wait_healthy(port, proc)
+            wait_healthy(port, proc)
             body = {"model": "m", "stream": True,
                     "messages": [{"role": "user", "content": "count to three"}]}
             with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions",

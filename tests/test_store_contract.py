@@ -214,6 +214,26 @@ def test_tool_calls_and_metadata_round_trip(store: Store) -> None:
     assert second.tool_call_id == "c1" and second.name == "ls"
 
 
+def test_sanitized_copy_round_trips_and_is_what_the_keyword_index_holds(
+    store: Store,
+) -> None:
+    s = store.create_session(session())
+    secret = "token zq7vexmplwk9 for the deploy"
+    stored = store.append_messages("alice", s.id, [
+        NewMessage("user", secret, sanitized="token [API_KEY_1] for the deploy"),
+        NewMessage("user", "nothing to hide about the deploy"),
+    ], [1, 1], [None, None], 1.0)
+    assert stored[0].sanitized == "token [API_KEY_1] for the deploy"
+    first, second = store.get_messages("alice", s.id)
+    assert first.content == secret and first.sanitized == "token [API_KEY_1] for the deploy"
+    assert first.safe_text == first.sanitized
+    assert second.sanitized is None and second.safe_text == second.content
+    assert store.get_message("alice", first.id) == first
+    assert store.keyword_messages("alice", "zq7vexmplwk9", 5) == []
+    assert {m.id for m, _ in store.keyword_messages("alice", "deploy", 5)} == {
+        first.id, second.id}
+
+
 def test_compaction_marks_hide_messages_from_active(store: Store) -> None:
     s = store.create_session(session())
     msgs = store.append_messages("alice", s.id, [NewMessage("user", f"m{i}") for i in range(4)],
@@ -507,6 +527,40 @@ def test_jobs_lease_retry_and_dead(store: Store) -> None:
     store.fail_job(j, "dead now", retry_at=None)
     assert store.claim_jobs(now=1e9, limit=10) == []
     assert store.pending_jobs() == 0
+
+
+def test_jobs_listed_by_state_and_dead_ones_retried(store: Store) -> None:
+    a = store.enqueue_job("ingest", {"text": "x"}, "alice", now=10.0)
+    b = store.enqueue_job("access", {"hits": []}, "bob", now=11.0)
+    orphan = store.enqueue_job("embed", {}, None, now=12.0)
+    assert [q.job.id for q in store.list_jobs("pending")] == [a, b, orphan]
+    assert [q.job.id for q in store.list_jobs("pending", limit=1)] == [a]
+    (pending,) = store.list_jobs("pending", user_id="alice")
+    assert (pending.state, pending.job.kind, pending.job.attempts) == ("pending", "ingest", 0)
+    assert pending.updated_at == pending.job.created_at == 10.0
+    assert {j.id for j in store.claim_jobs(now=20.0, limit=2)} == {a, b}
+    store.fail_job(a, "RuntimeError: boom", retry_at=None)
+    store.fail_job(b, "KeyError: 'x'", retry_at=None)
+    (dead,) = store.list_jobs("dead", user_id="alice")
+    assert (dead.job.id, dead.state, dead.job.attempts, dead.job.last_error,
+            dead.job.user_id, dead.updated_at) == (a, "dead", 1, "RuntimeError: boom",
+                                                   "alice", 20.0)
+    assert [q.job.id for q in store.list_jobs("dead")] == [a, b]
+    assert [q.job.id for q in store.list_jobs("pending")] == [orphan]
+    got = store.get_job(a)
+    assert got is not None and got.state == "dead" and got.job.payload == {"text": "x"}
+    assert store.get_job("nope") is None
+    assert store.retry_dead_jobs(30.0, user_id="carol") == 0
+    assert store.retry_dead_jobs(30.0, job_id=orphan) == 0  # pending, not dead
+    assert store.retry_dead_jobs(30.0, user_id="alice", job_id=a) == 1
+    again = store.get_job(a)
+    assert again is not None and (again.state, again.job.attempts, again.updated_at) == (
+        "pending", 0, 30.0)
+    assert store.retry_dead_jobs(31.0) == 1  # bob's, the last dead one
+    assert store.list_jobs("dead") == [] and store.pending_jobs() == 3
+    assert {j.id for j in store.claim_jobs(now=31.0, limit=10)} == {a, b, orphan}
+    assert store.complete_job(a) is True
+    assert store.complete_job(a) is False  # done already: a second run sees it gone
 
 
 def test_embedding_cache(store: Store) -> None:

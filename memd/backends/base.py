@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -367,6 +368,16 @@ class AccountStore(Protocol):
     def workspace_members(self, workspace: str) -> list[str]: ...
 
 
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A job as the queue lists it: ``state`` is ``pending`` or ``dead``; ``updated_at``
+    is when it last changed (enqueued, claimed for an attempt, or retried)."""
+
+    job: Job
+    state: str
+    updated_at: float
+
+
 class JobQueue(Protocol):
     """The durable job queue."""
 
@@ -380,13 +391,31 @@ class JobQueue(Protocol):
         expires unless completed, so a crash loses nothing."""
         ...
 
-    def complete_job(self, job_id: str) -> None: ...
+    def complete_job(self, job_id: str) -> bool:
+        """Delete a done job; False when it was gone already (completed by an earlier
+        run of it, which a handler inside a transaction uses to apply its effect once)."""
+        ...
 
     def fail_job(self, job_id: str, error: str, retry_at: float | None) -> None:
         """Record a failure; ``retry_at=None`` parks the job as dead."""
         ...
 
     def pending_jobs(self) -> int: ...
+
+    def list_jobs(self, state: str, user_id: str | None = None,
+                  limit: int = 100) -> list[QueuedJob]:
+        """The jobs in ``state`` (``pending`` or ``dead``), oldest first; only
+        ``user_id``'s when given."""
+        ...
+
+    def get_job(self, job_id: str) -> QueuedJob | None: ...
+
+    def retry_dead_jobs(self, now: float, user_id: str | None = None,
+                        job_id: str | None = None) -> int:
+        """Put dead jobs (only ``user_id``'s, only ``job_id`` when given) back in the
+        queue, due now with no attempts made; returns how many. The last error stays
+        until the next run replaces it."""
+        ...
 
 
 class EmbeddingCache(Protocol):
@@ -406,5 +435,6 @@ class Store(Lifecycle, SessionStore, MessageStore, MemoryStore, FactStore, Forgo
 __all__ = [
     "KEYWORD_INDEX_CHARS", "AccessHit", "AccountStore", "CallStore", "EmbeddingCache",
     "FactStore", "ForgottenStore", "JobQueue", "Lifecycle", "MemoryStore", "MessageStore",
-    "SessionStore", "Store", "Vector", "access_totals", "compose_candidates", "keyword_part",
+    "QueuedJob", "SessionStore", "Store", "Vector", "access_totals", "compose_candidates",
+    "keyword_part",
 ]

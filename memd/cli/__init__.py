@@ -101,7 +101,7 @@ def settings_for(ctx: click.Context) -> Any:
 def store_place(settings: Any) -> tuple[bool, str]:
     """Whether the store is a SQLite file, and where it is, as told to a user (a
     PostgreSQL URL without its password)."""
-    from memd.migrate.target import redact_dsn
+    from memd.privacy.urls import redact_dsn
     from memd.registry import store_class, store_for
 
     if store_for(settings.db) is store_class("sqlite"):
@@ -118,7 +118,7 @@ def progressbar(label: str, total: int) -> Iterator[Callable[[int], None]]:
 
 
 # The commands, registered on ``main`` by importing their modules.
-from memd.cli import admin, daemon, memories, service, storage  # noqa: E402, F401
+from memd.cli import admin, daemon, jobs, memories, service, storage  # noqa: E402, F401
 
 
 def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> None:

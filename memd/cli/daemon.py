@@ -156,13 +156,19 @@ def status(ctx: click.Context) -> None:
         click.echo("store:     not created yet (the first write creates it)")
 
 
+# --upstream-url local: chats go to the helper model in-process, under this base URL.
+LOCAL_UPSTREAM = "local"
+LOCAL_UPSTREAM_URL = "http://local/v1"
+
+
 @main.command()
 @click.option("--host", default=None, help="Interface to listen on (default 127.0.0.1).")
 @click.option("--port", type=click.IntRange(0, 65535), default=None,
               help="Port (default 8765).")
 @click.option("--upstream-url", envvar="MEMD_UPSTREAM_URL",
               help="OpenAI-compatible base URL chats are forwarded to, e.g. "
-                   "http://127.0.0.1:8080/v1 (env MEMD_UPSTREAM_URL).")
+                   "http://127.0.0.1:8080/v1, or 'local': answer them with the bundled "
+                   "llama.cpp model, no model server needed (env MEMD_UPSTREAM_URL).")
 @click.option("--upstream-api-key", envvar="MEMD_UPSTREAM_API_KEY",
               help="API key for the upstream (env MEMD_UPSTREAM_API_KEY).")
 @click.option("--db", envvar="MEMD_DB",
@@ -196,6 +202,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
 
     import memd
     from memd.config import load_settings
+    from memd.privacy.urls import redact_url
     from memd.server.app import create_app
 
     if log_file is not None and no_log_file:
@@ -237,15 +244,26 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     except MemdError:
         engine.close()
         raise
-    app = create_app(engine, settings)
+    transport = None
+    if settings.upstream_url == LOCAL_UPSTREAM:
+        from dataclasses import replace
+
+        from memd.models.helper import load_helper
+        from memd.server.local_upstream import LocalUpstreamTransport
+
+        # No model server: the helper's llama.cpp model answers the chats in-process.
+        transport = LocalUpstreamTransport(load_helper("llama"))
+        settings = replace(settings, upstream_url=LOCAL_UPSTREAM_URL)
+    app = create_app(engine, settings, upstream_transport=transport)
     log = logging.getLogger("memd")
     log.info("memd %s listening on http://%s:%d/v1", memd.__version__, settings.host,
              settings.port)
     local, place = store_place(settings)
     log.info("store: %s %s; embedder: %s", "SQLite at" if local else "PostgreSQL,", place,
              engine.embedder.name)
-    log.info("upstream: %s", settings.upstream_url or "none (set --upstream-url to proxy "
-             "chats; the native API works without one)")
+    log.info("upstream: %s", redact_url(settings.upstream_url) if settings.upstream_url
+             else "none (set --upstream-url to proxy chats; the native API works without "
+             "one)")
     if settings.auth:
         log.info("auth: every request needs an API key (memd key create --user NAME)")
     elif not loopback:

@@ -159,7 +159,7 @@ def prepare_chat(
     history = [m for m in clean if m.get("role") not in SYSTEM_ROLES]
     if not history:
         raise InvalidInput("messages must contain at least one non-system message")
-    query = last_user_text(history, engine.settings.max_message_chars)
+    query = last_user_text(history, engine.settings.max_message_chars, engine.redact)
     # The query's vector is computed while the messages are hashed and stored (the model
     # releases the GIL); retrieval then finds it in the embedder's query cache.
     vector = SIDE.submit(engine.query_vector, query) if query else None
@@ -185,6 +185,7 @@ def prepare_chat(
             uid, session_id=session.id, messages=system, model=model,
             context_window=window.tokens, max_response_tokens=max_response_tokens,
             tool_tokens=tool_tokens(tools, None), use_session_prompt=False, query=query,
+            original_history=True,  # the client's own conversation, forwarded as sent
         )
         forward = plain = ctx.messages
         report = {"mode": "compiled", **ctx.report.to_dict()}

@@ -4,6 +4,17 @@ Jobs live in the store (a table), are claimed with a lease (a crashed worker's j
 back when the lease runs out) and are deleted when done. A failing job is retried with
 exponential backoff, then parked as dead with its error, never silently dropped.
 
+A job can run twice: its process may die after the job's effect committed but before
+the job was deleted, and its lease then runs out. So a job whose effect is not idempotent
+(``ingest``, ``access``) deletes itself in the transaction that applies the effect, and
+applies it only if that delete found the job: effect and completion commit together or
+not at all, and a second run (after a crash, or one whose lease ran out while it worked)
+finds the job gone, waiting on its row lock if need be, and does nothing. The write
+path's dedupe by content hash is not enough for ``ingest``: it finds only an active
+memory, so a re-run would count one more access to the memory the first run inserted,
+or write again the superseded copy a merge left; an ``access`` job would count its hits
+twice. ``embed_messages`` needs none of this: it writes the same vectors again.
+
 Kinds: ``embed_messages`` (vectors for new messages), ``ingest`` (a memory the inline
 extractor found, through the full write path) and ``access`` (retrieval statistics of
 a compiled context).
@@ -31,14 +42,15 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, wait
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from memd.auth import acting_as, current_actor
-from memd.backends.base import AccessHit, access_totals
+from memd.backends.base import AccessHit, QueuedJob, access_totals
 from memd.engine.retrieve import aside
 from memd.engine.validate import EMBED_CHARS, excerpt
 from memd.engine.write import MemoryDraft, ingest
-from memd.errors import MemdError
+from memd.errors import Conflict, InvalidInput, NotFound
 from memd.types import Job, Provenance, Scope, Tier
 
 if TYPE_CHECKING:
@@ -52,6 +64,7 @@ MAX_ATTEMPTS = 5
 BATCH = 64
 ACCESS_WINDOW = 1.0  # seconds a user's access statistics are gathered before their job
 ACCESS_HITS = 2000  # or this many hits, whichever comes first
+JOB_STATES = ("pending", "dead")
 
 
 class JobRunner:
@@ -163,24 +176,56 @@ class JobRunner:
                     if handler is None:
                         raise KeyError(f"unknown job kind {job.kind!r}")
                     handler(job)
-                except (MemdError, KeyError, ValueError, TypeError) as exc:
+                # Whatever a handler raises is that job's failure, recorded with it (and
+                # retried, then parked as dead), never the end of the worker: one bad
+                # job must not stop the others.
+                except Exception as exc:
                     retry = None
                     if job.attempts < MAX_ATTEMPTS:
                         retry = self.now() + 2.0 ** job.attempts
+                    log.warning("job %s (%s), attempt %d, failed%s: %s: %s", job.id,
+                                job.kind, job.attempts, "" if retry else "; parked as dead",
+                                type(exc).__name__, exc)
                     self.store.fail_job(job.id, f"{type(exc).__name__}: {exc}", retry)
                     continue
                 self.store.complete_job(job.id)
                 done += 1
         return done
 
+    def listed(self, state: str, user_id: str | None = None,
+               limit: int = 100) -> list[QueuedJob]:
+        """The jobs in ``state`` (``pending`` or ``dead``), oldest first; only
+        ``user_id``'s when given."""
+        if state not in JOB_STATES:
+            raise InvalidInput(f"state must be one of {', '.join(JOB_STATES)}, not {state!r}")
+        return self.store.list_jobs(state, user_id, limit)
+
+    def retry(self, job_id: str, user_id: str | None = None) -> QueuedJob:
+        """Put a dead job back in the queue, due now with its attempts reset. NotFound
+        for an unknown job (or, with ``user_id``, another user's); Conflict for a job that
+        is not dead."""
+        found = self.store.get_job(job_id)
+        if found is None or (user_id is not None and found.job.user_id != user_id):
+            raise NotFound(f"no job {job_id!r}")
+        now = self.now()
+        if found.state != "dead" or not self.store.retry_dead_jobs(now, job_id=job_id):
+            raise Conflict(f"job {job_id!r} is not dead: it is still in the queue")
+        return QueuedJob(job=replace(found.job, attempts=0, run_after=now), state="pending",
+                         updated_at=now)
+
+    def retry_all(self, user_id: str | None = None) -> int:
+        """Put every dead job (only ``user_id``'s when given) back in the queue."""
+        return self.store.retry_dead_jobs(self.now(), user_id=user_id)
+
     def _embed_messages(self, job: Job) -> None:
         assert job.user_id is not None
         store = self.store
+        # A message is embedded as everything derived reads it: its secrets replaced.
         msgs = [m for m in (store.get_message(job.user_id, i) for i in job.payload["ids"])
-                if m is not None and m.content]
+                if m is not None and m.safe_text]
         if msgs:
-            vecs = self.embedder.embed([excerpt(m.content or "", EMBED_CHARS)
-                                             for m in msgs])
+            vecs = self.embedder.embed([excerpt(m.safe_text or "", EMBED_CHARS)
+                                        for m in msgs])
             store.set_message_embeddings(job.user_id, list(zip([m.id for m in msgs], vecs,
                                                                strict=True)))
 
@@ -194,7 +239,12 @@ class JobRunner:
             tags=tuple(p.get("tags", ())), entities=tuple(p.get("entities", ())),
             fact_accepted=p.get("fact_accepted"),
         )
-        ingest(self.store, self.embedder, self.settings, draft, self.now())
+        # Embedded first, outside the transaction below, so that it does not hold the
+        # store while the model runs: ingest finds the vector in the embedding cache.
+        self.embedder.embed([draft.text])
+        with self.store.transaction():
+            if self.store.complete_job(job.id):  # run once: see the module docstring
+                ingest(self.store, self.embedder, self.settings, draft, self.now())
 
     def _access(self, job: Job) -> None:
         assert job.user_id is not None
@@ -202,4 +252,6 @@ class JobRunner:
         # gathered)
         hits: list[AccessHit] = [(str(mid), float(rel), int(n[0]) if n else 1)
                                  for mid, rel, *n in job.payload["hits"]]
-        self.store.record_access(job.user_id, hits, self.now())
+        with self.store.transaction():
+            if self.store.complete_job(job.id):  # run once: see the module docstring
+                self.store.record_access(job.user_id, hits, self.now())

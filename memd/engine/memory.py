@@ -24,6 +24,7 @@ from memd.engine.extract import extract, extract_entities
 from memd.engine.history import HistoryCache
 from memd.engine.inject import StableBlocks
 from memd.engine.jobs import JobRunner
+from memd.engine.privacy import SessionPlaceholders, make_sanitizer
 from memd.engine.retrieve import KINDS, search
 from memd.engine.sessions import SessionsMixin
 from memd.engine.write import (
@@ -87,6 +88,9 @@ class Memd(SessionsMixin):
         self.blocks = StableBlocks()  # each session's last memory block, for stable prompts
         self.chains = ChainCache()  # the last requests' chain hashes, for the next ones
         self.accounts = Accounts(store, self.now)  # users, keys, workspace members
+        # secrets never become memory (memd.engine.privacy); placeholders per session
+        self.sanitizer = make_sanitizer(self.settings)
+        self.placeholders = SessionPlaceholders()
 
     @classmethod
     def open(
@@ -133,6 +137,11 @@ class Memd(SessionsMixin):
     def _text(self, text: Any, what: str = "text") -> str:
         return v.normalize_text(text, self.settings.max_text_chars, what)
 
+    def _memory_text(self, text: Any, what: str = "text") -> str:
+        """A memory's or a fact's text as stored: checked, normalized, its secrets
+        replaced by placeholders (numbered afresh: it belongs to no session)."""
+        return self.redact(self._text(text, what))
+
     def shared_owners(self, user_id: str, workspace: str | None) -> list[tuple[str, MemoryFilter]]:
         """The other members of ``workspace`` when ``user_id`` is one, each with the
         filter of what they share: their global memories of that workspace. Membership
@@ -159,8 +168,9 @@ class Memd(SessionsMixin):
         metadata: Mapping[str, Any] | None = None, expires_at: float | None = None,
         entities: Iterable[str] | None = None,
     ) -> WriteResult:
-        """Store a memory through the full write path (dedup, merge, conflicts)."""
-        clean = self._text(text)
+        """Store a memory through the full write path (dedup, merge, conflicts); its
+        secrets are replaced by placeholders first."""
+        clean = self._memory_text(text)
         tier_ = v.check_tier(tier)
         scope_ = v.check_scope(scope)
         if scope_ == Scope.LOCAL and session_id is None:
@@ -217,7 +227,7 @@ class Memd(SessionsMixin):
         fields: dict[str, Any] = {"updated_at": self.now()}
         vector = None
         if "text" in changes:
-            text = self._text(changes["text"])
+            text = self._memory_text(changes["text"])
             fields.update(text=text, content_hash=content_hash(text),
                           token_count=count_text(text))
             vector = self.embedder.embed([text])[0]
@@ -398,7 +408,7 @@ class Memd(SessionsMixin):
         return upsert_fact(
             self.store, v.check_id(user_id, "user_id"),
             v.check_optional_id(workspace, "workspace"), category, key,
-            self._text(value, "value"),
+            self._memory_text(value, "value"),
             v.check_unit(confidence, "confidence"), v.check_unit(importance, "importance"),
             self.now(), is_correction=is_correction, source_message_id=source_message_id,
             metadata=dict(v.check_metadata(metadata)) if metadata else None,

@@ -77,9 +77,9 @@ def recall_candidates(
     used: set[str] = set()
     out: list[Candidate] = []
     for msg, total, parts in hits:
-        if (msg.id in used or msg.role not in _SPEAKERS or not (msg.content or "").strip()
+        if (msg.id in used or msg.role not in _SPEAKERS or not (msg.safe_text or "").strip()
                 or parts["similarity"] / weights.similarity < floor
-                or same_text(msg.content or "") in scope.known_texts
+                or same_text(msg.safe_text or "") in scope.known_texts
                 or msg.chain_hash in scope.sent_chains
                 or msg.session_id == scope.own_session):
             continue
@@ -89,7 +89,7 @@ def recall_candidates(
         if session is None or (session.workspace or "") not in scope.workspaces:
             continue
         other = neighbour(store, user_id, msg)
-        if other is not None and (same_text(other.content or "") in scope.known_texts
+        if other is not None and (same_text(other.safe_text or "") in scope.known_texts
                                   or other.chain_hash in scope.sent_chains):
             other = None
         used.add(msg.id)
@@ -124,13 +124,13 @@ def neighbour(store: Store, user_id: str, msg: Message) -> Message | None:
 
 def render(pair: Sequence[Message | None], hit: Message) -> str:
     """``[date] User: ... / Assistant: ...``: the hit in full excerpt, its neighbour
-    shorter."""
+    shorter, each in its sanitized text (a memory block holds no secret)."""
     day = time.strftime("%Y-%m-%d", time.gmtime(hit.created_at))
     lines = []
     for msg in pair:
         if msg is None:
             continue
         limit = RECALL_CHARS if msg.id == hit.id else NEIGHBOUR_CHARS
-        text = " ".join(v.excerpt((msg.content or "").strip(), limit).split())
+        text = " ".join(v.excerpt((msg.safe_text or "").strip(), limit).split())
         lines.append(f"{_SPEAKERS[msg.role]}: {text}")
     return f"[{day}] " + "\n".join(lines)

@@ -135,7 +135,7 @@ def keyword_messages(
     hits = store.keyword_messages(user_id, query, k, session_id)
     vecs: Sequence[np.ndarray | None] = [None] * len(hits)
     if embedder is not None and hits:
-        vecs = embedder.cached([m.content or "" for m, _ in hits])
+        vecs = embedder.cached([m.safe_text or "" for m, _ in hits])
     return [(m, rel, vec) for (m, rel), vec in zip(hits, vecs, strict=True)]
 
 
@@ -161,7 +161,7 @@ def score_messages(
     for msg, rel, vec in keyword_hits:
         found.setdefault(msg.id, msg)
         keyword[msg.id] = rel
-        if msg.id not in sims and msg.content and vec is not None:
+        if msg.id not in sims and msg.safe_text and vec is not None:
             sims[msg.id] = float(np.dot(qvec, vec))
     out = []
     for mid, msg in found.items():
@@ -241,7 +241,7 @@ def search(
             pending.result() if pending is not None else None,
         ):
             hits.append(Hit(
-                kind="message", id=msg.id, text=msg.content or "", score=total,
+                kind="message", id=msg.id, text=msg.safe_text or "", score=total,
                 breakdown=parts, session_id=msg.session_id, token_count=msg.token_count,
                 created_at=msg.created_at, metadata={**msg.metadata, "role": msg.role},
             ))

@@ -10,9 +10,9 @@ ingesting the extracted memories (which needs an embedding for dedup) are durabl
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 from memd.engine import validate as v
@@ -25,6 +25,7 @@ from memd.engine.compile import (
     history_budget_bound,
 )
 from memd.engine.extract import Extraction, extract
+from memd.engine.privacy import redacted
 from memd.engine.recall import RecallScope, recall_candidates, same_text
 from memd.engine.retrieve import ScoredMemory, aside, score_memories
 from memd.engine.templates import user_words
@@ -50,8 +51,10 @@ if TYPE_CHECKING:
     from memd.engine.history import HistoryCache
     from memd.engine.inject import StableBlocks
     from memd.engine.jobs import JobRunner
+    from memd.engine.privacy import SessionPlaceholders
     from memd.engine.write import FactResult
     from memd.models.embedder import CachedEmbedder
+    from memd.privacy import Sanitizer
 
 MAX_MESSAGES_PER_CALL = 1000
 MAX_WINDOW = 100_000_000  # tokens; far above any model, far below SQLite's int64
@@ -107,6 +110,8 @@ class SessionsMixin:
         jobs: JobRunner
         history: HistoryCache
         blocks: StableBlocks
+        sanitizer: Sanitizer
+        placeholders: SessionPlaceholders
 
         def now(self) -> float: ...
         def new_id(self) -> str: ...
@@ -170,6 +175,12 @@ class SessionsMixin:
         if isinstance(messages, Mapping | str) or not 1 <= len(messages) <= MAX_MESSAGES_PER_CALL:
             raise InvalidInput(f"messages must be a list of 1-{MAX_MESSAGES_PER_CALL} messages")
         news = [_message(m, self.settings.max_message_chars) for m in messages]
+        # The stored copy everything derived reads (memd.engine.privacy); placeholders
+        # are numbered per session, so the same key is the same placeholder throughout.
+        placeholders = self.placeholders.get(v.check_id(user_id, "user_id"),
+                                             v.check_id(session_id, "session_id"))
+        news = [replace(m, sanitized=redacted(self.sanitizer, m.content, placeholders))
+                for m in news]
         hashes = [
             hashlib.sha256(m.content.encode("utf-8")).hexdigest() if m.content else None
             for m in news
@@ -190,7 +201,7 @@ class SessionsMixin:
             for msg in stored:
                 if msg.role == "user" and msg.content:
                     self._extract_inline(session, msg, now)
-            embed_ids = [m.id for m in stored if m.content]
+            embed_ids = [m.id for m in stored if m.content]  # ids only: no text in jobs
             if embed_ids:
                 self.store.enqueue_job(
                     "embed_messages", {"ids": embed_ids}, session.user_id, now
@@ -198,8 +209,9 @@ class SessionsMixin:
         return stored
 
     def _extract_inline(self, session: Session, msg: Message, now: float) -> None:
-        # A huge message (pasted files) is read only in part: its head and its tail
-        text = v.excerpt(msg.content or "", self.settings.max_text_chars)
+        # A huge message (pasted files) is read only in part: its head and its tail;
+        # secrets replaced, so that none becomes a memory or a fact
+        text = v.excerpt(msg.safe_text or "", self.settings.max_text_chars)
         found = extract(user_words(text))  # a client's own text is not the user's
         if not found:
             return
@@ -254,18 +266,21 @@ class SessionsMixin:
         query: str | None = None, context_window: int | None = None,
         max_response_tokens: int | None = None, tool_tokens: int = 0,
         model: str | None = None, task_type: str | None = None,
-        use_session_prompt: bool = True,
+        use_session_prompt: bool = True, original_history: bool = False,
     ) -> Context:
         """Compile a token-budgeted OpenAI message list for the next call.
 
         History is the session's stored active messages (then ``messages``, if given,
         as not-yet-stored turns); the client's system messages come first, unchanged;
         memory is retrieved for ``query`` (default: the last user message). Its reads
-        share one unit of work (``Store.read_batch``)."""
+        share one unit of work (``Store.read_batch``). The stored history is given in
+        its sanitized text (memd.engine.privacy); ``original_history``: as the client
+        sent it (the proxy forwarding a client's own conversation to its model)."""
         with self.store.read_batch():
             return self._context(
                 user_id, session_id, messages, workspace, query, context_window,
                 max_response_tokens, tool_tokens, model, task_type, use_session_prompt,
+                original_history,
             )
 
     def memory_candidates(
@@ -324,8 +339,13 @@ class SessionsMixin:
 
     def query_vector(self, query: str) -> np.ndarray:
         """The vector of ``query`` as retrieval embeds it: its first and last
-        ``QUERY_EMBED_CHARS`` characters (from the embedder's query cache when seen)."""
-        return self.embedder.embed_query(v.excerpt(query, v.QUERY_EMBED_CHARS))
+        ``QUERY_EMBED_CHARS`` characters (from the embedder's query cache when seen),
+        its secrets replaced as in what it is compared with."""
+        return self.embedder.embed_query(v.excerpt(self.redact(query), v.QUERY_EMBED_CHARS))
+
+    def redact(self, text: str) -> str:
+        """``text`` with its secrets replaced by placeholders (numbered afresh)."""
+        return self.sanitizer.sanitize(text).text
 
     def record_used(self, user_id: str, used: Sequence[Candidate]) -> None:
         """Access statistics of the memories a call injected, written by a background
@@ -338,7 +358,7 @@ class SessionsMixin:
         self, user_id: str, session_id: str | None, messages: Sequence[Any] | None,
         workspace: str | None, query: str | None, context_window: int | None,
         max_response_tokens: int | None, tool_tokens: int, model: str | None,
-        task_type: str | None, use_session_prompt: bool,
+        task_type: str | None, use_session_prompt: bool, original_history: bool = False,
     ) -> Context:
         uid = v.check_id(user_id, "user_id")
         session = self.session(session_id, uid) if session_id else None
@@ -361,7 +381,7 @@ class SessionsMixin:
             else:
                 pending.append((i, new))
         if query is None:
-            query = _last_user_text(m for _, m in reversed(pending))
+            query = _last_user_text((m for _, m in reversed(pending)), self.redact)
         now = self.now()
         visible = self.visible_workspaces(ws)
         reserve = (max_response_tokens if max_response_tokens is not None
@@ -392,6 +412,9 @@ class SessionsMixin:
             # Past sessions' messages; this session's are the history (or its summary).
             mem_cands += self._recall(uid, query, scored, visible, now,
                                       own_session=session.id if session else None)
+        if not original_history:
+            stored = [m if m.sanitized is None else replace(m, content=m.sanitized)
+                      for m in stored]
         history = stored + [_transient(m, uid, session, len(stored) + i, model)
                             for i, m in pending]
         ctx = compile_context(CompileInput(
@@ -443,25 +466,32 @@ def _history_and_facts(
                 engine.store.get_facts(user_id, workspaces=tuple(visible)))
 
 
-def _last_user_text(newest_first: Iterable[NewMessage | Message]) -> str | None:
+def _last_user_text(newest_first: Iterable[NewMessage | Message],
+                    redact: Callable[[str], str] | None = None) -> str | None:
     """The user's own words in the newest user message that has any (see
     :mod:`memd.engine.templates`): a tool result or a file the client added is not what
     the user asked, so an agent's tool loop keeps the query of the user's last request.
-    A huge message is read in part (its head and tail), as extraction reads it."""
+    A huge message is read in part (its head and tail), as extraction reads it. A stored
+    message is read in its sanitized text; another one through ``redact``, before it is
+    cut (a secret cut in two is no longer recognized)."""
     for m in newest_first:
-        if m.role == "user" and m.content:
-            words = user_words(v.excerpt(m.content, 4 * v.QUERY_CHARS)).strip()
+        text = m.safe_text if isinstance(m, Message) else m.content
+        if m.role == "user" and text:
+            if redact is not None:
+                text = redact(text)
+            words = user_words(v.excerpt(text, 4 * v.QUERY_CHARS)).strip()
             if words:
                 return words
     return None
 
 
-def last_user_text(messages: Sequence[Any], max_chars: int) -> str | None:
+def last_user_text(messages: Sequence[Any], max_chars: int,
+                   redact: Callable[[str], str] | None = None) -> str | None:
     """The user's words in the last user message among OpenAI-style ``messages`` that
     has any (multimodal parts joined as they are stored), or None: what ``context`` would
-    take as the query once they are stored."""
+    take as the query once they are stored (its secrets replaced by ``redact``)."""
     text = _last_user_text(
-        m for m in (_message(raw, max_chars) for raw in reversed(messages))
+        (m for m in (_message(raw, max_chars) for raw in reversed(messages))), redact
     )
     return None if text is None else v.excerpt(text, v.QUERY_CHARS)
 

@@ -18,7 +18,8 @@ from memd.errors import Conflict, InvalidInput, MigrationError, StorageError
 from memd.migrate.canon import _canon_source, _Column, _columns, _row_digest, _to_pg, checksum
 from memd.migrate.source import _Source
 from memd.migrate.tables import TABLES, Table
-from memd.migrate.target import _Target, _translate, redact_dsn
+from memd.migrate.target import _Target, _translate
+from memd.privacy.urls import redact_dsn
 
 Progress = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
 """``progress(label, total)`` opens a bar; the callable it yields advances it by n."""

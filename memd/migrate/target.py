@@ -27,20 +27,6 @@ _DEFERRED_KEY = DEFERRED_INDEX_KEY
 _DEFER_MAX_RELATIONS = 2000  # tables and indexes of a partition tree
 
 
-def redact_dsn(dsn: str) -> str:
-    """``dbname on host:port`` for messages (never the password)."""
-    import psycopg
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        info = conninfo_to_dict(dsn)
-    except psycopg.Error:  # malformed: reported when it is used
-        return "PostgreSQL"
-    host = info.get("host") or "localhost"
-    port = f":{info['port']}" if info.get("port") else ""
-    return f"database {info.get('dbname') or info.get('user') or '?'} on {host}{port}"
-
-
 class _Target:
     def __init__(self, dsn: str) -> None:
         import psycopg

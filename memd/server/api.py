@@ -1,5 +1,5 @@
 """The native HTTP API: memories, search, context, sessions, messages, facts, calls,
-embeddings.
+background jobs, embeddings.
 
 Every route is a thin shell over the synchronous :class:`memd.engine.memory.Memd`: it
 resolves the acting user (``user_id`` in the body or query, else ``X-Memd-User``, else
@@ -15,11 +15,12 @@ import base64
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Path, Query, Request
 
+from memd.backends.base import QueuedJob
 from memd.engine import validate as v
 from memd.engine.write import FactResult, WriteResult
 from memd.errors import InvalidInput
@@ -331,6 +332,49 @@ def list_calls(
         since=_instant(since, "since"), until=_instant(until, "until"), limit=limit,
     )
     return {"object": "list", "data": calls}
+
+
+# -- jobs (the background queue) -------------------------------------------------------
+JobId = Path(description="A job's id.",
+             json_schema_extra={"pattern": v.ID_PATTERN, "maxLength": 128})
+
+
+def job_json(q: QueuedJob) -> dict[str, Any]:
+    j = q.job
+    return {"id": j.id, "kind": j.kind, "user_id": j.user_id, "state": q.state,
+            "attempts": j.attempts, "last_error": j.last_error, "created_at": j.created_at,
+            "updated_at": q.updated_at, "run_after": j.run_after}
+
+
+def _jobs_owner(request: Request, user_id: str | None) -> str | None:
+    """Whose jobs a request sees: the key's user with authentication; in local mode,
+    which trusts the caller, the user it names, else every job (the queue is the
+    daemon's, and some jobs belong to no user)."""
+    named = (user_id or request.headers.get("x-memd-user")
+             or getattr(request.state, "memd_user", None))
+    return user_of(request, user_id) if named else None
+
+
+@router.get("/v1/jobs", tags=["jobs"])
+def list_jobs(
+    request: Request, user_id: str | None = UserQuery,
+    state: Literal["pending", "dead"] = Query(
+        "pending", description="pending: queued or running; dead: failed every attempt "
+                               "and parked (retry them with POST /v1/jobs/{id}/retry)."),
+    limit: int = Query(100, ge=1, le=1000),
+) -> dict[str, Any]:
+    """The background jobs in a state, oldest first, each with its attempts and last
+    error: a job that failed every attempt stays here, dead, until retried."""
+    found = engine_of(request).jobs.listed(state, _jobs_owner(request, user_id), limit)
+    return {"object": "list", "data": [job_json(q) for q in found]}
+
+
+@router.post("/v1/jobs/{job_id}/retry", tags=["jobs"])
+def retry_job(request: Request, job_id: str = JobId,
+              user_id: str | None = UserQuery) -> dict[str, Any]:
+    """Put a dead job back in the queue, due now with its attempts reset (404 for an
+    unknown job or another user's, 409 for a job that is not dead)."""
+    return job_json(engine_of(request).jobs.retry(job_id, _jobs_owner(request, user_id)))
 
 
 # -- embeddings -----------------------------------------------------------------------

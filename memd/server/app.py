@@ -232,6 +232,12 @@ class JobWorker:
             except MemdError as exc:  # the store is unavailable: log, back off, retry
                 log.warning("job worker: %s", exc)
                 ran = 0
+            # A job's own failure is recorded with the job (JobRunner.run_due); anything
+            # else is a bug outside the handlers, which must not end the thread: the
+            # queue would stop for the daemon's lifetime with no one told but this log.
+            except Exception:
+                log.exception("job worker: unexpected error; retrying after a pause")
+                ran = 0
             if not ran:
                 self._stop.wait(self.interval)
 

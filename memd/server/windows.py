@@ -363,7 +363,10 @@ class WindowResolver:
 
     def _warn(self, question: str, key: tuple[str, str], exc: BaseException) -> None:
         """Log a failed probe: once at WARNING, again only at DEBUG."""
+        # An HTTP status error's text holds the URL, which may hold credentials.
         reason = (f"no answer within {self._timeout:g} s" if isinstance(exc, TimeoutError)
+                  else f"HTTP {exc.response.status_code}"
+                  if isinstance(exc, httpx.HTTPStatusError)
                   else f"{type(exc).__name__}: {exc}")
         if key in self._warned:
             log.debug("asking the upstream about %s failed again (%s)", question, reason)

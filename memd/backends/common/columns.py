@@ -13,7 +13,7 @@ MESSAGE_COLUMNS = (
     "message_id, session_id, user_id, turn_index, role, content, token_count, created_at, "
     "name, tool_calls, tool_call_id, content_hash, model_id, finish_reason, prompt_tokens, "
     "completion_tokens, latency_ms, is_compressed, compressed_summary_id, is_pruned, metadata, "
-    "chain_hash"
+    "chain_hash, sanitized"
 )
 SESSION_COLUMNS = (
     "session_id, user_id, workspace, created_at, updated_at, expires_at, status, model_id, "

@@ -89,7 +89,7 @@ def row_mappers(load: Callable[[Any], Any], strings: Callable[[Any], tuple[str, 
             content_hash=r[11], model=r[12], finish_reason=r[13], prompt_tokens=r[14],
             completion_tokens=r[15], latency_ms=r[16], is_compressed=r[17] == 1,
             compressed_summary_id=r[18], is_pruned=r[19] == 1, metadata=load(r[20]),
-            chain_hash=r[21],
+            chain_hash=r[21], sanitized=r[22],
         )
 
     def memory(r: Row) -> Memory:

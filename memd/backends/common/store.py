@@ -8,9 +8,11 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from memd.backends.base import QueuedJob
 from memd.backends.common.columns import (
     CALL_COLUMNS,
     FACT_COLUMNS,
+    JOB_COLUMNS,
     MEMORY_COLUMNS,
     MEMORY_ORDERS,
     MESSAGE_COLUMNS,
@@ -35,7 +37,7 @@ from memd.types import (
     Usage,
 )
 
-INSERT_MESSAGE = f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES ({marks('?', 22)})"
+INSERT_MESSAGE = f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES ({marks('?', 23)})"
 
 
 def new_messages(
@@ -53,7 +55,7 @@ def new_messages(
             tool_call_id=msg.tool_call_id, content_hash=chash, model=msg.model,
             finish_reason=msg.finish_reason, prompt_tokens=msg.prompt_tokens,
             completion_tokens=msg.completion_tokens, latency_ms=msg.latency_ms,
-            metadata=dict(msg.metadata), chain_hash=chain,
+            metadata=dict(msg.metadata), chain_hash=chain, sanitized=msg.sanitized,
         )
         for i, (msg, tokens, chash, chain) in enumerate(
             zip(messages, token_counts, content_hashes, chains, strict=True), start=1)
@@ -66,7 +68,7 @@ def message_params(m: Message, json: Callable[[Any], Any]) -> tuple[Any, ...]:
             m.created_at, m.name, json(m.tool_calls) if m.tool_calls is not None else None,
             m.tool_call_id, m.content_hash, m.model, m.finish_reason, m.prompt_tokens,
             m.completion_tokens, m.latency_ms, False, None, False, json(m.metadata),
-            m.chain_hash)
+            m.chain_hash, m.sanitized)
 
 
 class PortableStore(SqlMixin):
@@ -379,8 +381,8 @@ class PortableStore(SqlMixin):
              now if run_after is None else run_after, now))
         return job_id
 
-    def complete_job(self, job_id: str) -> None:
-        self._write(self._sql("DELETE FROM jobs WHERE job_id = ?"), (job_id,))
+    def complete_job(self, job_id: str) -> bool:
+        return self._write(self._sql("DELETE FROM jobs WHERE job_id = ?"), (job_id,)) > 0
 
     def fail_job(self, job_id: str, error: str, retry_at: float | None) -> None:
         if retry_at is None:
@@ -393,6 +395,37 @@ class PortableStore(SqlMixin):
 
     def pending_jobs(self) -> int:
         return int(self._rows("SELECT count(*) FROM jobs WHERE status = 'pending'")[0][0])
+
+    _QUEUED = (f"SELECT {JOB_COLUMNS}, status, coalesce(updated_at, created_at) "
+               "FROM jobs WHERE ")
+
+    def _queued(self, r: tuple[Any, ...]) -> QueuedJob:
+        return QueuedJob(job=self._map.job(r[:8]), state=r[8], updated_at=r[9])
+
+    def list_jobs(self, state: str, user_id: str | None = None,
+                  limit: int = 100) -> list[QueuedJob]:
+        where, params = "status = ?", [state]
+        if user_id is not None:
+            where, params = where + " AND user_id = ?", [*params, user_id]
+        rows = self._rows(self._sql(self._QUEUED + where
+                                    + " ORDER BY created_at, job_id LIMIT ?"),
+                          (*params, limit))
+        return [self._queued(r) for r in rows]
+
+    def get_job(self, job_id: str) -> QueuedJob | None:
+        rows = self._rows(self._sql(self._QUEUED + "job_id = ?"), (job_id,))
+        return self._queued(rows[0]) if rows else None
+
+    def retry_dead_jobs(self, now: float, user_id: str | None = None,
+                        job_id: str | None = None) -> int:
+        params: list[Any]
+        where, params = "status = 'dead'", [now, now]  # run_after, updated_at
+        for column, value in (("user_id", user_id), ("job_id", job_id)):
+            if value is not None:
+                where, params = f"{where} AND {column} = ?", [*params, value]
+        return self._write(self._sql(
+            "UPDATE jobs SET status = 'pending', attempts = 0, run_after = ?, "
+            f"lease_until = NULL, updated_at = ? WHERE {where}"), params)
 
     # -- embedding cache -------------------------------------------------------------
     def put_cached_embeddings(self, model: str, items: Sequence[tuple[str, bytes]]) -> None:

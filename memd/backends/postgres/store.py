@@ -41,9 +41,9 @@ class PostgresStore(PostgresMemories):
             "WITH due AS (SELECT job_id FROM jobs WHERE status = 'pending' "
             "AND run_after <= %s AND (lease_until IS NULL OR lease_until <= %s) "
             "ORDER BY run_after, created_at LIMIT %s FOR UPDATE SKIP LOCKED) "
-            "UPDATE jobs j SET lease_until = %s, attempts = j.attempts + 1 FROM due "
-            f"WHERE j.job_id = due.job_id RETURNING {JOB_RETURNING}",
-            (now, now, limit, now + lease_seconds),
+            "UPDATE jobs j SET lease_until = %s, attempts = j.attempts + 1, updated_at = %s "
+            f"FROM due WHERE j.job_id = due.job_id RETURNING {JOB_RETURNING}",
+            (now, now, limit, now + lease_seconds, now),
         )
         jobs = [MAP.job(r) for r in rows]
         return sorted(jobs, key=lambda j: (j.run_after, j.created_at, j.id))

@@ -38,11 +38,12 @@ class SQLiteMessages(SQLiteVectors):
                                chain_hashes, int(rows[0][0]), now)
             for m in out:
                 self._write(SQLITE.sql(INSERT_MESSAGE), message_params(m, to_json))
-                if m.content:
+                text = m.safe_text  # the index holds no secret (memd.privacy)
+                if text:
                     self._write(
                         "INSERT INTO messages_fts (rowid, content, session_id, message_id) "
                         "VALUES (last_insert_rowid(), ?, ?, ?)",
-                        (fts_text(user_id, keyword_part(m.content)), session_id, m.id),
+                        (fts_text(user_id, keyword_part(text)), session_id, m.id),
                     )
             self._write(
                 "UPDATE sessions SET turn_count = ?, updated_at = ? "

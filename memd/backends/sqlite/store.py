@@ -46,8 +46,9 @@ class SQLiteStore(SQLiteMemories):
                 (now, now, limit),
             )
             self._write_many(
-                "UPDATE jobs SET lease_until = ?, attempts = attempts + 1 WHERE job_id = ?",
-                [(now + lease_seconds, r[0]) for r in rows],
+                "UPDATE jobs SET lease_until = ?, attempts = attempts + 1, updated_at = ? "
+                "WHERE job_id = ?",
+                [(now + lease_seconds, now, r[0]) for r in rows],
             )
         return [MAP.job(r) for r in rows]
 
