@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 # Sessions whose placeholder maps are kept; past that the least recently used is
 # forgotten, and its values get new numbers if they come back.
 MAX_SESSIONS = 1024
+# Characters kept on each side of a cut when only part of a text is redacted: longer than
+# any secret the sanitizer finds whole (a 4096-bit RSA private key block is ~3,300).
+REDACT_MARGIN = 8_192
 
 
 def make_sanitizer(settings: Settings) -> Sanitizer:

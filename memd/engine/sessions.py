@@ -25,7 +25,7 @@ from memd.engine.compile import (
     history_budget_bound,
 )
 from memd.engine.extract import Extraction, extract
-from memd.engine.privacy import redacted
+from memd.engine.privacy import REDACT_MARGIN, redacted
 from memd.engine.recall import RecallScope, recall_candidates, same_text
 from memd.engine.retrieve import ScoredMemory, aside, score_memories
 from memd.engine.templates import user_words
@@ -474,12 +474,15 @@ def _last_user_text(newest_first: Iterable[NewMessage | Message],
     A huge message is read in part (its head and tail), as extraction reads it. A stored
     message is read in its sanitized text; another one through ``redact``, before it is
     cut (a secret cut in two is no longer recognized)."""
+    limit = 4 * v.QUERY_CHARS
     for m in newest_first:
         text = m.safe_text if isinstance(m, Message) else m.content
         if m.role == "user" and text:
-            if redact is not None:
-                text = redact(text)
-            words = user_words(v.excerpt(text, 4 * v.QUERY_CHARS)).strip()
+            if redact is not None and not isinstance(m, Message):
+                # Only the part read is redacted (a tool result can be megabytes), cut
+                # wider by a margin that holds any secret the final cut could split.
+                text = redact(v.excerpt(text, limit + 2 * REDACT_MARGIN))
+            words = user_words(v.excerpt(text, limit)).strip()
             if words:
                 return words
     return None
