@@ -11,7 +11,8 @@ evaluable questions of LongMemEval_S with the BM25 and dense baselines; MiniLM v
 cached by text in ``~/.cache/memd-bench/embeddings.sqlite``: hours cold, minutes warm) and
 ``mem0_compare`` (creates mem0's venv on its first run), ``bench_recall`` (the evidence in
 the memory block the model gets) and ``bench_query_precision`` (the int8 query model
-against the float one); the last four read LongMemEval_S from
+against the float one), ``bench_sanitizer`` (what redacting secrets adds to a turn); the
+four before it read LongMemEval_S from
 ``$MEMD_BENCH_LONGMEMEVAL`` (bench/README.md says where to get it). Each writes its JSON
 (and PNG plots) into ``--dir``; then ``all.json`` there holds the machine, every script's
 figures and the targets table: each benchmark target (bench/README.md) with what this run
@@ -54,6 +55,9 @@ RECALL_IN_BLOCK = 0.85
 RECALL_BELOW_SEARCH = 0.05
 #: The int8 query model may lose at most this much of the float model's recall_any@5.
 QUERY_RECALL_LOSS = 0.01
+#: The sanitizer's p99 per call: a 2 KB turn, a 100 KB tool result.
+SANITIZE_TURN_MS = 1.0
+SANITIZE_RESULT_MS = 10.0
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ BENCHES = (
     Bench("mem0", "mem0_compare", (), ("--quick",)),
     Bench("recall", "bench_recall", (), ("--quick",)),
     Bench("query_precision", "bench_query_precision", (), ("--quick",)),
+    Bench("sanitizer", "bench_sanitizer", (), ("--quick",)),
 )
 
 
@@ -210,10 +215,23 @@ def query_precision_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
                quick >= exact - QUERY_RECALL_LOSS)
 
 
+def sanitizer_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """What redacting secrets (and personal data) adds to storing a turn: one sanitize
+    call, p99, for a 2 KB turn and a 100 KB tool result (source code, a log)."""
+    for mode in ("secrets", "secrets+pii"):
+        for name, what, limit in (("prose_2kb", "2 KB turn", SANITIZE_TURN_MS),
+                                  ("code_100kb", "100 KB source file", SANITIZE_RESULT_MS),
+                                  ("log_100kb", "100 KB log", SANITIZE_RESULT_MS)):
+            p99 = r[mode][name]["p99_ms"]
+            yield _row(f"sanitizer ({mode}) p99 per call, {what} "
+                       f"({r[mode][name]['mb_per_s']} MB/s)", p99, f"<= {limit} ms",
+                       p99 <= limit)
+
+
 JUDGES: dict[str, Callable[[Mapping[str, Any]], Iterator[dict[str, Any]]]] = {
     "scale": scale_targets, "longmemeval": lme_targets, "mem0": mem0_targets,
     "proxy": proxy_targets, "recall": recall_targets,
-    "query_precision": query_precision_targets,
+    "query_precision": query_precision_targets, "sanitizer": sanitizer_targets,
 }
 
 
