@@ -132,6 +132,33 @@ def test_compiled_context_recalls_other_sessions_not_its_own(tmp_path: Path) -> 
         assert [i.section for i in other_user.report.items] == ["history"]
 
 
+def test_a_sessions_own_turn_beyond_the_historys_reach_is_recalled(tmp_path: Path) -> None:
+    """A long session compiled into a small window: its first turns no longer fit the
+    history, and what the user said there comes back through recall."""
+    import memd
+
+    filler = " ".join(f"Step {i}: the migration script renames column c{i}." for i in range(60))
+    with memd.open(tmp_path / "c", embedder="minilm-onnx") as engine:
+        s = engine.create_session("alice")
+        engine.append(s.id, "alice", [{"role": "user", "content": STATEMENT},
+                                      {"role": "assistant", "content": "Got it."}])
+        for _ in range(6):
+            engine.append(s.id, "alice", [{"role": "user", "content": filler},
+                                          {"role": "assistant", "content": "Done."}])
+        settle(engine)
+        ask = [{"role": "user", "content": "What is the staging host?"}]
+        small = engine.context("alice", session_id=s.id, messages=ask, context_window=4000,
+                               max_response_tokens=500)
+        kept = [str(m["content"]) for m in small.messages if m["role"] != "system"]
+        assert not any("staging.rocket.internal" in t for t in kept)  # cut from history
+        assert any(i.kind == "recall" for i in small.report.items)
+        memory = "\n".join(str(m["content"]) for m in small.messages if m["role"] == "system")
+        assert "staging.rocket.internal" in memory
+        whole = engine.context("alice", session_id=s.id, messages=ask,
+                               context_window=128_000)
+        assert not any(i.kind == "recall" for i in whole.report.items)  # in the history
+
+
 def test_recall_and_query_precision_are_settings(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     import memd
@@ -155,3 +182,23 @@ def test_recall_and_query_precision_are_settings(tmp_path: Path,
     monkeypatch.setenv("MEMD_MEMORY_RECALL", "maybe")
     with pytest.raises(InvalidInput, match="memory_recall must be true or false"):
         load_settings(data_dir=tmp_path / "s")
+
+
+def test_a_turn_that_fell_out_of_the_clients_window_is_recalled(
+    proxy: tuple[str, FakeUpstream, Memd],
+) -> None:
+    """A client with a short window drops a long conversation's first turns; what the
+    user said there still reaches the model when a later question needs it."""
+    base, upstream, engine = proxy
+    first = [{"role": "user", "content": STATEMENT}]
+    answer = chat(base, first).json()["choices"][0]["message"]
+    later = [{"role": "user", "content": "How long should sourdough bread proof?"},
+             {"role": "assistant", "content": "Four to six hours at room temperature."}]
+    chat(base, [*first, answer, *later])
+    settle(engine)
+    # The client keeps only its last turns: the statement is no longer in its request.
+    chat(base, [*later, {"role": "user", "content": "What is the staging host?"}])
+    sent = upstream.requests[-1]["messages"]
+    assert not any("staging.rocket.internal" in str(m["content"]) for m in sent[:-1])
+    block = block_of(upstream)
+    assert "staging.rocket.internal" in block and "User: Before I forget" in block

@@ -15,7 +15,8 @@ anyway:
 - messages of sessions outside the call's visible workspaces.
 
 A message of the call's own session that the client no longer sends (it fell out of the
-client's window) is recalled like any other. Each recalled message becomes one block
+client's window), or that a compiled context's history no longer reaches, is recalled like
+any other. Each recalled message becomes one block
 item: its date, who said it, a bounded excerpt (files and logs are stored whole), and
 the message that answered it or that it answered, so a question and its answer come
 together.
@@ -52,13 +53,13 @@ class RecallScope:
     """What a call's recall may not return: the chain hashes of the messages the client
     sent, the texts the memories among the candidates say already (as :func:`same_text`
     reads them), which workspaces' sessions it may read ("" for sessions outside any
-    workspace), and a session whose messages are all left out (a compiled context's own:
-    its history)."""
+    workspace), and the ids of the messages a compiled context's history may hold (its
+    session's turns beyond that reach are recalled like any other)."""
 
     sent_chains: frozenset[str]
     known_texts: frozenset[str]
     workspaces: tuple[str, ...]
-    own_session: str | None = None
+    history: frozenset[str] = frozenset()
 
 
 def recall_candidates(
@@ -80,8 +81,7 @@ def recall_candidates(
         if (msg.id in used or msg.role not in _SPEAKERS or not (msg.safe_text or "").strip()
                 or parts["similarity"] / weights.similarity < floor
                 or same_text(msg.safe_text or "") in scope.known_texts
-                or msg.chain_hash in scope.sent_chains
-                or msg.session_id == scope.own_session):
+                or msg.chain_hash in scope.sent_chains or msg.id in scope.history):
             continue
         if msg.session_id not in sessions:
             sessions[msg.session_id] = store.get_session(user_id, msg.session_id)
@@ -90,7 +90,8 @@ def recall_candidates(
             continue
         other = neighbour(store, user_id, msg)
         if other is not None and (same_text(other.safe_text or "") in scope.known_texts
-                                  or other.chain_hash in scope.sent_chains):
+                                  or other.chain_hash in scope.sent_chains
+                                  or other.id in scope.history):
             other = None
         used.add(msg.id)
         if other is not None:

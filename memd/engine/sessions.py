@@ -314,12 +314,12 @@ class SessionsMixin:
 
     def _recall(self, user_id: str, query: str, scored: Sequence[ScoredMemory],
                 visible: tuple[str, ...], now: float, *,
-                sent_chains: Iterable[str] = (), own_session: str | None = None,
+                sent_chains: Iterable[str] = (), history: Iterable[str] = (),
                 ) -> list[Candidate]:
         """Past messages for ``query`` (:mod:`memd.engine.recall`), except those the
         memories at hand say word for word."""
         known = frozenset(same_text(s.memory.text) for s in scored)
-        scope = RecallScope(frozenset(sent_chains), known, visible, own_session)
+        scope = RecallScope(frozenset(sent_chains), known, visible, frozenset(history))
         return recall_candidates(self.store, self.embedder, user_id, query,
                                  self.query_vector(query), self.settings.weights,
                                  self.settings.recall_min_similarity, now, scope,
@@ -409,9 +409,10 @@ class SessionsMixin:
             stored, all_facts = side.result()
         fact_cands, mem_cands = _candidates(all_facts, scored, self.settings.min_similarity)
         if query and self.settings.memory_recall:
-            # Past sessions' messages; this session's are the history (or its summary).
+            # Past messages, but for the history's own (this session's turns that fell
+            # out of the history's reach are recalled like any other).
             mem_cands += self._recall(uid, query, scored, visible, now,
-                                      own_session=session.id if session else None)
+                                      history=(m.id for m in stored))
         if not original_history:
             stored = [m if m.sanitized is None else replace(m, content=m.sanitized)
                       for m in stored]
