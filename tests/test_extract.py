@@ -176,6 +176,15 @@ def test_role_at_company_gives_role_and_employer() -> None:
          [("identity", "name", "Jordan"), ("preference", "language", "Python"),
           ("preference", "editor", "Jupyter")]),
         ("I like Python and Go", [("preference", "language", "Python and Go")]),
+        # a fact said in passing, inside a message about something else
+        ("Before I forget: I live in Rotterdam these days. Anyway, what about taxes?",
+         [("identity", "location", "Rotterdam")]),
+        ("Perfect, I'll try that tonight. Also, unrelated: I just moved to Edinburgh; "
+         "the boxes are everywhere.", [("identity", "location", "Edinburgh")]),
+        ("Does that rewrite history? (Side note: I'm allergic to shellfish.)",
+         [("constraint", "allergy", "shellfish")]),
+        ("On a side note, I prefer tabs over spaces.",
+         [("preference", "indentation", "tabs")]),
     ],
 )
 def test_several_facts_in_order(text: str, expected: list[tuple[str, str, str]]) -> None:
@@ -258,6 +267,8 @@ def test_from_now_on_instruction_is_a_correction() -> None:
         "Do you know my name is Alex?",
         "what editor should I use",
         "Can you remember that I prefer tabs?",
+        "Unrelated question: what is a monad?",
+        "Side note: the build is slow today.",
         "I prefer tabs, do you?",
         "I wonder if I prefer tabs",
         "If I prefer tabs, what then",

@@ -53,7 +53,11 @@ _LEAD = re.compile(
     r"(?:\s+that)?\b[\s,:;-]*"
     r"|(?:so|well|also|and|but|oh|ok|okay|hey|hi|hello|btw|by\s+the\s+way|fyi|for\s+the"
     r"\s+record|just\s+so\s+you\s+know|honestly|basically|yeah|yes|sure|anyway|ps|plus|then"
-    r"|hmm|um|uh|ah|one\s+more\s+thing|just)\b[\s,:;.!-]*",
+    r"|hmm|um|uh|ah|one\s+more\s+thing|just"
+    # asides: a fact said in passing, inside a message about something else
+    r"|before\s+i\s+forget|unrelated|totally\s+unrelated|(?:on\s+a\s+)?side\s+note"
+    r"|as\s+an\s+aside|random\s+thought|quick\s+(?:note|update)|fun\s+fact|for\s+context"
+    r"|not\s+that\s+it\s+matters|while\s+i\s+(?:remember|think\s+of\s+it))\b[\s,:;.!-]*",
     re.I,
 )
 _TRAILERS = (("from now on", "fnow"), ("going forward", "fnow"), ("in the future", "fnow"),
