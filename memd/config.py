@@ -9,7 +9,9 @@ name),
 ``MEMD_EMBEDDER_PATH`` (a local sentence-transformers directory), ``MEMD_USER`` (the
 default local user), ``MEMD_UPSTREAM_URL`` and ``MEMD_UPSTREAM_API_KEY`` (the model
 server the daemon forwards chats to), ``MEMD_SANITIZE`` (``off``, ``secrets`` or
-``secrets+pii``: what memd redacts before anything becomes a memory).
+``secrets+pii``: what memd redacts before anything becomes a memory),
+``MEMD_RETENTION_DAYS`` (days a session's messages are kept after its last one),
+``MEMD_HELPER`` and ``MEMD_HELPER_URL`` (the helper model LLM extraction asks).
 """
 
 from __future__ import annotations
@@ -49,6 +51,24 @@ class Weights:
     importance: float = 0.10
     entity: float = 0.05
     freshness_lambda: float = 0.005  # per hour: freshness halves in about 6 days
+
+
+@dataclass(frozen=True)
+class Maintenance:
+    """How often each scheduled sweep runs, in seconds (memd.engine.schedule); 0 turns
+    one off. ``tick`` is how often the daemon's job worker looks for due sweeps."""
+
+    tick: float = 60.0
+    expiry: float = 3600.0  # memories and sessions past their expires_at
+    promotion: float = 900.0
+    demotion: float = 6 * 3600.0
+    decay: float = 6 * 3600.0  # each run lowers an idle memory's importance once
+    prune: float = 6 * 3600.0
+    retention: float = 6 * 3600.0  # only with retention_days set
+    partitions: float = 24 * 3600.0  # PostgreSQL's monthly history partitions, ahead
+    # sweeps named for what is not built yet: they must stay 0
+    compaction: float = 0.0
+    consolidation: float = 0.0
 
 
 # Named weight sets (docs/design.md, "Retrieval score"). "default" is hybrid: cosine and
@@ -159,6 +179,19 @@ class Settings:
     # acts only as the key's user; on PostgreSQL, Row-Level Security binds each request
     auth: bool = False
     job_interval: float = 0.5  # seconds between background job polls
+    # LLM extraction beside the rules (memd.engine.extract.llm), a background job per
+    # user message: the helper model it asks ("off", "auto": the bundled llama.cpp model
+    # when installed, "llama", "openai" with helper_url and helper_model, or any
+    # registered name). Off unless asked for: every message then costs seconds of CPU.
+    helper: str = "off"
+    helper_url: str | None = None
+    helper_model: str | None = None
+    helper_api_key: str | None = None
+    # the scheduled sweeps' intervals, a [maintenance] table in the config file
+    maintenance: Maintenance = field(default_factory=Maintenance)
+    # retention: the messages of a session with no new message for this many days are
+    # deleted by a scheduled sweep (memories stay); 0 keeps them for ever
+    retention_days: float = 0.0
     # USD per million tokens, [input, output], by model name ("*" for any other model);
     # usage rows get cost_microcents from it
     prices: dict[str, list[float]] = field(default_factory=dict)
@@ -189,6 +222,9 @@ _ENV = {
     "MEMD_QUERY_PRECISION": "query_precision",
     "MEMD_MEMORY_RECALL": "memory_recall",
     "MEMD_SANITIZE": "sanitize",
+    "MEMD_HELPER": "helper",
+    "MEMD_HELPER_URL": "helper_url",
+    "MEMD_RETENTION_DAYS": "retention_days",
 }
 
 
@@ -231,17 +267,52 @@ def _coerce(name: str, value: Any) -> Any:
                     else parse_patterns(value))
         RegexSanitizer("secrets", patterns)  # raises InvalidInput on a bad name or regex
         return patterns
+    if name == "helper" and (not isinstance(value, str) or not value):
+        raise InvalidInput(f"helper must be off, auto or a helper's name, not {value!r}")
     if name == "sanitizer" and not isinstance(value, str):
         raise InvalidInput(f"sanitizer must be a name, not {value!r}")
+    if name == "maintenance":
+        return _maintenance(value)
+    if name == "retention_days":
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise InvalidInput(f"retention_days must be a number of days, not {value!r}")
+        try:
+            days = float(value)
+        except ValueError:
+            raise InvalidInput(f"retention_days must be a number of days, not {value!r}") from None
+        if not days >= 0:
+            raise InvalidInput("retention_days must be 0 (off) or more")
+        return days
     if name == "weights":
-        if not isinstance(value, dict):
-            raise InvalidInput("config: [weights] must be a table")
-        known = {f.name for f in fields(Weights)}
-        bad = set(value) - known
-        if bad:
-            raise InvalidInput(f"config: unknown weights {sorted(bad)}")
+        _check_table(value, Weights, "[weights]", "a table")
         return Weights(**{k: float(v) for k, v in value.items()})
     return value
+
+
+def _check_table(value: Any, cls: type, what: str, shape: str) -> None:
+    """``value`` is a TOML table whose keys are fields of the dataclass ``cls``."""
+    if not isinstance(value, dict):
+        raise InvalidInput(f"config: {what} must be {shape}")
+    bad = set(value) - {f.name for f in fields(cls)}
+    if bad:
+        raise InvalidInput(f"config: unknown {what} settings {sorted(bad)}")
+
+
+def _maintenance(value: Any) -> Maintenance:
+    if isinstance(value, Maintenance):
+        return value
+    _check_table(value, Maintenance, "[maintenance]", "a table of seconds")
+    out: dict[str, float] = {}
+    for k, v in value.items():
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
+            raise InvalidInput(f"config: [maintenance] {k} must be seconds, 0 or more")
+        out[k] = float(v)
+    if out.get("compaction") or out.get("consolidation"):
+        raise InvalidInput("config: [maintenance] compaction and consolidation are not "
+                           "built yet; leave them 0")
+    if out.get("tick") == 0:
+        raise InvalidInput("config: [maintenance] tick must be more than 0")
+    return Maintenance(**out)
 
 
 def load_settings(config: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:

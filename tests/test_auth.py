@@ -102,7 +102,7 @@ def test_every_request_needs_a_live_key(team: Team) -> None:
             if path == "/health":
                 continue
             url = path.replace("{memory_id}", "m").replace("{session_id}", "s").replace(
-                "{call_id}", "c")
+                "{call_id}", "c").replace("{user_id}", "u")
             resp = anon.request(method, url, json={})
             assert resp.status_code == 401, (method, path, resp.text)
             assert resp.json()["error"]["type"] == "authentication_error"
@@ -172,6 +172,12 @@ def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team)
         call(c, "GET", "/v1/sessions/{session_id}/messages", f"/v1/sessions/{s}/messages", 404)
         call(c, "POST", "/v1/sessions/{session_id}/messages", f"/v1/sessions/{s}/messages",
              404, json={"messages": [{"role": "user", "content": "planted"}]})
+        call(c, "DELETE", "/v1/sessions/{session_id}", f"/v1/sessions/{s}", 404)
+        call(c, "DELETE", "/v1/sessions/{session_id}", f"/v1/sessions/{s}?user_id=bob", 403)
+        call(posing, "DELETE", "/v1/sessions/{session_id}", f"/v1/sessions/{s}", 403)
+        # erasure: alice cannot erase bob
+        call(c, "DELETE", "/v1/users/{user_id}", "/v1/users/bob", 403)
+        call(posing, "DELETE", "/v1/users/{user_id}", "/v1/users/alice", 403)
         # facts
         no_trace(call(c, "GET", "/v1/facts", "/v1/facts", 200))
         call(c, "GET", "/v1/facts", "/v1/facts?user_id=bob", 403)
@@ -199,6 +205,8 @@ def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team)
         no_trace(team.upstream.requests[-1]["messages"][:-1])
         call(posing, "POST", "/v1/chat/completions", "/v1/chat/completions", 403, json=chat)
         call(c, "GET", "/v1/calls/{call_id}", f"/v1/calls/{bob['call']}", 404)
+        call(c, "DELETE", "/v1/calls/{call_id}", f"/v1/calls/{bob['call']}", 404)
+        call(c, "DELETE", "/v1/calls/{call_id}", f"/v1/calls/{bob['call']}?user_id=bob", 403)
         listed = call(c, "GET", "/v1/calls", "/v1/calls", 200)["data"]
         assert listed and {x["user_id"] for x in listed} == {"alice"}
         assert bob["call"] not in str(listed)
@@ -223,6 +231,13 @@ def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team)
         was.text, was.is_active, was.superseded_by, was.updated_at)
     assert len(team.engine.messages(bob["session"], "bob")) == before["messages"]
     assert team.engine.facts("bob") == before["facts"]
+    assert team.engine.call("bob", bob["call"])["id"] == bob["call"]
+    # a key's user erases itself: its data and its account (so its key) are gone
+    with team.http("alice") as c:
+        assert ok(c.delete("/v1/users/alice"))["rows"]["users"] == 1
+        assert c.get("/v1/memories").status_code == 401
+    assert team.engine.list("alice") == [] and team.engine.store.get_user("alice") is None
+    assert team.engine.get(bob["memory"], "bob").text == was.text
 
 
 def test_workspace_memories_are_shared_among_members_only(team: Team) -> None:

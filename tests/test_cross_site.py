@@ -147,12 +147,14 @@ def test_non_json_writes_to_every_route_write_nothing(
     engine.set_fact("local", "preference", "indentation", "tabs")
     jid = engine.store.enqueue_job("access", {"hits": []}, "local", engine.now())
     engine.store.fail_job(jid, "planted", None)  # dead: a retry would revive it
+    engine.store.record_call("c1", "local", sid, None, "m", engine.now(), {})
     before = rows(engine)
     assert before["memories"] and before["sessions"] and before["facts"]
     content_type, content = body
     for method, path in writing_routes(app):
         url = path.format(workspace="proj", memory_id=mid, session_id=sid,
-                          category="preference", key="indentation", job_id=jid)
+                          category="preference", key="indentation", job_id=jid,
+                          user_id="local", call_id="c1")
         for browser, status, kind in ((FROM_EVIL, 403, "cross_site_request"),
                                       ({}, 415, "unsupported_media_type")):
             resp = client.request(method, url, content=content,

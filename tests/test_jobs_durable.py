@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from click.testing import CliRunner
+from clock import Clock
 from fastapi.testclient import TestClient
 from servers import free_port, wait_healthy
 
@@ -28,13 +29,6 @@ from memd.types import Job, Provenance, Tier
 
 MEMD = [sys.executable, "-m", "memd.cli"]
 
-
-class Clock:
-    def __init__(self, t: float = 1_000_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @pytest.fixture

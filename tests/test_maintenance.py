@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from clock import Clock
 
 import memd
 from memd.engine import maintenance as mt
@@ -17,16 +18,10 @@ DAY = 24 * HOUR
 T0 = 1_700_000_000.0
 
 
-class Clock:
-    t = T0
-
-    def __call__(self) -> float:
-        return self.t
-
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(T0)
 
 
 @pytest.fixture

@@ -450,14 +450,16 @@ def test_read_batch_groups_reads_and_keeps_its_writes(store: Store) -> None:
 
 
 def test_delete_removes_every_derived_copy(store: Store) -> None:
+    from memd.models.embedder import text_hash  # the cache's key: the embedded text's
+
     m = store.insert_memory(memory("secret plan zebra", entities=("zebra",)), vec(0))
-    store.put_cached_embeddings("model", [(m.content_hash, vec(0).tobytes())])
+    store.put_cached_embeddings("model", [(text_hash(m.text), vec(0).tobytes())])
     assert store.delete_memory("alice", m.id)
     assert store.get_memory("alice", m.id) is None
     assert store.nearest_memories("alice", vec(0), 5, MemoryFilter()) == []
     assert store.keyword_memories("alice", "zebra", 5, MemoryFilter()) == []
     assert store.memories_by_entities("alice", ["zebra"], 5, MemoryFilter()) == []
-    assert store.get_cached_embeddings("model", [m.content_hash]) == {}
+    assert store.get_cached_embeddings("model", [text_hash(m.text)]) == {}
     assert not store.delete_memory("alice", m.id)
 
 
@@ -579,6 +581,64 @@ def test_sessions_expire_and_working_memory_clears(store: Store) -> None:
     assert store.expire_sessions(now=100.0) == 1
     assert store.delete_session_working_memory("alice", s.id) == 1
     assert [m.id for m in store.list_memories("alice", MemoryFilter())] == [keep.id]
+
+
+def test_an_append_moves_the_session_expiry_and_users_are_listed(store: Store) -> None:
+    s = store.create_session(session(expires_at=50.0))
+    store.create_session(session("bob"))
+    store.append_messages("alice", s.id, [NewMessage("user", "hi")], [1], [None], 40.0,
+                          expires_at=90.0)
+    assert store.get_session("alice", s.id).expires_at == 90.0  # type: ignore[union-attr]
+    store.append_messages("alice", s.id, [NewMessage("user", "again")], [1], [None], 41.0)
+    assert store.get_session("alice", s.id).expires_at == 90.0  # type: ignore[union-attr]
+    assert store.expire_sessions(now=60.0) == 0
+    assert store.session_users() == ["alice", "bob"]
+
+
+def test_retention_deletes_inactive_sessions_messages_and_their_index_rows(
+    store: Store,
+) -> None:
+    old, live = store.create_session(session()), store.create_session(session())
+    theirs = store.create_session(session("bob"))
+    gone = store.append_messages("alice", old.id, [NewMessage("user", "kubernetes rollout"),
+                                                   NewMessage("user", "pizza")],
+                                 [1, 1], [None, None], 10.0)
+    store.append_messages("alice", live.id, [NewMessage("user", "kubernetes again")], [1],
+                          [None], 10.0)
+    late = store.append_messages("alice", live.id, [NewMessage("user", "later")], [1],
+                                 [None], 30.0)
+    store.append_messages("bob", theirs.id, [NewMessage("user", "kubernetes bob")], [1],
+                          [None], 10.0)
+    store.set_message_embeddings("alice", [(gone[0].id, vec(0)), (late[0].id, vec(1))])
+    mem = store.insert_memory(memory("uses kubernetes"), vec(0))
+    assert store.delete_inactive_messages("alice", before=10.0) == (0, 0)
+    assert store.delete_inactive_messages("alice", before=20.0) == (2, 1)
+    assert store.get_messages("alice", old.id) == []
+    assert [m.content for m in store.get_messages("alice", live.id)] == [
+        "kubernetes again", "later"]
+    assert [m.content for m, _ in store.keyword_messages("alice", "kubernetes", 5)] == [
+        "kubernetes again"]
+    assert [m.id for m, _ in store.nearest_messages("alice", vec(0), 5)] == [late[0].id]
+    assert store.get_session("alice", old.id).history_version == 1  # type: ignore[union-attr]
+    assert len(store.get_messages("bob", theirs.id)) == 1
+    assert store.get_memory("alice", mem.id) is not None
+    assert store.delete_inactive_messages("alice", before=20.0) == (0, 0)
+
+
+def test_a_job_enqueued_once_per_id_and_rescheduled_by_its_claim(store: Store) -> None:
+    assert store.enqueue_job_once("schedule-x", "schedule", {"task": "x"}, None, now=10.0)
+    assert not store.enqueue_job_once("schedule-x", "schedule", {}, None, now=11.0)
+    assert store.pending_jobs() == 0  # a recurring job is the schedule, not work waiting
+    (claimed,) = store.claim_jobs(now=12.0, limit=5)
+    assert claimed.id == "schedule-x" and claimed.payload == {"task": "x"}
+    assert not store.reschedule_job("schedule-x", claimed.attempts + 1, 50.0, {}, 12.0)
+    assert store.reschedule_job("schedule-x", claimed.attempts, 50.0, {"task": "y"}, 12.0)
+    found = store.get_job("schedule-x")
+    assert found is not None and found.state == "pending"
+    assert (found.job.run_after, found.job.attempts, found.job.payload) == (
+        50.0, 0, {"task": "y"})
+    assert store.claim_jobs(now=49.0, limit=5) == []
+    assert store.ensure_history_partitions(12.0, months=1) >= 0
 
 
 # -- transactions ---------------------------------------------------------------------
@@ -853,6 +913,119 @@ def test_a_store_that_passes_the_row_security_check_serves_its_acting_user(
                                             knn_k=5, keyword_k=5)
         assert set(found) == {made.id} and found[made.id].keyword > 0
         assert store.get_session("alice", sess.id).turn_count == 1  # type: ignore[union-attr]
+
+
+# -- erasure -------------------------------------------------------------------------
+def _everything_of(store: Store, user: str, prompt: str) -> dict[str, str]:
+    """Give ``user`` a row in every table (the ids of some), for the erasure tests."""
+    store.create_user(user, user.title(), 1.0)
+    store.add_api_key(f"key-{user}", user, f"hash-{user}", "", 1.0)
+    store.add_workspace_member("team", user, 1.0)
+    store.register_system_prompt(f"p-{user}", prompt, 3)
+    store.register_system_prompt("p-shared", "A prompt both users' sessions use", 3)
+    s = store.create_session(session(user, system_prompt_hash=f"p-{user}"))
+    t = store.create_session(session(user, system_prompt_hash="p-shared"))
+    said = store.append_messages(user, s.id, [NewMessage("user", f"{user} said this")],
+                                 [3], [None], 2.0)
+    store.append_messages(user, t.id, [NewMessage("user", f"{user} kept this")], [3],
+                          [None], 2.0)
+    store.set_message_embeddings(user, [(said[0].id, vec(2))])
+    made = store.insert_memory(memory(f"{user} lives in Lisbon", user=user, session_id=s.id,
+                                      entities=("lisbon",)), vec(0))
+    kept = store.insert_memory(memory(f"{user} likes tea", user=user, entities=("tea",)),
+                               vec(1))
+    store.insert_fact(fact("Lisbon", user_id=user, source_message_id=said[0].id))
+    store.insert_fact(fact("tea", user_id=user, key="drink"))
+    store.add_forgotten(user, ["d1"], 3.0)
+    job = store.enqueue_job("ingest", {"session_id": s.id, "text": "x"}, user, 3.0)
+    store.fail_job(job, "planted", None)
+    store.enqueue_job("access", {"hits": []}, user, 3.0)
+    store.record_call(f"call-{user}", user, s.id, None, "m", 3.0, {})
+    store.record_call(f"call2-{user}", user, t.id, None, "m", 3.0, {})
+    store.record_usage(Usage(id=f"u-{user}", user_id=user, session_id=s.id, created_at=3.0))
+    store.put_cached_embeddings("m", [(f"h-{user}", b"\x01")])
+    return {"session": s.id, "kept_session": t.id, "memory": made.id, "kept": kept.id}
+
+
+def test_erase_user_removes_every_row_of_the_user_and_no_other(store: Store) -> None:
+    mine = _everything_of(store, "alice", "Alice's own prompt")
+    bobs = _everything_of(store, "bob", "Bob's own prompt")
+    counts = store.erase_user("alice", ["h-alice"])
+    assert counts["memories"] == 2 and counts["messages"] == 2 and counts["sessions"] == 2
+    assert (counts["facts"], counts["jobs"], counts["calls"], counts["usage_log"]) \
+        == (2, 2, 2, 1)
+    assert (counts["users"], counts["api_keys"], counts["workspace_members"]) == (1, 1, 1)
+    assert (counts["forgotten"], counts["memory_entities"], counts["embedding_cache"]) \
+        == (1, 2, 1)
+    assert counts["system_prompts"] == 1  # the shared one stays: bob's session uses it
+    store.scrub()
+    assert store.get_session("alice", mine["session"]) is None
+    assert store.list_sessions("alice") == [] and store.iter_memories("alice") is not None
+    assert list(store.iter_memories("alice")) == []
+    assert store.get_facts("alice", active_only=False) == []
+    assert store.forgotten("alice", ["d1"]) == set()
+    assert store.list_jobs("dead", "alice") == store.list_jobs("pending", "alice") == []
+    assert store.list_calls("alice") == [] and store.list_usage("alice") == []
+    assert store.get_user("alice") is None and store.list_api_keys("alice") == []
+    assert store.workspace_members("team") == ["bob"]
+    assert store.get_system_prompt("p-alice") is None
+    assert store.get_system_prompt("p-shared") is not None
+    assert store.get_cached_embeddings("m", ["h-alice", "h-bob"]) == {"h-bob": b"\x01"}
+    assert store.keyword_messages("alice", "said", 5) == []
+    assert store.nearest_memories("alice", vec(0), 5, MemoryFilter()) == []
+    # bob is untouched
+    assert len(list(store.iter_memories("bob"))) == 2 and len(store.list_sessions("bob")) == 2
+    assert [m.content for m, _ in store.keyword_messages("bob", "said", 5)] == ["bob said this"]
+    assert [m.id for m, _ in store.nearest_memories("bob", vec(0), 1, MemoryFilter())] \
+        == [bobs["memory"]]
+    assert len(store.get_facts("bob", active_only=False)) == 2
+    assert store.get_user("bob") is not None and store.get_system_prompt("p-bob")
+    assert len(store.list_calls("bob")) == 2 and len(store.list_usage("bob")) == 1
+    assert store.erase_user("alice") == {k: 0 for k in counts}  # nothing left
+
+
+def test_erase_session_removes_it_and_what_derives_from_it(store: Store) -> None:
+    mine = _everything_of(store, "alice", "Alice's own prompt")
+    _everything_of(store, "bob", "Bob's own prompt")
+    counts = store.erase_session("alice", mine["session"], ["h-alice"])
+    assert (counts["sessions"], counts["messages"], counts["memories"], counts["facts"]) \
+        == (1, 1, 1, 1)
+    assert (counts["jobs"], counts["calls"], counts["usage_log"]) == (1, 1, 1)
+    assert counts["system_prompts"] == 1 and counts["embedding_cache"] == 1
+    assert "users" not in counts and store.get_user("alice") is not None
+    assert store.get_session("alice", mine["session"]) is None
+    assert [s.id for s in store.list_sessions("alice")] == [mine["kept_session"]]
+    assert [m.id for m in store.iter_memories("alice")] == [mine["kept"]]
+    assert [f.value for f in store.get_facts("alice")] == ["tea"]
+    assert [c["id"] for c in store.list_calls("alice")] == ["call2-alice"]
+    assert store.list_jobs("dead", "alice") == []
+    assert len(store.list_jobs("pending", "alice")) == 1
+    assert [m.content for m, _ in store.keyword_messages("alice", "said kept", 5)] \
+        == ["alice kept this"]
+    assert store.nearest_messages("alice", vec(2), 5) == []
+    assert store.forgotten("alice", ["d1"]) == {"d1"}  # tombstones are the user's, kept
+    assert len(list(store.iter_memories("bob"))) == 2 and len(store.list_sessions("bob")) == 2
+
+
+def test_a_call_report_is_deleted_by_its_owner_only(store: Store) -> None:
+    record_calls(store)
+    assert not store.delete_call("bob", "c1")
+    assert store.delete_call("alice", "c1")
+    assert not store.delete_call("alice", "c1")
+    assert "c1" not in call_ids(store.list_calls("alice"))
+    assert call_ids(store.list_calls("bob")) == ["b1"]
+
+
+def test_forgetting_a_memory_drops_its_cached_embedding(store: Store) -> None:
+    """The cache is keyed by the hash of the exact text the embedder saw, capitals and
+    all (memd.models.embedder.text_hash)."""
+    from memd.models.embedder import text_hash
+
+    text = "Deploys go to Frankfurt on Mondays"
+    mem = store.insert_memory(memory(text), vec(0))
+    store.put_cached_embeddings("m", [(text_hash(text), b"\x01")])
+    assert store.delete_memory("alice", mem.id)
+    assert store.get_cached_embeddings("m", [text_hash(text)]) == {}
 
 
 # -- the suite's own coverage (keep last) -------------------------------------------------

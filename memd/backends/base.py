@@ -1,6 +1,6 @@
 """The Store protocol: everything the engine needs from a storage backend, one protocol
-per role (sessions, messages, memories, facts, calls and usage, accounts, jobs, the
-embedding cache) composed into :class:`Store`.
+per role (sessions, messages, memories, facts, calls and usage, accounts, jobs, erasure,
+the embedding cache) composed into :class:`Store`.
 
 A backend is one package that implements this protocol over a real database and returns
 the shared dataclasses of :mod:`memd.types`. It knows nothing of HTTP or models: vectors
@@ -99,6 +99,12 @@ class Lifecycle(Protocol):
         the row-level security policies); a store without row security checks nothing."""
         ...
 
+    def ensure_history_partitions(self, now: float, months: int = 3) -> int:
+        """Make the history's monthly partitions from ``now``'s month for ``months``
+        months where missing (PostgreSQL; a store without them makes none); returns how
+        many were made. Runs outside any transaction (scheduled: memd.engine.schedule)."""
+        ...
+
 
 class SessionStore(Protocol):
     """Sessions and their system prompts."""
@@ -128,6 +134,10 @@ class SessionStore(Protocol):
 
     def expire_sessions(self, now: float) -> int: ...
 
+    def session_users(self) -> list[str]:
+        """Every user id that owns at least one session (for sweeps)."""
+        ...
+
 
 class MessageStore(Protocol):
     """A session's messages: append-only, searchable by vector and keyword."""
@@ -135,10 +145,11 @@ class MessageStore(Protocol):
     def append_messages(
         self, user_id: str, session_id: str, messages: Sequence[NewMessage],
         token_counts: Sequence[int], content_hashes: Sequence[str | None], now: float,
-        chain_hashes: Sequence[str | None] | None = None,
+        chain_hashes: Sequence[str | None] | None = None, expires_at: float | None = None,
     ) -> list[Message]:
         """Append messages with the next turn indexes and bump the session counters,
-        atomically. Raises NotFound if the session is not this user's."""
+        atomically; ``expires_at``, when given, becomes the session's expiry (activity
+        keeps a session alive). Raises NotFound if the session is not this user's."""
         ...
 
     def find_chain(self, user_id: str, chain_hashes: Sequence[str]) -> list[Message]:
@@ -186,6 +197,12 @@ class MessageStore(Protocol):
         self, user_id: str, query: str, k: int, session_id: str | None = None
     ) -> list[tuple[Message, float]]:
         """Full-text matches; pairs of (message, relevance in [0, 1], higher is better)."""
+        ...
+
+    def delete_inactive_messages(self, user_id: str, before: float) -> tuple[int, int]:
+        """Delete every message, with its vector and full-text row, of the user's sessions
+        whose newest message is older than ``before`` (the retention sweep); the sessions
+        stay, their history_version raised. Returns (messages, sessions)."""
         ...
 
 
@@ -391,6 +408,22 @@ class JobQueue(Protocol):
         expires unless completed, so a crash loses nothing."""
         ...
 
+    def enqueue_job_once(
+        self, job_id: str, kind: str, payload: dict[str, Any], user_id: str | None,
+        now: float, run_after: float | None = None,
+    ) -> bool:
+        """Enqueue a job under a chosen id unless a job (pending or dead) holds it: False
+        then. Several daemons enqueueing the same scheduled work make one job."""
+        ...
+
+    def reschedule_job(self, job_id: str, attempts: int, run_after: float,
+                       payload: dict[str, Any], now: float) -> bool:
+        """Put a claimed job back in the queue, due at ``run_after`` with ``payload`` and
+        no attempts made, if it is still the claim that saw ``attempts`` (a later claim,
+        after the lease ran out, counts one more); False otherwise. A recurring job
+        settles each run this way instead of completing."""
+        ...
+
     def complete_job(self, job_id: str) -> bool:
         """Delete a done job; False when it was gone already (completed by an earlier
         run of it, which a handler inside a transaction uses to apply its effect once)."""
@@ -400,7 +433,10 @@ class JobQueue(Protocol):
         """Record a failure; ``retry_at=None`` parks the job as dead."""
         ...
 
-    def pending_jobs(self) -> int: ...
+    def pending_jobs(self) -> int:
+        """How many jobs wait to run, the schedule's recurring ones (kind ``schedule``,
+        which stay queued for good: memd.engine.schedule) aside."""
+        ...
 
     def list_jobs(self, state: str, user_id: str | None = None,
                   limit: int = 100) -> list[QueuedJob]:
@@ -418,6 +454,36 @@ class JobQueue(Protocol):
         ...
 
 
+class ErasureStore(Protocol):
+    """Erasure: a user, or one session, leaves no row behind (memd.backends.common.erase
+    lists what goes)."""
+
+    def erase_user(self, user_id: str, cached: Sequence[str] = ()) -> dict[str, int]:
+        """Delete every row of ``user_id`` in every table, its account included, the
+        system prompts only its sessions used, and the embedding cache's entries of
+        ``cached`` (the embedder's hashes of the user's texts), in one transaction;
+        the rows deleted by table. Under row-level security only the acting user."""
+        ...
+
+    def erase_session(self, user_id: str, session_id: str,
+                      cached: Sequence[str] = ()) -> dict[str, int]:
+        """Delete a session, its messages and what derives from them (memories made in
+        it or from its messages, facts its messages stated, its calls, usage and jobs),
+        its system prompt if no other session uses it, and the cache entries of
+        ``cached``, in one transaction; the rows deleted by table."""
+        ...
+
+    def delete_call(self, user_id: str, call_id: str) -> bool:
+        """Delete one of the user's call reports; False when there is none."""
+        ...
+
+    def scrub(self) -> None:
+        """Leave no deleted row readable in the store's files, as far as the store can
+        (SQLite: merge the full-text indexes, checkpoint and truncate the WAL, VACUUM;
+        PostgreSQL: nothing, VACUUM and the WAL are the DBA's). Outside a transaction."""
+        ...
+
+
 class EmbeddingCache(Protocol):
     """Embeddings by content hash (float32 bytes), per model."""
 
@@ -428,13 +494,13 @@ class EmbeddingCache(Protocol):
 
 @runtime_checkable
 class Store(Lifecycle, SessionStore, MessageStore, MemoryStore, FactStore, ForgottenStore,
-            CallStore, AccountStore, JobQueue, EmbeddingCache, Protocol):
+            CallStore, AccountStore, JobQueue, ErasureStore, EmbeddingCache, Protocol):
     """Storage for sessions, messages, memories, facts, entities, usage and jobs: every
     role above, over one database."""
 
 __all__ = [
     "KEYWORD_INDEX_CHARS", "AccessHit", "AccountStore", "CallStore", "EmbeddingCache",
-    "FactStore", "ForgottenStore", "JobQueue", "Lifecycle", "MemoryStore", "MessageStore",
-    "QueuedJob", "SessionStore", "Store", "Vector", "access_totals", "compose_candidates",
-    "keyword_part",
+    "ErasureStore", "FactStore", "ForgottenStore", "JobQueue", "Lifecycle", "MemoryStore",
+    "MessageStore", "QueuedJob", "SessionStore", "Store", "Vector", "access_totals",
+    "compose_candidates", "keyword_part",
 ]

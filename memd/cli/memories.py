@@ -1,4 +1,5 @@
-"""Memories and facts: ``memd add``, ``search``, ``list``, ``forget`` and ``facts``."""
+"""Memories and facts: ``memd add``, ``search``, ``list``, ``forget`` (a memory, a fact, a
+session or everything of a user) and ``facts``."""
 
 from __future__ import annotations
 
@@ -100,16 +101,28 @@ def search(ctx: click.Context, query: str, user_id: str, k: int, workspace: str 
               help="Forget a fact instead: every value it had, and the memories that "
                    "state it (see `memd facts`).")
 @click.option("--workspace", help="With --fact: only that workspace's fact.")
+@click.option("--session", "session_id", metavar="ID",
+              help="Erase a session instead: its messages and what derives from them.")
+@click.option("--all", "everything", is_flag=True,
+              help="Erase everything of the user given with --user: every row in every "
+                   "table, the account included (on SQLite the files are scrubbed too).")
+@click.option("--yes", is_flag=True, help="With --all: do not ask for confirmation.")
 @click.pass_context
 @handles_errors
 def forget(ctx: click.Context, memory_id: str | None, user_id: str | None,
-           fact: str | None, workspace: str | None) -> None:
+           fact: str | None, workspace: str | None, session_id: str | None,
+           everything: bool, yes: bool) -> None:
     """Delete a memory, every derived copy of it and the facts it stated; or, with
-    --fact, a fact."""
-    if (memory_id is None) == (fact is None):
-        raise click.UsageError("give a memory ID or --fact CATEGORY/KEY (one of them)")
+    --fact, a fact; with --session, a session; with --all --user U, everything of U."""
+    chosen = [memory_id is not None, fact is not None, session_id is not None, everything]
+    if sum(chosen) != 1:
+        raise click.UsageError("give one of: a memory ID, --fact CATEGORY/KEY, "
+                               "--session ID, --all --user USER")
     if fact is not None:
         _forget_fact(ctx, fact, user_id, workspace)
+        return
+    if session_id is not None or everything:
+        _erase(ctx, user_id, session_id, yes)
         return
     assert memory_id is not None
     daemon = daemon_for(ctx) if user_id else None
@@ -121,6 +134,36 @@ def forget(ctx: click.Context, memory_id: str | None, user_id: str | None,
     with open_engine(ctx) as m:  # by id alone: only the local store can look it up
         mem = m.forget(memory_id, user_id)
     click.echo(f"forgot {mem.id}")
+
+
+def _erase(ctx: click.Context, user_id: str | None, session_id: str | None,
+           yes: bool) -> None:
+    """``forget --all`` and ``forget --session``: through the daemon serving this data
+    dir when there is one in local mode (it drops what it keeps in memory too); else, and
+    always with authentication (an administrator on the host), on the store directly."""
+    if session_id is None:
+        if not user_id:
+            raise click.UsageError("--all needs --user USER (whose data to erase)")
+        if not yes:
+            click.confirm(f"Erase every row of user {user_id!r} (memories, messages, "
+                          "facts, sessions, calls, usage, jobs, account)? This cannot be "
+                          "undone", abort=True)
+    user = user_id or settings_for(ctx).default_user
+    daemon = None if settings_for(ctx).auth else daemon_for(ctx)
+    if daemon is not None:
+        from urllib.parse import quote
+
+        path = (f"/v1/users/{quote(user, safe='')}" if session_id is None
+                else f"/v1/sessions/{quote(session_id, safe='')}")
+        with daemon:
+            counts = daemon_call(daemon, "DELETE", path, params={"user_id": user}
+                                 if session_id is not None else None)["rows"]
+    else:
+        with open_engine(ctx) as m:
+            counts = (m.erase_user(user) if session_id is None
+                      else m.erase_session(user, session_id))
+    what = f"user {user}" if session_id is None else f"session {session_id}"
+    click.echo(f"erased {what}: " + ", ".join(f"{t} {n}" for t, n in counts.items() if n))
 
 
 def _forget_fact(ctx: click.Context, fact: str, user_id: str | None,

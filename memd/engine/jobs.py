@@ -16,8 +16,12 @@ or write again the superseded copy a merge left; an ``access`` job would count i
 twice. ``embed_messages`` needs none of this: it writes the same vectors again.
 
 Kinds: ``embed_messages`` (vectors for new messages), ``ingest`` (a memory the inline
-extractor found, through the full write path) and ``access`` (retrieval statistics of
-a compiled context).
+extractor found, through the full write path), ``llm_extract`` (the helper model's reading
+of a user message, :mod:`memd.engine.extract.llm`; its payload is the message's id, the
+text is read from the store) and ``access`` (retrieval statistics of
+a compiled context); ``schedule`` and ``sweep``, the scheduled maintenance
+(:mod:`memd.engine.schedule`). A handler that returns True has settled its job itself (a
+recurring job puts itself back in the queue): the runner does not delete it.
 
 A compile's access statistics (which memories went into its context) are gathered in
 memory, per user, and written as one ``access`` job per user at most every
@@ -40,6 +44,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, wait
 from dataclasses import replace
@@ -47,9 +52,28 @@ from typing import TYPE_CHECKING, Any
 
 from memd.auth import acting_as, current_actor
 from memd.backends.base import AccessHit, QueuedJob, access_totals
+from memd.engine.extract import extract
+from memd.engine.extract.llm import (
+    IMPORTANCE,
+    ExtractionFailed,
+    helper_from_settings,
+    llm_extract,
+    memory_text,
+    new_facts,
+)
 from memd.engine.retrieve import aside
+from memd.engine.schedule import Scheduler
+from memd.engine.templates import user_words
 from memd.engine.validate import EMBED_CHARS, excerpt
-from memd.engine.write import MemoryDraft, ingest
+from memd.engine.write import (
+    MemoryDraft,
+    fact_item,
+    fact_tag,
+    forgotten_digest,
+    ingest,
+    memory_item,
+    upsert_fact,
+)
 from memd.errors import Conflict, InvalidInput, NotFound
 from memd.types import Job, Provenance, Scope, Tier
 
@@ -57,10 +81,14 @@ if TYPE_CHECKING:
     from memd.backends.base import Store
     from memd.config import Settings
     from memd.models.embedder import CachedEmbedder
+    from memd.models.helper import HelperModel
 
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
+# A helper that failed a message twice in a job (it asks twice) will fail it again: the
+# job is parked after its second attempt, where the jobs list shows why.
+MAX_ATTEMPTS_BY_KIND = {"llm_extract": 2}
 BATCH = 64
 ACCESS_WINDOW = 1.0  # seconds a user's access statistics are gathered before their job
 ACCESS_HITS = 2000  # or this many hits, whichever comes first
@@ -85,11 +113,20 @@ class JobRunner:
         self._gathered_hits = 0
         self._gathered_since = time.monotonic()
         self.access_window = ACCESS_WINDOW
-        self.handlers: dict[str, Callable[[Job], None]] = {
+        # The helper model of LLM extraction: created from the settings on first use, or
+        # set by the caller (tests set a scripted one).
+        self.helper: HelperModel | None = None
+        # LLM extraction's outcomes in this process: "messages", "facts", "failed" and
+        # "rejected_<reason>" (ungrounded, category, confidence, key, malformed).
+        self.llm_counts: Counter[str] = Counter()
+        self.handlers: dict[str, Callable[[Job], bool | None]] = {
             "embed_messages": self._embed_messages,
             "ingest": self._ingest,
             "access": self._access,
+            "llm_extract": self._llm_extract,
         }
+        self.schedule = Scheduler(store, settings, now)
+        self.handlers.update(self.schedule.handlers())
 
     def enqueue_aside(self, kind: str, payload: dict[str, Any], user_id: str,
                       now: float) -> None:
@@ -175,20 +212,21 @@ class JobRunner:
                 try:
                     if handler is None:
                         raise KeyError(f"unknown job kind {job.kind!r}")
-                    handler(job)
+                    settled = handler(job)
                 # Whatever a handler raises is that job's failure, recorded with it (and
                 # retried, then parked as dead), never the end of the worker: one bad
                 # job must not stop the others.
                 except Exception as exc:
                     retry = None
-                    if job.attempts < MAX_ATTEMPTS:
+                    if job.attempts < MAX_ATTEMPTS_BY_KIND.get(job.kind, MAX_ATTEMPTS):
                         retry = self.now() + 2.0 ** job.attempts
                     log.warning("job %s (%s), attempt %d, failed%s: %s: %s", job.id,
                                 job.kind, job.attempts, "" if retry else "; parked as dead",
                                 type(exc).__name__, exc)
                     self.store.fail_job(job.id, f"{type(exc).__name__}: {exc}", retry)
                     continue
-                self.store.complete_job(job.id)
+                if settled is not True:
+                    self.store.complete_job(job.id)
                 done += 1
         return done
 
@@ -255,3 +293,63 @@ class JobRunner:
         with self.store.transaction():
             if self.store.complete_job(job.id):  # run once: see the module docstring
                 self.store.record_access(job.user_id, hits, self.now())
+
+    @property
+    def llm_enabled(self) -> bool:
+        """Whether user messages are also read by the helper model (``llm_extract``)."""
+        return self.helper is not None or self.settings.helper != "off"
+
+    def llm_helper(self) -> HelperModel | None:
+        """The helper LLM extraction asks, created from the settings on first use."""
+        if self.helper is None and self.settings.helper != "off":
+            self.helper = helper_from_settings(self.settings)
+        return self.helper
+
+    def _llm_extract(self, job: Job) -> None:
+        assert job.user_id is not None
+        store, uid = self.store, job.user_id
+        msg = store.get_message(uid, job.payload["message_id"])
+        session = store.get_session(uid, msg.session_id) if msg is not None else None
+        helper = self.llm_helper()
+        if msg is None or session is None or helper is None:  # gone since, or turned off
+            return
+        # The sanitized text only: a secret never reaches a model, nor a fact.
+        words = user_words(excerpt(msg.safe_text or "", self.settings.max_text_chars))
+        self.llm_counts["messages"] += 1
+        try:
+            outcome = llm_extract(helper, words)
+        except ExtractionFailed as exc:
+            self.llm_counts["failed"] += 1
+            self.llm_counts.update({f"rejected_{r}": n for r, n in exc.rejected.items()})
+            raise  # recorded with the job: the jobs list shows it, dead after a retry
+        self.llm_counts.update({f"rejected_{r}": n for r, n in outcome.rejected.items()})
+        if outcome.rejected:
+            log.warning("LLM extraction of message %s: rejected %s", msg.id,
+                        dict(outcome.rejected))
+        found = new_facts(outcome.facts, [ex.fact for ex in extract(words) if ex.fact])
+        if msg.content_hash is not None and found:  # what the user made memd forget
+            by_digest = {forgotten_digest(msg.content_hash, item): f for f in found
+                         for item in (fact_item(f.category, f.key, f.value),
+                                      memory_item(memory_text(f)))}
+            gone = {by_digest[d] for d in store.forgotten(uid, list(by_digest))}
+            found = [f for f in found if f not in gone]
+        self.embedder.embed([memory_text(f) for f in found])  # outside the transaction
+        now = self.now()
+        with store.transaction():
+            if not store.complete_job(job.id):  # run once: see the module docstring
+                return
+            for f in found:
+                result = upsert_fact(
+                    store, uid, session.workspace, f.category, f.key, f.value,
+                    f.confidence, IMPORTANCE, now, source_message_id=msg.id,
+                    metadata={"session_id": session.id, "extractor": "llm"})
+                accepted = (result.action == "updated"
+                            if result.action in ("updated", "rejected") else None)
+                ingest(store, self.embedder, self.settings, MemoryDraft(
+                    user_id=uid, text=memory_text(f), workspace=session.workspace,
+                    session_id=session.id, tier=Tier.SEMANTIC, scope=Scope.GLOBAL,
+                    provenance=Provenance.SYSTEM_INFERRED, provenance_message_id=msg.id,
+                    confidence=f.confidence, importance=IMPORTANCE,
+                    tags=("extracted", "llm", fact_tag(f.category, f.key)),
+                    fact_accepted=accepted), now)
+        self.llm_counts["facts"] += len(found)

@@ -1,5 +1,7 @@
-"""Deterministic maintenance: each sweep is a plain function of (store, now), so a
-scheduler calls :func:`run_all` on a timer and a test drives it with a fake clock.
+"""Deterministic maintenance: each sweep is a plain function of (store, now), so the
+scheduler (memd.engine.schedule) runs it as a durable job, one user at a time
+(``user_id``; None sweeps every user at once, as :func:`run_all` does), and a test
+drives it with a fake clock.
 
 Why each rule is what it is: docs/design.md, "Maintenance".
 
@@ -21,15 +23,20 @@ Why each rule is what it is: docs/design.md, "Maintenance".
   in 7 days whose importance is above 0.1.
 - :func:`prune_sweep`: delete (truly forget) memories with
   importance < 0.1 not accessed for 30 days.
+- :func:`retention_sweep`: delete the messages of sessions whose newest message is
+  older than ``retention_days`` (memories stay: they are what the user keeps).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
 from memd.backends.base import Store
 from memd.types import Memory, Provenance, Scope, SessionStatus, Tier
+
+log = logging.getLogger(__name__)
 
 HOUR = 3600.0
 DAY = 24 * HOUR
@@ -82,14 +89,15 @@ def end_session(store: Store, user_id: str, session_id: str, now: float) -> int:
     return removed
 
 
-def _active(store: Store) -> list[Memory]:
-    return [m for m in store.iter_memories() if m.is_active and m.superseded_by is None]
+def _active(store: Store, user_id: str | None) -> list[Memory]:
+    return [m for m in store.iter_memories(user_id)
+            if m.is_active and m.superseded_by is None]
 
 
-def promotion_sweep(store: Store, now: float) -> int:
+def promotion_sweep(store: Store, now: float, user_id: str | None = None) -> int:
     promoted = 0
     with store.transaction():
-        for m in _active(store):
+        for m in _active(store, user_id):
             for t in PROMOTIONS:
                 if m.tier != t.source or m.access_count < t.min_access:
                     continue
@@ -107,10 +115,10 @@ def promotion_sweep(store: Store, now: float) -> int:
     return promoted
 
 
-def demotion_sweep(store: Store, now: float) -> dict[str, int]:
+def demotion_sweep(store: Store, now: float, user_id: str | None = None) -> dict[str, int]:
     demoted = expired = 0
     with store.transaction():
-        for m in _active(store):
+        for m in _active(store, user_id):
             if m.tier < Tier.EPISODIC or now - m.created_at < EXEMPT_AGE:
                 continue
             if activity(m, now) >= ACTIVITY_FLOOR:
@@ -125,10 +133,11 @@ def demotion_sweep(store: Store, now: float) -> dict[str, int]:
     return {"demoted": demoted, "expired": expired}
 
 
-def decay_sweep(store: Store, now: float, rate: float = 0.05) -> int:
+def decay_sweep(store: Store, now: float, rate: float = 0.05,
+                user_id: str | None = None) -> int:
     decayed = 0
     with store.transaction():
-        for m in _active(store):
+        for m in _active(store, user_id):
             idle = now - (m.last_accessed_at or m.created_at)
             if idle > 7 * DAY and m.importance > 0.1:
                 store.update_memory(m.user_id, m.id, importance=max(m.importance - rate, 0.0),
@@ -137,15 +146,28 @@ def decay_sweep(store: Store, now: float, rate: float = 0.05) -> int:
     return decayed
 
 
-def prune_sweep(store: Store, now: float) -> int:
+def prune_sweep(store: Store, now: float, user_id: str | None = None) -> int:
     pruned = 0
     with store.transaction():
-        for m in list(store.iter_memories()):
+        for m in list(store.iter_memories(user_id)):
             idle = now - (m.last_accessed_at or m.created_at)
             if m.importance < 0.1 and idle > 30 * DAY:
                 store.delete_memory(m.user_id, m.id)
                 pruned += 1
     return pruned
+
+
+def retention_sweep(store: Store, now: float, days: float, user_id: str) -> dict[str, int]:
+    """Delete the messages (with their vectors and full-text rows) of ``user_id``'s
+    sessions whose newest message is more than ``days`` old; logs the counts, never any
+    content. ``days`` of 0 or less keeps everything."""
+    if days <= 0:
+        return {"messages": 0, "sessions": 0}
+    messages, sessions = store.delete_inactive_messages(user_id, now - days * DAY)
+    if messages or sessions:
+        log.info("retention: deleted %d messages of %d sessions inactive for %g days",
+                 messages, sessions, days)
+    return {"messages": messages, "sessions": sessions}
 
 
 def run_all(store: Store, now: float) -> dict[str, object]:

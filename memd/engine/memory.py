@@ -20,6 +20,7 @@ from memd.config import Settings, load_settings
 from memd.engine import validate as v
 from memd.engine.accounts import Accounts
 from memd.engine.chains import ChainCache
+from memd.engine.erase import ErasureMixin
 from memd.engine.extract import extract, extract_entities
 from memd.engine.history import HistoryCache
 from memd.engine.inject import StableBlocks
@@ -68,7 +69,7 @@ def _check_text_options(options: Mapping[str, Any], *names: str) -> None:
             v.check_chars(value, name)
 
 
-class Memd(SessionsMixin):
+class Memd(SessionsMixin, ErasureMixin):
     """A memory engine over one store. Thread-safe as far as its store is."""
 
     def __init__(

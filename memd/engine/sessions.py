@@ -25,6 +25,7 @@ from memd.engine.compile import (
     history_budget_bound,
 )
 from memd.engine.extract import Extraction, extract
+from memd.engine.extract.llm import worth_asking
 from memd.engine.privacy import REDACT_MARGIN, redacted
 from memd.engine.recall import RecallScope, recall_candidates, same_text
 from memd.engine.retrieve import ScoredMemory, aside, score_memories
@@ -195,8 +196,11 @@ class SessionsMixin:
                                            limit=1)
             chains = chain_hashes([_as_dict(m) for m in news],
                                   last[0].chain_hash if last else None)
+            # activity keeps the session alive: it expires session_ttl_hours after its
+            # last append, not after its start
             stored = self.store.append_messages(
-                session.user_id, session.id, news, counts, hashes, now, chains
+                session.user_id, session.id, news, counts, hashes, now, chains,
+                expires_at=now + self.settings.session_ttl_hours * 3600,
             )
             for msg in stored:
                 if msg.role == "user" and msg.content:
@@ -212,7 +216,13 @@ class SessionsMixin:
         # A huge message (pasted files) is read only in part: its head and its tail;
         # secrets replaced, so that none becomes a memory or a fact
         text = v.excerpt(msg.safe_text or "", self.settings.max_text_chars)
-        found = extract(user_words(text))  # a client's own text is not the user's
+        words = user_words(text)  # a client's own text is not the user's
+        found = extract(words)
+        if self.jobs.llm_enabled and worth_asking(words):
+            # The helper model reads it too, off the chat path; the job names the
+            # message, whose sanitized text the job reads from the store.
+            self.store.enqueue_job("llm_extract", {"message_id": msg.id},
+                                   session.user_id, now)
         if not found:
             return
         forgotten = self._forgotten_items(session.user_id, msg.content_hash, found)

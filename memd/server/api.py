@@ -1,5 +1,5 @@
 """The native HTTP API: memories, search, context, sessions, messages, facts, calls,
-background jobs, embeddings.
+background jobs, embeddings, erasure.
 
 Every route is a thin shell over the synchronous :class:`memd.engine.memory.Memd`: it
 resolves the acting user (``user_id`` in the body or query, else ``X-Memd-User``, else
@@ -44,6 +44,10 @@ MemoryId = Path(description="A memory's id.",
                 json_schema_extra={"pattern": v.ID_PATTERN, "maxLength": 128})
 SessionId = Path(description="A session's id.",
                  json_schema_extra={"pattern": v.ID_PATTERN, "maxLength": 128})
+CallId = Path(description="A call's id (the X-Memd-Call header of its response).",
+              json_schema_extra={"pattern": v.ID_PATTERN, "maxLength": 128})
+UserId = Path(description="A user's id (with authentication: the API key's own user).",
+              json_schema_extra={"pattern": v.ID_PATTERN, "maxLength": 128})
 
 
 # -- JSON shapes ----------------------------------------------------------------------
@@ -238,6 +242,16 @@ def list_messages(request: Request, session_id: str = SessionId,
     return {"messages": [message_json(m) for m in found]}
 
 
+@router.delete("/v1/sessions/{session_id}", tags=["sessions"])
+def delete_session(request: Request, session_id: str = SessionId,
+                   user_id: str | None = UserQuery) -> dict[str, Any]:
+    """Erase a session: its messages, the session, and what derives from them (memories
+    made in it or from its messages, facts its messages stated, its calls, usage and
+    jobs); ``rows`` counts what went, by table (404 for another user's session)."""
+    rows = engine_of(request).erase_session(user_of(request, user_id), session_id)
+    return {"deleted": session_id, "rows": rows}
+
+
 # -- facts ----------------------------------------------------------------------------
 @router.get("/v1/facts", tags=["facts"])
 def list_facts(
@@ -332,6 +346,25 @@ def list_calls(
         since=_instant(since, "since"), until=_instant(until, "until"), limit=limit,
     )
     return {"object": "list", "data": calls}
+
+
+@router.delete("/v1/calls/{call_id}", tags=["calls"])
+def delete_call(request: Request, call_id: str = CallId,
+                user_id: str | None = UserQuery) -> dict[str, Any]:
+    """Delete a call's report (404 for an unknown call or another user's)."""
+    engine_of(request).delete_call(user_of(request, user_id), call_id)
+    return {"deleted": call_id}
+
+
+# -- erasure --------------------------------------------------------------------------
+@router.delete("/v1/users/{user_id}", tags=["users"])
+def delete_user(request: Request, user_id: str = UserId) -> dict[str, Any]:
+    """Erase a user: every row of theirs in every table, their account included, and the
+    shared rows only their data used; on SQLite the files are scrubbed of it too. With
+    authentication only the API key's own user (another is a 403); ``rows`` counts what
+    went, by table (404 when the user has nothing)."""
+    rows = engine_of(request).erase_user(user_of(request, user_id))
+    return {"deleted": user_id, "rows": rows}
 
 
 # -- jobs (the background queue) -------------------------------------------------------

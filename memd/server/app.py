@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -210,11 +211,15 @@ class Guard:
 
 
 class JobWorker:
-    """Runs the engine's durable jobs in a background thread while the daemon is up."""
+    """Runs the engine's durable jobs in a background thread while the daemon is up, and
+    every ``tick`` seconds (from the start) lets the scheduler queue the sweeps that are
+    due (memd.engine.schedule)."""
 
-    def __init__(self, engine: Memd, interval: float) -> None:
+    def __init__(self, engine: Memd, interval: float, tick: float | None = None) -> None:
         self.engine = engine
         self.interval = interval
+        self.tick = engine.settings.maintenance.tick if tick is None else tick
+        self._next_tick = 0.0  # monotonic
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memd-jobs", daemon=True)
 
@@ -228,6 +233,9 @@ class JobWorker:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
+                if time.monotonic() >= self._next_tick:
+                    self._next_tick = time.monotonic() + self.tick
+                    self.engine.jobs.schedule.tick()
                 ran = self.engine.run_jobs(limit=256)
             except MemdError as exc:  # the store is unavailable: log, back off, retry
                 log.warning("job worker: %s", exc)

@@ -21,7 +21,7 @@ from memd.backends.common.columns import (
     USAGE_COLUMNS,
     marks,
 )
-from memd.backends.common.dialect import SqlMixin
+from memd.backends.common.erase import ErasureMixin
 from memd.backends.common.migrations import DEFERRED_INDEX_KEY
 from memd.backends.common.queries import calls_query
 from memd.backends.common.rows import RowMappers
@@ -71,8 +71,9 @@ def message_params(m: Message, json: Callable[[Any], Any]) -> tuple[Any, ...]:
             m.chain_hash, m.sanitized)
 
 
-class PortableStore(SqlMixin):
-    """Sessions, facts, calls, usage, jobs and the plain reads of messages and memories.
+class PortableStore(ErasureMixin):
+    """Sessions, facts, calls, usage, jobs, erasure and the plain reads of messages and
+    memories.
     ``_map`` holds the backend's row mappers, ``_json`` makes a JSON parameter,
     ``_memory_rows`` names what memories with their stats are read from.
 
@@ -171,6 +172,17 @@ class PortableStore(SqlMixin):
             "UPDATE sessions SET status = ?, updated_at = ? WHERE expires_at IS NOT NULL "
             "AND expires_at <= ? AND status <> ?"),
             (int(SessionStatus.EXPIRED), now, now, int(SessionStatus.EXPIRED)))
+
+    def session_users(self) -> list[str]:
+        return [r[0] for r in self._rows("SELECT DISTINCT user_id FROM sessions ORDER BY user_id")]
+
+    def _inactive_sessions(self, user_id: str, before: float) -> list[str]:
+        """The user's sessions with messages, the newest older than ``before``: judged by
+        the messages themselves, as a session's updated_at also moves when it expires."""
+        rows = self._rows(self._sql(
+            "SELECT session_id FROM messages WHERE user_id = ? GROUP BY session_id "
+            "HAVING max(created_at) < ? ORDER BY session_id"), (user_id, before))
+        return [str(r[0]) for r in rows]
 
     # -- messages --------------------------------------------------------------------
     def get_messages(
@@ -381,6 +393,25 @@ class PortableStore(SqlMixin):
              now if run_after is None else run_after, now))
         return job_id
 
+    def enqueue_job_once(
+        self, job_id: str, kind: str, payload: dict[str, Any], user_id: str | None,
+        now: float, run_after: float | None = None,
+    ) -> bool:
+        d = self._dialect
+        return self._write(d.sql(
+            f"{d.ignore_prefix} jobs (job_id, kind, user_id, payload, run_after, created_at) "
+            f"VALUES (?, ?, ?, ?, ?, ?){d.ignore_suffix}"),
+            (job_id, kind, user_id, self._json(payload),
+             now if run_after is None else run_after, now)) > 0
+
+    def reschedule_job(self, job_id: str, attempts: int, run_after: float,
+                       payload: dict[str, Any], now: float) -> bool:
+        return self._write(self._sql(
+            "UPDATE jobs SET run_after = ?, payload = ?, attempts = 0, lease_until = NULL, "
+            "last_error = NULL, updated_at = ? WHERE job_id = ? AND status = 'pending' "
+            "AND attempts = ?"),
+            (run_after, self._json(payload), now, job_id, attempts)) > 0
+
     def complete_job(self, job_id: str) -> bool:
         return self._write(self._sql("DELETE FROM jobs WHERE job_id = ?"), (job_id,)) > 0
 
@@ -394,7 +425,8 @@ class PortableStore(SqlMixin):
                         (error, retry_at, job_id))
 
     def pending_jobs(self) -> int:
-        return int(self._rows("SELECT count(*) FROM jobs WHERE status = 'pending'")[0][0])
+        return int(self._rows("SELECT count(*) FROM jobs WHERE status = 'pending' "
+                              "AND kind <> 'schedule'")[0][0])
 
     _QUEUED = (f"SELECT {JOB_COLUMNS}, status, coalesce(updated_at, created_at) "
                "FROM jobs WHERE ")

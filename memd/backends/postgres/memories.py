@@ -18,6 +18,7 @@ from memd.backends.postgres.messages import PostgresMessages
 from memd.backends.postgres.queries import MEMORY_TABLE_COLUMNS, STATS_COLUMNS, STATS_UPDATABLE
 from memd.backends.postgres.schema import Conn
 from memd.errors import NotFound
+from memd.models.embedder import text_hash
 from memd.types import Memory, MemoryFilter
 
 _INSERT_MEMORY = (f"INSERT INTO memories ({MEMORY_TABLE_COLUMNS}, embedding) "
@@ -103,7 +104,7 @@ class PostgresMemories(PostgresMessages):
         return MAP.memory(row)
 
     def _forget(self, conn: Conn, user_id: str, removed: Sequence[tuple[str, str]]) -> None:
-        """Remove what was derived from deleted memories, given (memory_id, content_hash)."""
+        """Remove what was derived from deleted memories, given (memory_id, text)."""
         if not removed:
             return
         ids = [r[0] for r in removed]
@@ -113,9 +114,9 @@ class PostgresMemories(PostgresMessages):
                     sql.Identifier(table)),
                 (user_id, ids),
             )
-        conn.execute(
-            "DELETE FROM embedding_cache WHERE content_hash = ANY(%s)", ([r[1] for r in removed],)
-        )
+        # keyed as the embedder keys it: the exact text (content_hash is lower case)
+        conn.execute("DELETE FROM embedding_cache WHERE content_hash = ANY(%s)",
+                     ([text_hash(r[1]) for r in removed],))
         conn.execute(
             "UPDATE memories SET superseded_by = NULL WHERE user_id = %s "
             "AND superseded_by = ANY(%s)",
@@ -128,7 +129,7 @@ class PostgresMemories(PostgresMessages):
         with self._txn() as conn:
             removed = conn.execute(
                 f"DELETE FROM memories WHERE user_id = %s AND {where} "
-                "RETURNING memory_id, content_hash",
+                "RETURNING memory_id, content_text",
                 (user_id, *params),
             ).fetchall()
             self._forget(conn, user_id, removed)

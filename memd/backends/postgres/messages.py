@@ -23,7 +23,7 @@ class PostgresMessages(PostgresVectors):
     def append_messages(
         self, user_id: str, session_id: str, messages: Sequence[NewMessage],
         token_counts: Sequence[int], content_hashes: Sequence[str | None], now: float,
-        chain_hashes: Sequence[str | None] | None = None,
+        chain_hashes: Sequence[str | None] | None = None, expires_at: float | None = None,
     ) -> list[Message]:
         # No savepoint: nothing here raises an error a caller goes on from (the row lock
         # keeps the turns unique; NotFound comes before any write).
@@ -31,9 +31,10 @@ class PostgresMessages(PostgresVectors):
             # The session's row lock: concurrent appends to one session take turns, so
             # turns stay unique. Taken by the update itself, which returns the new count.
             row = conn.execute(
-                "UPDATE sessions SET turn_count = turn_count + %s, updated_at = %s "
+                "UPDATE sessions SET turn_count = turn_count + %s, updated_at = %s, "
+                "expires_at = coalesce(%s, expires_at) "
                 "WHERE user_id = %s AND session_id = %s RETURNING turn_count",
-                (len(messages), now, user_id, session_id),
+                (len(messages), now, expires_at, user_id, session_id),
             ).fetchone()
             if row is None:
                 raise NotFound(f"no session {session_id!r} for user {user_id!r}")

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from memd.auth import current_actor
 from memd.backends.common.columns import USAGE_COLUMNS
 from memd.backends.postgres.connection import MAP
 from memd.backends.postgres.memories import PostgresMemories
 from memd.backends.postgres.queries import JOB_RETURNING
+from memd.backends.postgres.upkeep import PostgresUpkeep
 from memd.config import Settings
 from memd.types import Job, Usage
 
 
-class PostgresStore(PostgresMemories):
+class PostgresStore(PostgresUpkeep, PostgresMemories):
     """The Store protocol over one PostgreSQL database (pgvector and pg_trgm required).
 
     ``partitions`` are the hash partition counts of (sessions, memories, history) used when
@@ -29,6 +31,26 @@ class PostgresStore(PostgresMemories):
     @classmethod
     def from_settings(cls, settings: Settings, dim: int) -> PostgresStore:
         return cls(settings.db, dim=dim, partitions=settings.pg_partitions)
+
+    _json_text = "{column} ->> '{key}'"
+    _memory_side_tables = ("memory_stats",)
+
+    def _erase_shared(self, user_id: str, prompts: Sequence[str], cached: Sequence[str],
+                      *, account: bool) -> dict[str, int]:
+        """Through memd_erase_shared (sql/postgres/017_erase.sql): the acting user may not
+        touch these rows under row-level security, and sees no other user's sessions,
+        which decide whether a system prompt is still used."""
+        with self._txn() as conn:
+            if current_actor() is None:  # the owner: the function erases memd.user_id
+                conn.execute("SELECT set_config('memd.user_id', %s, true)", (user_id,))
+            rows = conn.execute("SELECT tbl, n FROM memd_erase_shared(%s, %s, %s, %s)",
+                                (user_id, list(prompts), list(cached), account)).fetchall()
+        return {str(t): int(n) for t, n in rows}
+
+    def scrub(self) -> None:
+        """Nothing memd can do: a deleted row's bytes stay in the table's and its indexes'
+        pages until VACUUM reuses them, and in the WAL and its archives; README's
+        "Erasing data" says what a DBA does about them."""
 
     def list_usage(self, user_id: str, limit: int = 100) -> list[Usage]:
         rows = self._rows(f"SELECT {USAGE_COLUMNS} FROM usage_log WHERE user_id = %s "

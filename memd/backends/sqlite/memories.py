@@ -22,6 +22,7 @@ from memd.backends.sqlite.fulltext import (
 )
 from memd.backends.sqlite.messages import SQLiteMessages
 from memd.errors import NotFound
+from memd.models.embedder import text_hash
 from memd.types import Memory, MemoryFilter
 
 _INSERT_MEMORY = f"INSERT INTO memories ({MEMORY_COLUMNS}) VALUES ({marks('?', 25)})"
@@ -65,18 +66,20 @@ class SQLiteMemories(SQLiteMessages):
     def delete_memory(self, user_id: str, memory_id: str) -> bool:
         with self.transaction():
             rows = self._rows(
-                "SELECT rowid, content_hash FROM memories WHERE user_id = ? AND memory_id = ?",
+                "SELECT rowid, content_text FROM memories WHERE user_id = ? AND memory_id = ?",
                 (user_id, memory_id),
             )
             if not rows:
                 return False
-            rowid, chash = rows[0]
+            rowid, text = rows[0]
             self._write("DELETE FROM memories_fts WHERE rowid = ?", (rowid,))
             self._write("DELETE FROM memory_vec WHERE memory_id = ?", (memory_id,))
             if user_id in self._vectors:
                 self._vectors[user_id].remove(memory_id)
             self._write("DELETE FROM memory_entities WHERE memory_id = ?", (memory_id,))
-            self._write("DELETE FROM embedding_cache WHERE content_hash = ?", (chash,))
+            # keyed as the embedder keys it: the exact text (content_hash is lower case)
+            self._write("DELETE FROM embedding_cache WHERE content_hash = ?",
+                        (text_hash(text),))
             self._write("UPDATE memories SET superseded_by = NULL WHERE superseded_by = ?",
                         (memory_id,))
             self._write("DELETE FROM memories WHERE rowid = ?", (rowid,))

@@ -25,7 +25,7 @@ class SQLiteMessages(SQLiteVectors):
     def append_messages(
         self, user_id: str, session_id: str, messages: Sequence[NewMessage],
         token_counts: Sequence[int], content_hashes: Sequence[str | None], now: float,
-        chain_hashes: Sequence[str | None] | None = None,
+        chain_hashes: Sequence[str | None] | None = None, expires_at: float | None = None,
     ) -> list[Message]:
         with self.transaction():
             rows = self._rows(
@@ -46,9 +46,9 @@ class SQLiteMessages(SQLiteVectors):
                         (fts_text(user_id, keyword_part(text)), session_id, m.id),
                     )
             self._write(
-                "UPDATE sessions SET turn_count = ?, updated_at = ? "
-                "WHERE user_id = ? AND session_id = ?",
-                (int(rows[0][0]) + len(out), now, user_id, session_id),
+                "UPDATE sessions SET turn_count = ?, updated_at = ?, "
+                "expires_at = coalesce(?, expires_at) WHERE user_id = ? AND session_id = ?",
+                (int(rows[0][0]) + len(out), now, expires_at, user_id, session_id),
             )
         return out
 

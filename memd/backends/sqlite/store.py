@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+import apsw
 
 from memd.backends.base import Vector
 from memd.backends.common.candidates import compose_candidates
 from memd.backends.common.columns import USAGE_COLUMNS, marks
 from memd.backends.sqlite.connection import MAP
 from memd.backends.sqlite.memories import SQLiteMemories
+from memd.backends.sqlite.upkeep import SQLiteUpkeep
 from memd.config import Settings
+from memd.errors import StorageError
 from memd.types import Found, Job, MemoryFilter, Usage
 
 
-class SQLiteStore(SQLiteMemories):
+class SQLiteStore(SQLiteUpkeep, SQLiteMemories):
     """The Store protocol over one SQLite file (or ``:memory:``)."""
 
     #: The ``db`` settings it opens, as the error for an unknown one lists them.
@@ -27,9 +32,42 @@ class SQLiteStore(SQLiteMemories):
     def from_settings(cls, settings: Settings, dim: int) -> SQLiteStore:
         return cls(settings.db_path, dim=dim)
 
+    _json_text = "json_extract({column}, '$.{key}')"
+
     def check_row_security(self) -> None:
         """Nothing to check: one SQLite file belongs to one daemon, which filters every
         query by user itself."""
+
+    def _before_erase(self, user_id: str,
+                      where: dict[str, tuple[str, tuple[Any, ...]]]) -> None:
+        for table, fts, vec, key in (("memories", "memories_fts", "memory_vec", "memory_id"),
+                                     ("messages", "messages_fts", "message_vec", "message_id")):
+            test, params = where[table]
+            rows = self._rows(f"SELECT rowid, {key} FROM {table} WHERE {test}", params)
+            self._write_many(f"DELETE FROM {fts} WHERE rowid = ?", [(r[0],) for r in rows])
+            self._write_many(f"DELETE FROM {vec} WHERE {key} = ?", [(r[1],) for r in rows])
+        self._vectors.pop(user_id, None)  # read again from vec0 at the next use
+        self._message_vectors.pop(user_id, None)
+
+    def scrub(self) -> None:
+        """Leave no deleted row readable in the files: FTS5 keeps a deleted row's terms in
+        its segments until they are merged (its secure-delete option covers only what it
+        rewrites), so each index is merged whole ('optimize'); the WAL, which holds the
+        pages as they were before, is checkpointed and truncated; VACUUM rewrites the
+        file without its free pages (secure_delete zeroes what a delete frees), and its
+        own WAL frames are checkpointed and truncated in turn."""
+        if self.path == ":memory:":
+            return
+        with self._lock, self._checkpoint_lock:
+            try:
+                for fts in ("memories_fts", "messages_fts"):
+                    with self._db:
+                        self._db.execute(f"INSERT INTO {fts} ({fts}) VALUES ('optimize')")
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                self._db.execute("VACUUM")
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except apsw.Error as exc:
+                raise StorageError(f"SQLite: cannot scrub the database: {exc}") from exc
 
     def list_usage(self, user_id: str, limit: int = 100) -> list[Usage]:
         rows = self._rows(f"SELECT {USAGE_COLUMNS} FROM usage_log WHERE user_id = ? "
