@@ -315,11 +315,29 @@ def _maintenance(value: Any) -> Maintenance:
     return Maintenance(**out)
 
 
+def config_path(config: str | os.PathLike[str] | None = None) -> Path:
+    """The config file settings are read from: ``config``, else ``MEMD_CONFIG``, else
+    ``config.toml`` in the user config dir (which need not exist)."""
+    path = config or os.environ.get("MEMD_CONFIG")
+    return Path(path) if path else Path(platformdirs.user_config_dir(APP)) / "config.toml"
+
+
 def load_settings(config: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
     """Settings from defaults, the config file, the environment and ``overrides``."""
+    return load_settings_with_sources(config, **overrides)[0]
+
+
+def load_settings_with_sources(config: str | os.PathLike[str] | None = None,
+                               **overrides: Any) -> tuple[Settings, dict[str, str]]:
+    """:func:`load_settings`, and where each value came from: every field of
+    :class:`Settings` and each key of its ``weights`` and ``maintenance`` tables (as
+    ``"weights.similarity"``) maps to ``"default"``, ``"file PATH"``, ``"env MEMD_X"`` or
+    ``"flag --name"``. ``config`` and ``overrides`` are told as flags, the way the CLI
+    passes its options; weights taken from a preset are told as the preset's source with
+    ``(preset NAME)`` after it."""
     values: dict[str, Any] = {}
-    path = config or os.environ.get("MEMD_CONFIG")
-    cfg_path = Path(path) if path else Path(platformdirs.user_config_dir(APP)) / "config.toml"
+    sources: dict[str, str] = {}
+    cfg_path = config_path(config)
     if cfg_path.exists():
         try:
             data = tomllib.loads(cfg_path.read_text("utf-8"))
@@ -330,15 +348,49 @@ def load_settings(config: str | os.PathLike[str] | None = None, **overrides: Any
         if unknown:
             raise InvalidInput(f"config file {cfg_path}: unknown settings {sorted(unknown)}")
         values.update(data)
+        sources.update(dict.fromkeys(data, f"file {cfg_path}"))
         values["config_file"] = cfg_path
-    elif path:
+        sources["config_file"] = ("flag --config" if config
+                                  else "env MEMD_CONFIG" if os.environ.get("MEMD_CONFIG")
+                                  else "default")
+    elif config or os.environ.get("MEMD_CONFIG"):
         raise InvalidInput(f"config file {cfg_path} does not exist")
     for env, name in _ENV.items():
         if os.environ.get(env):
             values[name] = os.environ[env]
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    settings = Settings(**{k: _coerce(k, v) for k, v in values.items()})
+            sources[name] = f"env {env}"
+    for name, value in overrides.items():
+        if value is not None:
+            values[name] = value
+            sources[name] = f"flag --{name.replace('_', '-')}"
+    settings = Settings(**{k: _coerce_from(k, v, sources[k]) for k, v in values.items()})
     if "weights" not in values:
         settings = replace(settings, weights=preset_weights(settings.preset),
                            preset=PRESET_ALIASES.get(settings.preset, settings.preset))
-    return settings
+        if "preset" in sources:
+            sources["weights"] = f"{sources['preset']} (preset {settings.preset})"
+    for f in fields(Settings):
+        sources.setdefault(f.name, "default")
+    for table, cls in (("weights", Weights), ("maintenance", Maintenance)):
+        raw = values.get(table)
+        given = set(raw) if isinstance(raw, dict) else set()
+        # weights from a preset, or a whole Maintenance passed in, cover every key
+        whole = not isinstance(raw, dict) and sources[table] != "default"
+        for f in fields(cls):
+            sources[f"{table}.{f.name}"] = (sources[table] if whole or f.name in given
+                                            else "default")
+    return settings, sources
+
+
+def _coerce_from(name: str, value: Any, source: str) -> Any:
+    """``_coerce``, with an error naming the file or variable the bad value came from."""
+    if source.startswith("flag "):
+        return _coerce(name, value)
+    where = (f"config file {source.removeprefix('file ')}" if source.startswith("file ")
+             else f"environment {source.removeprefix('env ')}")
+    try:
+        return _coerce(name, value)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{where}: {str(exc).removeprefix('config: ')}") from exc
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{where}: {name} = {value!r} is not valid ({exc})") from exc

@@ -109,6 +109,9 @@ class Session:
     # Bumped by every change to the stored messages other than an append (which shows in
     # turn_count): (turn_count, history_version) names one state of the stored history.
     history_version: int = 0
+    # A few words naming what the session is about, from its first user message
+    # (memd.engine.titles); None until then.
+    title: str | None = None
 
 
 def openai_message(

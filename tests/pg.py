@@ -142,3 +142,13 @@ def pg_session() -> Iterator[None]:
     if _cluster is not None:
         _cluster.stop()
         _cluster = None
+
+
+def open_engine(backend: str, data_dir: Path, **overrides: Any) -> Any:
+    """A memd engine with the fake embedder: over SQLite in ``data_dir``, or (backend
+    "postgres") over a new database of the test server with the tests' small layout."""
+    import memd
+
+    if backend == "postgres":
+        overrides = {"db": database(), "pg_partitions": (4, 4, 4), **overrides}
+    return memd.open(data_dir, embedder="fake", **overrides)

@@ -336,13 +336,9 @@ def test_message_search_runs_keyword_channel_beside_the_embedding_as_the_same_us
 @pytest.fixture(params=["sqlite", "postgres"])
 def engine_on(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     """An engine with the fake embedder on each backend (a new PostgreSQL database)."""
-    if request.param == "sqlite":
-        engine = memd.open(tmp_path / "d", embedder="fake")
-    else:
-        import pg
+    import pg
 
-        engine = memd.open(tmp_path / "d", embedder="fake", db=pg.database(),
-                           pg_partitions=(4, 4, 4))
+    engine = pg.open_engine(request.param, tmp_path / "d")
     yield engine
     engine.close()
 

@@ -173,6 +173,19 @@ def test_sessions_belong_to_their_user(store: Store) -> None:
         store.update_session("bob", s.id, summary_text="x")
 
 
+def test_a_session_title_is_set_once_unless_replaced(store: Store) -> None:
+    s = store.create_session(session("alice"))
+    assert store.get_session("alice", s.id).title is None  # type: ignore[union-attr]
+    assert not store.set_session_title("bob", s.id, "Not bob's")
+    assert store.set_session_title("alice", s.id, "Deploy to staging")
+    assert not store.set_session_title("alice", s.id, "Something else")
+    assert store.get_session("alice", s.id).title == "Deploy to staging"  # type: ignore[union-attr]
+    assert store.set_session_title("alice", s.id, "Staging deploy", replace=True)
+    assert store.set_session_title("alice", s.id, "Staging deploy", replace=True)
+    assert [x.title for x in store.list_sessions("alice")] == ["Staging deploy"]
+    assert not store.set_session_title("alice", "missing", "X", replace=True)
+
+
 def test_append_assigns_monotonic_turns_and_counts(store: Store) -> None:
     s = store.create_session(session())
     a = store.append_messages("alice", s.id, [NewMessage("user", "hi"),

@@ -121,6 +121,12 @@ class SessionStore(Protocol):
         :meth:`add_session_usage`."""
         ...
 
+    def set_session_title(self, user_id: str, session_id: str, title: str, *,
+                          replace: bool = False) -> bool:
+        """Set the session's title if it has none yet (with ``replace``, whatever it
+        had); whether a title was written (False for a titled session or none)."""
+        ...
+
     def add_session_usage(
         self, user_id: str, session_id: str, prompt_tokens: int, completion_tokens: int,
         cost_microcents: int, now: float,

@@ -18,9 +18,10 @@ twice. ``embed_messages`` needs none of this: it writes the same vectors again.
 Kinds: ``embed_messages`` (vectors for new messages), ``ingest`` (a memory the inline
 extractor found, through the full write path), ``llm_extract`` (the helper model's reading
 of a user message, :mod:`memd.engine.extract.llm`; its payload is the message's id, the
-text is read from the store) and ``access`` (retrieval statistics of
-a compiled context); ``schedule`` and ``sweep``, the scheduled maintenance
-(:mod:`memd.engine.schedule`). A handler that returns True has settled its job itself (a
+text is read from the store), ``title`` (the helper's title for a session, from the
+message its rule-based title came from, :mod:`memd.engine.titles`) and ``access``
+(retrieval statistics of a compiled context); ``schedule`` and ``sweep``, the scheduled
+maintenance (:mod:`memd.engine.schedule`). A handler that returns True has settled its job itself (a
 recurring job puts itself back in the queue): the runner does not delete it.
 
 A compile's access statistics (which memories went into its context) are gathered in
@@ -64,6 +65,7 @@ from memd.engine.extract.llm import (
 from memd.engine.retrieve import aside
 from memd.engine.schedule import Scheduler
 from memd.engine.templates import user_words
+from memd.engine.titles import helper_title, rule_title
 from memd.engine.validate import EMBED_CHARS, excerpt
 from memd.engine.write import (
     MemoryDraft,
@@ -88,7 +90,7 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 5
 # A helper that failed a message twice in a job (it asks twice) will fail it again: the
 # job is parked after its second attempt, where the jobs list shows why.
-MAX_ATTEMPTS_BY_KIND = {"llm_extract": 2}
+MAX_ATTEMPTS_BY_KIND = {"llm_extract": 2, "title": 2}
 BATCH = 64
 ACCESS_WINDOW = 1.0  # seconds a user's access statistics are gathered before their job
 ACCESS_HITS = 2000  # or this many hits, whichever comes first
@@ -124,6 +126,7 @@ class JobRunner:
             "ingest": self._ingest,
             "access": self._access,
             "llm_extract": self._llm_extract,
+            "title": self._title,
         }
         self.schedule = Scheduler(store, settings, now)
         self.handlers.update(self.schedule.handlers())
@@ -304,6 +307,25 @@ class JobRunner:
         if self.helper is None and self.settings.helper != "off":
             self.helper = helper_from_settings(self.settings)
         return self.helper
+
+    def _title(self, job: Job) -> None:
+        assert job.user_id is not None
+        store, uid = self.store, job.user_id
+        msg = store.get_message(uid, job.payload["message_id"])
+        session = store.get_session(uid, job.payload["session_id"])
+        helper = self.llm_helper()
+        if msg is None or session is None or helper is None:  # gone since, or turned off
+            return
+        words = user_words(excerpt(msg.safe_text or "", self.settings.max_text_chars))
+        rules = rule_title(words)
+        # Only the rule-based title of this message is replaced: a run after the helper's
+        # title was written (a retry, a lease run out) leaves that one as it is.
+        if rules is None or session.title != rules:
+            return
+        title = helper_title(helper, words)  # a model error fails the job: retried once
+        self.llm_counts["titles" if title else "titles_rejected"] += 1
+        if title is not None and title != rules:
+            store.set_session_title(uid, session.id, title, replace=True)
 
     def _llm_extract(self, job: Job) -> None:
         assert job.user_id is not None

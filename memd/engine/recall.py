@@ -16,10 +16,11 @@ anyway:
 
 A message of the call's own session that the client no longer sends (it fell out of the
 client's window), or that a compiled context's history no longer reaches, is recalled like
-any other. Each recalled message becomes one block
-item: its date, who said it, a bounded excerpt (files and logs are stored whole), and
-the message that answered it or that it answered, so a question and its answer come
-together.
+any other. Each recalled message becomes one block item: its date and its session's title
+when known, who said it, a bounded excerpt (files and logs are stored whole), and the
+message that answered it or that it answered, so a question and its answer come together.
+A title costs tokens of the memory budget like the rest of the item, so it is short
+(memd.engine.titles).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def recall_candidates(
             used.add(other.id)
         pair = (msg, other) if other is None or msg.turn_index < other.turn_index \
             else (other, msg)
-        text = render(pair, msg)
+        text = render(pair, msg, session.title)
         out.append(Candidate(RECALL_KIND, msg.id, text, count_text(text, model), total))
     return out
 
@@ -123,10 +124,13 @@ def neighbour(store: Store, user_id: str, msg: Message) -> Message | None:
     return None
 
 
-def render(pair: Sequence[Message | None], hit: Message) -> str:
-    """``[date] User: ... / Assistant: ...``: the hit in full excerpt, its neighbour
-    shorter, each in its sanitized text (a memory block holds no secret)."""
+def render(pair: Sequence[Message | None], hit: Message, title: str | None = None) -> str:
+    """``[date, "title"] User: ... / Assistant: ...``: the hit in full excerpt, its
+    neighbour shorter, each in its sanitized text (a memory block holds no secret); the
+    title of the hit's session when it has one (memd.engine.titles)."""
     day = time.strftime("%Y-%m-%d", time.gmtime(hit.created_at))
+    if title:
+        day += ', "' + title.replace('"', "'") + '"'
     lines = []
     for msg in pair:
         if msg is None:

@@ -30,6 +30,7 @@ from memd.engine.privacy import REDACT_MARGIN, redacted
 from memd.engine.recall import RecallScope, recall_candidates, same_text
 from memd.engine.retrieve import ScoredMemory, aside, score_memories
 from memd.engine.templates import user_words
+from memd.engine.titles import rule_title
 from memd.engine.write import fact_item, fact_tag, forgotten_digest, memory_item
 from memd.errors import InvalidInput, NotFound, TooLarge
 from memd.models.tokens import count_text, message_tokens
@@ -202,9 +203,12 @@ class SessionsMixin:
                 session.user_id, session.id, news, counts, hashes, now, chains,
                 expires_at=now + self.settings.session_ttl_hours * 3600,
             )
+            titled = session.title is not None
             for msg in stored:
                 if msg.role == "user" and msg.content:
-                    self._extract_inline(session, msg, now)
+                    words = self._extract_inline(session, msg, now)
+                    if not titled:
+                        titled = self._title_inline(session, msg, words, now)
             embed_ids = [m.id for m in stored if m.content]  # ids only: no text in jobs
             if embed_ids:
                 self.store.enqueue_job(
@@ -212,7 +216,22 @@ class SessionsMixin:
                 )
         return stored
 
-    def _extract_inline(self, session: Session, msg: Message, now: float) -> None:
+    def _title_inline(self, session: Session, msg: Message, words: str, now: float) -> bool:
+        """Title an untitled session from ``msg`` (its user ``words``) by the rules, and
+        have the helper's title replace it when the helper is on (memd.engine.titles);
+        whether the session has a title now."""
+        title = rule_title(words)
+        if title is None:
+            return False
+        if self.store.set_session_title(session.user_id, session.id, title) \
+                and self.jobs.llm_enabled:
+            self.store.enqueue_job("title", {"session_id": session.id, "message_id": msg.id},
+                                   session.user_id, now)
+        return True
+
+    def _extract_inline(self, session: Session, msg: Message, now: float) -> str:
+        """Extract what a user message says (rules here, the helper in a job); returns
+        the user words of its sanitized text."""
         # A huge message (pasted files) is read only in part: its head and its tail;
         # secrets replaced, so that none becomes a memory or a fact
         text = v.excerpt(msg.safe_text or "", self.settings.max_text_chars)
@@ -224,7 +243,7 @@ class SessionsMixin:
             self.store.enqueue_job("llm_extract", {"message_id": msg.id},
                                    session.user_id, now)
         if not found:
-            return
+            return words
         forgotten = self._forgotten_items(session.user_id, msg.content_hash, found)
         for ex in found:
             if memory_item(ex.text) in forgotten:
@@ -250,6 +269,7 @@ class SessionsMixin:
                 "confidence": ex.confidence, "importance": ex.importance, "tags": list(tags),
                 "entities": list(ex.entities), "fact_accepted": accepted,
             }, session.user_id, now)
+        return words
 
     def _forgotten_items(self, user_id: str, source_hash: str | None,
                          found: Sequence[Extraction]) -> set[str]:

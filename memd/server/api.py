@@ -76,7 +76,7 @@ def session_json(x: Session) -> dict[str, Any]:
         "total_completion_tokens": x.total_completion_tokens,
         "summary_text": x.summary_text, "parent_session_id": x.parent_session_id,
         "metadata": x.metadata, "created_at": x.created_at, "updated_at": x.updated_at,
-        "expires_at": x.expires_at,
+        "expires_at": x.expires_at, "title": x.title,
     }
 
 

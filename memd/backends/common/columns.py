@@ -19,7 +19,7 @@ SESSION_COLUMNS = (
     "session_id, user_id, workspace, created_at, updated_at, expires_at, status, model_id, "
     "context_window_size, system_prompt_hash, system_prompt_tokens, max_response_tokens, "
     "turn_count, total_prompt_tokens, total_completion_tokens, total_cost_microcents, "
-    "summary_text, summary_token_count, parent_session_id, metadata, history_version"
+    "summary_text, summary_token_count, parent_session_id, metadata, history_version, title"
 )
 FACT_COLUMNS = (
     "fact_id, user_id, category, key, value, confidence, importance, created_at, updated_at, "

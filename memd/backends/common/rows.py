@@ -79,6 +79,7 @@ def row_mappers(load: Callable[[Any], Any], strings: Callable[[Any], tuple[str, 
             turn_count=r[12], total_prompt_tokens=r[13], total_completion_tokens=r[14],
             total_cost_microcents=r[15], summary_text=r[16], summary_token_count=r[17],
             parent_session_id=r[18], metadata=load(r[19]), history_version=r[20],
+            title=r[21],
         )
 
     def message(r: Row) -> Message:

@@ -106,13 +106,13 @@ class PortableStore(ErasureMixin):
     def create_session(self, session: Session) -> Session:
         s = session
         self._write(
-            f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ({marks(self._dialect.mark, 21)})",
+            f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ({marks(self._dialect.mark, 22)})",
             (s.id, s.user_id, s.workspace or "", s.created_at, s.updated_at, s.expires_at,
              int(s.status), s.model, s.context_window, s.system_prompt_hash,
              s.system_prompt_tokens, s.max_response_tokens, s.turn_count,
              s.total_prompt_tokens, s.total_completion_tokens, s.total_cost_microcents,
              s.summary_text, s.summary_token_count, s.parent_session_id, self._json(s.metadata),
-             s.history_version),
+             s.history_version, s.title),
         )
         return session
 
@@ -144,6 +144,13 @@ class PortableStore(ErasureMixin):
             (*values, user_id, session_id),
         ):
             raise NotFound(f"no session {session_id!r} for user {user_id!r}")
+
+    def set_session_title(self, user_id: str, session_id: str, title: str, *,
+                          replace: bool = False) -> bool:
+        d = self._dialect
+        return bool(self._write(d.sql(
+            "UPDATE sessions SET title = ? WHERE user_id = ? AND session_id = ?"
+            + ("" if replace else " AND title IS NULL")), (title, user_id, session_id)))
 
     def add_session_usage(
         self, user_id: str, session_id: str, prompt_tokens: int, completion_tokens: int,
