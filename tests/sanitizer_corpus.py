@@ -234,7 +234,7 @@ LOOKALIKES: list[Case] = [
     neg("md5sum: d41d8cd98f00b204e9800998ecf8427e  empty.txt"),
     neg("docker pull ghcr.io/acme/api:sha-9fceb02"),
     neg("trace_id=4bf92f3577b34da6a3ce929d0e0e4736 span_id=00f067aa0ba902b7"),
-    neg("session 7f3a2b cached key=user:1234:profile"),
+    neg("request 7f3a2b cached key=user:1234:profile"),
     # code that handles secrets without holding one
     neg('password = os.environ["DB_PASSWORD"]'),
     neg("token = get_token()"),

@@ -71,7 +71,7 @@ from memd.engine.write import (
     MemoryDraft,
     fact_item,
     fact_tag,
-    forgotten_digest,
+    forgotten_items,
     ingest,
     memory_item,
     upsert_fact,
@@ -349,12 +349,13 @@ class JobRunner:
             log.warning("LLM extraction of message %s: rejected %s", msg.id,
                         dict(outcome.rejected))
         found = new_facts(outcome.facts, [ex.fact for ex in extract(words) if ex.fact])
-        if msg.content_hash is not None and found:  # what the user made memd forget
-            by_digest = {forgotten_digest(msg.content_hash, item): f for f in found
-                         for item in (fact_item(f.category, f.key, f.value),
-                                      memory_item(memory_text(f)))}
-            gone = {by_digest[d] for d in store.forgotten(uid, list(by_digest))}
-            found = [f for f in found if f not in gone]
+        # what the user made memd forget, said by this message: neither the fact nor
+        # its memory comes back
+        items = {f: (fact_item(f.category, f.key, f.value), memory_item(memory_text(f)))
+                 for f in found}
+        gone = forgotten_items(store, uid, msg.content_hash,
+                               [i for pair in items.values() for i in pair])
+        found = [f for f in found if not gone.intersection(items[f])]
         self.embedder.embed([memory_text(f) for f in found])  # outside the transaction
         now = self.now()
         with store.transaction():

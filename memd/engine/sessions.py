@@ -31,7 +31,7 @@ from memd.engine.recall import RecallScope, recall_candidates, same_text
 from memd.engine.retrieve import ScoredMemory, aside, score_memories
 from memd.engine.templates import user_words
 from memd.engine.titles import rule_title
-from memd.engine.write import fact_item, fact_tag, forgotten_digest, memory_item
+from memd.engine.write import fact_item, fact_tag, forgotten_items, memory_item
 from memd.errors import InvalidInput, NotFound, TooLarge
 from memd.models.tokens import count_text, message_tokens
 from memd.types import (
@@ -276,13 +276,10 @@ class SessionsMixin:
         """The items (``memory_item`` / ``fact_item``) of ``found`` that the user made
         memd forget when they came from this same message text (see
         :func:`memd.engine.write.forgotten_digest`)."""
-        if source_hash is None:
-            return set()
         items = {memory_item(ex.text) for ex in found}
         items |= {fact_item(ex.fact.category, ex.fact.key, ex.fact.value)
                   for ex in found if ex.fact is not None}
-        by_digest = {forgotten_digest(source_hash, item): item for item in items}
-        return {by_digest[d] for d in self.store.forgotten(user_id, list(by_digest))}
+        return forgotten_items(self.store, user_id, source_hash, items)
 
     def messages(
         self, session_id: str, user_id: str, *, active_only: bool = False

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -63,6 +64,18 @@ def forgotten_digest(source_hash: str, item: str) -> str:
     stored again (a branch of its session, an import), never brings it back; the same
     thing said in a new message of other words is the user's new statement."""
     return hashlib.sha256(f"{source_hash}\x1f{item}".encode()).hexdigest()
+
+
+def forgotten_items(store: Store, user_id: str, source_hash: str | None,
+                    items: Iterable[str]) -> set[str]:
+    """Those of ``items`` (``memory_item`` / ``fact_item``) that the user made memd forget
+    when they were extracted from a message whose content hash is ``source_hash``."""
+    if source_hash is None:
+        return set()
+    by_digest = {forgotten_digest(source_hash, item): item for item in items}
+    if not by_digest:
+        return set()
+    return {by_digest[d] for d in store.forgotten(user_id, list(by_digest))}
 
 
 def memory_item(text: str) -> str:
