@@ -18,9 +18,22 @@ from memd.backends.sqlite.vectors import SQLiteVectors, blob
 from memd.errors import NotFound
 from memd.types import Message, NewMessage
 
+# What a row of these tables has beside it: its full-text row (by rowid) and its vec0
+# row (by id).
+_INDEX_ROWS = {"memories": ("memories_fts", "memory_vec", "memory_id"),
+               "messages": ("messages_fts", "message_vec", "message_id")}
+
 
 class SQLiteMessages(SQLiteVectors):
     """Messages: appends, history windows and the message search channels."""
+
+    def _drop_index_rows(self, table: str, test: str, params: tuple[Any, ...]) -> None:
+        """Delete the full-text and vec0 rows of the rows of ``table`` (memories or
+        messages) where ``test``; the rows themselves are the caller's to delete."""
+        fts, vec, key = _INDEX_ROWS[table]
+        rows = self._rows(f"SELECT rowid, {key} FROM {table} WHERE {test}", params)
+        self._write_many(f"DELETE FROM {fts} WHERE rowid = ?", [(r[0],) for r in rows])
+        self._write_many(f"DELETE FROM {vec} WHERE {key} = ?", [(r[1],) for r in rows])
 
     def append_messages(
         self, user_id: str, session_id: str, messages: Sequence[NewMessage],

@@ -40,12 +40,8 @@ class SQLiteStore(SQLiteUpkeep, SQLiteMemories):
 
     def _before_erase(self, user_id: str,
                       where: dict[str, tuple[str, tuple[Any, ...]]]) -> None:
-        for table, fts, vec, key in (("memories", "memories_fts", "memory_vec", "memory_id"),
-                                     ("messages", "messages_fts", "message_vec", "message_id")):
-            test, params = where[table]
-            rows = self._rows(f"SELECT rowid, {key} FROM {table} WHERE {test}", params)
-            self._write_many(f"DELETE FROM {fts} WHERE rowid = ?", [(r[0],) for r in rows])
-            self._write_many(f"DELETE FROM {vec} WHERE {key} = ?", [(r[1],) for r in rows])
+        for table in ("memories", "messages"):
+            self._drop_index_rows(table, *where[table])
         self._vectors.pop(user_id, None)  # read again from vec0 at the next use
         self._message_vectors.pop(user_id, None)
 

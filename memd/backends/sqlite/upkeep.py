@@ -19,16 +19,11 @@ class SQLiteUpkeep(SQLiteMessages):
             sessions = self._inactive_sessions(user_id, before)
             deleted = 0
             for session_id in sessions:
-                rows = self._rows("SELECT rowid, message_id FROM messages WHERE user_id = ? "
-                                  "AND session_id = ?", (user_id, session_id))
                 # messages_fts has secure-delete on: the terms leave its pages as it
                 # rewrites them (a full scrub also merges the index: SQLiteStore.scrub)
-                self._write_many("DELETE FROM messages_fts WHERE rowid = ?",
-                                 [(r[0],) for r in rows])
-                self._write_many("DELETE FROM message_vec WHERE message_id = ?",
-                                 [(r[1],) for r in rows])
-                deleted += self._write("DELETE FROM messages WHERE user_id = ? AND "
-                                       "session_id = ?", (user_id, session_id))
+                this = ("user_id = ? AND session_id = ?", (user_id, session_id))
+                self._drop_index_rows("messages", *this)
+                deleted += self._write(f"DELETE FROM messages WHERE {this[0]}", this[1])
                 self._write(BUMP_HISTORY_VERSION, (user_id, session_id))
             if sessions:
                 self._message_vectors.pop(user_id, None)  # read again from vec0
