@@ -27,6 +27,8 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
+from memd.engine.extract.llm import STOP_WORDS
+
 if TYPE_CHECKING:
     from memd.models.helper import ChatMessage, HelperModel
 
@@ -44,11 +46,11 @@ _LEAD = re.compile(
 _TRAIL = re.compile(r"(?:[\s,;:]+(?:please|pls|thanks|thank you))?[\s.,;:!?…-]*$", re.I)
 _MARKUP = re.compile(r"^[\s#>*`_-]+|[*`_]+")
 _WORD = re.compile(r"\w+")
-_STOP = frozenset(
-    "a an the of to in on at for from with by and or but as is are was were be been am "
-    "it its this that these those my our your me we you i us he she they them his her "
-    "their how what why when where which who do does did can could should would will "
-    "get make new".split())
+# A title's words that say nothing of the conversation: the extraction's stop words and
+# the words of a request ("how do I", "can you make")
+_STOP = STOP_WORDS | frozenset(
+    "how what why when where which who do does did can could should would will get make "
+    "new".split())
 
 PROMPT = (
     'Message: "{text}"\n'

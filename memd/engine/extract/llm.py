@@ -61,7 +61,7 @@ MIN_WORDS = 3
 _WORD = re.compile(r"\w[\w'’.+#-]*[\w+#]|\w")
 _FIRST_PERSON = re.compile(r"\b(?:i|i'm|i’m|me|my|mine|we|we're|our|ours|us)\b", re.I)
 _SLUG = re.compile(r"[a-z0-9]+")
-_STOP = frozenset(
+STOP_WORDS = frozenset(
     "a an the of to in on at for from with by and or but as is are was were be been am "
     "it its this that these those my our your me we you i us he she they them his her "
     "their".split()
@@ -128,7 +128,7 @@ def grounded(value: str, text: str) -> bool:
     "my", ...), and it is a run of the words of ``text`` (case-folded, punctuation and
     spaces collapsed) or every content word of it is a word of ``text``."""
     v, t = _norm(value), _norm(text)
-    content = {w for w in v.split() if w not in _STOP}
+    content = {w for w in v.split() if w not in STOP_WORDS}
     if not content:  # "the", "my": says nothing, whatever the message holds
         return False
     return f" {v} " in f" {t} " or content <= set(t.split())
@@ -138,7 +138,7 @@ def schema(text: str) -> dict[str, Any]:
     """The JSON schema of an answer about ``text`` (see the module docstring)."""
     words = _words(text)
     keys = list(dict.fromkeys(k for w in words
-                              if (k := normalize_key(w)) and k not in _STOP | _LEADS))
+                              if (k := normalize_key(w)) and k not in STOP_WORDS | _LEADS))
     spans = list(dict.fromkeys(
         " ".join(words[i:i + n]) for i in range(len(words))
         for n in range(1, MAX_SPAN_WORDS + 1) if i + n <= len(words)))
