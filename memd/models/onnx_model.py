@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,8 @@ import numpy as np
 
 from memd.errors import ModelError
 
-# Bump when the exported graph changes (wrapper, opset, optimizer settings): new cache key.
-_EXPORT_FORMAT = 1
+# Bump when the written graph changes (ops, opset, optimizer settings): new cache key.
+_EXPORT_FORMAT = 2
 _OPSET = 17
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -80,6 +81,8 @@ class _ModelSpec:
         self.hidden_size = int(config["hidden_size"])
         self.vocab_size = int(config.get("vocab_size", 30522))
         self.num_heads = int(config["num_attention_heads"])
+        self.config: dict[str, Any] = config
+        self.weights_file = self.transformer_dir / "model.safetensors"
         self.tokenizer_file = self.transformer_dir / "tokenizer.json"
         if not self.tokenizer_file.is_file():
             raise ModelError(f"{model_dir}: no tokenizer.json (a fast tokenizer is needed)")
@@ -92,7 +95,7 @@ class _ModelSpec:
         return _read_json(self.model_dir / name)
 
     def cache_key(self) -> str:
-        """Identity of the export: model files (by stat, cheap) and the tool versions."""
+        """Identity of the graph: model files (by stat, cheap) and the tool versions."""
         files = []
         for root in sorted({self.model_dir, self.transformer_dir}):
             for p in sorted(root.iterdir()):
@@ -101,8 +104,7 @@ class _ModelSpec:
                     files.append([str(p), st.st_size, st.st_mtime_ns])
         ident = {
             "format": _EXPORT_FORMAT, "opset": _OPSET, "dir": str(self.model_dir),
-            "files": files, "torch": _version("torch"),
-            "transformers": _version("transformers"), "onnxruntime": _version("onnxruntime"),
+            "files": files, "onnx": _version("onnx"), "onnxruntime": _version("onnxruntime"),
         }
         blob = json.dumps(ident, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:32]
@@ -122,7 +124,14 @@ def _unit(rows: np.ndarray) -> np.ndarray:
     return rows / np.maximum(norms, 1e-12)
 
 
-def _session(path: Path, threads: int) -> Any:
+def installed_dir() -> Path:
+    """Where ``install.sh`` puts the prepared ONNX files: inside the Python environment,
+    so the daemon finds them before its user cache dir and never writes them itself."""
+    return Path(sys.prefix) / "share" / "memd" / "onnx"
+
+
+def _session(path: Path | bytes, threads: int) -> Any:
+    """An onnxruntime session on the model file ``path`` (or serialized model bytes)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -134,4 +143,5 @@ def _session(path: Path, threads: int) -> Any:
     options.enable_cpu_mem_arena = False  # see the onnx_embedder docstring: Memory
     # Idle workers sleep instead of spinning (see the onnx_embedder docstring: Threads).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    model = path if isinstance(path, bytes) else str(path)
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
