@@ -55,8 +55,10 @@ def migrate(ctx: click.Context, target: str, source: Path | None, batch_size: in
             raise InvalidInput("--partitions takes three counts from 1 to 1000, e.g. 4,4,4")
     if not as_json:
         click.echo(f"copying {source} into PostgreSQL", err=True)
-    result = run_migration(source, target, partitions=layout,
-                           batch_size=batch_size, progress=progressbar)
+    from memd.backends.sqlite.cipher import key_for
+
+    result = run_migration(source, target, partitions=layout, batch_size=batch_size,
+                           progress=progressbar, key=key_for(settings.encryption, source))
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:

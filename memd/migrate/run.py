@@ -118,12 +118,12 @@ def _check_vectors(spec: Table, cols: list[_Column], raw: list[Any], dim: int) -
 def migrate(
     source: Path, dsn: str, *, partitions: tuple[int, int, int] = (256, 256, 512),
     batch_size: int = 2000, progress: Progress = _no_progress,
-    tables: Sequence[Table] = TABLES,
+    tables: Sequence[Table] = TABLES, key: str | None = None,
 ) -> Result:
-    """Copy the memd SQLite database at ``source`` into the PostgreSQL database ``dsn``
-    (schema created or migrated first); see the ``memd.migrate`` docstring. Raises
-    Conflict if the target holds different rows under the same keys (nothing is written
-    then)."""
+    """Copy the memd SQLite database at ``source`` (encrypted with ``key``, if given)
+    into the PostgreSQL database ``dsn`` (schema created or migrated first); see the
+    ``memd.migrate`` docstring. Raises Conflict if the target holds different rows under
+    the same keys (nothing is written then)."""
     import apsw
     import psycopg
 
@@ -134,7 +134,7 @@ def migrate(
     started = time.perf_counter()
     where = redact_dsn(dsn)
     phases: dict[str, float] = {}
-    src = _Source(Path(source))
+    src = _Source(Path(source), key)
     try:
         from memd.backends.postgres import PostgresStore
 

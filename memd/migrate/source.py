@@ -22,15 +22,18 @@ if TYPE_CHECKING:
 class _Source:
     """The SQLite side, read in one read transaction (a consistent snapshot)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, key: str | None = None) -> None:
+        """``key``: the source's key, when it is encrypted."""
         import apsw
         import sqlite_vec
+
+        from memd.backends.sqlite.cipher import connect
 
         if not path.is_file():
             raise InvalidInput(f"no memd database at {path}")
         self.path = path
         try:
-            db = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
+            db = connect(str(path), key, apsw.SQLITE_OPEN_READWRITE)
             db.enable_load_extension(True)
             db.load_extension(sqlite_vec.loadable_path())
             db.enable_load_extension(False)
@@ -45,7 +48,7 @@ class _Source:
         # Bring an older data dir to the current schema, as any memd command would.
         from memd.backends.sqlite import SQLiteStore
 
-        SQLiteStore(path, dim=self.dim).close()
+        SQLiteStore(path, dim=self.dim, key=key).close()
         self.db: apsw.Connection = db
         db.execute("BEGIN")
         self.tables = {name for (name,) in db.execute(

@@ -1,6 +1,7 @@
 """The SQLite store's connection: one apsw connection per store, prepared in one place
 (sqlite-vec loaded, WAL and pragmas set), guarded by a re-entrant lock so the daemon's
-threads never interleave a transaction.
+threads never interleave a transaction. An encrypted file's key is applied on every
+connection to it, this one and the side ones (:mod:`.cipher`).
 
 WAL checkpoints run in a thread of the store's own, never in a write: SQLite's automatic
 checkpoint runs in the commit that takes the WAL past its limit, which stalls that one
@@ -27,6 +28,7 @@ from memd.backends.common.dialect import SQLITE
 from memd.backends.common.errors import translate
 from memd.backends.common.rows import load_json_text, row_mappers, strings_from_json
 from memd.backends.common.store import PortableStore
+from memd.backends.sqlite.cipher import connect
 from memd.backends.sqlite.fulltext import fts_text
 from memd.backends.sqlite.schema import migrate
 from memd.errors import MemdError, StorageError
@@ -59,9 +61,11 @@ class SQLiteConnection(PortableStore, AccountsMixin):
     concurrent_reads = False  # one connection, one lock
     checkpoint_pages = 1000  # WAL pages (4 KB) that wake the checkpoint thread
 
-    def __init__(self, path: str | Path = ":memory:", dim: int = 384) -> None:
+    def __init__(self, path: str | Path = ":memory:", dim: int = 384,
+                 key: str | None = None) -> None:
         self.path = str(path)
         self.dim = dim
+        self._key = key  # of an encrypted file; None for a plaintext one
         self._lock = threading.RLock()
         self._depth = threading.local()  # this thread's transaction() nesting
         self._closed = False
@@ -73,7 +77,7 @@ class SQLiteConnection(PortableStore, AccountsMixin):
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            self._db = apsw.Connection(self.path)
+            self._db = connect(self.path, key)
             self._prepare()
             migrate(self._db, self._lock, self.path, self.dim)
         except apsw.Error as exc:
@@ -126,7 +130,7 @@ class SQLiteConnection(PortableStore, AccountsMixin):
         try:
             with self._checkpoint_lock:  # one apsw connection: one thread at a time
                 if self._checkpointer is None:
-                    self._checkpointer = apsw.Connection(self.path)
+                    self._checkpointer = connect(self.path, self._key)
                     self._checkpointer.set_busy_timeout(1000)
                 self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
         except apsw.Error as exc:

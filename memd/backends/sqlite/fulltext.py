@@ -12,6 +12,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import apsw
 
+from memd.backends.sqlite.cipher import connect
 from memd.errors import StorageError
 
 # The keyword channel's ranking: FTS5 alone (cheap), the winners' rows fetched by key
@@ -81,8 +82,9 @@ class SideRanker:
     overlaps the caller's vector channel. Under WAL the connection reads the last
     commit, as the store's own would. Opened at its first use."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, key: str | None = None) -> None:
         self.path = path
+        self._key = key  # of an encrypted file
         self.lock = threading.Lock()  # held from start() until the ranking is done
         self._conn: apsw.Connection | None = None
         self._worker: ThreadPoolExecutor | None = None
@@ -102,7 +104,7 @@ class SideRanker:
     def rank(self, match: str, limit: int) -> Ranks:
         try:
             if self._conn is None:
-                self._conn = apsw.Connection(self.path, flags=apsw.SQLITE_OPEN_READONLY)
+                self._conn = connect(self.path, self._key, apsw.SQLITE_OPEN_READONLY)
                 self._conn.set_busy_timeout(10_000)
                 self._conn.execute("PRAGMA cache_size = -16384")  # 16 MB: FTS5 pages
             return list(self._conn.execute(KEYWORD_RANKS, (match, limit)))

@@ -31,9 +31,10 @@ _INSERT_MEMORY = f"INSERT INTO memories ({MEMORY_COLUMNS}) VALUES ({marks('?', 2
 class SQLiteMemories(SQLiteMessages):
     """Memories: writes kept in step across FTS5, vec0 and the cache; the channels."""
 
-    def __init__(self, path: str | Path = ":memory:", dim: int = 384) -> None:
-        self._side = SideRanker(str(path))
-        super().__init__(path, dim)
+    def __init__(self, path: str | Path = ":memory:", dim: int = 384,
+                 key: str | None = None) -> None:
+        self._side = SideRanker(str(path), key)
+        super().__init__(path, dim, key)
 
     def close(self) -> None:
         self._closed = True

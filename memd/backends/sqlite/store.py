@@ -10,6 +10,7 @@ import apsw
 from memd.backends.base import Vector
 from memd.backends.common.candidates import compose_candidates
 from memd.backends.common.columns import USAGE_COLUMNS, marks
+from memd.backends.sqlite.cipher import key_for
 from memd.backends.sqlite.connection import MAP
 from memd.backends.sqlite.memories import SQLiteMemories
 from memd.backends.sqlite.upkeep import SQLiteUpkeep
@@ -30,7 +31,8 @@ class SQLiteStore(SQLiteUpkeep, SQLiteMemories):
 
     @classmethod
     def from_settings(cls, settings: Settings, dim: int) -> SQLiteStore:
-        return cls(settings.db_path, dim=dim)
+        return cls(settings.db_path, dim=dim,
+                   key=key_for(settings.encryption, settings.db_path))
 
     _json_text = "json_extract({column}, '$.{key}')"
 

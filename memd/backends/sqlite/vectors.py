@@ -119,13 +119,14 @@ class SQLiteVectors(SQLiteConnection):
     """The connection with the vector caches: each user's memory vectors, and the message
     vectors of users with small histories."""
 
-    def __init__(self, path: str | Path = ":memory:", dim: int = 384) -> None:
+    def __init__(self, path: str | Path = ":memory:", dim: int = 384,
+                 key: str | None = None) -> None:
         self._vectors: dict[str, UserVectors] = {}
         self._message_vectors: OrderedDict[str, UserVectors | None] = OrderedDict()
         self._message_loads: set[str] = set()  # users whose vectors a thread is loading
         self._message_seen: set[str] = set()  # users who searched messages once already
         self._data_version = -1
-        super().__init__(path, dim)
+        super().__init__(path, dim, key)
 
     def _drop_caches(self) -> None:
         self._vectors.clear()
