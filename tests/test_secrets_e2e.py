@@ -1,8 +1,8 @@
 """Secrets never become memory: a conversation through the proxy that holds an OpenAI key,
 an AWS key pair, a GitHub token, a private key and an email address leaves none of them
 in anything memd derives (memories, facts, full-text indexes, embedding inputs, job
-payloads, later memory blocks, logs); only the stored message itself keeps what the
-client sent, for its owner. Both backends."""
+payloads, helper-model prompts, exports, later memory blocks, logs); only the stored
+message itself keeps what the client sent, for its owner. Both backends."""
 
 from __future__ import annotations
 
@@ -79,6 +79,17 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
     return seen
 
 
+class RecordingHelper:
+    """A helper model that keeps every prompt it is given and finds nothing."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def complete(self, messages: list[dict[str, Any]], **_: Any) -> str:
+        self.prompts.append(json.dumps(messages))
+        return '{"facts": []}'
+
+
 def chat(base: str, messages: list[dict[str, Any]], **headers: str) -> httpx.Response:
     resp = httpx.post(f"{base}/v1/chat/completions", timeout=60, headers=headers,
                       json={"model": "gpt-4o", "messages": messages})
@@ -108,6 +119,8 @@ def conversation(tmp_path: Path, backend: str, recorded: dict[str, list[Any]],
     upstream = FakeUpstream()
     with memd_in_front(upstream.app, tmp_path / "d", backend,
                        sanitize="secrets+pii") as (base, engine):
+        helper = RecordingHelper()
+        engine.jobs.helper = helper  # type: ignore[assignment]
         first = [{"role": "user", "content": FIRST}]
         resp = chat(base, first)
         session = resp.headers["x-memd-session"]
@@ -119,7 +132,7 @@ def conversation(tmp_path: Path, backend: str, recorded: dict[str, list[Any]],
         listed = httpx.get(f"{base}/v1/sessions/{session}/messages", timeout=30).json()
         yield {"engine": engine, "session": session, "upstream": upstream, "listed": listed,
                "db": engine.settings.db, "data_dir": engine.settings.data_dir,
-               "log": caplog}
+               "log": caplog, "helper": helper.prompts}
 
 
 def test_nothing_derived_holds_a_secret(conversation: dict[str, Any],
@@ -142,6 +155,21 @@ def test_nothing_derived_holds_a_secret(conversation: dict[str, Any],
     block = later["messages"][-1]["content"]
     assert "<memory" in block and "[API_KEY_" in block
     assert leaked(conversation["log"].text) == []
+    assert conversation["helper"]  # the helper read the user's words, sanitized
+    assert [p for p in conversation["helper"] if leaked(p)] == []
+
+
+def test_an_export_holds_no_secret(conversation: dict[str, Any]) -> None:
+    """`memd export` writes each message's sanitized text in place of its original."""
+    import io
+
+    from memd.transfer.run import export_store
+
+    out = io.StringIO()
+    export_store(conversation["engine"].settings, out)
+    lines = out.getvalue().splitlines()
+    assert len(lines) > 10 and any('"messages"' in line for line in lines)
+    assert [line for line in lines if leaked(line)] == []
 
 
 def test_the_owner_reads_back_what_was_sent_with_stable_placeholders(
