@@ -118,8 +118,10 @@ def progressbar(label: str, total: int) -> Iterator[Callable[[int], None]]:
 
 
 # The commands, registered on ``main`` by importing their modules.
-from memd.cli import admin, daemon, jobs, memories, service, storage  # noqa: E402, F401
+from memd.cli import admin, daemon, doctor, jobs, memories, service, storage  # noqa: E402, F401
 from memd.cli import config as config_commands  # noqa: E402, F401  (main has a config option)
+from memd.cli import encryption as encryption_commands  # noqa: E402, F401
+from memd.cli import transfer as transfer_commands  # noqa: E402, F401  (export, import)
 
 
 def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> None:

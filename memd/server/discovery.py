@@ -52,7 +52,8 @@ def remove_daemon_file(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -62,15 +63,22 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def find_daemon(data_dir: Path, timeout: float = 30.0) -> Any:
-    """An ``httpx.Client`` for the live daemon of ``data_dir``, or None."""
+def daemon_record(data_dir: Path) -> tuple[int, str, int] | None:
+    """(pid, host, port) of ``daemon.json`` in ``data_dir``, or None when there is none
+    or it cannot be read."""
     try:
         info = json.loads((data_dir / FILENAME).read_text())
-        pid, host, port = int(info["pid"]), str(info["host"]), int(info["port"])
+        return int(info["pid"]), str(info["host"]), int(info["port"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if not _alive(pid):
+
+
+def find_daemon(data_dir: Path, timeout: float = 30.0) -> Any:
+    """An ``httpx.Client`` for the live daemon of ``data_dir``, or None."""
+    record = daemon_record(data_dir)
+    if record is None or not alive(record[0]):
         return None
+    _, host, port = record
     base = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     try:
         httpx.get(f"{base}/health", timeout=2.0).raise_for_status()
