@@ -102,7 +102,7 @@ def test_every_request_needs_a_live_key(team: Team) -> None:
             if path == "/health":
                 continue
             url = path.replace("{memory_id}", "m").replace("{session_id}", "s").replace(
-                "{call_id}", "c").replace("{user_id}", "u")
+                "{call_id}", "c").replace("{user_id}", "u").replace("{message_id}", "x")
             resp = anon.request(method, url, json={})
             assert resp.status_code == 401, (method, path, resp.text)
             assert resp.json()["error"]["type"] == "authentication_error"
@@ -175,6 +175,10 @@ def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team)
         call(c, "DELETE", "/v1/sessions/{session_id}", f"/v1/sessions/{s}", 404)
         call(c, "DELETE", "/v1/sessions/{session_id}", f"/v1/sessions/{s}?user_id=bob", 403)
         call(posing, "DELETE", "/v1/sessions/{session_id}", f"/v1/sessions/{s}", 403)
+        one = "/v1/sessions/{session_id}/messages/{message_id}"
+        mid = team.engine.messages(s, "bob")[0].id
+        call(c, "DELETE", one, f"/v1/sessions/{s}/messages/{mid}", 404)
+        call(c, "DELETE", one, f"/v1/sessions/{s}/messages/{mid}?user_id=bob", 403)
         # erasure: alice cannot erase bob
         call(c, "DELETE", "/v1/users/{user_id}", "/v1/users/bob", 403)
         call(posing, "DELETE", "/v1/users/{user_id}", "/v1/users/alice", 403)

@@ -144,6 +144,7 @@ def test_non_json_writes_to_every_route_write_nothing(
         body: tuple[str, bytes]) -> None:
     mid = engine.add("The boat is moored at pier 4", "local").memory.id
     sid = engine.create_session("local").id
+    said = engine.append(sid, "local", [{"role": "user", "content": "planted"}])[0].id
     engine.set_fact("local", "preference", "indentation", "tabs")
     jid = engine.store.enqueue_job("access", {"hits": []}, "local", engine.now())
     engine.store.fail_job(jid, "planted", None)  # dead: a retry would revive it
@@ -154,7 +155,8 @@ def test_non_json_writes_to_every_route_write_nothing(
     for method, path in writing_routes(app):
         url = path.format(workspace="proj", memory_id=mid, session_id=sid,
                           category="preference", key="indentation", job_id=jid,
-                          user_id="local", call_id="c1")
+                          user_id="local", call_id="c1",
+                          message_id=said)
         for browser, status, kind in ((FROM_EVIL, 403, "cross_site_request"),
                                       ({}, 415, "unsupported_media_type")):
             resp = client.request(method, url, content=content,

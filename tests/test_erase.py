@@ -1,10 +1,12 @@
-"""Erasure (``memd forget --all``, ``--session``, ``DELETE /v1/users/{id}``,
-``/v1/sessions/{id}``, ``/v1/calls/{id}``) on both backends: after erasing a user no row
-of theirs is left in any table (every partition, on PostgreSQL), on SQLite no byte of
-their text is left in any file of the data dir, and another user is untouched."""
+"""Erasure (``memd forget --all``, ``--session``, ``--message``, ``DELETE
+/v1/users/{id}``, ``/v1/sessions/{id}``, ``/v1/sessions/{id}/messages/{message_id}``,
+``/v1/calls/{id}``) on both backends: after erasing a user no row of theirs is left in any
+table (every partition, on PostgreSQL), on SQLite no byte of their text is left in any
+file of the data dir, and another user is untouched."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -18,7 +20,12 @@ from servers import postgres_url
 
 import memd
 from memd.auth import acting_as
-from memd.backends.common.erase import ACCOUNT_TABLES, SHARED_TABLES, USER_TABLES
+from memd.backends.common.erase import (
+    ACCOUNT_TABLES,
+    ERASED_USER,
+    SHARED_TABLES,
+    USER_TABLES,
+)
 from memd.cli import main as cli
 from memd.config import load_settings
 from memd.engine.memory import Memd
@@ -26,6 +33,7 @@ from memd.errors import NotFound, StorageError
 from memd.migrate.tables import TABLES
 from memd.models.embedder import text_hash
 from memd.server.app import create_app
+from memd.types import Usage
 
 # What each user says: words found nowhere else, to look for in the files.
 SAYS = {
@@ -153,6 +161,40 @@ def test_postgres_acting_user_erases_only_itself(tmp_path: Path) -> None:
         assert rows_of(m, "victor")["memories"] > 0
 
 
+def test_anonymized_usage_keeps_the_totals_and_names_no_one(engine: Memd) -> None:
+    """With erase_usage = "anonymize", erasing a session and then the user keeps their
+    usage rows' figures under ERASED_USER, with no session, workspace or metadata."""
+    engine.settings = replace(engine.settings, erase_usage="anonymize")
+    ids = seed(engine, "ursula")
+    for sid, tokens in ((ids["session"], 100), (ids["other"], 30)):
+        engine.store.record_usage(Usage(id=f"u-{tokens}", user_id="ursula", session_id=sid,
+                                        workspace="team", prompt_tokens=tokens,
+                                        metadata={"said": "Hushpuppetry"}, created_at=1.0))
+    counts = engine.erase_session("ursula", ids["session"])
+    assert counts["usage_log"] == 0 and counts["usage_log_anonymized"] == 1
+    assert [u.prompt_tokens for u in engine.store.list_usage("ursula")] == [30]
+    counts = engine.erase_user("ursula")
+    assert counts["usage_log_anonymized"] == 1
+    assert set(rows_of(engine, "ursula").values()) == {0}
+    kept = engine.store.list_usage(ERASED_USER)
+    assert sorted(u.prompt_tokens for u in kept) == [30, 100]
+    assert {(u.session_id, u.workspace or None, json.dumps(u.metadata)) for u in kept} \
+        == {(None, None, "{}")}
+
+
+def test_postgres_acting_user_anonymizes_only_its_own_usage(tmp_path: Path) -> None:
+    settings = replace(load_settings(data_dir=tmp_path / "d"), db=postgres_url(),
+                       pg_partitions=(4, 4, 4), erase_usage="anonymize")
+    with memd.open(settings=settings) as m:
+        seed(m, "ursula")
+        m.store.record_usage(Usage(id="u1", user_id="ursula", prompt_tokens=7, created_at=1.0))
+        with acting_as("victor"), pytest.raises(StorageError):
+            m.store.erase_user("ursula", anonymize_usage=True)
+        with acting_as("ursula"):
+            assert m.erase_user("ursula")["usage_log_anonymized"] == 1
+        assert [u.prompt_tokens for u in m.store.list_usage(ERASED_USER)] == [7]
+
+
 def test_erasing_a_session_keeps_the_rest(engine: Memd) -> None:
     ids = seed(engine, "ursula")
     seed(engine, "victor")
@@ -170,6 +212,43 @@ def test_erasing_a_session_keeps_the_rest(engine: Memd) -> None:
     assert rows_of(engine, "victor") == victor
     with pytest.raises(NotFound):
         engine.erase_session("victor", ids["other"])
+
+
+def test_erasing_a_message_keeps_its_session_and_the_rest(engine: Memd) -> None:
+    ids = seed(engine, "ursula")
+    victor = rows_of(engine, "victor") if seed(engine, "victor") else {}
+    said, noted = engine.messages(ids["session"], "ursula")
+    assert any(m.provenance_message_id == said.id for m in engine.list("ursula"))
+    version = engine.session(ids["session"], "ursula").history_version
+    counts = engine.erase_message("ursula", ids["session"], said.id)
+    assert counts["messages"] == 1 and counts["memories"] >= 1
+    assert "sessions" not in counts and "calls" not in counts
+    assert [m.id for m in engine.messages(ids["session"], "ursula")] == [noted.id]
+    assert engine.session(ids["session"], "ursula").history_version == version + 1
+    assert not any(m.provenance_message_id == said.id for m in engine.list("ursula"))
+    assert not any("Vermilionite" in h.text for h in engine.search(
+        "Vermilionite", "ursula", kinds=["memory", "message", "fact"]))
+    assert [m.text for m in engine.list("ursula")] \
+        == ["My deploy target is Quokkamander in Frankfurt"]
+    assert rows_of(engine, "victor") == victor
+    with pytest.raises(NotFound):
+        engine.erase_message("ursula", ids["session"], said.id)
+    with pytest.raises(NotFound):  # another user's session
+        engine.erase_message("victor", ids["session"], noted.id)
+
+
+def test_sqlite_files_keep_no_byte_of_an_erased_message(tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    with memd.open(data) as m:
+        ids = seed(m, "ursula")
+        said = m.messages(ids["session"], "ursula")[0]
+        m.erase_message("ursula", ids["session"], said.id)
+        assert [x.content for x in m.messages(ids["session"], "ursula")] == ["Noted!"]
+    for f in data.rglob("*"):
+        if f.is_file():
+            assert b"Vermilionite" not in f.read_bytes(), f
+    with memd.open(data) as m:  # the rest of the user's text is still there
+        assert m.list("ursula")
 
 
 def test_forgetting_a_mixed_case_memory_leaves_no_cached_vector(engine: Memd) -> None:
@@ -190,9 +269,17 @@ def test_erasure_through_the_api(engine: Memd) -> None:
         assert c.delete(f"/v1/calls/{ids['call']}?user_id=ursula").json() \
             == {"deleted": ids["call"]}
         assert c.delete(f"/v1/calls/{ids['call']}?user_id=ursula").status_code == 404
+        said = engine.messages(ids["session"], "ursula")[0].id
+        path = f"/v1/sessions/{ids['session']}/messages/{said}"
+        assert c.delete(f"{path}?user_id=victor").status_code == 404
+        gone = c.delete(f"{path}?user_id=ursula").json()
+        assert gone["deleted"] == said and gone["rows"]["messages"] == 1
+        assert c.delete(f"{path}?user_id=ursula").status_code == 404
+        assert len(c.get(f"/v1/sessions/{ids['session']}/messages?user_id=ursula")
+                   .json()["messages"]) == 1
         assert c.delete(f"/v1/sessions/{ids['session']}?user_id=victor").status_code == 404
         gone = c.delete(f"/v1/sessions/{ids['session']}?user_id=ursula").json()
-        assert gone["deleted"] == ids["session"] and gone["rows"]["messages"] == 2
+        assert gone["deleted"] == ids["session"] and gone["rows"]["messages"] == 1
         assert c.get(f"/v1/sessions/{ids['session']}?user_id=ursula").status_code == 404
         erased = c.delete("/v1/users/ursula").json()
         assert erased["deleted"] == "ursula" and erased["rows"]["users"] == 1
@@ -211,6 +298,14 @@ def test_cli_forget_all_and_session(tmp_path: Path) -> None:
                               "--user", "ursula"])
     assert out.exit_code == 0, out.output
     assert out.output.startswith(f"erased session {ids['other']}: ") and "messages 1" in out.output
+    alone = runner.invoke(cli, ["--data-dir", data, "forget", "--message", "m1"])
+    assert alone.exit_code == 2 and "--message needs --session" in alone.output
+    with memd.open(data) as m:
+        said = m.messages(ids["session"], "ursula")[0].id
+    out = runner.invoke(cli, ["--data-dir", data, "forget", "--session", ids["session"],
+                              "--message", said, "--user", "ursula"])
+    assert out.exit_code == 0, out.output
+    assert out.output.startswith(f"erased message {said}: ") and "messages 1" in out.output
     refused = runner.invoke(cli, ["--data-dir", data, "forget", "--all", "--user", "ursula"],
                             input="n\n")
     assert refused.exit_code != 0 and "Aborted" in refused.output

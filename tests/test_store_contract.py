@@ -1020,6 +1020,38 @@ def test_erase_session_removes_it_and_what_derives_from_it(store: Store) -> None
     assert len(list(store.iter_memories("bob"))) == 2 and len(store.list_sessions("bob")) == 2
 
 
+def test_erase_message_removes_it_and_what_derives_from_it(store: Store) -> None:
+    _everything_of(store, "alice", "Alice's own prompt")
+    s = store.create_session(session("alice"))
+    first, second = store.append_messages(
+        "alice", s.id, [NewMessage("user", "alice moved to Porto"),
+                        NewMessage("user", "alice keeps bees")], [3, 3], [None, None], 4.0)
+    store.set_message_embeddings("alice", [(first.id, vec(3)), (second.id, vec(4))])
+    made = store.insert_memory(memory("alice lives in Porto", user="alice", session_id=s.id,
+                                      provenance_message_id=first.id), vec(5))
+    store.insert_fact(fact("Porto", user_id="alice", key="city", source_message_id=first.id))
+    store.enqueue_job("llm_extract", {"message_id": first.id}, "alice", 4.0)
+    summary = store.insert_memory(memory("alice moved", user="alice", session_id=s.id), vec(6))
+    store.mark_compressed("alice", s.id, [first.id], summary.id)
+    store.update_session("alice", s.id, summary_text="alice moved", summary_token_count=2)
+    version = store.get_session("alice", s.id).history_version  # type: ignore[union-attr]
+    counts = store.erase_message("alice", s.id, first.id, ["h-alice"])
+    assert (counts["messages"], counts["memories"], counts["facts"], counts["jobs"]) \
+        == (1, 2, 1, 1)  # the memory made from it and the summary it was compacted into
+    assert counts["embedding_cache"] == 1 and "sessions" not in counts
+    kept = store.get_session("alice", s.id)
+    assert kept is not None and kept.history_version == version + 1
+    assert kept.summary_text is None and kept.summary_token_count == 0
+    assert [m.id for m in store.get_messages("alice", s.id)] == [second.id]
+    assert not {made.id, summary.id} & {m.id for m in store.iter_memories("alice")}
+    assert "Porto" not in [f.value for f in store.get_facts("alice", active_only=False)]
+    assert store.keyword_messages("alice", "Porto", 5) == []
+    assert [m.id for m, _ in store.nearest_messages("alice", vec(4), 5)][:1] == [second.id]
+    assert first.id not in {m.id for m, _ in store.nearest_messages("alice", vec(3), 5)}
+    assert len(store.list_sessions("alice")) == 3
+    assert store.erase_message("alice", s.id, first.id)["messages"] == 0
+
+
 def test_a_call_report_is_deleted_by_its_owner_only(store: Store) -> None:
     record_calls(store)
     assert not store.delete_call("bob", "c1")

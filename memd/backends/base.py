@@ -464,19 +464,29 @@ class ErasureStore(Protocol):
     """Erasure: a user, or one session, leaves no row behind (memd.backends.common.erase
     lists what goes)."""
 
-    def erase_user(self, user_id: str, cached: Sequence[str] = ()) -> dict[str, int]:
+    def erase_user(self, user_id: str, cached: Sequence[str] = (),
+                   anonymize_usage: bool = False) -> dict[str, int]:
         """Delete every row of ``user_id`` in every table, its account included, the
         system prompts only its sessions used, and the embedding cache's entries of
         ``cached`` (the embedder's hashes of the user's texts), in one transaction;
-        the rows deleted by table. Under row-level security only the acting user."""
+        the rows deleted by table. With ``anonymize_usage`` the usage rows stay, with
+        nothing that names the user (``usage_log_anonymized`` counts them). Under
+        row-level security only the acting user."""
         ...
 
-    def erase_session(self, user_id: str, session_id: str,
-                      cached: Sequence[str] = ()) -> dict[str, int]:
+    def erase_session(self, user_id: str, session_id: str, cached: Sequence[str] = (),
+                      anonymize_usage: bool = False) -> dict[str, int]:
         """Delete a session, its messages and what derives from them (memories made in
         it or from its messages, facts its messages stated, its calls, usage and jobs),
         its system prompt if no other session uses it, and the cache entries of
         ``cached``, in one transaction; the rows deleted by table."""
+        ...
+
+    def erase_message(self, user_id: str, session_id: str, message_id: str,
+                      cached: Sequence[str] = ()) -> dict[str, int]:
+        """Delete one message of a session and what derives from it (memories made from
+        it, facts it stated, its jobs) and the cache entries of ``cached``, in one
+        transaction, raising the session's history_version; the rows deleted by table."""
         ...
 
     def delete_call(self, user_id: str, call_id: str) -> bool:

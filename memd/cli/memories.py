@@ -103,6 +103,9 @@ def search(ctx: click.Context, query: str, user_id: str, k: int, workspace: str 
 @click.option("--workspace", help="With --fact: only that workspace's fact.")
 @click.option("--session", "session_id", metavar="ID",
               help="Erase a session instead: its messages and what derives from them.")
+@click.option("--message", "message_id", metavar="ID",
+              help="With --session: erase only that message of the session and what "
+                   "derives from it (memories made from it, facts it stated).")
 @click.option("--all", "everything", is_flag=True,
               help="Erase everything of the user given with --user: every row in every "
                    "table, the account included (on SQLite the files are scrubbed too).")
@@ -111,9 +114,12 @@ def search(ctx: click.Context, query: str, user_id: str, k: int, workspace: str 
 @handles_errors
 def forget(ctx: click.Context, memory_id: str | None, user_id: str | None,
            fact: str | None, workspace: str | None, session_id: str | None,
-           everything: bool, yes: bool) -> None:
+           message_id: str | None, everything: bool, yes: bool) -> None:
     """Delete a memory, every derived copy of it and the facts it stated; or, with
-    --fact, a fact; with --session, a session; with --all --user U, everything of U."""
+    --fact, a fact; with --session, a session (with --message too, one of its messages);
+    with --all --user U, everything of U."""
+    if message_id is not None and session_id is None:
+        raise click.UsageError("--message needs --session ID (the message's session)")
     chosen = [memory_id is not None, fact is not None, session_id is not None, everything]
     if sum(chosen) != 1:
         raise click.UsageError("give one of: a memory ID, --fact CATEGORY/KEY, "
@@ -122,7 +128,7 @@ def forget(ctx: click.Context, memory_id: str | None, user_id: str | None,
         _forget_fact(ctx, fact, user_id, workspace)
         return
     if session_id is not None or everything:
-        _erase(ctx, user_id, session_id, yes)
+        _erase(ctx, user_id, session_id, yes, message_id)
         return
     assert memory_id is not None
     daemon = daemon_for(ctx) if user_id else None
@@ -137,10 +143,11 @@ def forget(ctx: click.Context, memory_id: str | None, user_id: str | None,
 
 
 def _erase(ctx: click.Context, user_id: str | None, session_id: str | None,
-           yes: bool) -> None:
-    """``forget --all`` and ``forget --session``: through the daemon serving this data
-    dir when there is one in local mode (it drops what it keeps in memory too); else, and
-    always with authentication (an administrator on the host), on the store directly."""
+           yes: bool, message_id: str | None = None) -> None:
+    """``forget --all``, ``forget --session`` and ``--session --message``: through the
+    daemon serving this data dir when there is one in local mode (it drops what it keeps
+    in memory too); else, and always with authentication (an administrator on the host),
+    on the store directly."""
     if session_id is None:
         if not user_id:
             raise click.UsageError("--all needs --user USER (whose data to erase)")
@@ -155,14 +162,21 @@ def _erase(ctx: click.Context, user_id: str | None, session_id: str | None,
 
         path = (f"/v1/users/{quote(user, safe='')}" if session_id is None
                 else f"/v1/sessions/{quote(session_id, safe='')}")
+        if message_id is not None:
+            path += f"/messages/{quote(message_id, safe='')}"
         with daemon:
             counts = daemon_call(daemon, "DELETE", path, params={"user_id": user}
                                  if session_id is not None else None)["rows"]
     else:
         with open_engine(ctx) as m:
-            counts = (m.erase_user(user) if session_id is None
-                      else m.erase_session(user, session_id))
-    what = f"user {user}" if session_id is None else f"session {session_id}"
+            if session_id is None:
+                counts = m.erase_user(user)
+            elif message_id is None:
+                counts = m.erase_session(user, session_id)
+            else:
+                counts = m.erase_message(user, session_id, message_id)
+    what = (f"user {user}" if session_id is None else f"session {session_id}"
+            if message_id is None else f"message {message_id}")
     click.echo(f"erased {what}: " + ", ".join(f"{t} {n}" for t, n in counts.items() if n))
 
 

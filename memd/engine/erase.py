@@ -1,6 +1,7 @@
-"""Erasure, the engine's side: a user (``memd forget --all``, ``DELETE /v1/users/{id}``)
-or one session (``memd forget --session``, ``DELETE /v1/sessions/{id}``) leaves no row
-behind, and on SQLite no byte of its text in the files.
+"""Erasure, the engine's side: a user (``memd forget --all``, ``DELETE /v1/users/{id}``),
+one session (``memd forget --session``, ``DELETE /v1/sessions/{id}``) or one message
+(``memd forget --message``, ``DELETE /v1/sessions/{id}/messages/{message_id}``) leaves no
+row behind, and on SQLite no byte of its text in the files.
 
 The store deletes the rows (:class:`memd.backends.base.ErasureStore`); the engine adds
 what only it knows: the embedding cache's keys of the texts that go (the embedder hashes
@@ -19,6 +20,7 @@ from memd.models.embedder import text_hash
 
 if TYPE_CHECKING:
     from memd.backends.base import Store
+    from memd.config import Settings
     from memd.engine.history import HistoryCache
     from memd.engine.inject import StableBlocks
     from memd.engine.jobs import JobRunner
@@ -26,21 +28,26 @@ if TYPE_CHECKING:
 _ALL = 2**31 - 1  # "no limit" for the store's listings
 
 
-def cache_keys(store: Store, user_id: str, session_id: str | None = None) -> list[str]:
+def cache_keys(store: Store, user_id: str, session_id: str | None = None,
+               message_id: str | None = None) -> list[str]:
     """The embedding cache's keys of the texts that erasing ``user_id`` (or only its
-    session ``session_id``) removes."""
+    session ``session_id``, or only that session's message ``message_id``) removes."""
     sessions = ([session_id] if session_id is not None
                 else [s.id for s in store.list_sessions(user_id, limit=_ALL)])
     texts: list[str] = []
     message_ids: set[str] = set()
     for sid in sessions:
         for m in store.get_messages(user_id, sid):
+            if message_id is not None and m.id != message_id:
+                continue
             message_ids.add(m.id)
             if m.safe_text:
                 texts.append(excerpt(m.safe_text, EMBED_CHARS))
 
-    def erased(session: str | None, message_id: str | None) -> bool:
-        return session_id is None or session == session_id or message_id in message_ids
+    def erased(session: str | None, from_message: str | None) -> bool:
+        if message_id is not None:
+            return from_message in message_ids
+        return session_id is None or session == session_id or from_message in message_ids
 
     texts += [m.text for m in store.iter_memories(user_id)
               if erased(m.session_id, m.provenance_message_id)]
@@ -56,10 +63,11 @@ def cache_keys(store: Store, user_id: str, session_id: str | None = None) -> lis
 
 
 class ErasureMixin:
-    """``erase_user``, ``erase_session`` and ``delete_call`` of
+    """``erase_user``, ``erase_session``, ``erase_message`` and ``delete_call`` of
     :class:`memd.engine.memory.Memd`."""
 
     if TYPE_CHECKING:  # provided by Memd
+        settings: Settings
         store: Store
         jobs: JobRunner
         history: HistoryCache
@@ -71,10 +79,12 @@ class ErasureMixin:
         dead or pending, call reports, usage, the account with its keys and workspace
         memberships) and the shared rows only the user's data used (system prompts,
         cached embeddings), then scrub the files (:meth:`Store.scrub`). Returns the rows
-        deleted by table; NotFound when the user had none."""
+        deleted by table (with ``erase_usage = "anonymize"`` the usage rows stay, no longer
+        the user's: ``usage_log_anonymized``); NotFound when the user had none."""
         uid = v.check_id(user_id, "user_id")
         self.jobs.flush()  # gathered access stats name the user's memories
-        counts = self.store.erase_user(uid, cache_keys(self.store, uid))
+        counts = self.store.erase_user(uid, cache_keys(self.store, uid),
+                                       anonymize_usage=self.settings.erase_usage == "anonymize")
         if not any(counts.values()):
             raise NotFound(f"no data of user {uid!r}")
         self._after_erase(uid)
@@ -89,7 +99,23 @@ class ErasureMixin:
         if self.store.get_session(uid, sid) is None:
             raise NotFound(f"no session {sid!r} for user {uid!r}")
         self.jobs.flush()
-        counts = self.store.erase_session(uid, sid, cache_keys(self.store, uid, sid))
+        counts = self.store.erase_session(
+            uid, sid, cache_keys(self.store, uid, sid),
+            anonymize_usage=self.settings.erase_usage == "anonymize")
+        self._after_erase(uid)
+        return counts
+
+    def erase_message(self, user_id: str, session_id: str, message_id: str) -> dict[str, int]:
+        """Delete one message of the user's session and what derives from it (memories
+        made from it, facts it stated, its jobs), then scrub the files; the rows deleted
+        by table. NotFound for a message that is not in the user's session."""
+        uid = v.check_id(user_id, "user_id")
+        sid = v.check_id(session_id, "session_id")
+        mid = v.check_id(message_id, "message_id")
+        if not any(m.id == mid for m in self.store.get_messages(uid, sid)):
+            raise NotFound(f"no message {mid!r} in session {sid!r} of user {uid!r}")
+        self.jobs.flush()
+        counts = self.store.erase_message(uid, sid, mid, cache_keys(self.store, uid, sid, mid))
         self._after_erase(uid)
         return counts
 

@@ -44,6 +44,8 @@ MemoryId = Path(description="A memory's id.",
                 json_schema_extra={"pattern": v.ID_PATTERN, "maxLength": 128})
 SessionId = Path(description="A session's id.",
                  json_schema_extra={"pattern": v.ID_PATTERN, "maxLength": 128})
+MessageId = Path(description="A message's id (as `GET /v1/sessions/{id}/messages` lists it).",
+                 json_schema_extra={"pattern": v.ID_PATTERN, "maxLength": 128})
 CallId = Path(description="A call's id (the X-Memd-Call header of its response).",
               json_schema_extra={"pattern": v.ID_PATTERN, "maxLength": 128})
 UserId = Path(description="A user's id (with authentication: the API key's own user).",
@@ -250,6 +252,17 @@ def delete_session(request: Request, session_id: str = SessionId,
     jobs); ``rows`` counts what went, by table (404 for another user's session)."""
     rows = engine_of(request).erase_session(user_of(request, user_id), session_id)
     return {"deleted": session_id, "rows": rows}
+
+
+@router.delete("/v1/sessions/{session_id}/messages/{message_id}", tags=["sessions"])
+def delete_message(request: Request, session_id: str = SessionId,
+                   message_id: str = MessageId,
+                   user_id: str | None = UserQuery) -> dict[str, Any]:
+    """Erase one message of a session and what derives from it (memories made from it,
+    facts it stated, its jobs); the session and its other messages stay. ``rows`` counts
+    what went, by table (404 for a message not in the user's session)."""
+    rows = engine_of(request).erase_message(user_of(request, user_id), session_id, message_id)
+    return {"deleted": message_id, "rows": rows}
 
 
 # -- facts ----------------------------------------------------------------------------

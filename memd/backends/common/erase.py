@@ -1,5 +1,6 @@
-"""Erasure: every row of a user, or of one session, in every table, written once for both
-dialects (``memd forget --all``, ``DELETE /v1/users/{id}``, ``DELETE /v1/sessions/{id}``).
+"""Erasure: every row of a user, of one session or of one message, in every table, written
+once for both dialects (``memd forget --all``, ``DELETE /v1/users/{id}``,
+``DELETE /v1/sessions/{id}``, ``DELETE /v1/sessions/{id}/messages/{message_id}``).
 
 :func:`erase_plan` lists the deletes in the order their subqueries need (the rows derived
 from memories and messages go before them). A backend adds what lives beside those rows
@@ -25,25 +26,46 @@ USER_TABLES = ("memory_entities", "memories", "facts", "forgotten", "jobs", "cal
 ACCOUNT_TABLES = ("workspace_members", "api_keys", "users")  # keys and members first
 SHARED_TABLES = ("system_prompts", "embedding_cache")
 
+#: The user id of anonymized usage rows: no user's, since no valid id has parentheses.
+ERASED_USER = "(erased)"
+
 Step = tuple[str, str, tuple[Any, ...]]  # (table, WHERE clause with ? marks, parameters)
 
 
 def erase_plan(user_id: str, session_id: str | None, json_text: str,
-               memory_side_tables: Sequence[str] = ()) -> list[Step]:
+               memory_side_tables: Sequence[str] = (),
+               message_id: str | None = None) -> list[Step]:
     """The deletes that erase ``user_id`` (every row), or with ``session_id`` that session:
     its messages, the session, and what derives from them (memories made in it or from
     its messages, with their entity links; facts stated in its messages; its calls, usage
-    and jobs). ``json_text`` spells a JSON payload's text field (``{column}``, ``{key}``);
-    ``memory_side_tables`` are further tables keyed by (user_id, memory_id)."""
+    and jobs); or with ``message_id`` too, that one message of the session and what
+    derives from it (memories made from it, facts it stated, its jobs). ``json_text``
+    spells a JSON payload's text field (``{column}``, ``{key}``); ``memory_side_tables``
+    are further tables keyed by (user_id, memory_id)."""
     u = (user_id,)
     if session_id is None:
         tables = (*USER_TABLES[:1], *memory_side_tables, *USER_TABLES[1:])
         return [(t, "user_id = ?", u) for t in tables]
+    field = json_text.format
+    of = "user_id = ? AND memory_id IN (SELECT memory_id FROM memories WHERE {})".format
+    if message_id is not None:
+        um = (user_id, message_id)
+        # the memories made from it, and the summary its turn was compacted into
+        memories = ("user_id = ? AND (provenance_message_id = ? OR memory_id IN (SELECT "
+                    "compressed_summary_id FROM messages WHERE user_id = ? AND message_id = ?))")
+        return [
+            *[(t, of(memories), (user_id, *um, *um)) for t in ("memory_entities",
+                                                               *memory_side_tables)],
+            ("memories", memories, (*um, *um)),
+            ("facts", "user_id = ? AND source_message_id = ?", um),
+            ("jobs", f"user_id = ? AND {field(column='payload', key='message_id')} = ?", um),
+            ("messages", "user_id = ? AND session_id = ? AND message_id = ?",
+             (user_id, session_id, message_id)),
+        ]
     us = (user_id, session_id)
     messages = "SELECT message_id FROM messages WHERE user_id = ? AND session_id = ?"
     memories = f"user_id = ? AND (session_id = ? OR provenance_message_id IN ({messages}))"
-    of_memories = f"user_id = ? AND memory_id IN (SELECT memory_id FROM memories WHERE {memories})"
-    field = json_text.format
+    of_memories = of(memories)
     jobs = (f"user_id = ? AND ({field(column='payload', key='session_id')} = ? "
             f"OR {field(column='payload', key='message_id')} IN ({messages}))")
     return [
@@ -60,7 +82,8 @@ def erase_plan(user_id: str, session_id: str | None, json_text: str,
 
 
 class ErasureMixin(SqlMixin):
-    """``erase_user``, ``erase_session`` and ``delete_call`` over the plan above."""
+    """``erase_user``, ``erase_session``, ``erase_message`` and ``delete_call`` over the
+    plan above."""
 
     #: How the dialect reads a text field of a JSON column ({column}, {key}).
     _json_text: str
@@ -70,27 +93,38 @@ class ErasureMixin(SqlMixin):
     def transaction(self) -> AbstractContextManager[None]:
         raise NotImplementedError  # the backend's (Lifecycle.transaction)
 
-    def erase_user(self, user_id: str, cached: Sequence[str] = ()) -> dict[str, int]:
-        return self._erase(user_id, None, cached)
+    def erase_user(self, user_id: str, cached: Sequence[str] = (),
+                   anonymize_usage: bool = False) -> dict[str, int]:
+        return self._erase(user_id, None, cached, anonymize_usage=anonymize_usage)
 
-    def erase_session(self, user_id: str, session_id: str,
+    def erase_session(self, user_id: str, session_id: str, cached: Sequence[str] = (),
+                      anonymize_usage: bool = False) -> dict[str, int]:
+        return self._erase(user_id, session_id, cached, anonymize_usage=anonymize_usage)
+
+    def erase_message(self, user_id: str, session_id: str, message_id: str,
                       cached: Sequence[str] = ()) -> dict[str, int]:
-        return self._erase(user_id, session_id, cached)
+        return self._erase(user_id, session_id, cached, message_id)
 
     def delete_call(self, user_id: str, call_id: str) -> bool:
         return self._write(self._sql("DELETE FROM calls WHERE user_id = ? AND call_id = ?"),
                            (user_id, call_id)) > 0
 
-    def _erase(self, user_id: str, session_id: str | None,
-               cached: Sequence[str]) -> dict[str, int]:
-        plan = erase_plan(user_id, session_id, self._json_text, self._memory_side_tables)
+    def _erase(self, user_id: str, session_id: str | None, cached: Sequence[str],
+               message_id: str | None = None, anonymize_usage: bool = False
+               ) -> dict[str, int]:
+        plan = erase_plan(user_id, session_id, self._json_text, self._memory_side_tables,
+                          message_id)
+        if anonymize_usage:
+            plan = [step for step in plan if step[0] != "usage_log"]
         where = {t: (w, p) for t, w, p in plan}
         counts: dict[str, int] = {}
         with self.transaction():
-            test, params = where["sessions"]
-            prompts = sorted({str(r[0]) for r in self._rows(self._sql(
-                f"SELECT system_prompt_hash FROM sessions WHERE {test} "
-                "AND system_prompt_hash IS NOT NULL"), params)})
+            prompts: list[str] = []
+            if "sessions" in where:
+                test, params = where["sessions"]
+                prompts = sorted({str(r[0]) for r in self._rows(self._sql(
+                    f"SELECT system_prompt_hash FROM sessions WHERE {test} "
+                    "AND system_prompt_hash IS NOT NULL"), params)})
             if session_id is not None:  # a memory erased may have replaced one that stays
                 test, params = where["memories"]
                 self._write(self._sql(
@@ -101,9 +135,33 @@ class ErasureMixin(SqlMixin):
             for table, test, params in plan:
                 counts[table] = self._write(self._sql(f"DELETE FROM {table} WHERE {test}"),
                                             params)
+            if message_id is not None and counts["messages"]:
+                # The stored history changed other than by an append: caches keyed by
+                # (turn_count, history_version) must read it again. The session's title
+                # and its summary may quote the message: they go too (the next user
+                # message titles it; compacted turns are then not summarized).
+                self._write(self._sql(
+                    "UPDATE sessions SET history_version = history_version + 1, "
+                    "title = NULL, summary_text = NULL, summary_token_count = 0 "
+                    "WHERE user_id = ? AND session_id = ?"), (user_id, session_id))
+            if anonymize_usage:
+                counts["usage_log"] = 0
+                counts["usage_log_anonymized"] = self._anonymize_usage(user_id, session_id)
             counts.update(self._erase_shared(user_id, prompts, list(dict.fromkeys(cached)),
                                              account=session_id is None))
         return counts
+
+    def _anonymize_usage(self, user_id: str, session_id: str | None) -> int:
+        """Keep the user's usage rows (of ``session_id`` only, when given) with nothing
+        that names the user: user :data:`ERASED_USER`, no session, workspace or
+        metadata; how many."""
+        where: str = "user_id = ?"
+        params: tuple[str, ...] = (user_id,)
+        if session_id is not None:  # a session's rows only
+            where, params = "user_id = ? AND session_id = ?", (user_id, session_id)
+        return self._write(self._sql(
+            "UPDATE usage_log SET user_id = ?, session_id = NULL, workspace = '', "
+            f"metadata = '{{}}' WHERE {where}"), (ERASED_USER, *params))
 
     def _before_erase(self, user_id: str,
                       where: dict[str, tuple[str, tuple[Any, ...]]]) -> None:

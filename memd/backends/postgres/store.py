@@ -47,6 +47,16 @@ class PostgresStore(PostgresUpkeep, PostgresMemories):
                                 (user_id, list(prompts), list(cached), account)).fetchall()
         return {str(t): int(n) for t, n in rows}
 
+    def _anonymize_usage(self, user_id: str, session_id: str | None) -> int:
+        """Through memd_anonymize_usage (sql/postgres/019_anonymize_usage.sql): under
+        row-level security the acting user may not write a row that is not its own."""
+        with self._txn() as conn:
+            if current_actor() is None:
+                conn.execute("SELECT set_config('memd.user_id', %s, true)", (user_id,))
+            row = conn.execute("SELECT memd_anonymize_usage(%s, %s)",
+                               (user_id, session_id)).fetchone()
+        return int(row[0]) if row else 0
+
     def scrub(self) -> None:
         """Nothing memd can do: a deleted row's bytes stay in the table's and its indexes'
         pages until VACUUM reuses them, and in the WAL and its archives; README's
