@@ -10,7 +10,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -182,3 +182,18 @@ def wait_healthy(port: int, proc: subprocess.Popen[Any], timeout: float = 90) ->
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.1)
     raise AssertionError("the daemon did not start")
+
+
+#: How long a test waits for a daemon to pick up a change to a watched file before it
+#: fails: a functional timeout, not a speed target (bench/bench_watch.py times it).
+WATCH_DEADLINE = 10.0
+
+
+def poll(check: Callable[[], bool], what: str) -> float:
+    """Seconds until ``check()`` holds; fails after WATCH_DEADLINE."""
+    start = time.monotonic()
+    while not check():
+        assert time.monotonic() - start < WATCH_DEADLINE, \
+            f"not within {WATCH_DEADLINE} s: {what}"
+        time.sleep(0.05)
+    return time.monotonic() - start

@@ -197,21 +197,23 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     """Run the daemon in the foreground: the OpenAI-compatible memory proxy and the
     native API, on 127.0.0.1 unless told otherwise."""
     import logging
+    from dataclasses import replace
 
     import uvicorn
 
     import memd
-    from memd.config import load_settings
+    from memd.config import Settings, config_path, load_settings
     from memd.privacy.urls import redact_url
     from memd.server.app import create_app
+    from memd.server.watch import ConfigSource
 
     if log_file is not None and no_log_file:
         raise InvalidInput("--log-file and --no-log-file contradict each other")
     opts = ctx.obj or {}
-    settings = load_settings(opts.get("config"), data_dir=opts.get("data_dir"), host=host,
-                             port=port, upstream_url=upstream_url,
-                             upstream_api_key=upstream_api_key, db=db or opts.get("db"), auth=auth,
-                             context_window=context_window)
+    flags = dict(data_dir=opts.get("data_dir"), host=host, port=port,
+                 upstream_url=upstream_url, upstream_api_key=upstream_api_key,
+                 db=db or opts.get("db"), auth=auth, context_window=context_window)
+    settings = load_settings(opts.get("config"), **flags)
     loopback = settings.host in ("127.0.0.1", "localhost", "::1")
     if not loopback and not settings.auth and not unauthenticated:
         raise InvalidInput(f"refusing to serve {settings.host} without --auth: anyone who "
@@ -246,15 +248,27 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
         raise
     transport = None
     if settings.upstream_url == LOCAL_UPSTREAM:
-        from dataclasses import replace
-
         from memd.models.helper import load_helper
         from memd.server.local_upstream import LocalUpstreamTransport
 
         # No model server: the helper's llama.cpp model answers the chats in-process.
         transport = LocalUpstreamTransport(load_helper("llama"))
         settings = replace(settings, upstream_url=LOCAL_UPSTREAM_URL)
-    app = create_app(engine, settings, upstream_transport=transport)
+    local_upstream = transport is not None
+
+    def reload() -> Settings:
+        """The settings as the config file now gives them, with the same flags; an
+        upstream of "local" stays what the daemon started with (it is loaded once)."""
+        fresh = load_settings(opts.get("config"), **flags)
+        if local_upstream != (fresh.upstream_url == LOCAL_UPSTREAM):
+            logging.getLogger("memd.watch").warning(
+                "config: upstream_url to or from 'local' needs a restart")
+        if local_upstream or fresh.upstream_url == LOCAL_UPSTREAM:
+            return replace(fresh, upstream_url=settings.upstream_url)
+        return fresh
+
+    app = create_app(engine, settings, upstream_transport=transport, watch_notes=True,
+                     config=ConfigSource(config_path(opts.get("config")), reload))
     log = logging.getLogger("memd")
     log.info("memd %s listening on http://%s:%d/v1", memd.__version__, settings.host,
              settings.port)

@@ -28,10 +28,13 @@ walk stops at the first block that does not fit, so the kept history is gap-free
 
 **Memories get the leftovers.** The memory budget is ``B_mem + B_hist - history_used``:
 whatever history did not use flows to memories (for ``tool_heavy`` the headroom stays
-untouched). When history was cut, the session summary (if given and if it fits) is taken
-out of that budget first and emitted right before the history.
+untouched). When history was cut, or compressed turns (folded into the session summary
+by compaction, memd.engine.compact) precede it, the session summary (if given and if it
+fits) is taken out of that budget first and emitted right before the history.
 
-**Memory block.** Facts first (score desc), then memories and episodic summaries by greedy
+**Memory block.** The user's notes first (standing instructions, memd.engine.notes: given
+whatever the query; when together over the budget, each is cut to a fair share by
+:func:`fit_notes`), then facts (score desc), then memories and episodic summaries by greedy
 knapsack on ``score / max(tokens, 1)`` (desc); every sort ends with the id and the text so
 input order never matters, and an item that does not fit is skipped, not a stop. Item costs
 are estimated from stored counts (``tokens + LINE_OVERHEAD``, headers counted once); the
@@ -80,6 +83,10 @@ FACTS_HEADER: Final = "### Facts"
 MEMORIES_HEADER: Final = "### Memories"
 RECALL_HEADER: Final = "### From earlier conversations"
 RECALL_KIND: Final = "recall"  # a past message recalled (memd.engine.recall)
+NOTES_HEADER: Final = "### Standing instructions (the user's notes)"
+NOTE_KIND: Final = "note"  # a file of the notes folder (memd.engine.notes)
+NOTE_MIN_TOKENS: Final = 16  # a note cut shorter than this says nothing: left out
+NOTE_CUT: Final = " [...]"
 SUMMARY_PREFIX: Final = "[Session summary]\n"
 
 TOOL_WINDOW: Final = 10  # recent messages the tool_heavy rule looks at
@@ -123,8 +130,10 @@ class CompileInput:
     context_window: int  # C
     max_response_tokens: int  # R
     tool_tokens: int = 0  # T: tokens of the tool definitions the client sent
-    session_summary: str | None = None  # injected only when history was cut
+    # injected when history was cut, or when compressed turns precede it
+    session_summary: str | None = None
     session_summary_tokens: int = 0
+    compressed_before: bool = False  # the session has compressed turns before history
     task_type: str | None = None  # None -> classify_task
     model: str | None = None  # for token counting
 
@@ -227,7 +236,8 @@ def compile_context(inp: CompileInput) -> Context:
     remaining = b_mem + b_hist - hist_used
     summary_msg: dict[str, Any] | None = None
     summary_tokens = 0
-    if history_cut and inp.session_summary and inp.session_summary_tokens <= remaining:
+    precedes = history_cut or inp.compressed_before  # turns older than those kept
+    if precedes and inp.session_summary and inp.session_summary_tokens <= remaining:
         candidate = {"role": "system", "content": SUMMARY_PREFIX + inp.session_summary}
         n = message_tokens(candidate, model)
         if n <= remaining:
@@ -246,7 +256,7 @@ def compile_context(inp: CompileInput) -> Context:
         items += [ReportItem("memory", m.kind, m.id, m.tokens, m.score) for m in mems]
     if summary_msg is not None:
         messages.append(summary_msg)
-        sid = inp.history[0].session_id  # history_cut: there is a history
+        sid = inp.history[0].session_id if inp.history else ""
         items.append(ReportItem("summary", "session_summary", sid, summary_tokens))
     messages += [_wire(m) for m in hist_msgs]
     items += [ReportItem("history", m.role, m.id, max(0, m.token_count)) for m in hist_msgs]
@@ -279,6 +289,7 @@ def pack_memory_block(
     Items are chosen greedily by estimated cost (:func:`_pack`); the rendered block is then
     measured exactly, and while it is over, the lowest-efficiency memories (then the
     lowest-scored facts) are dropped until their estimated cost covers the excess."""
+    memories = fit_notes(memories, budget, model, header)
     chosen_facts, chosen_mems = _pack(facts, memories, budget, model, header)
     while chosen_facts or chosen_mems:
         lines = memory_block_lines(chosen_facts, chosen_mems, header)
@@ -297,8 +308,10 @@ def memory_block_lines(facts: Sequence[Candidate], memories: Sequence[Candidate]
     """The memory block's content, by line (a multi-line item is one line); a
     subsection with no items is left out."""
     lines = [header]
-    for header, group in ((FACTS_HEADER, facts),
-                          (MEMORIES_HEADER, [m for m in memories if m.kind != RECALL_KIND]),
+    for header, group in ((NOTES_HEADER, [m for m in memories if m.kind == NOTE_KIND]),
+                          (FACTS_HEADER, facts),
+                          (MEMORIES_HEADER, [m for m in memories
+                                             if m.kind not in (RECALL_KIND, NOTE_KIND)]),
                           (RECALL_HEADER, [m for m in memories if m.kind == RECALL_KIND])):
         if group:
             lines.append(header)
@@ -318,23 +331,29 @@ def _pack(
     """Greedy selection under ``budget`` by estimated cost; skips what does not fit."""
     base = MESSAGE_OVERHEAD + _constant_tokens(header, model) + 1  # + its newline
     section_cost = {
-        h: _constant_tokens(h, model) + 1 for h in (FACTS_HEADER, MEMORIES_HEADER, RECALL_HEADER)
+        h: _constant_tokens(h, model) + 1
+        for h in (NOTES_HEADER, FACTS_HEADER, MEMORIES_HEADER, RECALL_HEADER)
     }
+    ordered_notes = sorted((m for m in memories if m.kind == NOTE_KIND and m.text.strip()),
+                           key=lambda m: (m.text, m.id, m.tokens))
     ordered_facts = sorted(
         (f for f in facts if f.text.strip()),
         key=lambda f: (-_finite(f.score), f.id, f.text, f.tokens, f.kind),
     )
     ordered_mems = sorted(
-        (m for m in memories if m.text.strip()),
+        (m for m in memories if m.text.strip() and m.kind != NOTE_KIND),
         key=lambda m: (-_efficiency(m), m.id, m.text, m.tokens, m.kind),
     )
     used = 0
     chosen: tuple[list[Candidate], list[Candidate]] = ([], [])
     sections: set[str] = set()
-    for group, out in ((ordered_facts, chosen[0]), (ordered_mems, chosen[1])):
+    # notes first: they are the user's standing instructions, whatever the query
+    for group, out in ((ordered_notes, chosen[1]), (ordered_facts, chosen[0]),
+                       (ordered_mems, chosen[1])):
         for item in group:
             cost = max(0, item.tokens) + LINE_OVERHEAD
             header = (FACTS_HEADER if out is chosen[0] else
+                      NOTES_HEADER if item.kind == NOTE_KIND else
                       RECALL_HEADER if item.kind == RECALL_KIND else MEMORIES_HEADER)
             if header not in sections:
                 cost += section_cost[header]
@@ -345,6 +364,44 @@ def _pack(
                 used += cost
                 sections.add(header)
     return chosen
+
+
+def fit_notes(memories: Sequence[Candidate], budget: int, model: str | None,
+              header: str = MEMORY_HEADER) -> list[Candidate]:
+    """``memories`` with the notes among them cut to fit ``budget`` together, fairly:
+    the notes that fit an equal share stay whole, the others share what they leave
+    equally, each cut at its end (a note left under ``NOTE_MIN_TOKENS`` goes)."""
+    notes = [m for m in memories if m.kind == NOTE_KIND]
+    base = (MESSAGE_OVERHEAD + _constant_tokens(header, model) + 1
+            + _constant_tokens(NOTES_HEADER, model) + 1)
+    costs = [max(0, n.tokens) + LINE_OVERHEAD for n in notes]
+    left = budget - base
+    if not notes or sum(costs) <= left:
+        return list(memories)
+    shares: dict[int, int] = {}
+    for rank, i in enumerate(sorted(range(len(notes)), key=lambda i: (costs[i], i))):
+        shares[i] = min(costs[i], max(0, left) // (len(notes) - rank))
+        left -= shares[i]
+    fitted = []
+    for i, note in enumerate(notes):
+        cut = note if shares[i] >= costs[i] else _cut(note, shares[i] - LINE_OVERHEAD, model)
+        if cut is not None:
+            fitted.append(cut)
+    return fitted + [m for m in memories if m.kind != NOTE_KIND]
+
+
+def _cut(c: Candidate, tokens: int, model: str | None) -> Candidate | None:
+    """``c`` with its text cut to at most ``tokens``, or None under ``NOTE_MIN_TOKENS``."""
+    if tokens < NOTE_MIN_TOKENS:
+        return None
+    keep = len(c.text) * tokens // max(c.tokens, 1)
+    while keep > 0:
+        text = c.text[:keep].rstrip() + NOTE_CUT
+        n = count_text(text, model)
+        if n <= tokens:
+            return Candidate(c.kind, c.id, text, n, c.score)
+        keep = min(keep - 1, keep * tokens // n)
+    return None
 
 
 def _efficiency(c: Candidate) -> float:

@@ -245,6 +245,11 @@ class StableBlocks:
             for key in [k for k in self._kept if k[0] == user_id]:
                 del self._kept[key]
 
+    def clear(self) -> None:
+        """Drop every session's blocks (the rules that chose them changed)."""
+        with self._lock:
+            self._kept.clear()
+
 
 def place_all(messages: Sequence[dict[str, Any]], blocks: Sequence[Anchored],
               placement: str, present: Mapping[str, int]) -> list[dict[str, Any]]:

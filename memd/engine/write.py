@@ -42,6 +42,9 @@ from memd.models.tokens import count_text
 from memd.types import Fact, Memory, MemoryFilter, Provenance, Scope, Tier
 
 REINFORCEMENT = 0.05
+# The tag of a note's memory (memd.engine.notes): its file decides its words, so this
+# write path neither merges into it nor supersedes it.
+NOTE_TAG = "memd:note"
 CONFLICT_SIMILARITY = 0.80
 _CONTENT_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'+#.-]*")
 _NEGATION = re.compile(r"\b(?:not|never|no|don't|doesn't|didn't|dont|won't|can't|cannot|"
@@ -151,7 +154,7 @@ def ingest(
     chash = content_hash(draft.text)
     with store.transaction():
         existing = store.find_by_hash(draft.user_id, draft.workspace, chash)
-        if existing is not None:
+        if existing is not None and NOTE_TAG not in existing.tags:
             bumped = store.update_memory(
                 draft.user_id, existing.id, access_count=existing.access_count + 1,
                 importance=min(1.0, max(existing.importance, draft.importance)),
@@ -168,7 +171,8 @@ def ingest(
             )
             if rivals:
                 return _resolve_fact_conflict(store, draft, chash, vector, rivals, now)
-        near = store.nearest_memories(draft.user_id, vector, 3, flt)
+        near = [(m, sim) for m, sim in store.nearest_memories(draft.user_id, vector, 3, flt)
+                if NOTE_TAG not in m.tags]
         if near:
             top, sim = near[0]
             if _polarity(top.text) != _polarity(draft.text) and sim > CONFLICT_SIMILARITY:

@@ -59,6 +59,7 @@ from memd.server.security import (
     scope_headers,
     send_error,
 )
+from memd.server.watch import ConfigSource, FileWatcher, LiveConfig
 
 log = logging.getLogger("memd.server")
 
@@ -308,10 +309,28 @@ def _complete_schema(app: FastAPI, engine: Memd) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+def _watchers(app: FastAPI, config: ConfigSource | None,
+              watch_notes: bool) -> list[FileWatcher]:
+    """The file watchers of a running daemon: its config file (its directory is made if
+    missing, so that a file created later is seen) and the notes folder."""
+    from memd.engine.notes import NotesFolder
+
+    watchers: list[FileWatcher] = []
+    if config is not None:
+        config.path.parent.mkdir(parents=True, exist_ok=True)
+        watchers.append(LiveConfig(app, config).watcher())
+    if watch_notes:
+        watchers.append(NotesFolder(app.state.engine).watcher())
+    return watchers
+
+
 def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = True,
-               upstream_transport: Any = None) -> FastAPI:
+               upstream_transport: Any = None, config: ConfigSource | None = None,
+               watch_notes: bool = False) -> FastAPI:
     """The daemon's ASGI app over ``engine``. ``upstream_transport`` (an httpx transport)
-    replaces the network for the upstream model server, for in-process tests."""
+    replaces the network for the upstream model server, for in-process tests. While it
+    runs, changes to the ``config`` file apply live and, with ``watch_notes``, the notes
+    folder is kept in step (:mod:`memd.server.watch`)."""
     from memd.server import api, proxy
 
     settings = settings or engine.settings
@@ -319,11 +338,18 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        import anyio
+
         if worker is not None:
             worker.start()
+        watchers = _watchers(app, config, watch_notes)
+        for watcher in watchers:
+            await anyio.to_thread.run_sync(watcher.start)
         try:
             yield
         finally:
+            for watcher in watchers:
+                await anyio.to_thread.run_sync(watcher.stop)
             if worker is not None:
                 worker.stop()
             await proxy.close_upstream(app)
@@ -390,6 +416,11 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
         else:
             body.update(store=type(engine.store).__name__, embedder=engine.embedder.name,
                         pending_jobs=pending)
+            if engine.jobs.llm_enabled:  # the helper's work since the start, counted
+                body["helper"] = dict(sorted(engine.jobs.llm_counts.items()))
+            config_status = getattr(app.state, "config_status", None)
+            if config_status is not None:
+                body["config"] = config_status
         return JSONResponse(body, status_code=200 if reachable else 503, headers=headers)
 
     scoped = [Depends(_workspace_param)]

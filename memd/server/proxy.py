@@ -102,11 +102,22 @@ def _too_long(status: int, content: bytes) -> bool:
     return any(marker in text for marker in _TOO_LONG)
 
 
-async def close_upstream(app: Any) -> None:
+def retire_upstream(app: Any) -> None:
+    """Make the next call build the upstream client and window resolver from the
+    settings anew (they changed). The old client may still be serving a call (a long
+    stream): it is closed with the app, not now."""
     client = getattr(app.state, "upstream", None)
     app.state.windows = None
     if client is not None:
         app.state.upstream = None
+        app.state.retired_upstreams = [*getattr(app.state, "retired_upstreams", ()), client]
+
+
+async def close_upstream(app: Any) -> None:
+    retire_upstream(app)
+    retired = getattr(app.state, "retired_upstreams", ())
+    app.state.retired_upstreams = []
+    for client in retired:
         await client.aclose()
 
 
