@@ -11,7 +11,11 @@ default local user), ``MEMD_UPSTREAM_URL`` and ``MEMD_UPSTREAM_API_KEY`` (the mo
 server the daemon forwards chats to), ``MEMD_SANITIZE`` (``off``, ``secrets`` or
 ``secrets+pii``: what memd redacts before anything becomes a memory),
 ``MEMD_RETENTION_DAYS`` (days a session's messages are kept after its last one),
-``MEMD_HELPER`` and ``MEMD_HELPER_URL`` (the helper model LLM extraction asks).
+``MEMD_NOTES_DIR`` (the notes folder, memd.engine.notes),
+``MEMD_HELPER`` and ``MEMD_HELPER_URL`` (the helper model LLM extraction asks),
+``MEMD_ENCRYPTION`` (``off``, ``env`` or ``keyring``: where the SQLite store's key comes
+from; with ``env`` the key itself is ``MEMD_DB_KEY``, never a setting),
+``MEMD_ERASE_USAGE`` (``delete`` or ``anonymize``: what erasure does to usage rows).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ APP = "memd"
 MEMORY_PLACEMENTS = ("user", "before-user", "system")
 QUERY_PRECISIONS = ("int8", "float32")  # see memd.models.onnx_embedder
 SANITIZE_MODES = ("off", "secrets", "secrets+pii")  # see memd.privacy.Mode
+ENCRYPTION_MODES = ("off", "env", "keyring")  # see memd.backends.sqlite.cipher
+ERASE_USAGE_MODES = ("delete", "anonymize")  # see memd.backends.common.erase
 
 
 @dataclass(frozen=True)
@@ -66,9 +72,10 @@ class Maintenance:
     prune: float = 6 * 3600.0
     retention: float = 6 * 3600.0  # only with retention_days set
     partitions: float = 24 * 3600.0  # PostgreSQL's monthly history partitions, ahead
-    # sweeps named for what is not built yet: they must stay 0
-    compaction: float = 0.0
-    consolidation: float = 0.0
+    # sessions past a compaction threshold whose job was not queued by an append (a
+    # threshold lowered, a job lost); each append queues its own
+    compaction: float = 3600.0
+    consolidation: float = 6 * 3600.0  # alike episodes folded into pattern memories
 
 
 # Named weight sets (docs/design.md, "Retrieval score"). "default" is hybrid: cosine and
@@ -192,6 +199,14 @@ class Settings:
     # retention: the messages of a session with no new message for this many days are
     # deleted by a scheduled sweep (memories stay); 0 keeps them for ever
     retention_days: float = 0.0
+    # history compaction (memd.engine.compact): a session's oldest turns become an
+    # episodic summary when its uncompressed history is over compact_after_tokens
+    # (None: twice the session's context window; 0: never by tokens) or holds
+    # compact_every_turns turns (0: never by turns; 20 folds turns 1-10 at turn 20); the
+    # compact_keep_turns most recent turns always stay as they are
+    compact_after_tokens: int | None = None
+    compact_every_turns: int = 0
+    compact_keep_turns: int = 10
     # USD per million tokens, [input, output], by model name ("*" for any other model);
     # usage rows get cost_microcents from it
     prices: dict[str, list[float]] = field(default_factory=dict)
@@ -202,12 +217,29 @@ class Settings:
     sanitize: str = "secrets"
     sanitize_patterns: tuple[CustomPattern, ...] = ()
     sanitizer: str = "regex"
+    # encryption at rest of the SQLite store (memd.backends.sqlite.cipher): "off", "env"
+    # (the key is MEMD_DB_KEY) or "keyring" (the OS keyring holds it; memd encrypt puts
+    # it there). The key is never a setting, so no config file or listing holds it.
+    encryption: str = "off"
+    # what erasing a user or a session does to its usage rows (tokens and cost per call):
+    # "delete" them, or "anonymize" them (kept for the totals, with no user, session,
+    # workspace or metadata: the user id becomes ERASED_USER, which no real id can be)
+    erase_usage: str = "delete"
+    # the notes folder (memd.engine.notes): each Markdown file a standing instruction of
+    # the default user, or of a workspace in a subfolder named after it; None is
+    # ``notes`` in the data dir
+    notes_dir: Path | None = None
 
     @property
     def db_path(self) -> Path:
         if self.db in ("sqlite", ""):
             return self.data_dir / "memd.db"
         return Path(self.db)
+
+    @property
+    def notes_path(self) -> Path:
+        """The notes folder the daemon watches."""
+        return self.notes_dir if self.notes_dir is not None else self.data_dir / "notes"
 
 
 _ENV = {
@@ -225,11 +257,14 @@ _ENV = {
     "MEMD_HELPER": "helper",
     "MEMD_HELPER_URL": "helper_url",
     "MEMD_RETENTION_DAYS": "retention_days",
+    "MEMD_NOTES_DIR": "notes_dir",
+    "MEMD_ENCRYPTION": "encryption",
+    "MEMD_ERASE_USAGE": "erase_usage",
 }
 
 
 def _coerce(name: str, value: Any) -> Any:
-    if name in ("data_dir", "config_file"):
+    if name in ("data_dir", "config_file", "notes_dir"):
         return Path(value).expanduser()
     if name == "pg_partitions":
         return tuple(int(x) for x in value)
@@ -256,6 +291,12 @@ def _coerce(name: str, value: Any) -> Any:
     if name == "query_precision" and value not in QUERY_PRECISIONS:
         raise InvalidInput(f"query_precision must be one of {', '.join(QUERY_PRECISIONS)}, "
                            f"not {value!r}")
+    if name == "encryption" and value not in ENCRYPTION_MODES:
+        raise InvalidInput(f"encryption must be one of {', '.join(ENCRYPTION_MODES)}, "
+                           f"not {value!r}")
+    if name == "erase_usage" and value not in ERASE_USAGE_MODES:
+        raise InvalidInput(f"erase_usage must be one of {', '.join(ERASE_USAGE_MODES)}, "
+                           f"not {value!r}")
     if name == "sanitize" and value not in SANITIZE_MODES:
         raise InvalidInput(f"sanitize must be one of {', '.join(SANITIZE_MODES)}, "
                            f"not {value!r}")
@@ -273,6 +314,12 @@ def _coerce(name: str, value: Any) -> Any:
         raise InvalidInput(f"sanitizer must be a name, not {value!r}")
     if name == "maintenance":
         return _maintenance(value)
+    if name in ("compact_after_tokens", "compact_every_turns", "compact_keep_turns"):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0 \
+                or (name == "compact_keep_turns" and value < 1):
+            least = 1 if name == "compact_keep_turns" else 0
+            raise InvalidInput(f"{name} must be a whole number, {least} or more")
+        return value
     if name == "retention_days":
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise InvalidInput(f"retention_days must be a number of days, not {value!r}")
@@ -307,9 +354,6 @@ def _maintenance(value: Any) -> Maintenance:
         if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
             raise InvalidInput(f"config: [maintenance] {k} must be seconds, 0 or more")
         out[k] = float(v)
-    if out.get("compaction") or out.get("consolidation"):
-        raise InvalidInput("config: [maintenance] compaction and consolidation are not "
-                           "built yet; leave them 0")
     if out.get("tick") == 0:
         raise InvalidInput("config: [maintenance] tick must be more than 0")
     return Maintenance(**out)

@@ -25,7 +25,8 @@ HOUR = 3600.0
 DAY = 24 * HOUR
 T0 = 1_700_000_000.0
 SHORT = Maintenance(tick=60.0, expiry=100.0, promotion=50.0, demotion=100.0, decay=100.0,
-                    prune=100.0, retention=100.0, partitions=100.0)
+                    prune=100.0, retention=100.0, partitions=100.0, compaction=100.0,
+                    consolidation=100.0)
 
 
 
@@ -103,7 +104,8 @@ def test_a_restart_reruns_nothing_and_intervals_follow_the_settings(
 
 def test_zero_turns_a_task_off(tmp_path: Path, clock: Clock) -> None:
     off = Maintenance(tick=1.0, expiry=0.0, promotion=0.0, demotion=0.0, decay=0.0,
-                      prune=0.0, retention=0.0, partitions=0.0)
+                      prune=0.0, retention=0.0, partitions=0.0, compaction=0.0,
+                      consolidation=0.0)
     with _open(tmp_path, clock, maintenance=off, retention_days=30) as m:
         assert m.jobs.schedule.tick() == []
         assert m.store.list_jobs("pending") == []
@@ -150,7 +152,7 @@ def test_retention_deletes_exactly_the_inactive_sessions_messages(
         old, active = m.create_session("alice"), m.create_session("alice")
         bobs = m.create_session("bob")
         m.append(old.id, "alice", [{"role": "user", "content": "the zanzibar itinerary"},
-                                   {"role": "assistant", "content": "zanzibar noted"}])
+                                   {"role": "assistant", "content": "zanzibar noted, Quetzalfig"}])
         m.append(bobs.id, "bob", [{"role": "user", "content": "zanzibar for bob"}])
         m.append(active.id, "alice", [{"role": "user", "content": "the zanzibar budget"}])
         kept = m.add("alice is planning a trip to zanzibar", "alice").memory
@@ -177,6 +179,9 @@ def test_retention_deletes_exactly_the_inactive_sessions_messages(
             "retention: deleted 1 messages of 1 sessions inactive for 30 days",
             "retention: deleted 2 messages of 1 sessions inactive for 30 days"]
         assert not any("zanzibar" in r.getMessage() for r in caplog.records)
+        if backend == "sqlite":  # the sweep scrubbed the files: no deleted text is left
+            for f in (tmp_path / "d").rglob("memd.db*"):
+                assert b"Quetzalfig" not in f.read_bytes(), f
 
 
 def test_postgres_gets_next_months_partitions_from_the_schedule(
@@ -213,3 +218,34 @@ def test_a_daemon_left_running_sweeps_on_its_own(tmp_path: Path) -> None:
         assert not engine.get(note.id, "alice").is_active
     finally:
         engine.close()
+
+
+def test_the_compaction_and_consolidation_sweeps_queue_their_jobs(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """An append queues its session's compaction; the sweep catches a session past its
+    threshold whose job is not queued (here: dropped), and queues each user's
+    consolidation."""
+    with _open(tmp_path, clock, compact_every_turns=4, compact_keep_turns=2) as m:
+        long, short = m.create_session("alice"), m.create_session("alice")
+        for i in range(5):
+            m.append(long.id, "alice", [{"role": "user", "content": f"step {i} done"},
+                                        {"role": "assistant", "content": "ok"}])
+        m.append(short.id, "alice", [{"role": "user", "content": "hello"}])
+        m.add("alice likes tea", "alice")
+        queued = m.store.get_job(f"compact-alice-{long.id}")
+        assert queued is not None  # the append's own
+        with m.store.transaction():
+            m.store.complete_job(queued.job.id)
+        m.jobs.schedule.tick()
+        for task in ("compaction", "consolidation"):  # just these: the others' jobs wait
+            job = m.store.get_job(schedule_id(task))
+            assert job is not None
+            m.jobs.schedule.handlers()["schedule"](job.job)
+        sweeps = {q.job.id: q.job for q in m.store.list_jobs("pending")
+                  if q.job.kind == "sweep"}
+        for job in sweeps.values():
+            m.jobs.schedule.handlers()["sweep"](job)
+        kinds = sorted(q.job.id for q in m.store.list_jobs("pending", "alice")
+                       if q.job.kind in ("compact", "consolidate"))
+        assert kinds == ["compact-alice-" + long.id, "consolidate-alice"]

@@ -6,9 +6,8 @@ is exercised on both backends."""
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -17,44 +16,13 @@ import memd
 from memd.engine.recall import render
 from memd.engine.titles import check_title, rule_title
 from memd.errors import ModelError
-from memd.models.helper import ChatMessage
 from memd.types import Message
 from tests.sanitizer_corpus import OPENAI_PROJ
+from tests.scripted_helper import ScriptedHelper
 
 STAGING = "Hi! Can you help me with deploying to staging? It fails with a 502 from nginx."
 CLINE_TOOL_RESULT = ("[read_file for 'src/app.py'] Result:\n"
                      "def main():\n    print('Deploy everything to production now')\n")
-
-
-class TitleHelper:
-    """A helper that answers a title prompt with ``title`` (or raises it) and any other
-    prompt (LLM extraction's) with no facts; it keeps the title prompts it was given."""
-
-    name = "scripted"
-    model = "scripted"
-    context_length = 2048
-
-    def __init__(self, title: str | Exception) -> None:
-        self.title = title
-        self.asked: list[str] = []
-
-    def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int,
-                 temperature: float = 0.0,
-                 json_schema: Mapping[str, Any] | None = None) -> str:
-        text = "\n".join(m["content"] for m in messages)
-        if json_schema is None or "title" not in json_schema["properties"]:
-            return json.dumps({"facts": []})
-        self.asked.append(text)
-        if isinstance(self.title, Exception):
-            raise self.title
-        return json.dumps({"title": self.title})
-
-    def stream(self, messages: Sequence[ChatMessage], *, max_tokens: int,
-               temperature: float = 0.0) -> Generator[str, None, None]:
-        yield self.complete(messages, max_tokens=max_tokens, temperature=temperature)
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -165,7 +133,7 @@ def test_a_recalled_message_carries_its_sessions_title(m: memd.Memd) -> None:
 
 
 def test_a_grounded_helper_title_replaces_the_rule_based_one(m: memd.Memd) -> None:
-    helper = TitleHelper("Nginx 502 on staging deploys")
+    helper = ScriptedHelper(title="Nginx 502 on staging deploys")
     m.jobs.helper = helper
     sid = said(m, STAGING)
     assert title_of(m, sid) == "Deploying to staging"  # in line, before any job ran
@@ -173,22 +141,22 @@ def test_a_grounded_helper_title_replaces_the_rule_based_one(m: memd.Memd) -> No
     assert [set(j.payload) for j in jobs] == [{"session_id", "message_id"}]  # no text
     m.jobs.run_due()
     assert title_of(m, sid) == "Nginx 502 on staging deploys"
-    assert len(helper.asked) == 1 and "deploying to staging" in helper.asked[0]
+    assert len(helper.asked["title"]) == 1 and "deploying to staging" in helper.asked["title"][0]
     assert m.jobs.llm_counts["titles"] == 1
     # a second message neither asks the helper again nor renames the session
     said(m, "And the database migrations?", session_id=sid)
     m.jobs.run_due()
-    assert title_of(m, sid) == "Nginx 502 on staging deploys" and len(helper.asked) == 1
+    assert title_of(m, sid) == "Nginx 502 on staging deploys" and len(helper.asked["title"]) == 1
 
 
 def test_an_ungrounded_or_failing_helper_leaves_the_rule_based_title(m: memd.Memd) -> None:
-    m.jobs.helper = TitleHelper("Kubernetes cluster upgrade")
+    m.jobs.helper = ScriptedHelper(title="Kubernetes cluster upgrade")
     sid = said(m, STAGING)
     m.jobs.run_due()
     assert title_of(m, sid) == "Deploying to staging"
     assert m.jobs.llm_counts["titles_rejected"] == 1
 
-    m.jobs.helper = TitleHelper(ModelError("the helper is down"))
+    m.jobs.helper = ScriptedHelper(title=ModelError("the helper is down"))
     sid = said(m, STAGING)
     m.jobs.run_due()
     assert title_of(m, sid) == "Deploying to staging"

@@ -19,7 +19,10 @@ Kinds: ``embed_messages`` (vectors for new messages), ``ingest`` (a memory the i
 extractor found, through the full write path), ``llm_extract`` (the helper model's reading
 of a user message, :mod:`memd.engine.extract.llm`; its payload is the message's id, the
 text is read from the store), ``title`` (the helper's title for a session, from the
-message its rule-based title came from, :mod:`memd.engine.titles`) and ``access``
+message its rule-based title came from, :mod:`memd.engine.titles`), ``compact`` (a
+session's oldest turns folded into an episodic summary, :mod:`memd.engine.compact`;
+it deletes itself with its effect, as ``ingest`` does, and queues ``consolidate``:
+alike episodes folded into a pattern, :mod:`memd.engine.consolidate`) and ``access``
 (retrieval statistics of a compiled context); ``schedule`` and ``sweep``, the scheduled
 maintenance (:mod:`memd.engine.schedule`). A handler that returns True has settled its job itself (a
 recurring job puts itself back in the queue): the runner does not delete it.
@@ -53,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 from memd.auth import acting_as, current_actor
 from memd.backends.base import AccessHit, QueuedJob, access_totals
+from memd.engine import compact, consolidate
 from memd.engine.extract import extract
 from memd.engine.extract.llm import (
     IMPORTANCE,
@@ -127,6 +131,8 @@ class JobRunner:
             "access": self._access,
             "llm_extract": self._llm_extract,
             "title": self._title,
+            compact.JOB: self._compact,
+            consolidate.JOB: self._consolidate,
         }
         self.schedule = Scheduler(store, settings, now)
         self.handlers.update(self.schedule.handlers())
@@ -327,6 +333,20 @@ class JobRunner:
         if title is not None and title != rules:
             store.set_session_title(uid, session.id, title, replace=True)
 
+    def _compact(self, job: Job) -> None:
+        assert job.user_id is not None
+        summary = compact.compact_session(
+            self.store, self.embedder, self.settings, self.llm_helper(), job.user_id,
+            job.payload["session_id"], self.now(), job_id=job.id,
+            closing=bool(job.payload.get("closing")))
+        if summary is not None:  # one more episode: it may complete a pattern
+            consolidate.enqueue(self.store, job.user_id, self.now())
+
+    def _consolidate(self, job: Job) -> None:
+        assert job.user_id is not None
+        consolidate.consolidate_user(self.store, self.embedder, self.llm_helper(),
+                                     job.user_id, self.now(), job_id=job.id)
+
     def _llm_extract(self, job: Job) -> None:
         assert job.user_id is not None
         store, uid = self.store, job.user_id
@@ -343,7 +363,13 @@ class JobRunner:
         except ExtractionFailed as exc:
             self.llm_counts["failed"] += 1
             self.llm_counts.update({f"rejected_{r}": n for r, n in exc.rejected.items()})
-            raise  # recorded with the job: the jobs list shows it, dead after a retry
+            if exc.model_error:
+                raise  # the helper itself failed: retried, then dead with its error
+            # The model answered, twice, and nothing usable: asking again would get the
+            # same, so the job is done; the rules' results stand. Counted above (GET
+            # /health shows the counts) and logged, with no text of the message.
+            log.warning("LLM extraction of message %s: %s", msg.id, exc)
+            return
         self.llm_counts.update({f"rejected_{r}": n for r, n in outcome.rejected.items()})
         if outcome.rejected:
             log.warning("LLM extraction of message %s: rejected %s", msg.id,

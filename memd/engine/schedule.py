@@ -25,8 +25,9 @@ and no transaction spans every user.
 
 Intervals are settings (:class:`memd.config.Maintenance`, seconds; 0 turns a task off,
 and its queued job is dropped); ``retention`` also needs ``retention_days``. A shortened
-interval takes effect at the next tick; ``compaction`` and ``consolidation`` are the
-names kept for the sweeps not built yet: each becomes a :class:`Task` here.
+interval takes effect at the next tick. ``compaction`` and ``consolidation`` only queue
+their user's jobs (``compact`` per session past its threshold, ``consolidate``), which
+need the embedder and the helper model: the job runner has them, a sweep does not.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from memd.engine import compact, consolidate
 from memd.engine import maintenance as mt
+from memd.types import SessionStatus
 
 if TYPE_CHECKING:
     from memd.backends.base import Store
@@ -54,11 +57,14 @@ Counts = object  # what a sweep returns, logged as it is (counts, never content)
 @dataclass(frozen=True, slots=True)
 class Task:
     """A scheduled sweep: ``run(store, settings, now, user_id)``; ``users`` lists the
-    users it fans out to, or is None for a task over the whole store (user_id None)."""
+    users it fans out to, or is None for a task over the whole store (user_id None).
+    ``scrub``: a run that deleted messages is followed by :meth:`Store.scrub`, so their
+    text leaves the files (SQLite's full-text segments and WAL keep it until then)."""
 
     name: str
     run: Callable[[Store, Settings, float, str | None], Counts]
     users: Callable[[Store], list[str]] | None = None
+    scrub: bool = False
 
 
 def _memory_users(store: Store) -> list[str]:
@@ -74,6 +80,28 @@ def _retention(store: Store, settings: Settings, now: float, user: str | None) -
     return mt.retention_sweep(store, now, settings.retention_days, user)
 
 
+def _compaction(store: Store, settings: Settings, now: float, user: str | None) -> Counts:
+    """Queue a ``compact`` job for each of the user's active sessions that may need one,
+    and a closing one for each session that ended and is not an episode yet (a queued
+    job is not doubled)."""
+    assert user is not None
+    if not compact.enabled(settings):
+        return {"queued": 0, "closing": 0}
+    queued = closing = 0
+    for s in store.list_sessions(user, limit=2**31 - 1):
+        if s.status == SessionStatus.ACTIVE:
+            queued += compact.may_need(settings, s) and compact.enqueue(store, user, s.id, now)
+        elif (s.turn_count >= compact.CLOSE_MIN_TURNS
+              and not s.metadata.get(compact.EPISODE_KEY)):
+            closing += compact.enqueue(store, user, s.id, now, closing=True)
+    return {"queued": queued, "closing": closing}
+
+
+def _consolidation(store: Store, _s: Settings, now: float, user: str | None) -> Counts:
+    assert user is not None
+    return {"queued": int(consolidate.enqueue(store, user, now))}
+
+
 TASKS: dict[str, Task] = {t.name: t for t in (
     Task("partitions", lambda store, _s, now, _u: store.ensure_history_partitions(now)),
     Task("expiry", lambda store, _s, now, _u: mt.expiry_sweep(store, now)),
@@ -84,7 +112,9 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("decay", lambda store, _s, now, u: mt.decay_sweep(store, now, user_id=u),
          _memory_users),
     Task("prune", lambda store, _s, now, u: mt.prune_sweep(store, now, u), _memory_users),
-    Task("retention", _retention, _session_users),
+    Task("retention", _retention, _session_users, scrub=True),
+    Task("compaction", _compaction, _session_users),
+    Task("consolidation", _consolidation, _memory_users),
 )}
 
 
@@ -168,3 +198,5 @@ class Scheduler:
                 return
             counts = TASKS[name].run(self.store, self.settings, now, user)
         log.debug("%s for %s: %s", name, user, counts)
+        if TASKS[name].scrub and isinstance(counts, dict) and counts.get("messages"):
+            self.store.scrub()

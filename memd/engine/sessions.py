@@ -15,6 +15,7 @@ from concurrent.futures import Future
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
+from memd.engine import compact
 from memd.engine import validate as v
 from memd.engine.chains import chain_hashes
 from memd.engine.compile import (
@@ -26,6 +27,7 @@ from memd.engine.compile import (
 )
 from memd.engine.extract import Extraction, extract
 from memd.engine.extract.llm import worth_asking
+from memd.engine.notes import with_notes
 from memd.engine.privacy import REDACT_MARGIN, redacted
 from memd.engine.recall import RecallScope, recall_candidates, same_text
 from memd.engine.retrieve import ScoredMemory, aside, score_memories
@@ -214,6 +216,12 @@ class SessionsMixin:
                 self.store.enqueue_job(
                     "embed_messages", {"ids": embed_ids}, session.user_id, now
                 )
+            # A new turn may take the history past compaction's threshold: the job
+            # checks (memd.engine.compact), the append reads nothing for it.
+            grown = replace(session, turn_count=session.turn_count + len(stored))
+            if any(m.role == "user" for m in stored) and compact.may_need(self.settings,
+                                                                           grown):
+                compact.enqueue(self.store, session.user_id, session.id, now)
         return stored
 
     def _title_inline(self, session: Session, msg: Message, words: str, now: float) -> bool:
@@ -333,6 +341,7 @@ class SessionsMixin:
             facts, mems = _candidates(
                 all_facts, scored, floor,
                 session.id if session is not None and exclude_session else None)
+            mems = with_notes(self.store, uid, visible, mems)
             if sent_chains is None or not query:
                 return facts, mems
             recalled = self._recall(uid, query, scored, visible, now,
@@ -432,9 +441,14 @@ class SessionsMixin:
                     query = _last_user_text(reversed(stored))
             all_facts = self.store.get_facts(uid, workspaces=visible)
         scored = self._score(uid, query, session, ws, visible, now)
+        if session is not None and session.summary_text:
+            # the session's own episodes are in its summary, given before its history
+            scored = [s for s in scored if s.memory.kind != "summary"
+                      or s.memory.session_id != session.id]
         if side is not None:
             stored, all_facts = side.result()
         fact_cands, mem_cands = _candidates(all_facts, scored, self.settings.min_similarity)
+        mem_cands = with_notes(self.store, uid, visible, mem_cands)
         if query and self.settings.memory_recall:
             # Past messages, but for the history's own (this session's turns that fell
             # out of the history's reach are recalled like any other).
@@ -450,6 +464,7 @@ class SessionsMixin:
             context_window=window, max_response_tokens=reserve, tool_tokens=tool_tokens,
             session_summary=session.summary_text if session else None,
             session_summary_tokens=session.summary_token_count if session else 0,
+            compressed_before=bool(session and session.summary_text),
             task_type=task_type, model=model,
         ))
         used = [(i.id, i.score or 0.0) for i in ctx.report.items

@@ -15,7 +15,9 @@ What remains is what the user typed; a message that is all client text extracts 
 
 Some user-role messages are written by the client from what a tool or a command returned:
 Cline's and Roo's tool results (``[read_file for 'src/app.py'] Result:`` and the file),
-Aider's files added to the chat and command output (``I ran this command:``). Their only
+Aider's files added to the chat, its repository map (``Here are summaries of some files
+present in my git repository.`` and a line per definition), its read-only files and
+command output (``I ran this command:``). Their only
 user words are the replies the client quotes in them (``<feedback>``, ``<answer>``,
 ``<user_message>``); the rest is a tool's output, whatever it says. The retrieval query of
 a call is the user's words too (:func:`memd.engine.sessions.last_user_text`): during an
@@ -57,6 +59,9 @@ CLIENT_LINES: tuple[str, ...] = (
     "Don't include files that might contain relevant context, just files that will need to "
     "be changed.",
     "I spoke to you previously about a number of things.",
+    # Aider's worked examples, sent as a user's requests before the real conversation
+    "Change get_factorial() to use math.factorial",
+    "Refactor hello() into its own file.",
     "I committed the changes with git hash {hash} & commit msg: {message}",
     "I updated the files.",
     "I edited the files myself.",
@@ -88,10 +93,12 @@ CLIENT_LINES: tuple[str, ...] = (
 )
 
 # How a message written from a tool's or a command's output starts (Cline's and Roo's tool
-# results, Aider's added files and command output).
+# results, Aider's added files, its repository map and read-only files, command output).
 _TOOL_OUTPUT = re.compile(
     r"\s*(?:\[[\w-]+(?: for '[^\n]*')?\] Result:|I added these files to the chat:"
-    r"|I ran this command:)")
+    r"|I ran this command:|I have \*added these files to the chat\*"
+    r"|Here are summaries of some files present in my git repository\."
+    r"|Here are some READ ONLY files, provided for your reference\.)")
 # The tags in which such a message quotes the user's reply.
 _USER_REPLY = re.compile(r"<(feedback|answer|user_message)>(.*?)</\1>", re.S)
 
