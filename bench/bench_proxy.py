@@ -88,6 +88,8 @@ def serve(app: Any) -> Iterator[str]:
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:
+        if not thread.is_alive():  # the app's startup failed (uvicorn logged why)
+            raise SystemExit(f"the server on port {port} did not start")
         time.sleep(0.02)
     try:
         yield f"http://127.0.0.1:{port}"

@@ -13,7 +13,11 @@ cached by text in ``~/.cache/memd-bench/embeddings.sqlite``: hours cold, minutes
 the memory block the model gets) and ``bench_query_precision`` (the int8 query model
 against the float one), ``bench_sanitizer`` (what redacting secrets adds to a turn); the
 four before it read LongMemEval_S from
-``$MEMD_BENCH_LONGMEMEVAL`` (bench/README.md says where to get it). Each writes its JSON
+``$MEMD_BENCH_LONGMEMEVAL`` (bench/README.md says where to get it), as does
+``bench_helper`` (the llama.cpp helper model: LLM extraction, compaction, the chat path
+while the job worker runs it), ``bench_watch`` (how soon a running daemon sees an edit of
+its config file or notes folder) and ``bench_footprint`` (the user's install in a fresh
+venv: its size, the daemon's RSS and first requests). Each writes its JSON
 (and PNG plots) into ``--dir``; then ``all.json`` there holds the machine, every script's
 figures and the targets table: each benchmark target (bench/README.md) with what this run
 measured and whether it is met. ``--only`` runs some of them (the table then judges
@@ -58,6 +62,10 @@ QUERY_RECALL_LOSS = 0.01
 #: The sanitizer's p99 per call: a 2 KB turn, a 100 KB tool result.
 SANITIZE_TURN_MS = 1.0
 SANITIZE_RESULT_MS = 10.0
+#: Compaction: a summary at most this fraction of its window (the median over sessions).
+COMPACTION_RATIO = 5.0
+#: The chat path with the job worker running the helper: p50 at most this much slower.
+BUSY_SLOWDOWN = 1.25
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,9 @@ BENCHES = (
     Bench("recall", "bench_recall", (), ("--quick",)),
     Bench("query_precision", "bench_query_precision", (), ("--quick",)),
     Bench("sanitizer", "bench_sanitizer", (), ("--quick",)),
+    Bench("helper", "bench_helper", (), ("--quick",)),
+    Bench("watch", "bench_watch", (), ("--quick",)),
+    Bench("footprint", "bench_footprint", (), ("--quick",)),
 )
 
 
@@ -228,10 +239,53 @@ def sanitizer_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
                        p99 <= limit)
 
 
+def helper_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The helper model's figures: compaction's ratio, and the chat path's latency with
+    the job worker busy against idle (the same run); extraction's figures are shown."""
+    ex, comp, chat = r["extraction"], r["compaction"], r["chat_with_worker_busy"]
+    yield _row(f"LLM extraction: {ex['turns_per_s']} turns/s ({ex['asked_turns_per_s']} "
+               f"asked/s), {ex['helper_facts_per_100_turns']} facts per 100 turns, "
+               f"grounding rate {ex['grounding_rate']}", ex["failed_turns"],
+               "failed turns, shown", True)
+    ratio = comp["ratio_median"]
+    yield _row(f"compaction ratio, median of {comp['compacted']} sessions "
+               f"(extractive share {comp['extractive_share']})", ratio,
+               f">= {COMPACTION_RATIO:g}", ratio is not None and ratio >= COMPACTION_RATIO)
+    idle, busy = chat["idle_ms"]["p50"], chat["busy_ms"]["p50"]
+    yield _row("chat p50 with the helper running in the job worker, against idle",
+               f"{busy} vs {idle} ms", f"<= x{BUSY_SLOWDOWN:g}",
+               busy <= idle * BUSY_SLOWDOWN)
+
+
+def watch_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The slowest of the runs' edits of each kind, seen by the running daemon."""
+    limit = r["target_s"]
+    kinds = [("config file edit applied (search scores)", r["config"])]
+    kinds += [(f"notes file {k} seen in the compiled context", v)
+              for k, v in r["notes"].items()]
+    for what, figures in kinds:
+        yield _row(f"{what}, slowest of {figures['n']}", figures["max_s"],
+                   f"<= {limit:g} s", figures["max_s"] <= limit)
+
+
+def footprint_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The user's install (``./install.sh``, no torch) and the daemon started from it."""
+    names = {"venv_mb": ("the user's venv (./install.sh)", "MB"),
+             "rss_mb": ("daemon RSS after the first search", "MB"),
+             "first_request_s": ("first request (a memory stored), empty cache", "s"),
+             "first_search_s": ("first search, empty cache", "s")}
+    for key, (value, limit, met) in r["verdicts"].items():
+        what, unit = names[key]
+        yield _row(what, value, f"<= {limit:g} {unit}", bool(met))
+    yield _row("torch importable in the user's venv", str(r["torch_importable"]).lower(),
+               "false", not r["torch_importable"])
+
+
 JUDGES: dict[str, Callable[[Mapping[str, Any]], Iterator[dict[str, Any]]]] = {
     "scale": scale_targets, "longmemeval": lme_targets, "mem0": mem0_targets,
     "proxy": proxy_targets, "recall": recall_targets,
     "query_precision": query_precision_targets, "sanitizer": sanitizer_targets,
+    "helper": helper_targets, "watch": watch_targets, "footprint": footprint_targets,
 }
 
 

@@ -135,3 +135,31 @@ def test_recall_and_query_precision_targets(run_all: ModuleType) -> None:
     rows = list(run_all.query_precision_targets({"quality": {"recall_any": {
         "float32": {"@5": 0.83}, "int8": {"@5": 0.81}}}}))
     assert [r["met"] for r in rows] == [False]
+
+
+def test_helper_targets_judge_compaction_and_the_busy_chat_path(run_all: ModuleType) -> None:
+    def result(ratio: float | None, idle: float, busy: float) -> dict[str, Any]:
+        return {"extraction": {"turns_per_s": 0.3, "asked_turns_per_s": 0.15,
+                               "helper_facts_per_100_turns": 40.0, "grounding_rate": 0.9,
+                               "failed_turns": 2},
+                "compaction": {"ratio_median": ratio, "compacted": 3,
+                               "extractive_share": 0.5},
+                "chat_with_worker_busy": {"idle_ms": {"p50": idle}, "busy_ms": {"p50": busy}}}
+
+    rows = list(run_all.helper_targets(result(6.5, 10.0, 12.0)))
+    assert [r["met"] for r in rows] == [True, True, True]
+    assert rows[2]["measured"] == "12.0 vs 10.0 ms"
+    rows = list(run_all.helper_targets(result(4.0, 10.0, 13.0)))
+    assert [r["met"] for r in rows] == [True, False, False]
+    assert [r["met"] for r in run_all.helper_targets(result(None, 10.0, 10.0))][1] is False
+
+
+def test_watch_targets_judge_the_slowest_edit_of_each_kind(run_all: ModuleType) -> None:
+    def kind(worst: float) -> dict[str, Any]:
+        return {"n": 3, "p50_s": 0.1, "max_s": worst}
+
+    rows = list(run_all.watch_targets({
+        "target_s": 2.0, "config": kind(0.2),
+        "notes": {"add": kind(0.3), "edit": kind(2.5), "delete": kind(0.1)}}))
+    assert [r["met"] for r in rows] == [True, True, False, True]
+    assert rows[2]["target"] == "notes file edit seen in the compiled context, slowest of 3"

@@ -75,6 +75,18 @@ def test_a_json_schema_constrains_the_answer(llama: HelperModel) -> None:
 
 
 @pytest.mark.real_model
+def test_a_long_string_limit_does_not_crash_the_grammar(llama: HelperModel) -> None:
+    """A maxLength of a thousand characters compiles into a grammar llama.cpp rejects when
+    it samples (and the process would crash): the limit is left to max_tokens."""
+    schema = {"type": "object", "required": ["summary"], "additionalProperties": False,
+              "properties": {"summary": {"type": "string", "minLength": 1,
+                                         "maxLength": 1200}}}
+    text = llama.complete([{"role": "user", "content": "Summarize: the build is green."}],
+                          max_tokens=40, json_schema=schema)
+    assert isinstance(json.loads(text)["summary"], str)
+
+
+@pytest.mark.real_model
 def test_the_stream_yields_pieces_and_frees_the_model_when_closed(
         llama: HelperModel) -> None:
     pieces = list(llama.stream(ASK, max_tokens=16))
@@ -224,3 +236,16 @@ def test_openai_stream_errors_are_model_errors(served: Any) -> None:
     helper = served(lambda _: httpx.Response(200, text='data: {"error": "oops"}\n\n'))
     with pytest.raises(ModelError, match="not a chat completion chunk"):
         list(helper.stream(ASK, max_tokens=8))
+
+
+@pytest.mark.real_model
+def test_the_same_ask_gets_the_same_answer(llama: HelperModel) -> None:
+    """A prompt read again from llama.cpp's prompt cache is evaluated in other batch
+    shapes; complete() reads it whole, so a greedy answer does not change."""
+    from memd.engine.extract.llm import MAX_TOKENS, prompt, schema
+
+    text = "Our team ships everything from the monorepo called Halibut."
+    first = llama.complete(prompt(text), max_tokens=MAX_TOKENS, json_schema=schema(text))
+    again = [llama.complete(prompt(text), max_tokens=MAX_TOKENS, json_schema=schema(text))
+             for _ in range(2)]
+    assert again == [first, first]

@@ -23,8 +23,12 @@ from typing import Any, Protocol
 from memd import registry
 from memd.errors import ModelError
 
+#: The longest ``maxLength`` of a string that a JSON schema asked of a helper should hold:
+#: llama.cpp's grammar compiler nests one rule per character and rejects longer ones.
+MAX_SCHEMA_STRING = 1000
 GROUP = "memd.helpers"
-INSTALL_HINT = "install the helper extra: ./install.sh, or pip install 'memd[helper]'"
+INSTALL_HINT = ("install the helper extra: ./install.sh --helper, or pip install "
+                "'memd[helper]'")
 
 ChatMessage = Mapping[str, str]
 """One chat message as helpers take it: ``role`` (system, user or assistant) and

