@@ -9,9 +9,9 @@ folds the oldest window of whole turns into a summary:
    context window; 0 turns this trigger off), or at least ``compact_every_turns`` turns
    (a turn is a user message and what follows it; 0, the default, turns it off). The
    append enqueues a ``compact`` job for the session (one per session at a time, by a
-   fixed job id) once the session holds more messages than the turns kept, and the
-   job's worker makes the check: the chat path never reads the history for it, nor
-   waits for a model.
+   fixed job id) once the session holds more messages than the turns kept, every
+   ``CHECK_EVERY`` messages, and the job's worker makes the check: the chat path never
+   reads the history for it, nor waits for a model.
 2. **Which turns.** The oldest whole turns, never the ``compact_keep_turns`` most recent:
    all of the older ones for the turn trigger, and for the token trigger as many as
    bring the rest down to half the threshold (with the default threshold, to the
@@ -82,6 +82,7 @@ SOURCE_CHARS = 3000  # the part of a window the helper reads (a small model's co
 SENTENCE_WORDS = 30  # an extractive sentence is cut to this many words
 IMPORTANCE = 0.5
 MIN_SUMMARY_WORDS = 6  # a helper's answer of fewer words is a fragment, not a summary
+CHECK_EVERY = 8  # messages: how often an append queues the compaction check
 CLOSE_MIN_TURNS = 2  # an ended session of fewer turns is no episode
 EPISODE_KEY = "episode"  # a session's metadata key once its closing job ran
 
@@ -157,6 +158,13 @@ def may_need(settings: Settings, session: Session) -> bool:
     counters after the append) holds enough messages to have a window beside the turns
     kept."""
     return enabled(settings) and session.turn_count > settings.compact_keep_turns
+
+
+def check_due(before: int, after: int) -> bool:
+    """Whether an append that took a session from ``before`` to ``after`` messages should
+    have its compaction checked: once every ``CHECK_EVERY`` messages, so that most
+    appends add no statement for it (the job decides whether anything is due)."""
+    return before // CHECK_EVERY != after // CHECK_EVERY
 
 
 def enqueue(store: Store, user_id: str, session_id: str, now: float,

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from memd.engine.history import HistoryCache
     from memd.engine.inject import StableBlocks
     from memd.engine.jobs import JobRunner
+    from memd.engine.notes import NoteCache
 
 _ALL = 2**31 - 1  # "no limit" for the store's listings
 
@@ -72,6 +73,7 @@ class ErasureMixin:
         jobs: JobRunner
         history: HistoryCache
         blocks: StableBlocks
+        notes_cache: NoteCache
 
     def erase_user(self, user_id: str) -> dict[str, int]:
         """Delete every row of the user in every table (messages, sessions, memories with
@@ -128,4 +130,5 @@ class ErasureMixin:
     def _after_erase(self, user_id: str) -> None:
         self.history.clear()  # keyed by (user, session); erasure is rare
         self.blocks.forget_user(user_id)
+        self.notes_cache.clear()
         self.store.scrub()

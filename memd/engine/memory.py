@@ -25,6 +25,7 @@ from memd.engine.extract import extract, extract_entities
 from memd.engine.history import HistoryCache
 from memd.engine.inject import StableBlocks
 from memd.engine.jobs import JobRunner
+from memd.engine.notes import NoteCache
 from memd.engine.privacy import SessionPlaceholders, make_sanitizer
 from memd.engine.retrieve import KINDS, search
 from memd.engine.sessions import SessionsMixin
@@ -87,6 +88,7 @@ class Memd(SessionsMixin, ErasureMixin):
         self.jobs = JobRunner(store, self.embedder, self.settings, self.now)
         self.history = HistoryCache(self.settings.history_cache_messages)
         self.blocks = StableBlocks()  # each session's last memory block, for stable prompts
+        self.notes_cache = NoteCache()  # the notes channel's reads (memd.engine.notes)
         self.chains = ChainCache()  # the last requests' chain hashes, for the next ones
         self.accounts = Accounts(store, self.now)  # users, keys, workspace members
         # secrets never become memory (memd.engine.privacy); placeholders per session

@@ -17,7 +17,8 @@ as a placeholder.
 :meth:`NotesFolder.sync` reconciles the folder with the stored notes: at start (files
 changed while the daemon was down) and after each change the watcher sees. The compiled
 context gets the scope's notes through a channel of their own (:func:`with_notes`),
-first within the memory budget whatever the query, not only when retrieval finds them.
+first within the memory budget whatever the query, not only when retrieval finds them;
+the engine reads them through a :class:`NoteCache`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import hashlib
 import logging
 import re
 import threading
+import time
 import unicodedata
 import uuid
 from collections.abc import Sequence
@@ -155,7 +157,10 @@ class NotesFolder:
         """Reconcile the stored notes with the folder; returns how many were added,
         updated and retired."""
         with self._lock:
-            return self._sync()
+            try:
+                return self._sync()
+            finally:
+                self.engine.notes_cache.clear()
 
     def _sync(self) -> dict[str, int]:
         engine = self.engine
@@ -253,10 +258,37 @@ def note_candidates(store: Store, user_id: str,
     return [Candidate(NOTE_KIND, m.id, m.text, m.token_count, 1.0) for m in notes]
 
 
-def with_notes(store: Store, user_id: str, visible: tuple[str, ...],
-               memories: Sequence[Candidate]) -> list[Candidate]:
-    """The notes channel: the scope's notes first, then ``memories`` without the notes
-    retrieval found among them."""
-    notes = note_candidates(store, user_id, visible)
+class NoteCache:
+    """The notes channel's reads, kept per (user, scope) for ``TTL`` seconds: reading
+    them is a filtered scan of the user's L4 memories, too slow for every compile, and
+    they change only with the folder. A sync in this process (and an erasure) drops them
+    at once; ``TTL`` bounds how long a change made by another process goes unseen."""
+
+    TTL = 1.0
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, tuple[str, ...]], tuple[float, list[Candidate]]] = {}
+        self._lock = threading.Lock()
+
+    def candidates(self, store: Store, user_id: str,
+                   visible: tuple[str, ...]) -> list[Candidate]:
+        key, now = (user_id, visible), time.monotonic()
+        with self._lock:
+            kept = self._kept.get(key)
+        if kept is not None and now - kept[0] < self.TTL:
+            return kept[1]
+        found = note_candidates(store, user_id, visible)
+        with self._lock:
+            self._kept[key] = (now, found)
+        return found
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+
+
+def with_notes(notes: list[Candidate], memories: Sequence[Candidate]) -> list[Candidate]:
+    """The notes channel: the scope's ``notes`` first, then ``memories`` without the
+    notes retrieval found among them."""
     ids = {n.id for n in notes}
     return [*notes, *(m for m in memories if m.id not in ids)]

@@ -27,7 +27,7 @@ from memd.engine.compile import (
 )
 from memd.engine.extract import Extraction, extract
 from memd.engine.extract.llm import worth_asking
-from memd.engine.notes import with_notes
+from memd.engine.notes import NoteCache, with_notes
 from memd.engine.privacy import REDACT_MARGIN, redacted
 from memd.engine.recall import RecallScope, recall_candidates, same_text
 from memd.engine.retrieve import ScoredMemory, aside, score_memories
@@ -114,6 +114,7 @@ class SessionsMixin:
         jobs: JobRunner
         history: HistoryCache
         blocks: StableBlocks
+        notes_cache: NoteCache
         sanitizer: Sanitizer
         placeholders: SessionPlaceholders
 
@@ -219,8 +220,8 @@ class SessionsMixin:
             # A new turn may take the history past compaction's threshold: the job
             # checks (memd.engine.compact), the append reads nothing for it.
             grown = replace(session, turn_count=session.turn_count + len(stored))
-            if any(m.role == "user" for m in stored) and compact.may_need(self.settings,
-                                                                           grown):
+            if (compact.check_due(session.turn_count, grown.turn_count)
+                    and compact.may_need(self.settings, grown)):
                 compact.enqueue(self.store, session.user_id, session.id, now)
         return stored
 
@@ -341,7 +342,7 @@ class SessionsMixin:
             facts, mems = _candidates(
                 all_facts, scored, floor,
                 session.id if session is not None and exclude_session else None)
-            mems = with_notes(self.store, uid, visible, mems)
+            mems = with_notes(self.notes_cache.candidates(self.store, uid, visible), mems)
             if sent_chains is None or not query:
                 return facts, mems
             recalled = self._recall(uid, query, scored, visible, now,
@@ -448,7 +449,8 @@ class SessionsMixin:
         if side is not None:
             stored, all_facts = side.result()
         fact_cands, mem_cands = _candidates(all_facts, scored, self.settings.min_similarity)
-        mem_cands = with_notes(self.store, uid, visible, mem_cands)
+        mem_cands = with_notes(self.notes_cache.candidates(self.store, uid, visible),
+                               mem_cands)
         if query and self.settings.memory_recall:
             # Past messages, but for the history's own (this session's turns that fell
             # out of the history's reach are recalled like any other).
