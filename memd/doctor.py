@@ -264,8 +264,10 @@ def embedder_check(settings: Settings) -> Check:
         cached_before: set[Path] = set()
         if name == "minilm-onnx":
             from memd.models.onnx_embedder import default_cache_dir
+            from memd.models.onnx_model import installed_dir
 
-            cached_before = set(default_cache_dir().glob("*.onnx"))
+            cached_before = {*default_cache_dir().glob("*.onnx"),
+                             *installed_dir().glob("*.onnx")}
             embedder = cls(settings.embedder_path, query_precision=settings.query_precision)
         elif name == "minilm":
             embedder = cls(settings.embedder_path)
@@ -278,7 +280,10 @@ def embedder_check(settings: Settings) -> Check:
     found = f"{name} ({embedder.name}, {vectors.shape[1]} dims) embeds in {took:.2f} s"
     onnx = getattr(embedder, "onnx_path", None)
     if isinstance(onnx, Path):
-        made = "cached" if onnx in cached_before else "exported now, cached from here on"
+        from memd.models.onnx_model import installed_dir
+
+        made = ("prepared at install" if onnx.parent == installed_dir() else "cached") \
+            if onnx in cached_before else "exported now, cached from here on"
         found += f"; ONNX model {onnx} ({made})"
     return Check("embedder", OK, found)
 

@@ -66,6 +66,12 @@ def test_cli_uses_the_running_daemon(tmp_path: Path) -> None:
     # with the daemon gone, the CLI opens the store itself and sees the same data
     again = run("search", "tabs", "--user", "alice", "--json", env=env)
     assert again.returncode == 0 and json.loads(again.stdout)[0]["text"].startswith("I prefer")
+    # without --user: the local user's memories
+    assert run("add", "Deploys go out on Tuesdays", env=env).returncode == 0
+    mine = run("search", "Tuesdays", "--json", env=env)
+    assert [h["text"] for h in json.loads(mine.stdout)][:1] == ["Deploys go out on Tuesdays"]
+    listed = run("list", "--json", env=env)
+    assert "Deploys go out on Tuesdays" in listed.stdout and "tabs" not in listed.stdout
 
 
 def test_of_two_daemons_started_at_once_on_one_data_dir_one_serves(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from memd.cli import (
 
 @main.command()
 @click.argument("text")
-@click.option("--user", "user_id", required=True, help="Whose memory this is.")
+@click.option("--user", "user_id", help="Whose memory this is (default: the local user).")
 @click.option("--workspace", help="Scope the memory to a workspace (project).")
 @click.option("--tier", default="L3", show_default=True, help="L0-L4 or a tier name.")
 @click.option("--scope", default="global", show_default=True,
@@ -30,10 +30,11 @@ from memd.cli import (
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 @handles_errors
-def add(ctx: click.Context, text: str, user_id: str, workspace: str | None, tier: str,
-        scope: str, session_id: str | None, tags: tuple[str, ...], importance: float,
-        as_json: bool) -> None:
+def add(ctx: click.Context, text: str, user_id: str | None, workspace: str | None,
+        tier: str, scope: str, session_id: str | None, tags: tuple[str, ...],
+        importance: float, as_json: bool) -> None:
     """Remember TEXT for a user (deduplicated, merged with near-duplicates)."""
+    user_id = user_id or settings_for(ctx).default_user
     split_tags = [t for tag in tags for t in tag.split(",") if t.strip()]
     daemon = daemon_for(ctx)
     if daemon is not None:
@@ -61,7 +62,7 @@ def add(ctx: click.Context, text: str, user_id: str, workspace: str | None, tier
 
 @main.command()
 @click.argument("query")
-@click.option("--user", "user_id", required=True, help="Whose memories to search.")
+@click.option("--user", "user_id", help="Whose memories to search (default: the local user).")
 @click.option("--k", "k", type=click.IntRange(1, 1000), default=10, show_default=True,
               help="How many hits.")
 @click.option("--workspace", help="Only this workspace and the user's global memories.")
@@ -70,9 +71,10 @@ def add(ctx: click.Context, text: str, user_id: str, workspace: str | None, tier
 @click.option("--json", "as_json", is_flag=True, help="Print hits as a JSON list.")
 @click.pass_context
 @handles_errors
-def search(ctx: click.Context, query: str, user_id: str, k: int, workspace: str | None,
-           kinds: str, as_json: bool) -> None:
+def search(ctx: click.Context, query: str, user_id: str | None, k: int,
+           workspace: str | None, kinds: str, as_json: bool) -> None:
     """Search a user's memories (hybrid: vector, keyword, facts, entities)."""
+    user_id = user_id or settings_for(ctx).default_user
     kind_list = [x.strip() for x in kinds.split(",") if x.strip()]
     daemon = daemon_for(ctx)
     if daemon is not None:
@@ -233,7 +235,7 @@ def facts(ctx: click.Context, user_id: str | None, workspace: str | None, histor
 
 
 @main.command(name="list")
-@click.option("--user", "user_id", required=True)
+@click.option("--user", "user_id", help="Whose memories (default: the local user).")
 @click.option("--workspace")
 @click.option("--limit", type=click.IntRange(1, 10000), default=50, show_default=True)
 @click.option("--all", "include_inactive", is_flag=True,
@@ -241,9 +243,10 @@ def facts(ctx: click.Context, user_id: str | None, workspace: str | None, histor
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @handles_errors
-def list_(ctx: click.Context, user_id: str, workspace: str | None, limit: int,
+def list_(ctx: click.Context, user_id: str | None, workspace: str | None, limit: int,
           include_inactive: bool, as_json: bool) -> None:
     """List a user's memories, newest first."""
+    user_id = user_id or settings_for(ctx).default_user
     with open_engine(ctx) as m:
         mems = m.list(user_id, workspace=workspace, limit=limit,
                       include_inactive=include_inactive)
