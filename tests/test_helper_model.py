@@ -249,3 +249,27 @@ def test_the_same_ask_gets_the_same_answer(llama: HelperModel) -> None:
     again = [llama.complete(prompt(text), max_tokens=MAX_TOKENS, json_schema=schema(text))
              for _ in range(2)]
     assert again == [first, first]
+
+
+@pytest.mark.real_model
+def test_a_gguf_file_by_config_runs_the_helper_and_offline_chat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """helper_model_path (MEMD_HELPER_MODEL_PATH) names the GGUF file llama.cpp runs for
+    the helper and for `memd serve --upstream-url local`."""
+    from memd.config import load_settings
+    from memd.engine.extract.llm import helper_from_settings
+    from memd.models.helper import llama_helper as configured
+
+    gguf = tmp_path / "my-model.gguf"
+    gguf.symlink_to(default_gguf())
+    monkeypatch.setenv("MEMD_HELPER_MODEL_PATH", str(gguf))
+    settings = load_settings(helper="llama")
+    assert settings.helper_model_path == gguf
+    helper = helper_from_settings(settings)
+    assert isinstance(helper, LlamaHelper) and helper.model_path == gguf
+    assert helper.model == "my-model" and configured(settings).model == "my-model"
+    assert helper.complete([{"role": "user", "content": "Hi"}], max_tokens=4).strip()
+    missing = load_settings(helper="llama", helper_model_path=tmp_path / "nope.gguf")
+    with pytest.raises(ModelError, match="nope.gguf"):
+        configured(missing).count_tokens("hi")

@@ -248,11 +248,11 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
         raise
     transport = None
     if settings.upstream_url == LOCAL_UPSTREAM:
-        from memd.models.helper import load_helper
+        from memd.models.helper import llama_helper
         from memd.server.local_upstream import LocalUpstreamTransport
 
         # No model server: the helper's llama.cpp model answers the chats in-process.
-        transport = LocalUpstreamTransport(load_helper("llama"))
+        transport = LocalUpstreamTransport(llama_helper(settings))
         settings = replace(settings, upstream_url=LOCAL_UPSTREAM_URL)
     local_upstream = transport is not None
 

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Generator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memd import registry
 from memd.errors import ModelError
+
+if TYPE_CHECKING:
+    from memd.config import Settings
 
 #: The longest ``maxLength`` of a string that a JSON schema asked of a helper should hold:
 #: llama.cpp's grammar compiler nests one rule per character and rejects longer ones.
@@ -79,6 +82,14 @@ def load_helper(name: str, **options: Any) -> HelperModel:
     ``options`` (nothing is loaded until the first call)."""
     helper: HelperModel = registry.load(GROUP, name)(**options)
     return helper
+
+
+def llama_helper(settings: Settings) -> HelperModel:
+    """The llama.cpp helper on the configured GGUF file (``helper_model_path``; the
+    bundled SmolLM2 when unset), constructed: nothing is loaded until its first call."""
+    if settings.helper_model_path is None:
+        return load_helper("llama")
+    return load_helper("llama", model_path=settings.helper_model_path)
 
 
 def parse_json_answer(text: str, who: str) -> Any:

