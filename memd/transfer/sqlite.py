@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import apsw
+import numpy as np
 
-from memd.backends.common.fulltext import keyword_part
-from memd.backends.sqlite.fulltext import fts_text
+from memd.backends.sqlite.fulltext import memory_index_row, message_index_row
 from memd.errors import StorageError
 from memd.migrate.tables import TABLES
 from memd.transfer.lines import Layout, raw_bytes
@@ -117,29 +117,23 @@ class SQLiteSide:
         return n
 
     def _index(self, table: str, rowid: int, row: dict[str, Any]) -> None:
-        """The full-text and vector rows the store keeps for a memory or a message."""
+        """The full-text and vector rows the store keeps for a memory or a message, made
+        by the store's own code."""
+        store = self.store
+        assert store is not None, "opened for reading"
+        vector = (np.frombuffer(raw_bytes(row["embedding"]), dtype=np.float32)
+                  if row.get("embedding") is not None else None)
         if table == "memories":
-            self.db.execute("INSERT INTO memories_fts (rowid, content_text, memory_id) "
-                            "VALUES (?, ?, ?)",
-                            (rowid, fts_text(row["user_id"], row["content_text"]),
-                             row["memory_id"]))
-            if row.get("embedding") is not None:
-                self.db.execute(
-                    "INSERT INTO memory_vec (memory_id, user_id, embedding, workspace, active) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (row["memory_id"], row["user_id"], raw_bytes(row["embedding"]),
-                     row["workspace"] or "", int(bool(row["is_active"]))))
+            self.db.execute(*memory_index_row(row["user_id"], row["memory_id"],
+                                              row["content_text"], rowid))
+            if vector is not None:
+                store._put_memory_vector(row["memory_id"], row["user_id"], row["workspace"],
+                                         bool(row["is_active"]), vector)
         elif table == "messages":
             text = row["sanitized"] if row["sanitized"] is not None else row["content"]
-            if text:  # the index holds no secret (memd.privacy)
-                self.db.execute(
-                    "INSERT INTO messages_fts (rowid, content, session_id, message_id) "
-                    "VALUES (?, ?, ?, ?)",
-                    (rowid, fts_text(row["user_id"], keyword_part(text)), row["session_id"],
-                     row["message_id"]))
-            if row.get("embedding") is not None:
-                self.db.execute(
-                    "INSERT INTO message_vec (message_id, user_id, embedding, session_id) "
-                    "VALUES (?, ?, ?, ?)",
-                    (row["message_id"], row["user_id"], raw_bytes(row["embedding"]),
-                     row["session_id"]))
+            indexed = message_index_row(row["user_id"], row["session_id"], row["message_id"],
+                                        text, rowid)
+            if indexed is not None:
+                self.db.execute(*indexed)
+            if vector is not None:
+                store.set_message_embeddings(row["user_id"], [(row["message_id"], vector)])

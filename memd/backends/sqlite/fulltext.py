@@ -9,9 +9,11 @@ import hashlib
 import re
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import apsw
 
+from memd.backends.common.fulltext import keyword_part
 from memd.backends.sqlite.cipher import connect
 from memd.errors import StorageError
 
@@ -61,6 +63,30 @@ def fts_text(user_id: str | None, text: str | None) -> str:
         return ""
     mark = user_mark(user_id)
     return " ".join(mark + w for w in _FTS_WORD.findall(text.lower()))
+
+
+Statement = tuple[str, tuple[Any, ...]]
+
+
+def memory_index_row(user_id: str, memory_id: str, text: str,
+                     rowid: int | None = None) -> Statement:
+    """The insert of a memory's full-text row (``rowid`` None: the row just inserted)."""
+    at = "last_insert_rowid()" if rowid is None else "?"
+    params = (fts_text(user_id, text), memory_id)
+    return (f"INSERT INTO memories_fts (rowid, content_text, memory_id) VALUES ({at}, ?, ?)",
+            params if rowid is None else (rowid, *params))
+
+
+def message_index_row(user_id: str, session_id: str, message_id: str, text: str | None,
+                      rowid: int | None = None) -> Statement | None:
+    """The insert of a message's full-text row from its sanitized text (the index holds
+    no secret, memd.privacy; None for a message without text)."""
+    if not text:
+        return None
+    at = "last_insert_rowid()" if rowid is None else "?"
+    params = (fts_text(user_id, keyword_part(text)), session_id, message_id)
+    return ("INSERT INTO messages_fts (rowid, content, session_id, message_id) "
+            f"VALUES ({at}, ?, ?, ?)", params if rowid is None else (rowid, *params))
 
 
 def fts_query(user_id: str, text: str) -> str | None:

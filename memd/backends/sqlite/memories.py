@@ -17,8 +17,8 @@ from memd.backends.sqlite.fulltext import (
     Ranks,
     SideRanker,
     fts_query,
-    fts_text,
     keyword_ranks_limit,
+    memory_index_row,
 )
 from memd.backends.sqlite.messages import SQLiteMessages
 from memd.errors import NotFound
@@ -53,11 +53,7 @@ class SQLiteMemories(SQLiteMessages):
                  int(m.is_active), int(m.is_validated), m.token_count, m.superseded_by,
                  to_json(list(m.tags)), to_json(list(m.entities)), to_json(m.metadata)),
             )
-            self._write(
-                "INSERT INTO memories_fts (rowid, content_text, memory_id) "
-                "VALUES (last_insert_rowid(), ?, ?)",
-                (fts_text(m.user_id, m.text), m.id),
-            )
+            self._write(*memory_index_row(m.user_id, m.id, m.text))
             if vector is not None:
                 self._put_memory_vector(m.id, m.user_id, m.workspace, m.is_active, vector)
             if m.entities:
@@ -114,11 +110,8 @@ class SQLiteMemories(SQLiteMessages):
             if "text" in changes:
                 rowid = self._rows("SELECT rowid FROM memories WHERE memory_id = ?", (memory_id,))
                 self._write("DELETE FROM memories_fts WHERE rowid = ?", (rowid[0][0],))
-                self._write(
-                    "INSERT INTO memories_fts (rowid, content_text, memory_id) "
-                    "VALUES (?, ?, ?)",
-                    (rowid[0][0], fts_text(user_id, changes["text"]), memory_id),
-                )
+                self._write(*memory_index_row(user_id, memory_id, changes["text"],
+                                              rowid[0][0]))
             if vector is not None:
                 active = bool(changes.get("is_active", current.is_active))
                 self._put_memory_vector(memory_id, user_id, current.workspace, active, vector)

@@ -9,11 +9,10 @@ from typing import Any
 from memd.backends.base import Vector
 from memd.backends.common.columns import MESSAGE_COLUMNS, marks
 from memd.backends.common.dialect import SQLITE
-from memd.backends.common.fulltext import keyword_part
 from memd.backends.common.queries import BUMP_HISTORY_VERSION, recent_query
 from memd.backends.common.store import INSERT_MESSAGE, message_params, new_messages
 from memd.backends.sqlite.connection import MAP, to_json
-from memd.backends.sqlite.fulltext import fts_query, fts_text
+from memd.backends.sqlite.fulltext import fts_query, message_index_row
 from memd.backends.sqlite.vectors import SQLiteVectors, blob
 from memd.errors import NotFound
 from memd.types import Message, NewMessage
@@ -51,13 +50,9 @@ class SQLiteMessages(SQLiteVectors):
                                chain_hashes, int(rows[0][0]), now)
             for m in out:
                 self._write(SQLITE.sql(INSERT_MESSAGE), message_params(m, to_json))
-                text = m.safe_text  # the index holds no secret (memd.privacy)
-                if text:
-                    self._write(
-                        "INSERT INTO messages_fts (rowid, content, session_id, message_id) "
-                        "VALUES (last_insert_rowid(), ?, ?, ?)",
-                        (fts_text(user_id, keyword_part(text)), session_id, m.id),
-                    )
+                indexed = message_index_row(user_id, session_id, m.id, m.safe_text)
+                if indexed is not None:
+                    self._write(*indexed)
             self._write(
                 "UPDATE sessions SET turn_count = ?, updated_at = ?, "
                 "expires_at = coalesce(?, expires_at) WHERE user_id = ? AND session_id = ?",
