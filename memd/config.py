@@ -40,6 +40,12 @@ QUERY_PRECISIONS = ("int8", "float32")  # see memd.models.onnx_embedder
 SANITIZE_MODES = ("off", "secrets", "secrets+pii")  # see memd.privacy.Mode
 ENCRYPTION_MODES = ("off", "env", "keyring")  # see memd.backends.sqlite.cipher
 ERASE_USAGE_MODES = ("delete", "anonymize")  # see memd.backends.common.erase
+# The settings that take one of a few words, and those words.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "memory_placement": MEMORY_PLACEMENTS, "query_precision": QUERY_PRECISIONS,
+    "sanitize": SANITIZE_MODES, "encryption": ENCRYPTION_MODES,
+    "erase_usage": ERASE_USAGE_MODES,
+}
 
 
 @dataclass(frozen=True)
@@ -286,25 +292,13 @@ def _coerce(name: str, value: Any) -> Any:
             raise InvalidInput("config: [context_windows] must map model patterns to "
                                "positive token counts")
         return dict(value)
-    if name == "memory_placement" and value not in MEMORY_PLACEMENTS:
-        raise InvalidInput(f"memory_placement must be one of {', '.join(MEMORY_PLACEMENTS)}, "
-                           f"not {value!r}")
+    choices = CHOICES.get(name)
+    if choices is not None and value not in choices:
+        raise InvalidInput(f"{name} must be one of {', '.join(choices)}, not {value!r}")
     if name in ("auth", "memory_recall", "recall_keyword") and isinstance(value, str):
         if value.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             raise InvalidInput(f"{name} must be true or false, not {value!r}")
         return value.lower() in ("1", "true", "yes", "on")
-    if name == "query_precision" and value not in QUERY_PRECISIONS:
-        raise InvalidInput(f"query_precision must be one of {', '.join(QUERY_PRECISIONS)}, "
-                           f"not {value!r}")
-    if name == "encryption" and value not in ENCRYPTION_MODES:
-        raise InvalidInput(f"encryption must be one of {', '.join(ENCRYPTION_MODES)}, "
-                           f"not {value!r}")
-    if name == "erase_usage" and value not in ERASE_USAGE_MODES:
-        raise InvalidInput(f"erase_usage must be one of {', '.join(ERASE_USAGE_MODES)}, "
-                           f"not {value!r}")
-    if name == "sanitize" and value not in SANITIZE_MODES:
-        raise InvalidInput(f"sanitize must be one of {', '.join(SANITIZE_MODES)}, "
-                           f"not {value!r}")
     if name == "sanitize_patterns":
         from memd.privacy import CustomPattern, RegexSanitizer, parse_patterns
 
