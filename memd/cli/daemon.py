@@ -64,6 +64,8 @@ def _call_line(call: dict[str, Any]) -> str:
     parts = [when, call["id"], status, call.get("model") or "-", call.get("session_id") or "-"]
     report = call.get("report")
     report = report if isinstance(report, dict) else {}
+    if report.get("mode") == "side":
+        parts.append("side request" + (f" ({report['reason']})" if report.get("reason") else ""))
     window = report.get("window")
     if isinstance(window, dict) and window.get("tokens") is not None:
         source = window.get("source")
@@ -101,7 +103,9 @@ def calls(ctx: click.Context, user_id: str | None, session_id: str | None,
 
     A line a call: local time, call id, HTTP status, model, session, and what memd
     injected (the context window and where its size came from, the memory tokens added,
-    whether the call was a retry). --show ID prints one call's full report."""
+    whether the call was a retry); a side request (a client's title, summary or
+    compaction call: forwarded as sent, no memory, no session) says so and why.
+    --show ID prints one call's full report."""
     daemon = daemon_for(ctx)
     if daemon is not None:
         # Without --user the daemon decides: its default user, or the key's in auth mode.

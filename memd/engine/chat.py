@@ -43,6 +43,7 @@ from memd.engine.chains import SYSTEM_ROLES
 from memd.engine.inject import Anchored, build, newest_user, place_all, room
 from memd.engine.retrieve import SIDE
 from memd.engine.sessions import last_user_text
+from memd.engine.side import system_hash
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text, message_tokens
 from memd.types import Session, Usage
@@ -53,17 +54,23 @@ if TYPE_CHECKING:
 @dataclass
 class PreparedCall:
     call_id: str
-    session: Session
+    session: Session | None  # None: a side request (memd.engine.side), of no session
     forward: list[dict[str, Any]]  # the messages to send upstream
     plain: list[dict[str, Any]]  # the same without memory: what a retry sends
     report: dict[str, Any]  # what went in and why (the call record)
     store_reply: bool
     turn: int = 0  # the session's turn count the reply answers
     started: float = field(default_factory=time.monotonic)
+    user_id: str = ""
+    workspace: str | None = None
 
     @property
     def memory_added(self) -> bool:
         return self.forward is not self.plain
+
+    @property
+    def side(self) -> bool:
+        return self.session is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +143,7 @@ def prepare_chat(
     engine: Memd, user_id: str, workspace: str | None, messages: Sequence[Any],
     *, session_id: str | None = None, model: str | None = None,
     max_response_tokens: int | None = None, tools: Any = None,
-    window: WindowInfo | None = None, placement: str | None = None,
+    window: WindowInfo | None = None, placement: str | None = None, client: str = "",
 ) -> PreparedCall:
     """Resolve the session, store the new messages, and build what to forward.
 
@@ -172,6 +179,8 @@ def prepare_chat(
         session = engine.session(session.id, uid)
     if vector is not None:
         vector.result()
+    if query:  # a side call that quotes this turn is told apart by it (memd.engine.side)
+        engine.recent_turns.note(uid, client, system_hash(system), query, engine.now())
     call_id = "call-" + uuid.uuid4().hex
     window_report = {"tokens": window.tokens, "source": window.source,
                      "detail": window.detail}
@@ -193,7 +202,30 @@ def prepare_chat(
     engine.store.record_call(call_id, uid, session.id, session.workspace, model,
                              engine.now(), report)
     return PreparedCall(call_id, session, forward, plain, report, store_reply=not retry,
-                        turn=session.turn_count)
+                        turn=session.turn_count, user_id=uid, workspace=session.workspace)
+
+
+def prepare_side(engine: Memd, user_id: str, workspace: str | None, model: str | None,
+                 messages: list[Any], reason: str, window: WindowInfo | None = None
+                 ) -> PreparedCall:
+    """A side request (:mod:`memd.engine.side`): forwarded as sent, of no session, with
+    nothing stored or retrieved; only its call record (and later its usage) is kept."""
+    uid = v.check_id(user_id, "user_id")
+    ws = v.check_optional_id(workspace, "workspace")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidInput("messages must be a non-empty list")
+    if not all(isinstance(m, Mapping) for m in messages):
+        raise InvalidInput("each message must be an object")
+    window = window or WindowInfo(None)
+    report = {"mode": "side", "reason": reason,
+              "window": {"tokens": window.tokens, "source": window.source,
+                         "detail": window.detail}}
+    call_id = "call-" + uuid.uuid4().hex
+    engine.store.record_call(call_id, uid, None, ws,
+                             None if model is None else v.clean_chars(model), engine.now(),
+                             report)
+    return PreparedCall(call_id, None, messages, messages, report, store_reply=False,
+                        workspace=ws, user_id=uid)
 
 
 def _augment(
@@ -309,32 +341,43 @@ def finish_chat(
     prompt = int((usage or {}).get("prompt_tokens") or 0)
     completion = int((usage or {}).get("completion_tokens") or 0)
     with engine.store.transaction():
-        # Store the reply only if nothing was appended since the call was prepared: a
-        # concurrent retry of the same request may have stored its reply already.
-        current = engine.store.get_session(session.user_id, session.id)
-        fresh = current is not None and current.turn_count == call.turn
-        if reply is not None and call.store_reply and fresh and (reply.get("content") or
-                                                                 reply.get("tool_calls")):
-            meta: dict[str, Any] = {"call_id": call.call_id}
-            if incomplete:
-                meta["incomplete"] = True
-            engine.append(session.id, session.user_id, [{
-                "role": "assistant", "content": reply.get("content"),
-                "tool_calls": reply.get("tool_calls") or None, "metadata": meta,
-                "model": model, "finish_reason": finish_reason, "prompt_tokens": prompt or None,
-                "completion_tokens": completion or None, "latency_ms": latency,
-            }])
+        if session is not None:
+            _store_reply(engine, call, session, reply, finish_reason, model, incomplete,
+                         latency, prompt, completion)
         if usage:
             cost = cost_microcents(engine.settings.prices, model, prompt, completion)
             engine.store.record_usage(Usage(
-                id=uuid.uuid4().hex, user_id=session.user_id, created_at=engine.now(),
-                session_id=session.id, workspace=session.workspace, model=model,
-                prompt_tokens=prompt, completion_tokens=completion, cost_microcents=cost,
-                latency_ms=latency, metadata={"call_id": call.call_id},
+                id=uuid.uuid4().hex, user_id=call.user_id, created_at=engine.now(),
+                session_id=session.id if session else None, workspace=call.workspace,
+                model=model, prompt_tokens=prompt, completion_tokens=completion,
+                cost_microcents=cost, latency_ms=latency, metadata={"call_id": call.call_id},
             ))
-            engine.store.add_session_usage(session.user_id, session.id, prompt, completion,
-                                           cost, engine.now())
+            if session is not None:
+                engine.store.add_session_usage(session.user_id, session.id, prompt,
+                                               completion, cost, engine.now())
         engine.store.finish_call(call.call_id, status, {
             "latency_ms": latency, "finish_reason": finish_reason, "incomplete": incomplete,
             "retried": retried, "usage": dict(usage or {}),
         })
+
+
+def _store_reply(engine: Memd, call: PreparedCall, session: Session,
+                 reply: Mapping[str, Any] | None, finish_reason: str | None,
+                 model: str | None, incomplete: bool, latency: int, prompt: int,
+                 completion: int) -> None:
+    """Store the model's reply to a turn, only if nothing was appended since the call
+    was prepared: a concurrent retry of the same request may have stored its reply."""
+    current = engine.store.get_session(session.user_id, session.id)
+    fresh = current is not None and current.turn_count == call.turn
+    if reply is None or not call.store_reply or not fresh or not (
+            reply.get("content") or reply.get("tool_calls")):
+        return
+    meta: dict[str, Any] = {"call_id": call.call_id}
+    if incomplete:
+        meta["incomplete"] = True
+    engine.append(session.id, session.user_id, [{
+        "role": "assistant", "content": reply.get("content"),
+        "tool_calls": reply.get("tool_calls") or None, "metadata": meta,
+        "model": model, "finish_reason": finish_reason, "prompt_tokens": prompt or None,
+        "completion_tokens": completion or None, "latency_ms": latency,
+    }])

@@ -29,6 +29,7 @@ from memd.engine.notes import NoteCache
 from memd.engine.privacy import SessionPlaceholders, make_sanitizer
 from memd.engine.retrieve import KINDS, search
 from memd.engine.sessions import SessionsMixin
+from memd.engine.side import RecentTurns
 from memd.engine.write import (
     FactResult,
     MemoryDraft,
@@ -90,6 +91,7 @@ class Memd(SessionsMixin, ErasureMixin):
         self.blocks = StableBlocks()  # each session's last memory block, for stable prompts
         self.notes_cache = NoteCache()  # the notes channel's reads (memd.engine.notes)
         self.chains = ChainCache()  # the last requests' chain hashes, for the next ones
+        self.recent_turns = RecentTurns()  # what side calls quote (memd.engine.side)
         self.accounts = Accounts(store, self.now)  # users, keys, workspace members
         # secrets never become memory (memd.engine.privacy); placeholders per session
         self.sanitizer = make_sanitizer(self.settings)

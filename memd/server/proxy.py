@@ -29,9 +29,16 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from memd.engine import validate
-from memd.engine.chat import PreparedCall, WindowInfo, finish_chat, prepare_chat
+from memd.engine import side, validate
+from memd.engine.chat import (
+    PreparedCall,
+    WindowInfo,
+    finish_chat,
+    prepare_chat,
+    prepare_side,
+)
 from memd.engine.memory import Memd
+from memd.engine.side import side_reason
 from memd.errors import Conflict, InvalidInput
 from memd.models.tokens import calibrated_scale
 from memd.server import schemas as s
@@ -121,19 +128,43 @@ async def close_upstream(app: Any) -> None:
         await client.aclose()
 
 
+# Headers that are the connection's, not the request's (hop-by-hop), or that describe
+# the request to memd rather than to the model server (its host, body framing, encoding,
+# a browser's origin and cookies).
+_NOT_FORWARDED = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+    "proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade", "host",
+    "content-length", "content-type", "accept-encoding", "cookie", "origin", "referer",
+})
+# Credentials: the client's go on only in local mode without an upstream key of memd's
+# own (in auth mode they are the memd key, which the model server must never see).
+_CREDENTIALS = frozenset({"authorization", "x-api-key", "api-key"})
+
+
 def _headers(request: Request) -> dict[str, str]:
-    out = {"accept-encoding": "identity", "content-type": "application/json"}
+    """What goes upstream with a forwarded request: every end-to-end header the client
+    sent (its User-Agent, session and affinity headers that keep a provider's prompt
+    cache on one machine, an SDK's ``x-stainless-*``), except the ones above and memd's
+    own ``X-Memd-*``, with the credentials of the mode."""
     settings = request.app.state.settings
+    listed = {h.strip().lower() for h in request.headers.get("connection", "").split(",")}
+    out = {name: value for name, value in request.headers.items()
+           if name not in _NOT_FORWARDED and name not in _CREDENTIALS
+           and name not in listed and not name.startswith(("x-memd-", "sec-fetch-"))}
+    out["accept-encoding"] = "identity"  # memd reads the body it relays
+    out["content-type"] = "application/json"
     key = settings.upstream_api_key
     if key:
         out["authorization"] = f"Bearer {key}"
-    elif "authorization" in request.headers and not settings.auth:
-        # local mode passes the client's key through; in auth mode it is memd's own key
-        out["authorization"] = request.headers["authorization"]
+    elif not settings.auth:
+        out.update((name, value) for name, value in request.headers.items()
+                   if name in _CREDENTIALS)
     return out
 
 
 def _memd_headers(call: PreparedCall) -> dict[str, str]:
+    if call.session is None:
+        return {"X-Memd-Call": call.call_id, "X-Memd-Side": "true"}
     return {"X-Memd-Session": call.session.id, "X-Memd-Call": call.call_id}
 
 
@@ -313,6 +344,13 @@ def _tokens(body: Mapping[str, Any], name: str) -> int | None:
                            "owns its history.",
             "schema": {"type": "string", "pattern": validate.OPTIONAL_ID_PATTERN,
                        "maxLength": 128},
+        }, {
+            "name": "X-Memd-Memory", "in": "header", "required": False,
+            "description": "'off': a side request of the client's (a title, summary or "
+                           "compaction call): forwarded as sent, no memory, no session, "
+                           "nothing learned. 'on': a turn of the conversation, whatever "
+                           "its shape.",
+            "schema": {"type": "string", "enum": ["on", "off"]},
         }],
         "requestBody": {"required": True,
                         "content": {"application/json": {"schema": s.CHAT_REQUEST}}},
@@ -341,12 +379,20 @@ async def chat_completions(request: Request) -> Response:
         return JSONResponse(error_body("upstream_not_configured", str(exc)), status_code=503)
     window = await _window(request, model)
     pinned = request.headers.get("x-memd-session")
+    client_name = request.headers.get("user-agent", "")
+    reason = None if pinned else side_reason(
+        body, request.headers.get(side.HEADER), user_id=user, client=client_name,
+        recent=engine.recent_turns, now=engine.now())
     try:
-        call = await run_in_threadpool(
-            prepare_chat, engine, user, workspace, body["messages"], session_id=pinned,
-            model=model, max_response_tokens=max_tokens, tools=body.get("tools"),
-            window=window,
-        )
+        if reason is not None:
+            call = await run_in_threadpool(prepare_side, engine, user, workspace, model,
+                                           body["messages"], reason, window)
+        else:
+            call = await run_in_threadpool(
+                prepare_chat, engine, user, workspace, body["messages"],
+                session_id=pinned, model=model, max_response_tokens=max_tokens,
+                tools=body.get("tools"), window=window, client=client_name,
+            )
     except Conflict as exc:
         if not pinned:
             raise
