@@ -22,7 +22,8 @@ loopback ports. Two parts, in one run:
   keeps), and the share of all the session's prompt tokens that are the previous
   request's prefix (what the cache serves: a request weighs by its size, so the small
   first steps of a session, where each new file is a large part of the request, do not
-  weigh like its long tail).
+  weigh like its long tail). The steps that bring no new user words (an agent's tool
+  loop: memd retrieves nothing and sends the same blocks) are also given apart.
 
 Prints p50/p95/p99 of both and of the difference. Not a test: it prints figures.
 """
@@ -55,6 +56,7 @@ from bench.agent_traffic import AgentSession, ScriptedUpstream, generate
 from bench.output import emit
 from memd.config import load_settings
 from memd.engine.memory import Memd
+from memd.engine.sessions import last_user_text
 from memd.models.tokens import counter_for
 from memd.server.app import create_app
 
@@ -175,6 +177,7 @@ def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[i
     out: dict[str, Any] = {}
     for size in sizes:
         added: list[float] = []
+        loop: list[float] = []  # steps with no new user words: an agent's tool loop
         memd_stable: list[float] = []
         memd_reused: list[float] = []
         memd_cached: list[float] = []
@@ -185,6 +188,7 @@ def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[i
             session: AgentSession = generate(kind, seed=size, target_tokens=size)
             upstream.script([s.reply for s in session.steps for _ in (0, 1)])
             first = len(upstream.requests)
+            asked = None
             for step in session.steps:
                 settle(engine)
                 times = []
@@ -194,6 +198,10 @@ def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[i
                     r.raise_for_status()
                     times.append((time.perf_counter() - t) * 1000)
                 added.append(times[1] - times[0])
+                words = last_user_text(step.request["messages"], 10**9)
+                if words == asked:
+                    loop.append(times[1] - times[0])
+                asked = words
             via_memd = upstream.requests[first + 1::2]
             stable, reused, cached = prefix_shares(via_memd)
             memd_stable.append(stable)
@@ -206,6 +214,7 @@ def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[i
         out[str(size)] = {
             "calls": len(added), "last_request_tokens": tokens,
             "added_ms": summary(added),
+            "tool_loop_calls": len(loop), "tool_loop_added_ms": summary(loop),
             "prefix_share_memd": round(sum(memd_stable) / len(memd_stable), 4),
             "prefix_share_client": round(sum(client_stable) / len(client_stable), 4),
             "previous_reused_memd": round(sum(memd_reused) / len(memd_reused), 4),
