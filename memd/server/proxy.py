@@ -345,7 +345,7 @@ async def chat_completions(request: Request) -> Response:
         call = await run_in_threadpool(
             prepare_chat, engine, user, workspace, body["messages"], session_id=pinned,
             model=model, max_response_tokens=max_tokens, tools=body.get("tools"),
-            window=window,
+            window=window, client=request.headers.get("user-agent"),
         )
     except Conflict as exc:
         if not pinned:
