@@ -67,19 +67,25 @@ def postgres_url() -> str:
     return database(key=("e2e", 384), setup=migrate)
 
 
+def open_memd(data_dir: Path, backend: str = "sqlite", **overrides: Any) -> Memd:
+    """memd over SQLite in ``data_dir``, or over a fresh database of the test run's
+    PostgreSQL ("postgres"), its settings overridden by ``overrides``."""
+    settings = replace(load_settings(data_dir=data_dir), **overrides)
+    if backend == "postgres":
+        settings = replace(settings, db=postgres_url(), pg_partitions=(4, 4, 4))
+    return memd.open(settings=settings)
+
+
 @contextmanager
 def memd_in_front(upstream_app: Any, data_dir: Path, backend: str = "sqlite",
                   **overrides: Any) -> Iterator[tuple[str, Memd]]:
     """The upstream app and memd (SQLite, or "postgres") in front of it, each on its own
     port, memd's settings overridden by ``overrides``; yields memd's base URL and engine."""
     with serve(upstream_app) as up:
-        settings = replace(load_settings(data_dir=data_dir), upstream_url=f"{up}/v1",
-                           job_interval=0.05, **overrides)
-        if backend == "postgres":
-            settings = replace(settings, db=postgres_url(), pg_partitions=(4, 4, 4))
-        engine = memd.open(settings=settings)
+        engine = open_memd(data_dir, backend, upstream_url=f"{up}/v1", job_interval=0.05,
+                           **overrides)
         try:
-            with serve(create_app(engine, settings)) as base:
+            with serve(create_app(engine, engine.settings)) as base:
                 yield base, engine
         finally:
             engine.close()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
-from servers import postgres_url
+from servers import open_memd, postgres_url
 
 import memd
 from memd.auth import acting_as
@@ -44,10 +44,7 @@ SAYS = {
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Memd]:
-    settings = load_settings(data_dir=tmp_path / "d")
-    if request.param == "postgres":
-        settings = replace(settings, db=postgres_url(), pg_partitions=(4, 4, 4))
-    m = memd.open(settings=settings)
+    m = open_memd(tmp_path / "d", request.param)
     yield m
     m.close()
 

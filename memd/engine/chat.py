@@ -11,9 +11,14 @@ within the window).
 
 Session inference. Plugins resend the whole history on every call and few send a session
 id. Every stored message carries a chain hash: SHA-256 over the session's non-system
-messages up to and including it (canonical role, content, name, tool calls and
-tool_call_id). The incoming history's chain hashes are looked up; the deepest stored
-match decides:
+messages up to and including it, in a canonical form that ignores what clients rewrite
+when they resend (tool-call arguments compared as parsed JSON, text parts joined, line
+endings: :mod:`memd.engine.chains`). The incoming history's chain hashes are looked up.
+A match counts only in a session of the same workspace whose identity agrees with the
+call's: the client family (from the User-Agent), the model family and a sketch of the
+system prompt that tolerates its volatile parts, the date and file listings agents put
+there (:mod:`memd.engine.identity`); two clients that open with the same words get a
+session each. The deepest such match decides:
 
 - it is the last message of its session: the call continues that session and only the
   messages after the match are stored (exactly once, however often the history is
@@ -22,10 +27,11 @@ match decides:
   a retry; nothing is stored again, and the new reply is stored only if no reply is;
 - otherwise the client edited or regenerated an earlier turn: a new session branches off
   with ``parent_session_id`` and holds the incoming history;
-- no match: a new session.
+- no match: a new session, which records the call's identity in its metadata.
 
-System messages are not part of the chain (clients often put the date in them); they are
-passed through to the model first and unchanged.
+System messages are not part of the chain (their volatile parts would split a
+conversation at every call); they are passed through to the model first and unchanged.
+A client pinning ``X-Memd-Session`` names its session: no inference, no identity check.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from memd.engine import validate as v
 from memd.engine.chains import SYSTEM_ROLES
+from memd.engine.identity import Identity
 from memd.engine.inject import Anchored, build, newest_user, place_all, room
 from memd.engine.retrieve import SIDE
 from memd.engine.sessions import last_user_text
@@ -87,44 +94,61 @@ class WindowInfo:
 
 def _resolve(
     engine: Memd, user_id: str, workspace: str | None, history: list[dict[str, Any]],
-    hashes: list[str], session_id: str | None, model: str | None,
+    hashes: list[str], session_id: str | None, model: str | None, identity: Identity,
 ) -> tuple[Session, list[dict[str, Any]], bool, bool]:
     """(session, messages to store, is_retry, client_owns_history) for an incoming
     non-system history and its chain hashes. A client pinning a session that already
     holds turns, and sending none of them, sends only its newest turn: memd owns that
-    history."""
+    history. Without a pin, only a session of the same workspace whose identity agrees
+    with the call's (memd.engine.identity) is continued, retried or branched from."""
     store = engine.store
     depth = {h: i for i, h in enumerate(hashes)}
     matches = sorted(store.find_chain(user_id, hashes),
                      key=lambda m: (-depth[m.chain_hash or ""], -m.created_at, m.id))
+    metadata = {"identity": identity.to_metadata()}
     if session_id is not None:
         session = store.get_session(user_id, session_id)
         if session is None:
             session = engine.create_session(user_id, workspace=workspace, model=model,
-                                            session_id=session_id)
+                                            session_id=session_id, metadata=metadata)
         mine = [m for m in matches if m.session_id == session.id]
         start = depth[mine[0].chain_hash or ""] + 1 if mine else 0
         retry = bool(mine) and start == len(history)
         return session, history[start:], retry, bool(mine) or session.turn_count == 0
-    sessions: dict[str, Session] = {}
+    sessions: dict[str, Session | None] = {}
     for m in matches:
-        s = sessions.get(m.session_id) or store.get_session(user_id, m.session_id)
-        if s is None or s.workspace != workspace:
+        if m.session_id not in sessions:
+            s = store.get_session(user_id, m.session_id)
+            sessions[m.session_id] = s if s is not None and s.workspace == workspace \
+                and identity.agrees(Identity.of_session(s.metadata)) else None
+        s = sessions[m.session_id]
+        if s is None:
             continue
-        sessions[s.id] = s
         start = depth[m.chain_hash or ""] + 1
         if m.turn_index == s.turn_count:
-            return s, history[start:], False, True
+            return _keep(engine, s, identity), history[start:], False, True
         if start == len(history):
             after = store.get_messages(user_id, s.id, after_turn=m.turn_index)
             if all(x.role == "assistant" for x in after):
-                return s, [], True, True
+                return _keep(engine, s, identity), [], True, True
     parent = matches[0].session_id if matches else None
-    if parent is not None and parent not in sessions:
+    if parent is not None and sessions.get(parent) is None:
         parent = None
     session = engine.create_session(user_id, workspace=workspace, model=model,
-                                    parent_session_id=parent)
+                                    parent_session_id=parent, metadata=metadata)
     return session, history, False, True
+
+
+def _keep(engine: Memd, session: Session, identity: Identity) -> Session:
+    """``session``, its stored identity brought up to the call's: a system prompt that
+    changes a little at every call is compared with its newest form, and never drifts
+    away from its conversation. Writes only when something changed."""
+    stored = Identity.of_session(session.metadata)
+    newest = identity.over(stored)
+    if newest != stored:
+        engine.store.update_session(session.user_id, session.id, metadata={
+            **session.metadata, "identity": newest.to_metadata()})
+    return session
 
 
 def tool_tokens(tools: Any, model: str | None) -> int:
@@ -143,9 +167,13 @@ def prepare_chat(
     engine: Memd, user_id: str, workspace: str | None, messages: Sequence[Any],
     *, session_id: str | None = None, model: str | None = None,
     max_response_tokens: int | None = None, tools: Any = None,
-    window: WindowInfo | None = None, placement: str | None = None, client: str = "",
+    window: WindowInfo | None = None, placement: str | None = None,
+    client: str | None = None,
 ) -> PreparedCall:
     """Resolve the session, store the new messages, and build what to forward.
+    ``client`` names the caller (its User-Agent, or a client family's name): with the
+    model and the system prompt, it tells apart conversations that open with the same
+    words (memd.engine.identity).
 
     A client that sends its history gets it forwarded unchanged plus one memory block
     within the window's headroom (:mod:`memd.engine.inject`); a client that sends only its
@@ -173,14 +201,15 @@ def prepare_chat(
     hashes = engine.chains.hashes(uid, clean)
     with engine.store.transaction():
         session, new, retry, client_owns = _resolve(
-            engine, uid, ws, history, [h for h in hashes if h is not None], sid, model)
+            engine, uid, ws, history, [h for h in hashes if h is not None], sid, model,
+            Identity.of_request(client, model, system))
         if new:
             engine.append(session.id, uid, new)
         session = engine.session(session.id, uid)
     if vector is not None:
         vector.result()
     if query:  # a side call that quotes this turn is told apart by it (memd.engine.side)
-        engine.recent_turns.note(uid, client, system_hash(system), query, engine.now())
+        engine.recent_turns.note(uid, client or "", system_hash(system), query, engine.now())
     call_id = "call-" + uuid.uuid4().hex
     window_report = {"tokens": window.tokens, "source": window.source,
                      "detail": window.detail}

@@ -391,7 +391,7 @@ async def chat_completions(request: Request) -> Response:
             call = await run_in_threadpool(
                 prepare_chat, engine, user, workspace, body["messages"],
                 session_id=pinned, model=model, max_response_tokens=max_tokens,
-                tools=body.get("tools"), window=window, client=client_name,
+                tools=body.get("tools"), window=window, client=request.headers.get("user-agent"),
             )
     except Conflict as exc:
         if not pinned:
