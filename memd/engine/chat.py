@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from memd.engine import validate as v
 from memd.engine.chains import SYSTEM_ROLES
-from memd.engine.identity import Identity
+from memd.engine.identity import Identity, client_family
 from memd.engine.inject import Anchored, build, newest_user, place_all, room
 from memd.engine.retrieve import SIDE
 from memd.engine.sessions import last_user_text
@@ -209,7 +209,8 @@ def prepare_chat(
     if vector is not None:
         vector.result()
     if query:  # a side call that quotes this turn is told apart by it (memd.engine.side)
-        engine.recent_turns.note(uid, client or "", system_hash(system), query, engine.now())
+        engine.recent_turns.note(uid, client_family(client) or "", system_hash(system),
+                                 query, engine.now())
     call_id = "call-" + uuid.uuid4().hex
     window_report = {"tokens": window.tokens, "source": window.source,
                      "detail": window.detail}

@@ -54,7 +54,7 @@ _CALENDAR = frozenset(
 _SNAPSHOT = re.compile(r"[-_@](\d{4}-\d{2}-\d{2}|\d{8}|\d{4}|\d{3})(-v\d+)?$")
 _LABEL = re.compile(r"[-_](latest|preview|exp)$")
 _VERSION = re.compile(r"v?\d[\w.+-]*$")
-_TRAILING_VERSION = re.compile(r"[-_ ]v?\d+(\.\d+)*$")
+_TRAILING_VERSION = re.compile(r"[-_ /]v?\d+(\.\d+)*$")
 
 
 def client_family(agent: str | None) -> str | None:

@@ -37,6 +37,7 @@ from memd.engine.chat import (
     prepare_chat,
     prepare_side,
 )
+from memd.engine.identity import client_family
 from memd.engine.memory import Memd
 from memd.engine.side import side_reason
 from memd.errors import Conflict, InvalidInput
@@ -379,7 +380,7 @@ async def chat_completions(request: Request) -> Response:
         return JSONResponse(error_body("upstream_not_configured", str(exc)), status_code=503)
     window = await _window(request, model)
     pinned = request.headers.get("x-memd-session")
-    client_name = request.headers.get("user-agent", "")
+    client_name = client_family(request.headers.get("user-agent")) or ""
     reason = None if pinned else side_reason(
         body, request.headers.get(side.HEADER), user_id=user, client=client_name,
         recent=engine.recent_turns, now=engine.now())
