@@ -103,13 +103,27 @@ class FakeUpstream:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.raw: list[bytes] = []  # every request's body as it arrived
         self.gate: threading.Event | None = None
         self.released: bool | None = None
         self.fail_with: int | None = None
         self.app = Starlette(routes=[
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/completions", self.completion, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
         ])
+
+    async def completion(self, request: Request) -> Response:
+        """A text completion: "ok" after the prompt."""
+        self.raw.append(await request.body())
+        body = json.loads(self.raw[-1])
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        return JSONResponse({"id": "cmpl-1", "object": "text_completion", "created": 1,
+                             "model": body.get("model", "fake-model"),
+                             "choices": [{"index": 0, "text": " ok", "finish_reason": "stop"}],
+                             "usage": {"prompt_tokens": 5, "completion_tokens": 1,
+                                       "total_tokens": 6}})
 
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": "fake-model", "object": "model",
@@ -125,7 +139,8 @@ class FakeUpstream:
         return {"role": "assistant", "content": f"ok: {users[-1]['content']}"}
 
     async def chat(self, request: Request) -> Response:
-        return await self.chat_body(request, json.loads(await request.body()))
+        self.raw.append(await request.body())
+        return await self.chat_body(request, json.loads(self.raw[-1]))
 
     async def chat_body(self, request: Request, body: dict[str, Any]) -> Response:
         """Record ``body`` (the request's, parsed) and answer it."""

@@ -208,6 +208,10 @@ def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team)
         call(c, "POST", "/v1/chat/completions", "/v1/chat/completions", 200, json=chat)
         no_trace(team.upstream.requests[-1]["messages"][:-1])
         call(posing, "POST", "/v1/chat/completions", "/v1/chat/completions", 403, json=chat)
+        text = {"model": "fake-model", "prompt": "def deploy_target():"}
+        done = call(c, "POST", "/v1/completions", "/v1/completions", 200, json=text)
+        assert done["choices"][0]["text"] == " ok"
+        call(posing, "POST", "/v1/completions", "/v1/completions", 403, json=text)
         call(c, "GET", "/v1/calls/{call_id}", f"/v1/calls/{bob['call']}", 404)
         call(c, "DELETE", "/v1/calls/{call_id}", f"/v1/calls/{bob['call']}", 404)
         call(c, "DELETE", "/v1/calls/{call_id}", f"/v1/calls/{bob['call']}?user_id=bob", 403)

@@ -97,6 +97,31 @@ def test_a_side_request_goes_as_sent_with_no_session_and_teaches_nothing(
     assert call["report"]["mode"] == "side" and call["report"]["reason"]
 
 
+def test_a_side_request_is_forwarded_byte_for_byte(proxy: Proxy) -> None:
+    raw = b'{"model":"gpt-4o",  "messages":[{"role":"user","content":"caf\\u00e9"}],' \
+          b'"max_tokens":8, "x_custom": 1.0}'
+    resp = proxy.client.post("/v1/chat/completions", content=raw,
+                             headers={"content-type": "application/json"})
+    assert resp.status_code == 200 and resp.headers["x-memd-side"] == "true"
+    assert proxy.upstream.raw[-1] == raw
+
+
+def test_text_completions_are_side_requests(proxy: Proxy) -> None:
+    body = {"model": "gpt-4o", "prompt": "def add(a, b):\n    return", "max_tokens": 16,
+            "suffix": "\n"}
+    resp = proxy.client.post("/v1/completions", json=body)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["choices"][0]["text"] == " ok"
+    assert resp.headers["x-memd-side"] == "true"
+    assert proxy.upstream.requests[-1] == body
+    assert proxy.sessions() == []
+    call = proxy.client.get(f"/v1/calls/{resp.headers['x-memd-call']}").json()
+    assert call["report"]["reason"] == "a text completion (/v1/completions)"
+    assert call["metadata"]["usage"]["total_tokens"] == 6
+    bad = proxy.client.post("/v1/completions", json={"prompt": "x", "stream": "yes"})
+    assert bad.status_code == 400 and "stream" in bad.json()["error"]["message"]
+
+
 def test_the_header_turns_memory_off_and_on(proxy: Proxy) -> None:
     proxy.engine.set_fact("local", "identity", "name", "Ada", importance=0.9)
     turn = {"messages": [{"role": "user", "content": "What should I call my cat?"}]}

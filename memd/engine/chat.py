@@ -236,13 +236,16 @@ def prepare_chat(
 
 
 def prepare_side(engine: Memd, user_id: str, workspace: str | None, model: str | None,
-                 messages: list[Any], reason: str, window: WindowInfo | None = None
+                 messages: list[Any] | None, reason: str, window: WindowInfo | None = None
                  ) -> PreparedCall:
     """A side request (:mod:`memd.engine.side`): forwarded as sent, of no session, with
-    nothing stored or retrieved; only its call record (and later its usage) is kept."""
+    nothing stored or retrieved; only its call record (and later its usage) is kept.
+    ``messages`` None: a call that has none (a text completion)."""
     uid = v.check_id(user_id, "user_id")
     ws = v.check_optional_id(workspace, "workspace")
-    if not isinstance(messages, list) or not messages:
+    if messages is None:
+        messages = []
+    elif not isinstance(messages, list) or not messages:
         raise InvalidInput("messages must be a non-empty list")
     if not all(isinstance(m, Mapping) for m in messages):
         raise InvalidInput("each message must be an object")

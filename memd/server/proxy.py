@@ -401,11 +401,47 @@ async def chat_completions(request: Request) -> Response:
         # first gets here. Say so instead of the store's words.
         raise Conflict(f"session {pinned!r} was being created by another call at the same "
                        "moment; send the request again") from exc
+    return await _relay(request, client, call, body, model)
+
+
+@router.post(
+    "/v1/completions", responses={
+        200: {"description": "The model server's answer, relayed (SSE when streaming)",
+              "content": {"application/json": {}, "text/event-stream": {}}},
+        **_CHAT_ERRORS},
+    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"type": "object", "additionalProperties": True}}}}},
+)
+async def completions(request: Request) -> Response:
+    """Text completions (an editor's autocomplete, fill-in-the-middle): forwarded exactly
+    as sent, a side request of no session (memd learns nothing from code being typed)."""
+    engine = engine_of(request)
+    body = await _body(request)
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise InvalidInput("'stream' must be a boolean")
+    if "model" in body and not isinstance(body["model"], str):
+        raise InvalidInput(f"'model' must be a string, not {type(body['model']).__name__}")
+    model = validate.clean_chars(body["model"]) if "model" in body else None
+    try:
+        client = _client(request)
+    except NoUpstream as exc:
+        return JSONResponse(error_body("upstream_not_configured", str(exc)), status_code=503)
+    call = await run_in_threadpool(prepare_side, engine, user_of(request),
+                                   workspace_of(request), model, None,
+                                   "a text completion (/v1/completions)")
+    return await _relay(request, client, call, body, model, path="completions")
+
+
+async def _relay(request: Request, client: httpx.AsyncClient, call: PreparedCall,
+                 body: dict[str, Any], model: str | None,
+                 path: str = "chat/completions") -> Response:
+    """Send the call upstream and relay the answer (streamed or whole), storing it."""
+    engine = engine_of(request)
     headers = _memd_headers(call)
     if body.get("stream"):
-        return await _stream(request, client, call, body, headers, model)
+        return await _stream(request, client, call, body, headers, model, path)
     try:
-        resp, retried = await _send(client, request, call, body, stream=False)
+        resp, retried = await _send(client, request, call, body, stream=False, path=path)
     except httpx.HTTPError as exc:
         return await _unreachable(engine, call, exc, headers, model)
     data: Any = None
@@ -428,15 +464,17 @@ async def chat_completions(request: Request) -> Response:
 
 
 async def _send(client: httpx.AsyncClient, request: Request, call: PreparedCall,
-                body: dict[str, Any], *, stream: bool) -> tuple[httpx.Response, bool]:
+                body: dict[str, Any], *, stream: bool, path: str = "chat/completions",
+                ) -> tuple[httpx.Response, bool]:
     """The upstream's response (with ``stream``, before its body is read), and whether it
     took a retry without memory: a refusal as too long of the request with memory goes
     again without it, once."""
     messages = call.forward
     while True:
-        req = client.build_request("POST", "chat/completions",
-                                   content=_encode({**body, "messages": messages}),
-                                   headers=_headers(request))
+        # a side request goes as the client sent it, byte for byte
+        content = (await request.body() if call.side
+                   else _encode({**body, "messages": messages}))
+        req = client.build_request("POST", path, content=content, headers=_headers(request))
         resp = await client.send(req, stream=stream)
         if resp.is_success or messages is call.plain:
             return resp, messages is not call.forward
@@ -451,10 +489,10 @@ async def _send(client: httpx.AsyncClient, request: Request, call: PreparedCall,
 
 async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCall,
                   body: dict[str, Any], headers: dict[str, str],
-                  model: str | None) -> Response:
+                  model: str | None, path: str = "chat/completions") -> Response:
     engine = engine_of(request)
     try:
-        resp, retried = await _send(client, request, call, body, stream=True)
+        resp, retried = await _send(client, request, call, body, stream=True, path=path)
     except httpx.HTTPError as exc:
         return await _unreachable(engine, call, exc, headers, model)
     if not resp.is_success:
