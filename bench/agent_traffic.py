@@ -35,7 +35,7 @@ import json
 import re
 import struct
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from random import Random
 from typing import Any
@@ -1458,13 +1458,19 @@ class ScriptedUpstream:
     ``stream_options.include_usage``). Every request body and its headers are recorded,
     failed ones included. Also serves ``GET /v1/models``.
 
+    With ``responder`` set, each reply is ``responder(request_body)`` instead of the next
+    scripted one: a real agent CLI decides on its own when to send a side request (a
+    title, a summary), so a reply fixed by position would answer the wrong request.
+
     Usage figures are estimates (four bytes a token); requests beyond the script get a 500
     error saying so.
     """
 
     def __init__(self, replies: list[dict[str, Any]] | None = None,
-                 model: str = "gpt-4o") -> None:
+                 model: str = "gpt-4o",
+                 responder: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         self.model = model
+        self.responder = responder
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._replies: list[dict[str, Any]] = list(replies or [])
@@ -1501,6 +1507,8 @@ class ScriptedUpstream:
         if self._failures:
             status, error = self._failures.pop(0)
             return JSONResponse(error, status_code=status)
+        if self.responder is not None:
+            self._replies.insert(0, self.responder(body))
         if not self._replies:
             return JSONResponse({"error": {"message": "ScriptedUpstream has no scripted "
                                            "reply left", "type": "server_error"}},
