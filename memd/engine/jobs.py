@@ -280,7 +280,8 @@ class JobRunner:
         p: dict[str, Any] = job.payload
         draft = MemoryDraft(
             user_id=p["user_id"], text=p["text"], workspace=p.get("workspace"),
-            session_id=p.get("session_id"), tier=Tier(p["tier"]), scope=Scope.GLOBAL,
+            session_id=p.get("session_id"), tier=Tier(p["tier"]),
+            scope=Scope(p.get("scope", Scope.GLOBAL)),
             provenance=Provenance(p["provenance"]), provenance_message_id=p.get("message_id"),
             confidence=float(p["confidence"]), importance=float(p["importance"]),
             tags=tuple(p.get("tags", ())), entities=tuple(p.get("entities", ())),

@@ -258,7 +258,7 @@ class SessionsMixin:
             if memory_item(ex.text) in forgotten:
                 continue
             accepted = None
-            tags: tuple[str, ...] = ("extracted",)
+            tags: tuple[str, ...] = ("extracted", *ex.tags)
             if ex.fact is not None and fact_item(
                     ex.fact.category, ex.fact.key, ex.fact.value) not in forgotten:
                 f = ex.fact
@@ -273,7 +273,7 @@ class SessionsMixin:
                 tags += (fact_tag(f.category, f.key),)
             self.store.enqueue_job("ingest", {
                 "user_id": session.user_id, "text": ex.text, "workspace": session.workspace,
-                "session_id": session.id, "tier": int(ex.tier),
+                "session_id": session.id, "tier": int(ex.tier), "scope": int(ex.scope),
                 "provenance": int(ex.provenance), "message_id": msg.id,
                 "confidence": ex.confidence, "importance": ex.importance, "tags": list(tags),
                 "entities": list(ex.entities), "fact_accepted": accepted,
