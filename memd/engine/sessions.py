@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
-from memd.engine import compact
+from memd.engine import compact, recurring
 from memd.engine import validate as v
 from memd.engine.chains import chain_hashes
 from memd.engine.compile import (
@@ -245,6 +245,9 @@ class SessionsMixin:
         # secrets replaced, so that none becomes a memory or a fact
         text = v.excerpt(msg.safe_text or "", self.settings.max_text_chars)
         words = user_words(text)  # a client's own text is not the user's
+        # nor is a long paragraph that recurs across sessions (memd.engine.recurring)
+        words = recurring.see(self.store, session.user_id, session.id, msg.id, words,
+                              session.workspace, now)
         found = extract(words)
         if self.jobs.llm_enabled and worth_asking(words):
             # The helper model reads it too, off the chat path; the job names the

@@ -12,12 +12,16 @@ extraction reads a user message only after :func:`user_words` has taken out
   compared case- and punctuation-insensitively.
 
 What remains is what the user typed; a message that is all client text extracts nothing.
+Client text no list here knows is recognized when it recurs across sessions
+(:mod:`memd.engine.recurring`).
 
 Some user-role messages are written by the client from what a tool or a command returned:
 Cline's and Roo's tool results (``[read_file for 'src/app.py'] Result:`` and the file),
 Aider's files added to the chat, its repository map (``Here are summaries of some files
 present in my git repository.`` and a line per definition), its read-only files and
-command output (``I ran this command:``). Their only
+command output (``I ran this command:``), and the messages a client writes whole: its
+environment message (qwen-code), its memory, compaction and summary requests (qwen-code,
+opencode, Continue), its resumption notices (Cline). Their only
 user words are the replies the client quotes in them (``<feedback>``, ``<answer>``,
 ``<user_message>``); the rest is a tool's output, whatever it says. The retrieval query of
 a call is the user's words too (:func:`memd.engine.sessions.last_user_text`): during an
