@@ -276,6 +276,19 @@ class MemoryFilter:
     now: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ParagraphSeen:
+    """A long paragraph of a user message, as the store has seen it (by its hash,
+    ``key``): where it was first seen, in how many sessions so far, and whether this
+    sighting counted a session it had not been seen in just before."""
+
+    key: str
+    first_session_id: str
+    first_message_id: str
+    sessions: int
+    new_session: bool
+
+
 @quick_init
 @dataclass(frozen=True, slots=True)
 class Found:

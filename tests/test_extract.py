@@ -126,8 +126,7 @@ def test_provenance_and_tier(text: str, provenance: Provenance, tier: Tier) -> N
         ("From now on, respond in French",
          "User wants the assistant to respond in French from now on"),
         ("Use tabs from now on", "User wants the assistant to use tabs from now on"),
-        ("Remember that the staging DB is on port 5433",
-         "User asked to remember that the staging DB is on port 5433"),
+        ("Remember that the staging DB is on port 5433", "the staging DB is on port 5433"),
         ("Remember to run the linter", "User wants the assistant to run the linter"),
         ("I never use semicolons", "User never uses semicolons"),
         ("I never learned Rust", "User never learned Rust"),  # a past tense stays one
@@ -462,7 +461,8 @@ def test_never_raises_and_facts_are_grounded(text: str) -> None:
         assert 0.0 <= ex.confidence <= 1.0 and 0.0 <= ex.importance <= 1.0
         if ex.fact is not None:
             assert ex.fact.value and ex.fact.value in text  # a slice: stricter than casefold
-            assert ex.fact.category in ("identity", "preference", "constraint", "instruction")
+            assert ex.fact.category in ("identity", "preference", "constraint", "instruction",
+                                        "note")
     assert extract(text) == extract(text)
 
 

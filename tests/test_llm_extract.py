@@ -125,7 +125,7 @@ def test_grounding_accepts_the_messages_words_and_rejects_an_invented_value() ->
 
 def test_the_schema_allows_only_the_messages_words_and_the_categories() -> None:
     item = schema(BISCUIT)["properties"]["facts"]["items"]["properties"]
-    assert item["category"]["enum"] == ["identity", "preference", "constraint", "instruction"]
+    assert item["category"]["enum"] == ["identity", "preference", "constraint"]
     assert "Biscuit" in item["value"]["enum"] and "Rex" not in item["value"]["enum"]
     assert "dog" in item["key"]["enum"] and "my" not in item["key"]["enum"]
 

@@ -137,6 +137,9 @@ def build(data_dir: Path, n_sessions: int, per_session: int, n_memories: int) ->
         for user in USERS:  # what a forget leaves behind
             store.add_forgotten(user, [hashlib.sha256(f"{user}{k}".encode()).hexdigest()
                                        for k in range(3)], clock())
+            # long paragraphs seen in two sessions (memd.engine.recurring)
+            for sid in (sessions[0].id, sessions[1].id):
+                store.see_paragraphs(user, sid, f"m-{sid}", [f"p-{user}"], clock())
     db = apsw.Connection(str(data_dir / "memd.db"))  # auth rows: no engine API yet
     with db:
         db.execute("INSERT INTO users VALUES ('alice', 'Alice Ünver', ?), ('bob', '', ?)",

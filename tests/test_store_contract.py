@@ -513,6 +513,24 @@ def test_forgotten_digests_are_per_user_and_kept_once(store: Store) -> None:
     assert store.forgotten("alice", []) == set()
 
 
+def test_paragraphs_count_the_sessions_they_are_seen_in_per_user(store: Store) -> None:
+    assert store.see_paragraphs("alice", "s1", "m1", [], 1.0) == []
+    first = store.see_paragraphs("alice", "s1", "m1", ["p1", "p2", "p1"], 1.0)
+    assert [(p.key, p.sessions, p.new_session) for p in first] == [("p1", 1, True),
+                                                                   ("p2", 1, True)]
+    again = store.see_paragraphs("alice", "s1", "m2", ["p1"], 2.0)  # same session
+    assert [(p.sessions, p.new_session, p.first_message_id) for p in again] == [(1, False, "m1")]
+    assert store.recurring_paragraphs("alice", ["p1", "p2"]) == set()
+    other = store.see_paragraphs("alice", "s2", "m3", ["p1"], 3.0)
+    assert [(p.first_session_id, p.first_message_id, p.sessions, p.new_session)
+            for p in other] == [("s1", "m1", 2, True)]
+    assert store.see_paragraphs("alice", "s2", "m4", ["p1"], 4.0)[0].new_session is False
+    assert store.recurring_paragraphs("alice", ["p1", "p2", "p9"]) == {"p1"}
+    assert store.recurring_paragraphs("alice", []) == set()
+    assert store.recurring_paragraphs("bob", ["p1"]) == set()
+    assert store.see_paragraphs("bob", "s9", "m9", ["p1"], 5.0)[0].sessions == 1
+
+
 def test_a_store_no_migrate_copied_into_has_no_unfinished_copy(store: Store) -> None:
     assert store.unfinished_copy() == []
 
@@ -950,6 +968,8 @@ def _everything_of(store: Store, user: str, prompt: str) -> dict[str, str]:
     store.insert_fact(fact("Lisbon", user_id=user, source_message_id=said[0].id))
     store.insert_fact(fact("tea", user_id=user, key="drink"))
     store.add_forgotten(user, ["d1"], 3.0)
+    store.see_paragraphs(user, s.id, said[0].id, ["p1"], 3.0)
+    store.see_paragraphs(user, t.id, f"other-{user}", ["p2"], 3.0)
     job = store.enqueue_job("ingest", {"session_id": s.id, "text": "x"}, user, 3.0)
     store.fail_job(job, "planted", None)
     store.enqueue_job("access", {"hits": []}, user, 3.0)
@@ -970,6 +990,7 @@ def test_erase_user_removes_every_row_of_the_user_and_no_other(store: Store) -> 
     assert (counts["users"], counts["api_keys"], counts["workspace_members"]) == (1, 1, 1)
     assert (counts["forgotten"], counts["memory_entities"], counts["embedding_cache"]) \
         == (1, 2, 1)
+    assert counts["paragraphs_seen"] == 2
     assert counts["system_prompts"] == 1  # the shared one stays: bob's session uses it
     store.scrub()
     assert store.get_session("alice", mine["session"]) is None
@@ -1005,6 +1026,8 @@ def test_erase_session_removes_it_and_what_derives_from_it(store: Store) -> None
         == (1, 1, 1, 1)
     assert (counts["jobs"], counts["calls"], counts["usage_log"]) == (1, 1, 1)
     assert counts["system_prompts"] == 1 and counts["embedding_cache"] == 1
+    assert counts["paragraphs_seen"] == 1  # the one first seen in the erased session
+    assert store.see_paragraphs("alice", "s3", "m3", ["p2"], 9.0)[0].sessions == 2
     assert "users" not in counts and store.get_user("alice") is not None
     assert store.get_session("alice", mine["session"]) is None
     assert [s.id for s in store.list_sessions("alice")] == [mine["kept_session"]]
@@ -1031,6 +1054,7 @@ def test_erase_message_removes_it_and_what_derives_from_it(store: Store) -> None
                                       provenance_message_id=first.id), vec(5))
     store.insert_fact(fact("Porto", user_id="alice", key="city", source_message_id=first.id))
     store.enqueue_job("llm_extract", {"message_id": first.id}, "alice", 4.0)
+    store.see_paragraphs("alice", s.id, first.id, ["p-first"], 4.0)
     summary = store.insert_memory(memory("alice moved", user="alice", session_id=s.id), vec(6))
     store.mark_compressed("alice", s.id, [first.id], summary.id)
     store.update_session("alice", s.id, summary_text="alice moved", summary_token_count=2)
@@ -1039,6 +1063,7 @@ def test_erase_message_removes_it_and_what_derives_from_it(store: Store) -> None
     assert (counts["messages"], counts["memories"], counts["facts"], counts["jobs"]) \
         == (1, 2, 1, 1)  # the memory made from it and the summary it was compacted into
     assert counts["embedding_cache"] == 1 and "sessions" not in counts
+    assert counts["paragraphs_seen"] == 1
     kept = store.get_session("alice", s.id)
     assert kept is not None and kept.history_version == version + 1
     assert kept.summary_text is None and kept.summary_token_count == 0

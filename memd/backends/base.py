@@ -34,6 +34,7 @@ from memd.types import (
     MemoryFilter,
     Message,
     NewMessage,
+    ParagraphSeen,
     Session,
     Usage,
     User,
@@ -337,6 +338,21 @@ class ForgottenStore(Protocol):
         ...
 
 
+class ParagraphStore(Protocol):
+    """Hashes of the long paragraphs seen in a user's messages, and the sessions they were
+    seen in (``memd.engine.recurring``): one that recurs across sessions is client text."""
+
+    def see_paragraphs(self, user_id: str, session_id: str, message_id: str,
+                       keys: Sequence[str], now: float) -> list[ParagraphSeen]:
+        """Record that a message of ``session_id`` holds these paragraphs; each one as
+        seen now, in the order given (a repeated key once)."""
+        ...
+
+    def recurring_paragraphs(self, user_id: str, keys: Sequence[str]) -> set[str]:
+        """Those of ``keys`` seen in more than one session."""
+        ...
+
+
 class CallStore(Protocol):
     """Calls (what the proxy injected into each chat call) and token usage."""
 
@@ -510,13 +526,15 @@ class EmbeddingCache(Protocol):
 
 @runtime_checkable
 class Store(Lifecycle, SessionStore, MessageStore, MemoryStore, FactStore, ForgottenStore,
-            CallStore, AccountStore, JobQueue, ErasureStore, EmbeddingCache, Protocol):
+            ParagraphStore, CallStore, AccountStore, JobQueue, ErasureStore, EmbeddingCache,
+            Protocol):
     """Storage for sessions, messages, memories, facts, entities, usage and jobs: every
     role above, over one database."""
 
 __all__ = [
     "KEYWORD_INDEX_CHARS", "AccessHit", "AccountStore", "CallStore", "EmbeddingCache",
     "ErasureStore", "FactStore", "ForgottenStore", "JobQueue", "Lifecycle", "MemoryStore",
-    "MessageStore", "QueuedJob", "SessionStore", "Store", "Vector", "access_totals",
+    "MessageStore", "ParagraphStore", "QueuedJob", "SessionStore", "Store", "Vector",
+    "access_totals",
     "compose_candidates", "keyword_part",
 ]

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 from memd.auth import acting_as, current_actor
 from memd.backends.base import AccessHit, QueuedJob, access_totals
-from memd.engine import compact, consolidate
+from memd.engine import compact, consolidate, recurring
 from memd.engine.extract import extract
 from memd.engine.extract.llm import (
     IMPORTANCE,
@@ -68,7 +68,6 @@ from memd.engine.extract.llm import (
 )
 from memd.engine.retrieve import aside
 from memd.engine.schedule import Scheduler
-from memd.engine.templates import user_words
 from memd.engine.titles import helper_title, rule_title
 from memd.engine.validate import EMBED_CHARS, excerpt
 from memd.engine.write import (
@@ -280,7 +279,8 @@ class JobRunner:
         p: dict[str, Any] = job.payload
         draft = MemoryDraft(
             user_id=p["user_id"], text=p["text"], workspace=p.get("workspace"),
-            session_id=p.get("session_id"), tier=Tier(p["tier"]), scope=Scope.GLOBAL,
+            session_id=p.get("session_id"), tier=Tier(p["tier"]),
+            scope=Scope(p.get("scope", Scope.GLOBAL)),
             provenance=Provenance(p["provenance"]), provenance_message_id=p.get("message_id"),
             confidence=float(p["confidence"]), importance=float(p["importance"]),
             tags=tuple(p.get("tags", ())), entities=tuple(p.get("entities", ())),
@@ -322,7 +322,8 @@ class JobRunner:
         helper = self.llm_helper()
         if msg is None or session is None or helper is None:  # gone since, or turned off
             return
-        words = user_words(excerpt(msg.safe_text or "", self.settings.max_text_chars))
+        words = recurring.user_text(
+            store, uid, excerpt(msg.safe_text or "", self.settings.max_text_chars))
         rules = rule_title(words)
         # Only the rule-based title of this message is replaced: a run after the helper's
         # title was written (a retry, a lease run out) leaves that one as it is.
@@ -356,7 +357,8 @@ class JobRunner:
         if msg is None or session is None or helper is None:  # gone since, or turned off
             return
         # The sanitized text only: a secret never reaches a model, nor a fact.
-        words = user_words(excerpt(msg.safe_text or "", self.settings.max_text_chars))
+        words = recurring.user_text(
+            store, uid, excerpt(msg.safe_text or "", self.settings.max_text_chars))
         self.llm_counts["messages"] += 1
         try:
             outcome = llm_extract(helper, words)

@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
-from memd.engine import compact
+from memd.engine import compact, recurring
 from memd.engine import validate as v
 from memd.engine.chains import chain_hashes
 from memd.engine.compile import (
@@ -245,6 +245,9 @@ class SessionsMixin:
         # secrets replaced, so that none becomes a memory or a fact
         text = v.excerpt(msg.safe_text or "", self.settings.max_text_chars)
         words = user_words(text)  # a client's own text is not the user's
+        # nor is a long paragraph that recurs across sessions (memd.engine.recurring)
+        words = recurring.see(self.store, session.user_id, session.id, msg.id, words,
+                              session.workspace, now)
         found = extract(words)
         if self.jobs.llm_enabled and worth_asking(words):
             # The helper model reads it too, off the chat path; the job names the
@@ -258,7 +261,7 @@ class SessionsMixin:
             if memory_item(ex.text) in forgotten:
                 continue
             accepted = None
-            tags: tuple[str, ...] = ("extracted",)
+            tags: tuple[str, ...] = ("extracted", *ex.tags)
             if ex.fact is not None and fact_item(
                     ex.fact.category, ex.fact.key, ex.fact.value) not in forgotten:
                 f = ex.fact
@@ -273,7 +276,7 @@ class SessionsMixin:
                 tags += (fact_tag(f.category, f.key),)
             self.store.enqueue_job("ingest", {
                 "user_id": session.user_id, "text": ex.text, "workspace": session.workspace,
-                "session_id": session.id, "tier": int(ex.tier),
+                "session_id": session.id, "tier": int(ex.tier), "scope": int(ex.scope),
                 "provenance": int(ex.provenance), "message_id": msg.id,
                 "confidence": ex.confidence, "importance": ex.importance, "tags": list(tags),
                 "entities": list(ex.entities), "fact_accepted": accepted,

@@ -12,12 +12,16 @@ extraction reads a user message only after :func:`user_words` has taken out
   compared case- and punctuation-insensitively.
 
 What remains is what the user typed; a message that is all client text extracts nothing.
+Client text no list here knows is recognized when it recurs across sessions
+(:mod:`memd.engine.recurring`).
 
 Some user-role messages are written by the client from what a tool or a command returned:
 Cline's and Roo's tool results (``[read_file for 'src/app.py'] Result:`` and the file),
 Aider's files added to the chat, its repository map (``Here are summaries of some files
 present in my git repository.`` and a line per definition), its read-only files and
-command output (``I ran this command:``). Their only
+command output (``I ran this command:``), and the messages a client writes whole: its
+environment message (qwen-code), its memory, compaction and summary requests (qwen-code,
+opencode, Continue), its resumption notices (Cline). Their only
 user words are the replies the client quotes in them (``<feedback>``, ``<answer>``,
 ``<user_message>``); the rest is a tool's output, whatever it says. The retrieval query of
 a call is the user's words too (:func:`memd.engine.sessions.last_user_text`): during an
@@ -28,77 +32,52 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from importlib import resources
 
-# Tags whose content a client adds on its own (the user's words are outside them).
-CLIENT_TAGS = ("environment_details", "system-reminder", "system_reminder", "system",
-               "file_content", "file", "files", "repo_map", "repo-map", "context",
-               "open_files", "visible_files", "terminal_output", "tool_result",
-               "explicit_instructions", "slash_command")
+# Tags whose content a client adds on its own (the user's words are outside them): context
+# and reminders (Cline, opencode, Claude Code, Codex), slash-command bodies, and the earlier
+# conversation a client quotes back when it compacts one (qwen-code's state snapshot,
+# opencode's conversation and template). ``command-args`` stays: the user typed it.
+CLIENT_TAGS = ("environment_details", "environment_context", "env", "system-reminder",
+               "system_reminder", "system", "file_content", "file", "files", "repo_map",
+               "repo-map", "context", "open_files", "visible_files", "terminal_output",
+               "tool_result", "tool_output", "function_results", "explicit_instructions",
+               "slash_command", "user_instructions", "turn_aborted", "command-name",
+               "command-message", "command-instructions", "skill-root",
+               "local-command-stdout", "local-command-stderr", "local-command-caveat",
+               "state_snapshot", "scratchpad", "conversation", "prior-summary", "template",
+               "conversation-checkpoint", "recap")
+
+
+def _corpus() -> tuple[str, ...]:
+    """The lines of ``memd/data/client_lines.txt``, comments and blank lines left out."""
+    text = resources.files("memd").joinpath("data", "client_lines.txt").read_text("utf-8")
+    return tuple(line.strip() for line in text.splitlines()
+                 if line.strip() and not line.startswith("#"))
+
 
 # Lines of the prompts that popular clients send as user messages (Aider's file and
-# repository announcements, Cline's and Roo's task and error wrappers, opencode's and
-# Continue's reminders). A line counts when the user message holds it on a line of its own.
-CLIENT_LINES: tuple[str, ...] = (
-    "I have *added these files to the chat* so you can go ahead and edit them.",
-    "*Trust this message as the true contents of these files!*",
-    "Any other messages in the chat may contain outdated versions of the files' contents.",
-    "Ok, any changes I propose will be to those files.",
-    "I am not sharing any files that you can edit yet.",
-    "I am not sharing the full contents of any files with you yet.",
-    "Here are summaries of some files present in my git repository.",
-    "Do not propose changes to these files, treat them as *read-only*.",
-    "If you need to edit any of these files, ask me to *add them to the chat* first.",
-    "Here are some READ ONLY files, provided for your reference.",
-    "Do not edit these files!",
-    "I switched to a new code base. Please don't consider the above files or try to edit "
-    "them any longer.",
-    "Don't try and edit any existing code without asking me to add the files to the chat!",
-    "Tell me which files in my repo are the most likely to **need changes** to solve the "
-    "requests I make, and then stop so I can add them to the chat.",
-    "Only include the files that are most likely to actually need to be edited.",
-    "Don't include files that might contain relevant context, just files that will need to "
-    "be changed.",
-    "I spoke to you previously about a number of things.",
-    # Aider's worked examples, sent as a user's requests before the real conversation
-    "Change get_factorial() to use math.factorial",
-    "Refactor hello() into its own file.",
-    "I committed the changes with git hash {hash} & commit msg: {message}",
-    "I updated the files.",
-    "I edited the files myself.",
-    "I didn't see any properly formatted edits in your reply?!",
-    "You are diligent and tireless!",
-    "You NEVER leave comments describing code without implementing it!",
-    "You always COMPLETELY IMPLEMENT the needed code!",
-    "Pay careful attention to the scope of the user's request. Do what they ask, but no more.",
-    "Do not improve, comment, fix or modify unrelated parts of the code in any way!",
-    "To suggest changes to a file you MUST return the entire content of the updated file.",
-    "Always use best practices when coding.",
-    "Respect and use existing conventions, libraries, etc that are already present in the "
-    "code base.",
-    "[ERROR] You did not use a tool in your previous response! Please retry with a tool use.",
-    "# Reminder: Instructions for Tool Use",
-    "Tool uses are formatted using XML-style tags.",
-    "Always adhere to this format for all tool uses to ensure proper parsing and execution.",
-    "[TASK RESUMPTION] This task was interrupted just now.",
-    "It may or may not be complete, so please reassess the task context.",
-    "Be aware that the project state may have changed since then.",
-    "If the task has not been completed, retry the last step before interruption and "
-    "proceed with completing the task.",
-    "The user has provided feedback on the results.",
-    "Consider their input to continue the task, and then attempt completion again.",
-    "Please address the user's feedback.",
-    "Make sure to follow the instructions in the system prompt.",
-    "Do not mention this reminder to the user.",
-    "Continue with the task. Do not ask for confirmation.",
-)
+# repository announcements, Cline's and Roo's task and error wrappers, qwen-code's,
+# opencode's and Continue's memory, compaction and reminder prompts), kept as data in
+# memd/data/client_lines.txt. A line counts when the user message holds it on a line of
+# its own.
+CLIENT_LINES: tuple[str, ...] = _corpus()
 
 # How a message written from a tool's or a command's output starts (Cline's and Roo's tool
 # results, Aider's added files, its repository map and read-only files, command output).
 _TOOL_OUTPUT = re.compile(
     r"\s*(?:\[[\w-]+(?: for '[^\n]*')?\] Result:|I added these files to the chat:"
-    r"|I ran this command:|I have \*added these files to the chat\*"
+    r"|I ran this command:|I ran the following shell command:"
+    r"|I have \*added these files to the chat\*"
     r"|Here are summaries of some files present in my git repository\."
-    r"|Here are some READ ONLY files, provided for your reference\.)")
+    r"|Here are some READ ONLY files, provided for your reference\."
+    # messages a client writes whole: its environment, memory, compaction and summary
+    # prompts, its resumption and step-limit notices
+    r"|This is the Qwen Code\. We are setting up the context for our chat\."
+    r"|Managed memory directory:|Here is the conversation so far:"
+    r"|Summarize what was done in this conversation\.|CRITICAL - MAXIMUM STEPS REACHED"
+    r"|Please provide a concise summary of our conversation so far"
+    r"|\[TASK RESUMPTION\]|<conversation-checkpoint>)")
 # The tags in which such a message quotes the user's reply.
 _USER_REPLY = re.compile(r"<(feedback|answer|user_message)>(.*?)</\1>", re.S)
 

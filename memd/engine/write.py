@@ -19,6 +19,10 @@ Ingesting a memory, in one transaction:
    then confidence. The loser gets ``superseded_by``; nothing is deleted;
 5. otherwise insert.
 
+A duplicate or a merge of a conversation-bound memory (local scope: "answer in French
+here") said again in another conversation, or said there as general, makes it a standing
+one (:func:`promotion`): the user repeating an order across conversations means it.
+
 Facts go through :func:`upsert_fact`: one active value per user+workspace+category+key;
 the old value stays readable, inactive, with ``superseded_by``.
 """
@@ -42,6 +46,8 @@ from memd.models.tokens import count_text
 from memd.types import Fact, Memory, MemoryFilter, Provenance, Scope, Tier
 
 REINFORCEMENT = 0.05
+# Provenances of standing orders: promoted, they join the procedural tier.
+_STANDING = frozenset({Provenance.INSTRUCTION, Provenance.CORRECTION})
 # The tag of a note's memory (memd.engine.notes): its file decides its words, so this
 # write path neither merges into it nor supersedes it.
 NOTE_TAG = "memd:note"
@@ -158,7 +164,7 @@ def ingest(
             bumped = store.update_memory(
                 draft.user_id, existing.id, access_count=existing.access_count + 1,
                 importance=min(1.0, max(existing.importance, draft.importance)),
-                updated_at=now,
+                updated_at=now, **promotion(existing, draft),
             )
             return WriteResult("duplicate", bumped)
     vector = embedder.embed([draft.text])[0]
@@ -183,6 +189,23 @@ def ingest(
         return WriteResult("inserted", memory)
 
 
+def promotion(old: Memory, draft: MemoryDraft) -> dict[str, Any]:
+    """How a conversation-bound memory changes when it is said again: said in another
+    conversation, or said there as general, it becomes a standing one (global scope,
+    procedural tier); otherwise nothing changes."""
+    if old.scope != Scope.LOCAL:
+        return {}
+    if draft.scope == Scope.GLOBAL or draft.session_id != old.session_id:
+        return {"scope": Scope.GLOBAL, "tier": max(old.tier, draft.tier, Tier.PROCEDURAL)
+                if old.provenance in _STANDING else max(old.tier, draft.tier)}
+    return {}
+
+
+def _standing_as(old: Memory) -> dict[str, Any]:
+    """A more specific text that replaces a standing memory stands as it did."""
+    return {"scope": old.scope, "tier": old.tier} if old.scope == Scope.GLOBAL else {}
+
+
 def _build(draft: MemoryDraft, chash: str, now: float, **overrides: Any) -> Memory:
     fields: dict[str, Any] = dict(
         id=uuid.uuid4().hex, user_id=draft.user_id, text=draft.text, content_hash=chash,
@@ -204,7 +227,8 @@ def _merge(
     importance = min(1.0, max(old.importance, draft.importance) + REINFORCEMENT)
     if specificity(draft.text) > specificity(old.text):
         new = store.insert_memory(
-            _build(draft, chash, now, access_count=old.access_count + 1, importance=importance,
+            _build(draft, chash, now, **(promotion(old, draft) or _standing_as(old)),
+                   access_count=old.access_count + 1, importance=importance,
                    confidence=max(old.confidence, draft.confidence),
                    tags=tuple(dict.fromkeys(old.tags + draft.tags)),
                    entities=tuple(dict.fromkeys(old.entities + draft.entities))),
@@ -216,7 +240,7 @@ def _merge(
         return WriteResult("merged", new, (loser,))
     kept = store.update_memory(
         old.user_id, old.id, access_count=old.access_count + 1, importance=importance,
-        updated_at=now,
+        updated_at=now, **promotion(old, draft),
     )
     store.insert_memory(
         _build(draft, chash, now, is_active=False, superseded_by=old.id, access_count=0),

@@ -57,6 +57,7 @@ TABLES: tuple[Table, ...] = (
     Table("memory_stats", ("user_id", "memory_id"), source="memories"),
     Table("facts", ("user_id", "fact_id")),
     Table("forgotten", ("user_id", "digest")),
+    Table("paragraphs_seen", ("user_id", "paragraph_hash")),
     Table("memory_entities", ("user_id", "entity", "memory_id")),
     Table("usage_log", ("user_id", "usage_id")),
     Table("calls", ("call_id",)),

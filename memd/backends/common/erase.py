@@ -21,8 +21,8 @@ from memd.backends.common.dialect import SqlMixin
 #: Tables holding one user's rows, keyed by a ``user_id`` column, that erasure empties
 #: of the user; the account tables and the shared ones are :data:`ACCOUNT_TABLES` and
 #: :data:`SHARED_TABLES`. tests/test_erase.py checks this against the schema.
-USER_TABLES = ("memory_entities", "memories", "facts", "forgotten", "jobs", "calls",
-               "usage_log", "messages", "sessions")
+USER_TABLES = ("memory_entities", "memories", "facts", "forgotten", "paragraphs_seen",
+               "jobs", "calls", "usage_log", "messages", "sessions")
 ACCOUNT_TABLES = ("workspace_members", "api_keys", "users")  # keys and members first
 SHARED_TABLES = ("system_prompts", "embedding_cache")
 
@@ -58,6 +58,7 @@ def erase_plan(user_id: str, session_id: str | None, json_text: str,
                                                                *memory_side_tables)],
             ("memories", memories, (*um, *um)),
             ("facts", "user_id = ? AND source_message_id = ?", um),
+            ("paragraphs_seen", "user_id = ? AND first_message_id = ?", um),
             ("jobs", f"user_id = ? AND {field(column='payload', key='message_id')} = ?", um),
             ("messages", "user_id = ? AND session_id = ? AND message_id = ?",
              (user_id, session_id, message_id)),
@@ -73,6 +74,7 @@ def erase_plan(user_id: str, session_id: str | None, json_text: str,
                                                          *memory_side_tables)],
         ("memories", memories, (*us, *us)),
         ("facts", f"user_id = ? AND source_message_id IN ({messages})", (user_id, *us)),
+        ("paragraphs_seen", "user_id = ? AND first_session_id = ?", us),
         ("jobs", jobs, (*us, *us)),
         ("calls", "user_id = ? AND session_id = ?", us),
         ("usage_log", "user_id = ? AND session_id = ?", us),

@@ -58,14 +58,15 @@ from memd.engine.extract.results import (
     HEDGED_CONFIDENCE,
     MAX_CLAUSE_CHARS,
     MIN_CLAUSE_WORDS,
+    STYLE_TAG,
     ExtractedFact,
     Extraction,
 )
-from memd.engine.extract.rules import _CLAUSE_SPLIT
+from memd.engine.extract.rules import _CLAUSE_SPLIT, _PROMPT_OPENING
 from memd.engine.extract.vocab import _EDGE
 
 __all__ = ["CATEGORIES", "HEDGED_CONFIDENCE", "MAX_CLAUSE_CHARS", "MIN_CLAUSE_WORDS",
-           "ExtractedFact", "Extraction", "extract", "extract_entities"]
+           "STYLE_TAG", "ExtractedFact", "Extraction", "extract", "extract_entities"]
 
 
 def extract(text: str) -> list[Extraction]:
@@ -77,11 +78,15 @@ def extract(text: str) -> list[Extraction]:
     seen: set[tuple[str, ExtractedFact | None]] = set()
     named = False  # a name was already given: another one corrects it
     carry = _Markers()  # markers said on their own ("No." or "Actually, ...")
+    pasted = False  # in a paragraph of a prompt the user pasted ("You are a ...")
     for line in _prose_lines(text):
+        pasted = bool(line) and (pasted or bool(_PROMPT_OPENING.match(line)))
         for sentence in _sentences(line):
             if _is_question(sentence):
                 carry = _Markers()
                 continue
+            # orders in quotes or in a pasted prompt are someone else's words
+            quoted = pasted or sentence[:1] in "\"“‘'"
             for clause in _CLAUSE_SPLIT.split(sentence):
                 clause = clause.strip(_EDGE)
                 body, marks = _strip_markers(clause)
@@ -90,6 +95,8 @@ def extract(text: str) -> list[Extraction]:
                     continue
                 marks, carry = marks.merged(carry), _Markers()
                 for hit in _clause_hits(clause, body, marks):
+                    if quoted and hit.kind == "instruction":
+                        continue
                     renamed = named and hit.key == "name"
                     named = named or hit.key == "name"
                     ex = _finish(hit, marks, clause, renamed)

@@ -16,19 +16,25 @@ from memd.engine.extract.results import (
     HEDGED_CONFIDENCE,
     MAX_CLAUSE_CHARS,
     MIN_CLAUSE_WORDS,
+    STYLE_TAG,
     ExtractedFact,
     Extraction,
 )
 from memd.engine.extract.rules import (
     _AT_ORG,
+    _EVERY_CHAT,
+    _GENERAL,
     _HEDGE,
     _INSTEAD,
     _KINDS,
     _LEAD,
     _NEGATED,
+    _NOTE_FACT,
     _QUESTION_START,
     _RULES,
     _SENT_SPLIT,
+    _STYLE,
+    _THIS_CHAT,
     _TRAILERS,
     _VALUE_LEAD,
     _WORD,
@@ -60,7 +66,7 @@ from memd.engine.extract.vocab import (
     _VAGUE,
     _VOCAB,
 )
-from memd.types import Provenance
+from memd.types import Provenance, Scope, Tier
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,15 +96,15 @@ class _Markers:
 
 # -- splitting ---------------------------------------------------------------------------
 def _prose_lines(text: str) -> Iterator[str]:
-    """The lines of ``text`` outside fenced and indented code and quotes."""
+    """The lines of ``text`` outside fenced and indented code and quotes; a blank line
+    comes as "" (it ends a paragraph)."""
     for i, part in enumerate(text.split("```")):
         if i % 2:  # inside a fence; an unclosed one runs to the end
             continue
         for line in part.splitlines():
             if line.startswith(("    ", "\t")) or line.lstrip().startswith(">"):
                 continue
-            if line.strip():
-                yield line
+            yield line if line.strip() else ""  # "": a paragraph ends
 
 
 def _sentences(line: str) -> Iterator[str]:
@@ -176,16 +182,33 @@ def _fallback(body: str, marks: _Markers) -> _Hit | None:
     if marks.remember and body[:3].lower() == "to ":
         value, _ = _read(body[3:], _CLAUSE_STOPS, 25, _CLAUSE_CUT)
         return _Hit("instruction", f"User wants the assistant to {_order(value)}", 0.9)
+    if marks.remember:
+        return _remembered(body)
     value, _ = _read(body, _CLAUSE_STOPS, 25, _CLAUSE_CUT)
     words = _WORD.findall(value)
     if not words:
         return None
-    if marks.remember:
-        return _Hit("note", f"User asked to remember that {_third_person(value)}", 0.9)
     if words[0].lower() in ("i", "my", "we", "our", "it", "that", "this"):
         return None  # "from now on I'll ...": not an order to the assistant
     return _Hit("instruction", f"User wants the assistant to {_order(value)} from now on",
                 0.9)
+
+
+def _remembered(body: str) -> _Hit | None:
+    """What the user asked to be remembered, in their words ("Remember this for later:
+    the staging host is staging.rocket.internal" keeps "the staging host is
+    staging.rocket.internal"), and the fact it states when it reads "the <thing> is
+    <value>" (``note/staging_host``)."""
+    if len(_WORD.findall(body)) < 2:
+        return None
+    said = _third_person(body)
+    if body[:2].lower() == "i ":  # "I have a meeting on Friday"
+        said = f"User {_third_verb(_third_person(body[2:]))}"
+    m = _NOTE_FACT.fullmatch(body)
+    if m is None or len(_WORD.findall(m.group("v"))) > 8:
+        return _Hit("note", said, 0.9)
+    key = "_".join(_WORD.findall(m.group("noun").lower()))
+    return _Hit("note", said, 0.9, key, m.group("v"), "note")
 
 
 def _apply(rule: _Rule, body: str, m: re.Match[str]) -> list[_Hit]:
@@ -290,5 +313,23 @@ def _finish(hit: _Hit, marks: _Markers, clause: str, renamed: bool) -> Extractio
     if hit.key is not None and hit.value:
         fact = ExtractedFact(hit.category, hit.key, hit.value, confidence)
     text = " ".join(hit.text.split())
+    if hit.kind == "instruction" and marks.from_now_on and not text.endswith("from now on"):
+        text += " from now on"
+    scope = Scope.GLOBAL
+    if hit.kind == "instruction" and not _standing(clause, marks):
+        scope, tier = Scope.LOCAL, Tier.SESSION
+    style = hit.kind in ("instruction", "preference") and bool(_STYLE.search(clause))
     return Extraction(text, provenance, tier, round(importance, 3), confidence,
-                      _entities(clause), fact, is_correction)
+                      _entities(clause), fact, is_correction, scope,
+                      (STYLE_TAG,) if style else ())
+
+
+def _standing(clause: str, marks: _Markers) -> bool:
+    """Whether an instruction is said to hold beyond this conversation: "in all our
+    chats" always is; "always", "never" and "from now on" are unless the words bind it
+    to this conversation ("stay in character", "here"); a plain order ("use tabs") is
+    not."""
+    if _EVERY_CHAT.search(clause):
+        return True
+    general = marks.from_now_on or bool(_GENERAL.search(clause))
+    return general and not _THIS_CHAT.search(clause)

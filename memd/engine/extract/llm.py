@@ -7,7 +7,9 @@ before it is believed, and a model that fails leaves the rules' results as they 
    prompt matters more than a clever one: a small local model reads it at a few dozen
    tokens a second.
 2. **Schema.** The answer is a JSON object ``{"facts": [...]}`` of at most ``MAX_ITEMS``
-   items ``{category, key, value}``; the categories are the rules' (``CATEGORIES``),
+   items ``{category, key, value}``; the categories are the rules' (``CATEGORIES``) but
+   "instruction" (``HELPER_CATEGORIES``: a standing instruction needs the user's own
+   order, and how far it stands, which the rules read and a small model cannot),
    and, for this message, the key is one of its words and the value a run of at most
    ``MAX_SPAN_WORDS`` of its words. Helpers that decode under a grammar (llama.cpp) can
    then only answer words the message holds; a server that ignores the schema is caught
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from memd.config import Settings
     from memd.models.helper import ChatMessage, HelperModel
 
+HELPER_CATEGORIES = tuple(c for c in CATEGORIES if c != "instruction")
 MIN_CONFIDENCE = 0.4  # below it a reading is noise
 MAX_CONFIDENCE = 0.7  # the rules' readings (up to 1.0) win over the model's
 DEFAULT_CONFIDENCE = 0.6
@@ -149,7 +152,7 @@ def schema(text: str) -> dict[str, Any]:
     item = {
         "type": "object",
         "properties": {
-            "category": {"enum": list(CATEGORIES)},
+            "category": {"enum": list(HELPER_CATEGORIES)},
             "key": {"enum": keys} if keys else {"type": "string", "maxLength": 40},
             "value": {"enum": spans} if spans else {"type": "string", "maxLength": 80},
         },
@@ -189,7 +192,7 @@ def _checked(item: Any, text: str) -> tuple[str, ExtractedFact | None]:
         return "malformed", None
     category, key, value = (item.get(k) for k in ("category", "key", "value"))
     confidence = item.get("confidence", DEFAULT_CONFIDENCE)
-    if not isinstance(category, str) or category not in CATEGORIES:
+    if not isinstance(category, str) or category not in HELPER_CATEGORIES:
         return "category", None
     if not isinstance(key, str) or not isinstance(value, str) or not value.strip():
         return "malformed", None

@@ -46,9 +46,12 @@ _LEAD = re.compile(
     rf"|(?P<corr2>no|nope|nah|wait|sorry|oops|wrong|incorrect|not\s+quite"
     rf"|that{_A}?s\s+(?:wrong|incorrect|not\s+right|not\s+true))(?:\s*[,:;.!-]+\s*|$)"
     r"|(?P<fnow>from\s+now\s+on|going\s+forward|from\s+here\s+on(?:\s+out)?|henceforth"
-    r"|in\s+the\s+future)\b[\s,:;-]*"
+    r"|in\s+the\s+future|in\s+(?:all|every|future)\s+(?:of\s+)?(?:our\s+)?(?:chats?"
+    r"|conversations?|sessions?))\b[\s,:;-]*"
     rf"|(?P<rem>(?:please\s+)?(?:remember|note|keep\s+in\s+mind|{_DONT}\s+forget"
-    r"|never\s+forget)(?:\s+that)?)\b[\s,:;-]*"
+    r"|never\s+forget)(?:\s+that|(?:\s+(?:this|that|the\s+following))?"
+    r"(?:\s+for\s+(?:later|now|next\s+time|the\s+future|future\s+reference))?(?=\s*:))?)"
+    r"\b[\s,:;-]*"
     r"|(?P<hedge>i\s+think|i\s+guess|i\s+believe|i\s+suppose|maybe|probably|perhaps)"
     r"(?:\s+that)?\b[\s,:;-]*"
     r"|(?:so|well|also|and|but|oh|ok|okay|hey|hi|hello|btw|by\s+the\s+way|fyi|for\s+the"
@@ -82,11 +85,46 @@ _COMPARATOR = re.compile(
     re.I,
 )
 _VERSION = re.compile(r"\s?v?\d[\d.x]{0,8}")
+# Command-line flags after a tool: "pytest with -x", "ruff using --fix and --unsafe-fixes"
+_FLAG = r"-{1,2}\w[\w=.-]{0,40}"
+_FLAGS = re.compile(rf"\s{{1,3}}(?:with|using)\s{{1,3}}(?:the\s{{1,3}})?{_FLAG}"
+                    + rf"(?:[\s,]{{1,3}}(?:and\s{{1,3}})?{_FLAG})?" * 3
+                    + r"(?:\s{1,3}(?:flags?|options?|switch(?:es)?))?", re.I)
 _AT_ORG = re.compile(r"[\s,]*(?:at|for|with)\s+", re.I)
 _THIRD_PERSON = re.compile(
     rf"\b(?:i{_A}m|i{_A}ve|i{_A}d|i{_A}ll|i|me|my|mine|myself|you{_A}re|yourself|yours|your|you)\b",
     re.I,
 )
+# An instruction said to hold beyond this conversation ("always", "from now on", "in all
+# our chats"); one bound to this conversation ("here", "stay in character", "for now"),
+# unless said to hold across conversations (_EVERY_CHAT).
+_GENERAL = re.compile(r"\b(?:always|never|every\s+time|whenever|by\s+default|in\s+general"
+                      r"|from\s+now\s+on|going\s+forward|henceforth|in\s+the\s+future)\b", re.I)
+_EVERY_CHAT = re.compile(r"\b(?:in|across|for)\s+(?:all|every|any|each|future|later|other)"
+                         r"\s+(?:of\s+)?(?:our\s+|my\s+|the\s+)?(?:chats?|conversations?"
+                         r"|sessions?|threads?|projects?)\b", re.I)
+_THIS_CHAT = re.compile(r"\b(?:here|for\s+now|this\s+(?:chat|conversation|session|thread|time"
+                        r"|task|story|game|scene|round)|in\s+character|(?:stay|remain|keep)"
+                        r"\s+in\s+(?:character|role)|pretend|role-?play|act\s+as|the\s+(?:role"
+                        r"|character|persona|game|story))\b", re.I)
+# A rule about the form of every answer: its language, tone, format, length, code style.
+_STYLE = re.compile(
+    r"\b(?:(?:answer|respond|reply|write|speak|talk)\w*\s[\w\s]{0,30}?\bin\s+[A-Z][a-z]+"
+    r"|english|french|german|spanish|italian|portuguese|dutch|chinese|japanese|korean"
+    r"|russian|formal(?:ly)?|casual(?:ly)?|polite(?:ly)?|friendly|tone|concise(?:ly)?"
+    r"|brief(?:ly)?|terse(?:ly)?|verbose|short|shorter|long|length|words|sentences"
+    r"|paragraphs?|markdown|bullets?|bullet\s+points|headings?|headers|tables|emojis?"
+    r"|bold|formatting|format|code\s+blocks?|tabs|spaces|indent\w*|semicolons?"
+    r"|type\s+hints|docstrings?|comments|snake_case|camel\s*case|quotes|line\s+length)\b",
+    re.I)
+# A line that opens a prompt the user pasted, about an assistant: its orders are the
+# prompt's, not the user's ("You are a helpful assistant. Always answer in JSON.").
+_PROMPT_OPENING = re.compile(r"\s*(?:you\s+are\s+(?:an?|the)\s|as\s+an\s+ai\b"
+                             r"|the\s+(?:assistant|ai|model|agent)\s+(?:is|must|should|will"
+                             r"|always|never)\b)", re.I)
+# "the staging host is staging.rocket.internal", said after "remember"
+_NOTE_FACT = re.compile(r"(?:the|our|my)\s+(?P<noun>[a-z][\w -]{0,40}?)\s+(?:is|are)\s+"
+                        r"(?P<v>[^\s,;].{0,119})", re.I)
 _YOU_SHOULD = re.compile(r"you\s+(?:should|must|will|need\s+to|have\s+to)\s+", re.I)
 
 
@@ -267,6 +305,13 @@ _RULES: tuple[_Rule, ...] = (
        block="worry bother mind panic know think understand get care see remember"),
     _r("instruction", r"(?:please[\s,]+)?stop\s+(?=\w+ing\b)",
        "User wants the assistant to stop {v}", confidence=0.85, read="clause"),
+    # a plain order about the form of the answers ("answer in French", "use tabs")
+    _r("instruction", r"(?:please[\s,]+)?(?=(?:answer|respond|reply|write|speak|talk)\s"
+       r"[\w\s]{0,30}?\bin\s+(?-i:[A-Z])|use\s+(?:tabs|spaces|\d+\s+spaces|single\s+quotes"
+       r"|double\s+quotes|snake_case|camel\s*case|type\s+hints|british|american|metric)\b"
+       r"|(?:keep|make)\s+(?:\w+\s+)?(?:answers|responses|replies|it|them)\s+(?:short|brief"
+       r"|concise|formal|casual)\b|be\s+(?:concise|brief|terse|formal|casual)\b)",
+       "User wants the assistant to {v}", read="clause"),
 )
 
 _KINDS = {  # kind -> provenance, tier, default importance

@@ -10,6 +10,7 @@ from __future__ import annotations
 from memd.engine.extract.entities import _is_tech, _scan
 from memd.engine.extract.rules import (
     _COMPARATOR,
+    _FLAGS,
     _NAME_WORD,
     _THIRD_PERSON,
     _VERSION,
@@ -151,6 +152,9 @@ def _keyed(value: str) -> tuple[str, str] | None:
     version = _VERSION.match(head, end)
     if version is not None:
         end = version.end() - (len(version.group()) - len(version.group().rstrip(".")))
+    detail = _FLAGS.match(head, end)
+    if detail is not None:  # "pytest with -x": the flags are part of the preference
+        end = detail.end()
     before = head[:start].rstrip()
     number = before.rsplit(None, 1)[-1] if before else ""
     if number.isdigit():  # "2 spaces"
