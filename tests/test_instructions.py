@@ -124,3 +124,20 @@ def test_what_the_user_asked_to_remember_reaches_memory_and_facts(tmp_path: Path
             "the staging host is staging.rocket.internal"]
         assert [(f.key, f.value) for f in engine.facts("local")] == [
             ("staging_host", "staging.rocket.internal")]
+
+
+def test_a_conversations_own_directive_reaches_only_that_conversation(
+    tmp_path: Path,
+) -> None:
+    with memd.open(tmp_path / "store", embedder="fake") as engine:
+        first = say(engine, "Please answer in French here.")
+        [directive] = engine.list("local")
+
+        def given(session_id: str | None) -> bool:
+            ctx = engine.context("local", session_id=session_id,
+                                 query="Please answer in French here.")
+            return directive.id in {i.id for i in ctx.report.items if i.section == "memory"}
+
+        assert given(first)
+        assert not given(engine.create_session("local").id)
+        assert not given(None)  # no session: only standing memories apply

@@ -42,6 +42,7 @@ from memd.types import (
     MemoryFilter,
     Message,
     NewMessage,
+    Scope,
     Session,
     Tier,
     openai_message,
@@ -372,8 +373,11 @@ class SessionsMixin:
         if not query:
             return []
         qvec = self.query_vector(query)
+        # Without a session, no conversation's own directives ("answer in French here")
+        # apply: only the user's standing memories do.
         flt = MemoryFilter(workspaces=visible, now=now,
-                           session_id=session.id if session else None)
+                           session_id=session.id if session else None,
+                           scope=None if session else Scope.GLOBAL)
         return score_memories(self.store, user_id, query, qvec, flt, self.settings.weights,
                               now, shared=self.shared_owners(user_id, workspace))
 
