@@ -165,6 +165,9 @@ class Settings:
     memory_window_share: float = 0.05
     memory_unknown_window_tokens: int = 400
     memory_placement: str = "user"
+    # standing instructions (notes and the user's rules) take at most this share of a
+    # memory block together: given before what was retrieved, they must not crowd it out
+    instruction_share: float = 0.25
     # the memory block also recalls related messages of the user's earlier conversations
     # (memd.engine.recall), not only what extraction made memories and facts of
     memory_recall: bool = True

@@ -380,7 +380,7 @@ def test_context_reads_history_beside_retrieval_as_the_same_user(engine_on: Memd
     m.append(s.id, "u", [{"role": "user", "content": f"turn {i} about otters"}
                          for i in range(5)])
     m.add("otters hold hands while sleeping", "u")
-    m.set_fact("u", "pets", "otter_name", "Pebble")
+    m.set_fact("u", "pets", "otters", "Pebble")  # about the query
     seen = _record_calls(m.store, "recent_messages")
     facts_seen = _record_calls(m.store, "get_facts")
     with acting_as("u"):

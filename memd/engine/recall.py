@@ -18,13 +18,22 @@ A message of the call's own session that the client no longer sends (it fell out
 client's window), or that a compiled context's history no longer reaches, is recalled like
 any other. Each recalled message becomes one block item: its date and its session's title
 when known, who said it, a bounded excerpt (files and logs are stored whole), and the
-message that answered it or that it answered, so a question and its answer come together.
+assistant's reply to it, so a question and its answer come together.
+
+**Anchored on the user's words.** Only a user message is recalled: what the user said is
+what memd knows. The assistant's reply comes with it, marked as an earlier reply and never
+as a fact (a small model's wrong answer is not knowledge); an assistant message is never
+recalled on its own, however close it is to the query. A user message that only asks
+something (:func:`only_asks`) says less than one that states something, so its score is
+weighed down by ``QUESTION_WEIGHT``.
+
 A title costs tokens of the memory budget like the rest of the item, so it is short
 (memd.engine.titles).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,8 +54,13 @@ if TYPE_CHECKING:
 
 RECALL_K = 12  # past messages retrieved per query, before the floor and the exclusions
 RECALL_CHARS = 600  # the excerpt of a recalled message
-NEIGHBOUR_CHARS = 300  # the excerpt of the message answering it (or that it answers)
-_SPEAKERS = {"user": "User", "assistant": "Assistant"}
+NEIGHBOUR_CHARS = 300  # the excerpt of the reply that comes with it
+QUESTION_WEIGHT = 0.75  # the score of a user message that only asks, against a statement
+_SPEAKERS = {"user": "User", "assistant": "Assistant (earlier reply)"}
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_ASKING = re.compile(
+    r"^(what|who|whom|whose|when|where|which|how|why|is|are|was|were|do|does|did|can|"
+    r"could|would|should|will|shall|may|have|has|any|tell me|remind me)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +82,10 @@ def recall_candidates(
     weights: Weights, floor: float, now: float, scope: RecallScope, model: str | None = None,
     keyword: bool = False,
 ) -> list[Candidate]:
-    """Past messages for ``query`` as block candidates (kind ``"recall"``), best first;
-    with ``keyword``, the keyword channel finds candidates too (better recall, but a
-    full-text ranking over all the user's messages on every new question)."""
+    """Past user messages for ``query`` as block candidates (kind ``"recall"``), each with
+    the reply it got, best first; with ``keyword``, the keyword channel finds candidates
+    too (better recall, but a full-text ranking over all the user's messages on every new
+    question)."""
     if weights.similarity <= 0:
         return []  # the floor is a cosine: without the similarity signal nothing passes
     hits = score_messages(store, user_id, query, qvec, weights, now, RECALL_K,
@@ -79,8 +94,9 @@ def recall_candidates(
     used: set[str] = set()
     out: list[Candidate] = []
     for msg, total, parts in hits:
-        if (msg.id in used or msg.role not in _SPEAKERS or not (msg.safe_text or "").strip()
-                or parts["similarity"] / weights.similarity < floor
+        similarity = parts["similarity"] / weights.similarity
+        if (msg.id in used or msg.role != "user" or not (msg.safe_text or "").strip()
+                or similarity < floor
                 or same_text(msg.safe_text or "") in scope.known_texts
                 or msg.chain_hash in scope.sent_chains or msg.id in scope.history):
             continue
@@ -97,11 +113,20 @@ def recall_candidates(
         used.add(msg.id)
         if other is not None:
             used.add(other.id)
-        pair = (msg, other) if other is None or msg.turn_index < other.turn_index \
-            else (other, msg)
-        text = render(pair, msg, session.title)
-        out.append(Candidate(RECALL_KIND, msg.id, text, count_text(text, model), total))
+        text = render((msg, other), msg, session.title)
+        if only_asks(msg.safe_text or ""):
+            total *= QUESTION_WEIGHT
+        out.append(Candidate(RECALL_KIND, msg.id, text, count_text(text, model), total,
+                             similarity))
     return out
+
+
+def only_asks(text: str) -> bool:
+    """Whether a message only asks something: every sentence of it is a question."""
+    sentences = [p for p in _SENTENCE_END.split(" ".join(text.split())) if p]
+    return bool(sentences) and all(
+        p.endswith("?") or not p.endswith((".", "!")) and bool(_ASKING.match(p))
+        for p in sentences)
 
 
 def same_text(text: str) -> str:
@@ -125,9 +150,9 @@ def neighbour(store: Store, user_id: str, msg: Message) -> Message | None:
 
 
 def render(pair: Sequence[Message | None], hit: Message, title: str | None = None) -> str:
-    """``[date, "title"] User: ... / Assistant: ...``: the hit in full excerpt, its
-    neighbour shorter, each in its sanitized text (a memory block holds no secret); the
-    title of the hit's session when it has one (memd.engine.titles)."""
+    """``[date, "title"] User: ... / Assistant (earlier reply): ...``: the hit in full
+    excerpt, its neighbour shorter, each in its sanitized text (a memory block holds no
+    secret); the title of the hit's session when it has one (memd.engine.titles)."""
     day = time.strftime("%Y-%m-%d", time.gmtime(hit.created_at))
     if title:
         day += ', "' + title.replace('"', "'") + '"'

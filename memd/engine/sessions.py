@@ -20,6 +20,8 @@ from memd.engine import validate as v
 from memd.engine.chains import chain_hashes
 from memd.engine.compile import (
     RECALL_KIND,
+    STYLE_RULE,
+    TOPIC_RULE,
     Candidate,
     CompileInput,
     compile_context,
@@ -33,7 +35,13 @@ from memd.engine.recall import RecallScope, recall_candidates, same_text
 from memd.engine.retrieve import ScoredMemory, aside, score_memories
 from memd.engine.templates import user_words
 from memd.engine.titles import rule_title
-from memd.engine.write import fact_item, fact_tag, forgotten_items, memory_item
+from memd.engine.write import (
+    STYLE_RULE_TAG,
+    fact_item,
+    fact_tag,
+    forgotten_items,
+    memory_item,
+)
 from memd.errors import InvalidInput, NotFound, TooLarge
 from memd.models.tokens import count_text, message_tokens
 from memd.types import (
@@ -42,6 +50,7 @@ from memd.types import (
     MemoryFilter,
     Message,
     NewMessage,
+    Scope,
     Session,
     Tier,
     openai_message,
@@ -340,8 +349,8 @@ class SessionsMixin:
             all_facts = self.store.get_facts(uid, workspaces=visible)
             scored = self._score(uid, query, session, ws, visible, now)
             facts, mems = _candidates(
-                all_facts, scored, floor,
-                session.id if session is not None and exclude_session else None)
+                all_facts, scored, floor, self._fact_similarity(query, all_facts, scored),
+                session.id if session is not None else None, exclude_session)
             mems = with_notes(self.notes_cache.candidates(self.store, uid, visible), mems)
             if sent_chains is None or not query:
                 return facts, mems
@@ -361,6 +370,23 @@ class SessionsMixin:
                                  self.query_vector(query), self.settings.weights,
                                  self.settings.recall_min_similarity, now, scope,
                                  keyword=self.settings.recall_keyword)
+
+    def _fact_similarity(self, query: str | None, facts: Sequence[Fact],
+                         scored: Sequence[ScoredMemory]) -> dict[str, float]:
+        """Each important fact's cosine with ``query``: the better of its own text's
+        (``key: value``, embedded once and cached) and that of the memory it was
+        extracted with, when retrieval found it (a sentence in the user's words)."""
+        wanted = [f for f in facts if f.importance >= FACT_MIN_IMPORTANCE]
+        if not query or not wanted:
+            return {}
+        by_tag: dict[str, float] = {}
+        for s in scored:
+            for tag in s.memory.tags:
+                by_tag[tag] = max(by_tag.get(tag, 0.0), s.similarity)
+        vecs = self.embedder.embed([f.text for f in wanted])
+        cosines = vecs @ self.query_vector(query)
+        return {f.id: max(float(c), by_tag.get(fact_tag(f.category, f.key), 0.0))
+                for f, c in zip(wanted, cosines, strict=True)}
 
     def _score(self, user_id: str, query: str | None, session: Session | None,
                workspace: str | None, visible: tuple[str, ...], now: float
@@ -448,7 +474,10 @@ class SessionsMixin:
                       or s.memory.session_id != session.id]
         if side is not None:
             stored, all_facts = side.result()
-        fact_cands, mem_cands = _candidates(all_facts, scored, self.settings.min_similarity)
+        fact_cands, mem_cands = _candidates(
+            all_facts, scored, self.settings.min_similarity,
+            self._fact_similarity(query, all_facts, scored),
+            session.id if session is not None else None)
         mem_cands = with_notes(self.notes_cache.candidates(self.store, uid, visible),
                                mem_cands)
         if query and self.settings.memory_recall:
@@ -468,6 +497,7 @@ class SessionsMixin:
             session_summary_tokens=session.summary_token_count if session else 0,
             compressed_before=bool(session and session.summary_text),
             task_type=task_type, model=model,
+            instruction_share=self.settings.instruction_share,
         ))
         used = [(i.id, i.score or 0.0) for i in ctx.report.items
                 if i.section == "memory" and i.kind != RECALL_KIND]
@@ -478,27 +508,42 @@ class SessionsMixin:
 
 def _candidates(
     all_facts: Sequence[Fact], scored: Sequence[ScoredMemory], floor: float,
-    exclude_session: str | None = None,
+    fact_similarity: Mapping[str, float], session_id: str | None = None,
+    exclude_session: bool = False,
 ) -> tuple[list[Candidate], list[Candidate]]:
-    """What may go into a memory block: the important facts, and the memories that are
-    procedural (standing rules) or reach the similarity ``floor`` or match a keyword or
-    an entity, except those a fact already says. ``exclude_session``: leave out what was
-    drawn from that session's own messages (a client resending its history has them)."""
+    """What may go into a memory block for a query: what is about it, and the rules that
+    apply to every query. Precision comes before recall: an item unrelated to the query
+    is noise the model reads as knowledge, so a block for an unrelated question is empty.
+
+    - facts that are important and whose cosine with the query (``fact_similarity``, by
+      fact id) reaches the similarity ``floor``;
+    - memories that reach the ``floor``, but those a fact says already; a procedural one
+      (an instruction about a topic) too, like any memory, and a style rule
+      (``STYLE_RULE_TAG``) whatever the query;
+    - a session-local memory only in its own session (``session_id``).
+
+    ``exclude_session``: leave out what was drawn from the messages of the session
+    ``session_id`` (a client resending its history has them)."""
+    mine = session_id if exclude_session else None
     facts = [f for f in all_facts if f.importance >= FACT_MIN_IMPORTANCE
-             and (exclude_session is None or f.metadata.get("session_id") != exclude_session)]
+             and (mine is None or f.metadata.get("session_id") != mine)]
     fact_tags = {fact_tag(f.category, f.key) for f in facts}
     fact_cands = [
-        Candidate("fact", f.id, f.text, count_text(f.text), f.importance * f.confidence)
-        for f in facts
+        Candidate("fact", f.id, f.text, count_text(f.text), f.importance * f.confidence,
+                  fact_similarity.get(f.id, 0.0))
+        for f in facts if fact_similarity.get(f.id, 0.0) >= floor
     ]
-    mem_cands = [
-        Candidate(s.memory.kind, s.memory.id, s.memory.text, s.memory.token_count, s.score)
-        for s in scored
-        if not fact_tags.intersection(s.memory.tags)
-        and (exclude_session is None or s.memory.session_id != exclude_session)
-        and (s.memory.tier == Tier.PROCEDURAL or s.similarity >= floor
-             or s.breakdown["keyword"] > 0 or s.breakdown["entity"] > 0)
-    ]
+    mem_cands = []
+    for s in scored:
+        m = s.memory
+        style = STYLE_RULE_TAG in m.tags
+        if (fact_tags.intersection(m.tags) or (mine is not None and m.session_id == mine)
+                or (m.scope == Scope.LOCAL and m.session_id != session_id)
+                or not style and s.similarity < floor):
+            continue
+        rule = STYLE_RULE if style else TOPIC_RULE if m.tier == Tier.PROCEDURAL else ""
+        mem_cands.append(Candidate(m.kind, m.id, m.text, m.token_count, s.score,
+                                   s.similarity, rule))
     return fact_cands, mem_cands
 
 

@@ -45,6 +45,9 @@ REINFORCEMENT = 0.05
 # The tag of a note's memory (memd.engine.notes): its file decides its words, so this
 # write path neither merges into it nor supersedes it.
 NOTE_TAG = "memd:note"
+# The tag of a global style or format rule ("answer in French", "no emojis"): it applies
+# to every request, whatever it is about (memd.engine.notes reads them beside the notes).
+STYLE_RULE_TAG = "style-rule"
 CONFLICT_SIMILARITY = 0.80
 _CONTENT_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'+#.-]*")
 _NEGATION = re.compile(r"\b(?:not|never|no|don't|doesn't|didn't|dont|won't|can't|cannot|"
