@@ -15,7 +15,6 @@ from memd.engine.compile import (
     STYLE_RULE,
     TOPIC_RULE,
     Candidate,
-    content_words,
     memory_block_lines,
     pack_memory_block,
     same_line,
@@ -23,6 +22,7 @@ from memd.engine.compile import (
 from memd.engine.inject import build
 from memd.engine.memory import Memd
 from memd.engine.recall import only_asks
+from memd.engine.relevance import content_words, related
 from memd.engine.write import STYLE_RULE_TAG
 from memd.models.tokens import count_text
 from memd.types import Scope, Tier
@@ -78,6 +78,19 @@ def test_instructions_stay_within_their_share_and_come_first() -> None:
     assert 0 < len(taken) < len(rules)
     assert sum(m.tokens + 2 for m in taken) <= budget // 4
     assert lines[1] == RULES_HEADER
+
+
+def test_an_item_is_related_by_its_cosine_and_the_words_it_shares() -> None:
+    query = content_words("What is the name of my cat?")
+    assert query == {"name", "cat"}
+    assert related(0.35, query, "My cat's name is Miso.", 0.3, 0.5)
+    assert not related(0.35, query, "I adopted a dog last week.", 0.3, 0.5)  # no words
+    assert not related(0.25, query, "My cat is asleep.", 0.3, 0.5)  # under the floor
+    # every word the request is about: half the floor is enough, not less
+    assert related(0.2, query, "My cat's name is Miso.", 0.3, 0.5)
+    assert not related(0.1, query, "My cat's name is Miso.", 0.3, 0.5)
+    assert related(0.55, query, "Miso sleeps all day.", 0.3, 0.5)  # close enough alone
+    assert related(0.35, content_words("otters"), "otters hold hands", 0.3, 0.5)
 
 
 def test_a_question_alone_only_asks() -> None:

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
 
+from memd.engine.relevance import content_words
 from memd.models.tokens import MESSAGE_OVERHEAD, count_lines, count_text, message_tokens
 from memd.types import Context, ContextReport, Message, ReportItem, quick_init
 
@@ -414,20 +415,6 @@ def _pack(
             ruled += cost if capped else 0
             sections.add(section)
     return chosen
-
-
-_WORD = re.compile(r"[a-z0-9][a-z0-9'._-]*[a-z0-9]|[a-z0-9]")
-#: Words that say nothing of what a line is about: the block's own labels and the most
-#: common function words.
-_FILLER = frozenset("""a an the and or but if of to in on at by for with from as is are was
-were be been being it its this that these those i me my you your he she they we our us
-user user's assistant earlier reply do does did have has had not no so than then there
-what which who when where how why can could would should will just about also""".split())
-
-
-def content_words(text: str) -> frozenset[str]:
-    """The words of ``text`` that say what it is about, lower case."""
-    return frozenset(w for w in _WORD.findall(text.lower()) if w not in _FILLER)
 
 
 def same_line(a: frozenset[str], b: frozenset[str]) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from memd.engine import compact
@@ -32,6 +32,7 @@ from memd.engine.extract.llm import worth_asking
 from memd.engine.notes import NoteCache, with_notes
 from memd.engine.privacy import REDACT_MARGIN, redacted
 from memd.engine.recall import RecallScope, recall_candidates, same_text
+from memd.engine.relevance import content_words, related
 from memd.engine.retrieve import ScoredMemory, aside, score_memories
 from memd.engine.templates import user_words
 from memd.engine.titles import rule_title
@@ -344,12 +345,12 @@ class SessionsMixin:
             ws = session.workspace
         now = self.now()
         visible = self.visible_workspaces(ws)
-        floor = self.settings.min_similarity
         with self.store.read_batch():
             all_facts = self.store.get_facts(uid, workspaces=visible)
             scored = self._score(uid, query, session, ws, visible, now)
             facts, mems = _candidates(
-                all_facts, scored, floor, self._fact_similarity(query, all_facts, scored),
+                all_facts, scored, self._floor(query),
+                self._fact_similarity(query, all_facts, scored),
                 session.id if session is not None else None, exclude_session)
             mems = with_notes(self.notes_cache.candidates(self.store, uid, visible), mems)
             if sent_chains is None or not query:
@@ -369,7 +370,13 @@ class SessionsMixin:
         return recall_candidates(self.store, self.embedder, user_id, query,
                                  self.query_vector(query), self.settings.weights,
                                  self.settings.recall_min_similarity, now, scope,
-                                 keyword=self.settings.recall_keyword)
+                                 keyword=self.settings.recall_keyword,
+                                 sure=self.settings.sure_similarity)
+
+    def _floor(self, query: str | None) -> Floor:
+        """The relevance test of facts and memories for ``query``."""
+        return Floor(content_words(query or ""), self.settings.min_similarity,
+                     self.settings.sure_similarity)
 
     def _fact_similarity(self, query: str | None, facts: Sequence[Fact],
                          scored: Sequence[ScoredMemory]) -> dict[str, float]:
@@ -475,7 +482,7 @@ class SessionsMixin:
         if side is not None:
             stored, all_facts = side.result()
         fact_cands, mem_cands = _candidates(
-            all_facts, scored, self.settings.min_similarity,
+            all_facts, scored, self._floor(query),
             self._fact_similarity(query, all_facts, scored),
             session.id if session is not None else None)
         mem_cands = with_notes(self.notes_cache.candidates(self.store, uid, visible),
@@ -506,8 +513,21 @@ class SessionsMixin:
         return ctx
 
 
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """Which items are about a query: its content words and the two cosine floors
+    (:func:`memd.engine.relevance.related`)."""
+
+    words: frozenset[str]
+    floor: float
+    sure: float
+
+    def passes(self, similarity: float, text: str) -> bool:
+        return related(similarity, self.words, text, self.floor, self.sure)
+
+
 def _candidates(
-    all_facts: Sequence[Fact], scored: Sequence[ScoredMemory], floor: float,
+    all_facts: Sequence[Fact], scored: Sequence[ScoredMemory], floor: Floor,
     fact_similarity: Mapping[str, float], session_id: str | None = None,
     exclude_session: bool = False,
 ) -> tuple[list[Candidate], list[Candidate]]:
@@ -515,9 +535,9 @@ def _candidates(
     apply to every query. Precision comes before recall: an item unrelated to the query
     is noise the model reads as knowledge, so a block for an unrelated question is empty.
 
-    - facts that are important and whose cosine with the query (``fact_similarity``, by
-      fact id) reaches the similarity ``floor``;
-    - memories that reach the ``floor``, but those a fact says already; a procedural one
+    - facts that are important and related to the query (``floor``), by their cosine with
+      it (``fact_similarity``, by fact id);
+    - memories related to the query, but those a fact says already; a procedural one
       (an instruction about a topic) too, like any memory, and a style rule
       (``STYLE_RULE_TAG``) whatever the query;
     - a session-local memory only in its own session (``session_id``).
@@ -531,7 +551,7 @@ def _candidates(
     fact_cands = [
         Candidate("fact", f.id, f.text, count_text(f.text), f.importance * f.confidence,
                   fact_similarity.get(f.id, 0.0))
-        for f in facts if fact_similarity.get(f.id, 0.0) >= floor
+        for f in facts if floor.passes(fact_similarity.get(f.id, 0.0), f.text)
     ]
     mem_cands = []
     for s in scored:
@@ -539,7 +559,7 @@ def _candidates(
         style = STYLE_RULE_TAG in m.tags
         if (fact_tags.intersection(m.tags) or (mine is not None and m.session_id == mine)
                 or (m.scope == Scope.LOCAL and m.session_id != session_id)
-                or not style and s.similarity < floor):
+                or not style and not floor.passes(s.similarity, m.text)):
             continue
         rule = STYLE_RULE if style else TOPIC_RULE if m.tier == Tier.PROCEDURAL else ""
         mem_cands.append(Candidate(m.kind, m.id, m.text, m.token_count, s.score,
