@@ -10,7 +10,8 @@ on the first run), ``bench_proxy`` (proxy overhead), ``longmemeval --interleave`
 evaluable questions of LongMemEval_S with the BM25 and dense baselines; MiniLM vectors are
 cached by text in ``~/.cache/memd-bench/embeddings.sqlite``: hours cold, minutes warm) and
 ``mem0_compare`` (creates mem0's venv on its first run), ``bench_recall`` (the evidence in
-the memory block the model gets) and ``bench_query_precision`` (the int8 query model
+the memory block the model gets), ``bench_precision`` (what else the block holds, and
+whether an unrelated question gets one) and ``bench_query_precision`` (the int8 query model
 against the float one), ``bench_sanitizer`` (what redacting secrets adds to a turn); the
 four before it read LongMemEval_S from
 ``$MEMD_BENCH_LONGMEMEVAL`` (bench/README.md says where to get it), as does
@@ -57,6 +58,12 @@ MEM0_SPEEDUP = 10.0
 #: and how far it may stay below search's turn recall_any@5 on the same questions.
 RECALL_IN_BLOCK = 0.85
 RECALL_BELOW_SEARCH = 0.05
+#: Memory precision (bench_precision): unrelated questions that get any item, items of
+#: the users' own blocks from an answering session, evidence in the block, memories not
+#: grounded in the user's words.
+FALSE_INJECTION = 0.10
+LINE_PRECISION = 0.6
+JUNK_RATE = 0.0
 #: The int8 query model may lose at most this much of the float model's recall_any@5.
 QUERY_RECALL_LOSS = 0.01
 #: The sanitizer's p99 per call: a 2 KB turn, a 100 KB tool result.
@@ -91,6 +98,7 @@ BENCHES = (
     Bench("longmemeval", "longmemeval", ("--interleave",), ("--quick",)),
     Bench("mem0", "mem0_compare", (), ("--quick",)),
     Bench("recall", "bench_recall", (), ("--quick",)),
+    Bench("precision", "bench_precision", (), ("--quick",)),
     Bench("query_precision", "bench_query_precision", (), ("--quick",)),
     Bench("sanitizer", "bench_sanitizer", (), ("--quick",)),
     Bench("helper", "bench_helper", (), ("--quick",)),
@@ -217,6 +225,23 @@ def recall_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
                got >= search - RECALL_BELOW_SEARCH)
 
 
+def precision_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """What the memory block holds: nothing for an unrelated question, what answers for
+    the user's own, the evidence still there, and no memory the user did not say."""
+    n = r["unrelated_questions"]
+    yield _row(f"false injection: unrelated questions given any memory ({n}, LongMemEval_S)",
+               r["false_injection"], f"<= {FALSE_INJECTION}",
+               r["false_injection"] <= FALSE_INJECTION)
+    yield _row(f"line precision: injected items from the answering sessions "
+               f"({r['injected_items']} items)", r["line_precision"], f">= {LINE_PRECISION}",
+               r["line_precision"] >= LINE_PRECISION)
+    yield _row(f"injected recall at {r['budget']} tokens, precision run ({r['users']} users)",
+               r["injected_recall"], f">= {RECALL_IN_BLOCK}",
+               r["injected_recall"] >= RECALL_IN_BLOCK)
+    yield _row(f"junk rate: memories not grounded in user-typed text ({r['memories']})",
+               r["junk_rate"], f"<= {JUNK_RATE:g}", r["junk_rate"] <= JUNK_RATE)
+
+
 def query_precision_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     """The int8 query model keeps the float model's recall."""
     recall = r["quality"]["recall_any"]
@@ -283,7 +308,7 @@ def footprint_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
 
 JUDGES: dict[str, Callable[[Mapping[str, Any]], Iterator[dict[str, Any]]]] = {
     "scale": scale_targets, "longmemeval": lme_targets, "mem0": mem0_targets,
-    "proxy": proxy_targets, "recall": recall_targets,
+    "proxy": proxy_targets, "recall": recall_targets, "precision": precision_targets,
     "query_precision": query_precision_targets, "sanitizer": sanitizer_targets,
     "helper": helper_targets, "watch": watch_targets, "footprint": footprint_targets,
 }

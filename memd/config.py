@@ -143,9 +143,12 @@ class Settings:
     # retrieval
     preset: str = "default"
     weights: Weights = field(default_factory=Weights)
-    # compiler: a memory is injected only if it is procedural (a standing rule), matches a
-    # query keyword or entity, or its cosine with the query reaches min_similarity
+    # the memory block holds a fact or memory only when it is about the request: its
+    # cosine with the query reaches min_similarity and it shares content words with the
+    # query, or its cosine alone reaches sure_similarity (memd.engine.relevance); style
+    # rules and notes apply to every request
     min_similarity: float = 0.3
+    sure_similarity: float = 0.5
     default_context_window: int = 8192
     default_max_response_tokens: int = 1024
     # proxy: the model's context window, by the first source that knows it (the request's
@@ -165,13 +168,15 @@ class Settings:
     memory_window_share: float = 0.05
     memory_unknown_window_tokens: int = 400
     memory_placement: str = "user"
+    # standing instructions (notes and the user's rules) take at most this share of a
+    # memory block together: given before what was retrieved, they must not crowd it out
+    instruction_share: float = 0.25
     # the memory block also recalls related messages of the user's earlier conversations
     # (memd.engine.recall), not only what extraction made memories and facts of
     memory_recall: bool = True
-    # a past message is recalled when its cosine with the query reaches this; lower than
-    # min_similarity, as a message's own words differ more from a later question's than
-    # a memory's distilled ones (bench/README.md, "bench_recall.py")
-    recall_min_similarity: float = 0.2
+    # a past message is recalled when it is about the request as a memory must be, with
+    # this floor for its cosine (bench/README.md, "bench_precision.py")
+    recall_min_similarity: float = 0.3
     # recall also through full text: more of what was said is found, at the cost of a
     # full-text ranking over all the user's messages on each new question
     recall_keyword: bool = False

@@ -20,9 +20,11 @@ from servers import memd_in_front, serve
 import memd
 from bench.agent_traffic import KINDS, AgentSession, ScriptedUpstream, generate
 from memd.config import load_settings
+from memd.engine.extract import STYLE_TAG
 from memd.engine.inject import USER_CLOSE, USER_OPEN
 from memd.engine.memory import Memd
 from memd.server.app import create_app
+from memd.types import Tier
 
 
 @dataclass
@@ -43,8 +45,9 @@ def stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Stack]:
     upstream = ScriptedUpstream()
     with memd_in_front(upstream.app, tmp_path / "d",
                        getattr(request, "param", "sqlite")) as (base, engine):
-        engine.set_fact("local", "preferences", "code_style", "small functions, type hints",
-                        importance=0.9)
+        # a style rule: it applies to every request, whatever it is about
+        engine.add("Code style: small functions, type hints", "local", tier=Tier.PROCEDURAL,
+                   provenance="instruction", tags=[STYLE_TAG])
         yield Stack(base, upstream, engine)
 
 

@@ -212,8 +212,10 @@ def test_sessions_and_messages_round_trip(client: TestClient, engine: Memd) -> N
 
 
 def test_context_is_a_valid_openai_message_list(client: TestClient, engine: Memd) -> None:
-    fact = ok(client.put("/v1/facts", json={"category": "identity", "key": "name",
-                                            "value": "Ada"}))
+    # a fact about what the question asks (one about something else stays out)
+    fact = ok(client.put("/v1/facts", json={"category": "coding", "key": "parsing_language",
+                                            "value": "Rust"}))
+    ok(client.put("/v1/facts", json={"category": "identity", "key": "name", "value": "Ada"}))
     mem = add(client, "The Rust parsing crate tinyparse has code examples on GitLab")["memory"]
     assert mem["tags"] == []
     sid = ok(client.post("/v1/sessions", json={"system_prompt": "You are a helpful coder."}),
@@ -232,7 +234,8 @@ def test_context_is_a_valid_openai_message_list(client: TestClient, engine: Memd
     assert body["messages"][-1] == {"role": "user",
                                     "content": "Show me Rust code examples for parsing"}
     rendered = json.dumps(body["messages"])
-    assert "Ada" in rendered and mem["text"] in rendered
+    assert "parsing_language: Rust" in rendered and mem["text"] in rendered
+    assert "Ada" not in rendered
     report = body["report"]
     assert report["budget"] and all(isinstance(v, int) for v in report["budget"].values())
     assert report["total_tokens"] > 0

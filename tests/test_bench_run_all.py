@@ -137,6 +137,16 @@ def test_recall_and_query_precision_targets(run_all: ModuleType) -> None:
     assert [r["met"] for r in rows] == [False]
 
 
+def test_precision_targets_judge_each_figure(run_all: ModuleType) -> None:
+    result = {"unrelated_questions": 120, "false_injection": 0.05, "injected_items": 40,
+              "line_precision": 0.55, "budget": 2000, "users": 12, "injected_recall": 0.9167,
+              "memories": 200, "junk_rate": 0.01}
+    rows = list(run_all.precision_targets(result))
+    assert [r["met"] for r in rows] == [True, False, True, False]
+    assert rows[0]["target"].startswith("false injection") and rows[0]["measured"] == 0.05
+    assert rows[3]["limit"] == "<= 0"
+
+
 def test_helper_targets_judge_compaction_and_the_busy_chat_path(run_all: ModuleType) -> None:
     def result(ratio: float | None, idle: float, busy: float) -> dict[str, Any]:
         return {"extraction": {"turns_per_s": 0.3, "asked_turns_per_s": 0.15,

@@ -372,8 +372,8 @@ def test_budget_split(task: str, b_mem: int, b_hist: int) -> None:
 
 
 def test_tool_heavy_leaves_headroom_unused_by_memories() -> None:
-    text = "word " * 40
-    mems = [Candidate("memory", f"x{i}", text, count_text(text), 1.0) for i in range(20)]
+    texts = [" ".join(f"word{i}" for _ in range(40)) for i in range(20)]  # all different
+    mems = [Candidate("memory", f"x{i}", t, count_text(t), 1.0) for i, t in enumerate(texts)]
     inp = CompileInput(system=[], history=[], facts=[], memories=mems, context_window=1000,
                        max_response_tokens=0, task_type="tool_heavy")
     rep = compile_context(inp).report

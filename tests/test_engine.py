@@ -233,12 +233,13 @@ def test_context_injects_memory_into_a_new_session(m: Memd) -> None:
     ])
     m.run_jobs()
     s2 = m.create_session("priya", system_prompt="You are a helpful assistant.")
-    m.append(s2.id, "priya", [{"role": "user", "content": "How should I deploy this service?"}])
+    # (the fake embedder's cosine needs the words themselves: MiniLM's would not)
+    m.append(s2.id, "priya", [{"role": "user", "content": "Which tool do I deploy with?"}])
     ctx = m.context("priya", session_id=s2.id)
     assert ctx.messages[0] == {"role": "system", "content": "You are a helpful assistant."}
     memory_block = ctx.messages[1]["content"]
     assert memory_block.startswith("## Memory") and "Kubernetes" in memory_block
-    assert ctx.messages[-1] == {"role": "user", "content": "How should I deploy this service?"}
+    assert ctx.messages[-1] == {"role": "user", "content": "Which tool do I deploy with?"}
     assert ctx.report.total_tokens <= 8192 - 1024
     sections = {i.section for i in ctx.report.items}
     assert {"history"} <= sections and ({"fact", "memory"} & sections)
@@ -380,7 +381,7 @@ def test_context_reads_history_beside_retrieval_as_the_same_user(engine_on: Memd
     m.append(s.id, "u", [{"role": "user", "content": f"turn {i} about otters"}
                          for i in range(5)])
     m.add("otters hold hands while sleeping", "u")
-    m.set_fact("u", "pets", "otter_name", "Pebble")
+    m.set_fact("u", "pets", "otters", "Pebble")  # about the query
     seen = _record_calls(m.store, "recent_messages")
     facts_seen = _record_calls(m.store, "get_facts")
     with acting_as("u"):

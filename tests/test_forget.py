@@ -29,10 +29,10 @@ def context_text(engine: Memd, question: str) -> str:
 def test_forgetting_a_memory_takes_the_fact_it_stated(engine: Memd) -> None:
     said = engine.add("I prefer tabs over spaces", "alice")
     assert "preference/indentation=tabs" in facts_of(engine)
-    assert "tabs" in context_text(engine, "How should I indent this file?")
+    assert "tabs" in context_text(engine, "Which indentation do I prefer over spaces?")
     engine.forget(said.memory.id, "alice")
     assert facts_of(engine) == []
-    assert "tabs" not in context_text(engine, "How should I indent this file?")
+    assert "tabs" not in context_text(engine, "Which indentation do I prefer over spaces?")
     assert engine.search("indentation tabs", "alice", kinds=["memory", "fact"]) == []
 
 

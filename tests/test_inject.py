@@ -198,7 +198,7 @@ def test_memory_from_the_calls_own_session_is_not_added_again(tmp_path: Path) ->
 def test_a_new_user_turn_adds_a_block_and_the_old_one_stays_in_place(tmp_path: Path) -> None:
     engine = Memd.open(tmp_path / "m", embedder="fake")
     engine.add("The user prefers tabs over spaces in Python code.", "local")
-    engine.add("Releases ship with Docker on Fridays.", "local")
+    engine.add("The service deploys with Docker on Fridays.", "local")
     window = WindowInfo(128_000, "config")
     turn1 = [{"role": "system", "content": "agent rules"},
              {"role": "user", "content": "format the python code with tabs"}]

@@ -194,7 +194,8 @@ def test_a_grounded_value_is_stored_with_the_message_as_its_source(m: Memd) -> N
     assert "llm" in mem.tags and "fact:identity/monorepo" in mem.tags
     assert m.jobs.llm_counts["facts"] == 1
     later = m.create_session("alice")
-    ctx = m.context("alice", session_id=later.id, query="Which monorepo do we use?")
+    # (the fake embedder's cosine needs the words themselves: MiniLM's would not)
+    ctx = m.context("alice", session_id=later.id, query="What is our monorepo?")
     assert "Halibut" in json.dumps(ctx.messages)
 
 
@@ -306,5 +307,5 @@ def test_the_bundled_model_reads_what_the_rules_miss(m: Memd) -> None:
     say(m, HALIBUT)
     assert facts_of(m).get("identity/monorepo") == "Halibut"
     later = m.create_session("alice")
-    ctx = m.context("alice", session_id=later.id, query="Where does our code live?")
+    ctx = m.context("alice", session_id=later.id, query="What is our monorepo?")
     assert "monorepo: Halibut" in json.dumps(ctx.messages)

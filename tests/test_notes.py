@@ -210,21 +210,24 @@ def _note(i: int, words: int) -> Candidate:
     return Candidate(NOTE_KIND, f"n{i}", text, count_text(text), 1.0)
 
 
-def test_notes_over_the_budget_are_cut_fairly_and_come_first() -> None:
+def test_notes_over_their_share_are_cut_fairly_and_come_first() -> None:
     small, big1, big2 = _note(0, 5), _note(1, 400), _note(2, 400)
     memory = Candidate("memory", "m", "a retrieved memory", 4, 0.9)
-    budget = 300
-    fitted = fit_notes([small, big1, big2, memory], budget, None)
+    fitted = fit_notes([small, big1, big2, memory], 300, None)
     by_id = {c.id: c for c in fitted}
     assert by_id["n0"] == small  # fits its share: whole
     assert by_id["n1"].text.endswith(" [...]") and by_id["n2"].text.endswith(" [...]")
     assert abs(by_id["n1"].tokens - by_id["n2"].tokens) <= 8  # equal shares, cut at words
+    budget = 1200
     facts, mems, lines, tokens = pack_memory_block(
-        [Candidate("fact", "f", "name: Ada", 3, 1.0)], [small, big1, big2, memory], budget, None)
+        [Candidate("fact", "f", "name: Ada", 3, 1.0)], [small, big1, big2, memory], budget, None,
+        share=0.25)
     assert tokens <= budget
     assert lines[1].startswith("### Standing instructions")
-    # the notes take the budget first: no room is left for the fact or the memory
-    assert [m.id for m in mems] == ["n0", "n1", "n2"] and facts == []
+    # the notes come first, within their share of the budget: the rest is what was found
+    assert [m.id for m in mems] == ["n0", "n1", "n2", "m"] and [f.id for f in facts] == ["f"]
+    notes_tokens = sum(m.tokens + 2 for m in mems if m.kind == NOTE_KIND)
+    assert notes_tokens <= budget // 4 < sum(c.tokens for c in (small, big1, big2))
 
 
 def test_a_long_note_is_split_at_headings() -> None:

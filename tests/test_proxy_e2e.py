@@ -98,7 +98,8 @@ def test_memory_crosses_sessions_and_history_is_stored_once(stack: Stack) -> Non
     assert raw3.headers["x-memd-session"] == s1
     stack.settle()
 
-    ask = {"role": "user", "content": "How should I deploy this service?"}
+    # (the fake embedder's cosine needs the words themselves: MiniLM's would not)
+    ask = {"role": "user", "content": "Which tool do I deploy with?"}
     new = client.chat.completions.with_raw_response.create(model="m", messages=[SYSTEM, ask])
     assert new.headers["x-memd-session"] != s1
     assert "Kubernetes" in stack.injected(stack.upstream.requests[-1])
@@ -232,7 +233,7 @@ def test_streamed_tool_calls_are_reassembled(stack: Stack) -> None:
 @pytest.mark.parametrize("stack", ["sqlite", "postgres"], indirect=True)
 def test_workspaces_scope_injected_memory(stack: Stack) -> None:
     httpx.post(f"{stack.v1('projA')}/memories",
-               json={"text": "projA is deployed with Nomad"}).raise_for_status()
+               json={"text": "In projA we deploy with Nomad"}).raise_for_status()
     httpx.post(f"{stack.v1()}/memories",
                json={"text": "I always deploy from the release branch"}).raise_for_status()
     q = [{"role": "user", "content": "how do we deploy?"}]

@@ -69,7 +69,8 @@ def test_a_statement_is_recalled_in_a_later_chat_and_only_when_related(
         assert RECALL_HEADER in block, (question, block)
         assert "staging.rocket.internal" in block, (question, block)
         assert "User: Before I forget" in block
-        assert "Assistant: ok: Before I forget" in block  # the answer comes with it
+        # the answer comes with it, as the assistant's reply, not as a fact
+        assert "Assistant (earlier reply): ok: Before I forget" in block
     for unrelated in ("How long should sourdough bread proof?", "Recommend a sci-fi novel."):
         chat(base, [{"role": "user", "content": unrelated}])
         assert "staging.rocket.internal" not in block_of(upstream), unrelated
@@ -85,12 +86,13 @@ def test_what_the_client_sends_is_not_recalled(proxy: tuple[str, FakeUpstream, M
                 {"role": "user", "content": "So what is the staging host again?"}])
     assert "staging.rocket.internal" not in block_of(upstream)
     # A regenerated copy of the same chat (a branch) sends the statement too, but not the
-    # first answer (which the fake upstream made by echoing it): only that is recalled.
+    # first answer (which the fake upstream made by echoing it): an assistant's reply is
+    # not recalled on its own, without the user's words it answered.
     chat(base, [*first, {"role": "assistant", "content": "Noted."},
                 {"role": "user", "content": "What is the staging host?"}])
     block = block_of(upstream)
     assert "User: Before I forget" not in block
-    assert "Assistant: ok: Before I forget" in block
+    assert "ok: Before I forget" not in block
 
 
 def test_recall_keeps_to_the_workspace(tmp_path: Path) -> None:
@@ -122,7 +124,7 @@ def test_compiled_context_recalls_other_sessions_not_its_own(tmp_path: Path) -> 
             {"role": "user", "content": "What is the staging host?"}])
         memory = "\n".join(str(m["content"]) for m in ctx.messages if m["role"] == "system")
         assert RECALL_HEADER in memory and "staging.rocket.internal" in memory
-        assert "Assistant: Got it." in memory
+        assert "Assistant (earlier reply): Got it." in memory
         assert any(i.kind == "recall" for i in ctx.report.items)
         own = engine.context("alice", session_id=said.id, messages=[
             {"role": "user", "content": "What is the staging host?"}])

@@ -20,9 +20,11 @@ from servers import FakeUpstream, postgres_url
 
 import memd
 from memd.config import load_settings
+from memd.engine.extract import STYLE_TAG
 from memd.engine.memory import Memd
 from memd.engine.side import RecentTurns, side_reason
 from memd.server.app import create_app
+from memd.types import Tier
 
 STATED = "Remember that the staging host is staging.rocket.internal for all deploys."
 
@@ -76,8 +78,8 @@ TITLE = {"messages": [
     pytest.param(TITLE, id="known-prompt"),
     pytest.param({"messages": [{"role": "user", "content": STATED}],
                   "response_format": {"type": "json_object"}}, id="json-response"),
-    pytest.param({"messages": [{"role": "user", "content": STATED}], "max_tokens": 20},
-                 id="tiny-answer"),
+    pytest.param({"messages": [{"role": "user", "content": STATED * 20}], "max_tokens": 20},
+                 id="condensed"),
 ])
 def test_a_side_request_goes_as_sent_with_no_session_and_teaches_nothing(
         proxy: Proxy, body: dict[str, Any]) -> None:
@@ -98,8 +100,8 @@ def test_a_side_request_goes_as_sent_with_no_session_and_teaches_nothing(
 
 
 def test_a_side_request_is_forwarded_byte_for_byte(proxy: Proxy) -> None:
-    raw = b'{"model":"gpt-4o",  "messages":[{"role":"user","content":"caf\\u00e9"}],' \
-          b'"max_tokens":8, "x_custom": 1.0}'
+    raw = (b'{"model":"gpt-4o",  "messages":[{"role":"user","content":"caf\\u00e9"}],'
+           b' "response_format": {"type": "json_object"}, "x_custom": 1.0}')
     resp = proxy.client.post("/v1/chat/completions", content=raw,
                              headers={"content-type": "application/json"})
     assert resp.status_code == 200 and resp.headers["x-memd-side"] == "true"
@@ -123,15 +125,18 @@ def test_text_completions_are_side_requests(proxy: Proxy) -> None:
 
 
 def test_the_header_turns_memory_off_and_on(proxy: Proxy) -> None:
-    proxy.engine.set_fact("local", "identity", "name", "Ada", importance=0.9)
+    # a style rule: it applies to every request, whatever it is about
+    proxy.engine.add("Always answer in British English", "local", tier=Tier.PROCEDURAL,
+                     provenance="instruction", tags=[STYLE_TAG])
     turn = {"messages": [{"role": "user", "content": "What should I call my cat?"}]}
     proxy.chat(turn, **{"X-Memd-Memory": "off"})
     assert proxy.upstream.requests[-1]["messages"] == turn["messages"]
     assert proxy.sessions() == []
     # "on" makes a call that looks like a side request a turn
-    resp = proxy.chat({**turn, "max_tokens": 10}, **{"X-Memd-Memory": "on"})
+    resp = proxy.chat({**turn, "response_format": {"type": "json_object"}},
+                      **{"X-Memd-Memory": "on"})
     assert "x-memd-side" not in resp.headers
-    assert "Ada" in str(proxy.upstream.requests[-1]["messages"][-1]["content"])
+    assert "British English" in str(proxy.upstream.requests[-1]["messages"][-1]["content"])
     assert len(proxy.sessions()) == 1
 
 
@@ -182,9 +187,13 @@ def test_side_reason_signals() -> None:
                         "tools": [{"type": "function"}]}, None) is None
     assert side_reason({"messages": [user, {"role": "assistant", "content": "x"}, user],
                         "max_tokens": 16}, None) is None
-    assert side_reason({"messages": [user], "max_tokens": 16}, None)
+    # a short question with a small max_tokens is a one-line chat; a long text, condensed
+    assert side_reason({"messages": [user], "max_tokens": 16}, None) is None
+    long = {"role": "user", "content": user["content"] * 30}
+    assert side_reason({"messages": [long], "max_tokens": 16}, None)
+    assert side_reason({"messages": [long], "max_tokens": 400}, None) is None
     assert side_reason({"messages": [user]}, "OFF") == "X-Memd-Memory: off"
-    assert side_reason({"messages": [user], "max_tokens": 1}, " on ") is None
+    assert side_reason({"messages": [long], "max_tokens": 1}, " on ") is None
     assert side_reason({"messages": [user], "response_format": {"type": "text"}}, None) is None
     compaction = {"role": "user", "content": "Provide a detailed prompt for continuing our "
                                              "conversation above. Focus on..."}

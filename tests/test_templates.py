@@ -143,7 +143,8 @@ def test_an_agents_tool_loop_keeps_the_block_of_its_task(
     results after it neither retrieve again nor get blocks of their own."""
     session = generate("cline-like", seed=5, target_tokens=20_000)
     with memd.open(tmp_path / "cline", embedder="fake") as engine:
-        engine.add("The config loader must keep accepting the policies module's bounds.",
+        # a memory about the task, so that the task's block holds it
+        engine.add("The nightly job reads the schedules limit from the policies module.",
                    "local")
         queries: list[str] = []
         retrieve = engine.memory_candidates

@@ -116,12 +116,16 @@ def _block(request: dict[str, Any]) -> str | None:
 
 
 FILLER = "Here is part of the build log: step ok, cache hit, linking done. "
+#: These tests are about the window, not about relevance: every memory counts as related
+#: to the request (memd.engine.relevance), whatever the fake embedder's cosine says.
+ALL_RELATED = {"sure_similarity": -1.0}
+DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
 
 def test_a_request_that_fits_a_small_local_model_still_works_and_memory_fits_too(
         make_stack: Any) -> None:
     up = LlamaCpp(n_ctx=2048)
-    stack = make_stack(up)
+    stack = make_stack(up, **ALL_RELATED)
     _remember(stack, "The user builds the project with CMake and Ninja on Linux.")
     client = stack.client()
     # about 1,700 of the server's tokens: room for a small memory block
@@ -166,8 +170,9 @@ def test_a_request_over_the_window_goes_out_unchanged_and_the_report_says_why(
 def test_a_refusal_as_too_long_is_retried_without_memory(make_stack: Any) -> None:
     up = LlamaCpp(n_ctx=2048)
     # memd is told a bigger window than the server really has: its block overflows
-    stack = make_stack(up, context_windows={"small": 4096})
-    _remember(stack, *[f"The user's service number {i} deploys to the cluster with helm."
+    stack = make_stack(up, context_windows={"small": 4096}, **ALL_RELATED)
+    # all different: a block says each thing once
+    _remember(stack, *[f"Service{i} deploys to cluster{i} with chart{i} on {DAYS[i % 7]}."
                        for i in range(40)])
     client = stack.client()
     ask = [{"role": "user", "content": FILLER * 85 + " How does the service deploy?"}]
@@ -199,8 +204,9 @@ def test_a_refusal_as_too_long_is_retried_without_memory(make_stack: Any) -> Non
 def test_the_window_header_wins_and_unknown_models_get_a_small_block(
         make_stack: Any) -> None:
     up = FakeUpstream()
-    stack = make_stack(up, memory_unknown_window_tokens=120)
-    _remember(stack, *[f"Fact {i}: the user's team ships the deploy service on Fridays."
+    stack = make_stack(up, memory_unknown_window_tokens=120, **ALL_RELATED)
+    # all different: a block says each thing once
+    _remember(stack, *[f"Team{i} ships deploy service{i} on {DAYS[i % 7]} from branch{i}."
                        for i in range(30)])
     client = stack.client()
     ask = [{"role": "user", "content": "when does the deploy service ship?"}]

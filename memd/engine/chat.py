@@ -329,6 +329,7 @@ def _blocks(
         return kept
     newest = newest_user(messages)
     anchor = hashes[newest] or "" if newest is not None and placement != "system" else ""
+    held: tuple[str, ...] = ()
     if placement == "system":  # one place: its one block follows what is retrieved
         taken: set[tuple[str, str]] = set()
         room_left = budget
@@ -336,13 +337,15 @@ def _blocks(
         return kept
     else:
         taken = {k for a in kept for k in a.block.key}
+        held = tuple(t for a in kept for t in a.block.texts)
         room_left = budget - kept_tokens
     facts, mems = engine.memory_candidates(user_id, query, session=session,
                                            exclude_session=True,
                                            sent_chains=[h for h in hashes if h]
                                            if engine.settings.memory_recall else None)
     new = build([f for f in facts if ("fact", f.id) not in taken],
-                [m for m in mems if (m.kind, m.id) not in taken], room_left, placement, model)
+                [m for m in mems if (m.kind, m.id) not in taken], room_left, placement, model,
+                held=held, share=engine.settings.instruction_share)
     if new is not None and not (placement == "system" and kept
                                 and kept[0].block.key == new.key):
         kept = [Anchored("", new)] if placement == "system" else [*kept, Anchored(anchor, new)]

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
 
+from memd.engine.relevance import content_words
 from memd.models.tokens import MESSAGE_OVERHEAD, count_lines, count_text, message_tokens
 from memd.types import Context, ContextReport, Message, ReportItem, quick_init
 
@@ -81,10 +82,19 @@ MEMORY_HEADER: Final = (
 )
 FACTS_HEADER: Final = "### Facts"
 MEMORIES_HEADER: Final = "### Memories"
-RECALL_HEADER: Final = "### From earlier conversations"
+RECALL_HEADER: Final = ("### From earlier conversations (the user's words; the assistant's "
+                        "replies there may be wrong)")
 RECALL_KIND: Final = "recall"  # a past message recalled (memd.engine.recall)
 NOTES_HEADER: Final = "### Standing instructions (the user's notes)"
 NOTE_KIND: Final = "note"  # a file of the notes folder (memd.engine.notes)
+RULES_HEADER: Final = "### Instructions the user gave"
+STYLE_RULE: Final = "style"  # Candidate.rule: a style or format rule, whatever the query
+TOPIC_RULE: Final = "topic"  # Candidate.rule: an instruction about a topic, when relevant
+#: The share of a block's budget that standing instructions (notes and rules) may take
+#: together: they are given before what was retrieved, and must not crowd it out.
+INSTRUCTION_SHARE: Final = 0.25
+#: Two lines whose content words overlap this much (of the smaller set) say the same thing.
+SAME_LINE_OVERLAP: Final = 0.8
 NOTE_MIN_TOKENS: Final = 16  # a note cut shorter than this says nothing: left out
 NOTE_CUT: Final = " [...]"
 SUMMARY_PREFIX: Final = "[Session summary]\n"
@@ -108,11 +118,13 @@ _CONTENT_REQUIRED = frozenset({"system", "developer", "user", "tool"})
 class Candidate:
     """A scored item to pack into the memory block."""
 
-    kind: str  # "fact" | "memory" | "summary"
+    kind: str  # "fact" | "memory" | "summary" | "recall" | "note"
     id: str
     text: str
     tokens: int  # stored token count of ``text`` (computed at write time)
     score: float  # retrieval score (facts typically get a high fixed score)
+    similarity: float = 1.0  # cosine with the query (1.0: given whatever the query)
+    rule: str = ""  # a standing instruction: STYLE_RULE (always) or TOPIC_RULE
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +148,7 @@ class CompileInput:
     compressed_before: bool = False  # the session has compressed turns before history
     task_type: str | None = None  # None -> classify_task
     model: str | None = None  # for token counting
+    instruction_share: float = INSTRUCTION_SHARE  # of the memory block's budget
 
 
 def classify_task(history: Sequence[Message], has_tools: bool) -> str:
@@ -245,7 +258,7 @@ def compile_context(inp: CompileInput) -> Context:
             remaining -= n
 
     facts, mems, lines, mem_tokens = pack_memory_block(inp.facts, inp.memories, remaining,
-                                                       model)
+                                                       model, share=inp.instruction_share)
     block_msg = {"role": "system", "content": "\n".join(lines)} if lines else None
 
     messages: list[dict[str, Any]] = list(inp.system)
@@ -281,16 +294,20 @@ def compile_context(inp: CompileInput) -> Context:
 
 def pack_memory_block(
     facts: Sequence[Candidate], memories: Sequence[Candidate], budget: int,
-    model: str | None, header: str = MEMORY_HEADER,
+    model: str | None, header: str = MEMORY_HEADER, *, held: Sequence[str] = (),
+    share: float = INSTRUCTION_SHARE,
 ) -> tuple[list[Candidate], list[Candidate], list[str], int]:
     """The memory block that fits ``budget`` tokens as one chat message: (facts, memories,
     its lines, its exact ``message_tokens``); no lines and 0 tokens when nothing fits.
 
-    Items are chosen greedily by estimated cost (:func:`_pack`); the rendered block is then
-    measured exactly, and while it is over, the lowest-efficiency memories (then the
-    lowest-scored facts) are dropped until their estimated cost covers the excess."""
-    memories = fit_notes(memories, budget, model, header)
-    chosen_facts, chosen_mems = _pack(facts, memories, budget, model, header)
+    Items are chosen greedily by estimated cost (:func:`_pack`), standing instructions
+    within ``share`` of the budget, and none that says what a chosen item or a text of
+    ``held`` (the lines blocks sent earlier hold) says already; the rendered block is
+    then measured exactly, and while it is over, the lowest-efficiency memories (then
+    the lowest-scored facts) are dropped until their estimated cost covers the excess."""
+    cap = int(budget * share)
+    memories = fit_notes(memories, cap, model, header)
+    chosen_facts, chosen_mems = _pack(facts, memories, budget, model, header, held, cap)
     while chosen_facts or chosen_mems:
         lines = memory_block_lines(chosen_facts, chosen_mems, header)
         tokens = MESSAGE_OVERHEAD + count_lines(lines, model)  # = message_tokens
@@ -306,17 +323,42 @@ def pack_memory_block(
 def memory_block_lines(facts: Sequence[Candidate], memories: Sequence[Candidate],
                        header: str = MEMORY_HEADER) -> list[str]:
     """The memory block's content, by line (a multi-line item is one line); a
-    subsection with no items is left out."""
+    subsection with no items is left out. Notes keep their order (their paths'); every
+    other section is in score order, best first."""
     lines = [header]
-    for header, group in ((NOTES_HEADER, [m for m in memories if m.kind == NOTE_KIND]),
-                          (FACTS_HEADER, facts),
-                          (MEMORIES_HEADER, [m for m in memories
-                                             if m.kind not in (RECALL_KIND, NOTE_KIND)]),
-                          (RECALL_HEADER, [m for m in memories if m.kind == RECALL_KIND])):
+    for section, group in _sections(facts, memories):
         if group:
-            lines.append(header)
-            lines += ["- " + _bullet(c.text) for c in group]
+            lines.append(section)
+            ordered = group if section == NOTES_HEADER else sorted(group, key=_by_score)
+            lines += ["- " + _bullet(c.text) for c in ordered]
     return lines
+
+
+def _section(c: Candidate, is_fact: bool = False) -> str:
+    """The header of the section ``c`` is shown under."""
+    if is_fact:
+        return FACTS_HEADER
+    if c.kind == NOTE_KIND:
+        return NOTES_HEADER
+    if c.kind == RECALL_KIND:
+        return RECALL_HEADER
+    return RULES_HEADER if c.rule else MEMORIES_HEADER
+
+
+def _sections(facts: Sequence[Candidate], memories: Sequence[Candidate]
+              ) -> list[tuple[str, list[Candidate]]]:
+    """The block's sections in the order they are shown, each with its items."""
+    groups: dict[str, list[Candidate]] = {h: [] for h in (
+        NOTES_HEADER, RULES_HEADER, FACTS_HEADER, MEMORIES_HEADER, RECALL_HEADER)}
+    for f in facts:
+        groups[FACTS_HEADER].append(f)
+    for m in memories:
+        groups[_section(m)].append(m)
+    return list(groups.items())
+
+
+def _by_score(c: Candidate) -> tuple[float, str, str]:
+    return (-_finite(c.score), c.id, c.text)
 
 
 @lru_cache(maxsize=64)
@@ -326,44 +368,64 @@ def _constant_tokens(text: str, model: str | None) -> int:
 
 def _pack(
     facts: Sequence[Candidate], memories: Sequence[Candidate], budget: int, model: str | None,
-    header: str = MEMORY_HEADER,
+    header: str = MEMORY_HEADER, held: Sequence[str] = (), cap: int | None = None,
 ) -> tuple[list[Candidate], list[Candidate]]:
-    """Greedy selection under ``budget`` by estimated cost; skips what does not fit."""
+    """Greedy selection under ``budget`` by estimated cost; skips what does not fit, the
+    standing instructions past ``cap`` tokens, and what a chosen item or a text of
+    ``held`` says already (:func:`same_line`)."""
     base = MESSAGE_OVERHEAD + _constant_tokens(header, model) + 1  # + its newline
-    section_cost = {
-        h: _constant_tokens(h, model) + 1
-        for h in (NOTES_HEADER, FACTS_HEADER, MEMORIES_HEADER, RECALL_HEADER)
-    }
+    section_cost = {h: _constant_tokens(h, model) + 1 for h, _ in _sections((), ())}
     ordered_notes = sorted((m for m in memories if m.kind == NOTE_KIND and m.text.strip()),
                            key=lambda m: (m.text, m.id, m.tokens))
+    ordered_rules = sorted((m for m in memories if m.rule and m.kind != NOTE_KIND
+                            and m.text.strip()), key=_by_score)
     ordered_facts = sorted(
         (f for f in facts if f.text.strip()),
         key=lambda f: (-_finite(f.score), f.id, f.text, f.tokens, f.kind),
     )
     ordered_mems = sorted(
-        (m for m in memories if m.text.strip() and m.kind != NOTE_KIND),
+        (m for m in memories if m.text.strip() and m.kind != NOTE_KIND and not m.rule),
         key=lambda m: (-_efficiency(m), m.id, m.text, m.tokens, m.kind),
     )
-    used = 0
+    cap = budget if cap is None else cap
+    used = ruled = 0
     chosen: tuple[list[Candidate], list[Candidate]] = ([], [])
     sections: set[str] = set()
-    # notes first: they are the user's standing instructions, whatever the query
-    for group, out in ((ordered_notes, chosen[1]), (ordered_facts, chosen[0]),
-                       (ordered_mems, chosen[1])):
+    said = [content_words(t) for t in held]
+    # standing instructions first (notes, then rules), within their cap; then the rest
+    for group, out, capped in ((ordered_notes, chosen[1], True),
+                               (ordered_rules, chosen[1], True),
+                               (ordered_facts, chosen[0], False),
+                               (ordered_mems, chosen[1], False)):
         for item in group:
             cost = max(0, item.tokens) + LINE_OVERHEAD
-            header = (FACTS_HEADER if out is chosen[0] else
-                      NOTES_HEADER if item.kind == NOTE_KIND else
-                      RECALL_HEADER if item.kind == RECALL_KIND else MEMORIES_HEADER)
-            if header not in sections:
-                cost += section_cost[header]
+            section = _section(item, out is chosen[0])
+            if section not in sections:
+                cost += section_cost[section]
             if not sections:
                 cost += base
-            if used + cost <= budget:
-                out.append(item)
-                used += cost
-                sections.add(header)
+            if used + cost > budget or capped and ruled + cost > cap:
+                continue
+            words = content_words(item.text)
+            if any(same_line(words, other) for other in said):
+                continue
+            out.append(item)
+            said.append(words)
+            used += cost
+            ruled += cost if capped else 0
+            sections.add(section)
     return chosen
+
+
+def same_line(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Whether two lines' content words say the same thing: at least
+    ``SAME_LINE_OVERLAP`` of the smaller set is in the other, or, for lines of under
+    three such words, the same words."""
+    if not a or not b:
+        return False
+    if min(len(a), len(b)) < 3:
+        return a == b
+    return len(a & b) >= SAME_LINE_OVERLAP * min(len(a), len(b))
 
 
 def fit_notes(memories: Sequence[Candidate], budget: int, model: str | None,

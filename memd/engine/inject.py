@@ -48,7 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memd.engine.compile import Candidate, pack_memory_block
+from memd.engine.compile import INSTRUCTION_SHARE, Candidate, pack_memory_block
 from memd.models.tokens import MESSAGE_OVERHEAD, count_text
 
 MARGIN_SHARE = 0.02
@@ -165,15 +165,23 @@ class Block:
     def key(self) -> frozenset[tuple[str, str]]:
         return frozenset((c.kind, c.id) for c in (*self.facts, *self.memories))
 
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """The texts of its items."""
+        return tuple(c.text for c in (*self.facts, *self.memories))
+
 
 def build(facts: Sequence[Candidate], memories: Sequence[Candidate], budget: int,
-          placement: str, model: str | None) -> Block | None:
+          placement: str, model: str | None, *, held: Sequence[str] = (),
+          share: float = INSTRUCTION_SHARE) -> Block | None:
     """The block of the best facts and memories that fits ``budget`` as inserted, or None
-    when none does."""
+    when none does; nothing in it says again what a text of ``held`` (the items of the
+    blocks sent before) says, and standing instructions take at most ``share`` of it."""
     wrapper = count_text(USER_OPEN + USER_CLOSE, model) if placement == "user" else 0
     inner = budget - wrapper
     while inner > 0:
-        f, m, lines, _ = pack_memory_block(facts, memories, inner, model, BLOCK_HEADER)
+        f, m, lines, _ = pack_memory_block(facts, memories, inner, model, BLOCK_HEADER,
+                                           held=held, share=share)
         if not lines:
             return None
         text = wrap(lines, placement)

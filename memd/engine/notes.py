@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from memd.backends.base import Store
 from memd.engine import validate as v
-from memd.engine.compile import NOTE_KIND, Candidate
+from memd.engine.compile import NOTE_KIND, STYLE_RULE, Candidate
+from memd.engine.extract import STYLE_TAG
 from memd.engine.write import NOTE_TAG, content_hash
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text
@@ -258,11 +259,23 @@ def note_candidates(store: Store, user_id: str,
     return [Candidate(NOTE_KIND, m.id, m.text, m.token_count, 1.0) for m in notes]
 
 
+def style_rule_candidates(store: Store, user_id: str,
+                          visible: tuple[str, ...]) -> list[Candidate]:
+    """The user's global style and format rules in scope ``visible`` (memories tagged
+    :data:`~memd.engine.extract.STYLE_TAG`): like notes, they apply to every request,
+    so they are read whatever the query, not only when retrieval finds them."""
+    flt = MemoryFilter(workspaces=visible, scope=Scope.GLOBAL, tags=(STYLE_TAG,))
+    rules = store.list_memories(user_id, flt, limit=MAX_NOTES, order="importance")
+    return [Candidate(m.kind, m.id, m.text, m.token_count, m.importance * m.confidence,
+                      1.0, STYLE_RULE) for m in rules]
+
+
 class NoteCache:
-    """The notes channel's reads, kept per (user, scope) for ``TTL`` seconds: reading
-    them is a filtered scan of the user's L4 memories, too slow for every compile, and
-    they change only with the folder. A sync in this process (and an erasure) drops them
-    at once; ``TTL`` bounds how long a change made by another process goes unseen."""
+    """The notes channel's reads (the notes, then the style rules), kept per (user,
+    scope) for ``TTL`` seconds: reading them is a filtered scan of the user's memories,
+    too slow for every compile, and they change seldom. A sync in this process (and an
+    erasure) drops them at once; ``TTL`` bounds how long a change made elsewhere (another
+    process, a new rule) goes unseen."""
 
     TTL = 1.0
 
@@ -277,7 +290,8 @@ class NoteCache:
             kept = self._kept.get(key)
         if kept is not None and now - kept[0] < self.TTL:
             return kept[1]
-        found = note_candidates(store, user_id, visible)
+        found = [*note_candidates(store, user_id, visible),
+                 *style_rule_candidates(store, user_id, visible)]
         with self._lock:
             self._kept[key] = (now, found)
         return found

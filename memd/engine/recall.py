@@ -3,9 +3,9 @@
 Memories and facts hold what the extraction rules recognised; everything else a user said
 is stored as messages, searchable, and would never reach the model again. Recall finds
 the past messages nearest to the query (the vector channel of search, scored with the same
-formula; with ``recall_keyword`` its keyword channel too), keeps those whose cosine with the
-query reaches the similarity floor ``recall_min_similarity`` (a shared keyword alone is not
-enough: boilerplate shares words with everything), and leaves out what the model has
+formula; with ``recall_keyword`` its keyword channel too), keeps those that are about the
+query (:mod:`memd.engine.relevance`: a cosine over ``recall_min_similarity`` and shared
+content words, or a cosine over ``sure_similarity``), and leaves out what the model has
 anyway:
 
 - messages the client sent in this request (by chain hash, so a branch or a resent copy
@@ -18,13 +18,23 @@ A message of the call's own session that the client no longer sends (it fell out
 client's window), or that a compiled context's history no longer reaches, is recalled like
 any other. Each recalled message becomes one block item: its date and its session's title
 when known, who said it, a bounded excerpt (files and logs are stored whole), and the
-message that answered it or that it answered, so a question and its answer come together.
+assistant's reply to it, so a question and its answer come together.
+
+**Anchored on the user's words.** Only a user message is recalled: what the user said is
+what memd knows. The assistant's reply comes with it, marked as an earlier reply and never
+as a fact (a small model's wrong answer is not knowledge). A reply close to the query
+brings back the user message it answers, judged on that message's own cosine: an
+assistant message is never recalled on its own, however close it is to the query. A user
+message that only asks something (:func:`only_asks`) says less than one that states
+something, so its score is weighed down by ``QUESTION_WEIGHT``.
+
 A title costs tokens of the memory budget like the rest of the item, so it is short
 (memd.engine.titles).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +44,7 @@ import numpy as np
 
 from memd.engine import validate as v
 from memd.engine.compile import RECALL_KIND, Candidate
+from memd.engine.relevance import content_words, related
 from memd.engine.retrieve import score_messages
 from memd.models.tokens import count_text
 from memd.types import Message, Session
@@ -45,8 +56,13 @@ if TYPE_CHECKING:
 
 RECALL_K = 12  # past messages retrieved per query, before the floor and the exclusions
 RECALL_CHARS = 600  # the excerpt of a recalled message
-NEIGHBOUR_CHARS = 300  # the excerpt of the message answering it (or that it answers)
-_SPEAKERS = {"user": "User", "assistant": "Assistant"}
+NEIGHBOUR_CHARS = 300  # the excerpt of the reply that comes with it
+QUESTION_WEIGHT = 0.75  # the score of a user message that only asks, against a statement
+_SPEAKERS = {"user": "User", "assistant": "Assistant (earlier reply)"}
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_ASKING = re.compile(
+    r"^(what|who|whom|whose|when|where|which|how|why|is|are|was|were|do|does|did|can|"
+    r"could|would|should|will|shall|may|have|has|any|tell me|remind me)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +82,13 @@ class RecallScope:
 def recall_candidates(
     store: Store, embedder: CachedEmbedder, user_id: str, query: str, qvec: np.ndarray,
     weights: Weights, floor: float, now: float, scope: RecallScope, model: str | None = None,
-    keyword: bool = False,
+    keyword: bool = False, sure: float = 1.0,
 ) -> list[Candidate]:
-    """Past messages for ``query`` as block candidates (kind ``"recall"``), best first;
-    with ``keyword``, the keyword channel finds candidates too (better recall, but a
-    full-text ranking over all the user's messages on every new question)."""
+    """Past user messages for ``query`` as block candidates (kind ``"recall"``), each with
+    the reply it got, best first; with ``keyword``, the keyword channel finds candidates
+    too (better recall, but a full-text ranking over all the user's messages on every new
+    question). A message is recalled when it is about the query (``floor`` and ``sure``:
+    :func:`memd.engine.relevance.related`)."""
     if weights.similarity <= 0:
         return []  # the floor is a cosine: without the similarity signal nothing passes
     hits = score_messages(store, user_id, query, qvec, weights, now, RECALL_K,
@@ -78,30 +96,58 @@ def recall_candidates(
     sessions: dict[str, Session | None] = {}
     used: set[str] = set()
     out: list[Candidate] = []
-    for msg, total, parts in hits:
-        if (msg.id in used or msg.role not in _SPEAKERS or not (msg.safe_text or "").strip()
-                or parts["similarity"] / weights.similarity < floor
-                or same_text(msg.safe_text or "") in scope.known_texts
-                or msg.chain_hash in scope.sent_chains or msg.id in scope.history):
+    words = content_words(query)
+    for hit, total, parts in hits:
+        if hit.id in used or hit.role not in _SPEAKERS or not (hit.safe_text or "").strip():
+            continue
+        if hit.role == "user":
+            msg, similarity = hit, parts["similarity"] / weights.similarity
+        else:  # a reply found: recalled through the user message it answers, if any
+            user_msg = neighbour(store, user_id, hit)
+            if user_msg is None or user_msg.id in used:
+                continue
+            msg, similarity = user_msg, _cosine(embedder, user_msg, qvec)
+        if (not related(similarity, words, msg.safe_text or "", floor, sure)
+                or _excluded(msg, scope)):
             continue
         if msg.session_id not in sessions:
             sessions[msg.session_id] = store.get_session(user_id, msg.session_id)
         session = sessions[msg.session_id]
         if session is None or (session.workspace or "") not in scope.workspaces:
             continue
-        other = neighbour(store, user_id, msg)
-        if other is not None and (same_text(other.safe_text or "") in scope.known_texts
-                                  or other.chain_hash in scope.sent_chains
-                                  or other.id in scope.history):
-            other = None
+        reply = hit if hit is not msg else neighbour(store, user_id, msg)
+        if reply is not None and _excluded(reply, scope):
+            reply = None
         used.add(msg.id)
-        if other is not None:
-            used.add(other.id)
-        pair = (msg, other) if other is None or msg.turn_index < other.turn_index \
-            else (other, msg)
-        text = render(pair, msg, session.title)
-        out.append(Candidate(RECALL_KIND, msg.id, text, count_text(text, model), total))
+        if reply is not None:
+            used.add(reply.id)
+        text = render((msg, reply), msg, session.title)
+        if only_asks(msg.safe_text or ""):
+            total *= QUESTION_WEIGHT
+        out.append(Candidate(RECALL_KIND, msg.id, text, count_text(text, model), total,
+                             similarity))
     return out
+
+
+def _excluded(msg: Message, scope: RecallScope) -> bool:
+    """Whether the model has ``msg`` already (see :class:`RecallScope`)."""
+    return (same_text(msg.safe_text or "") in scope.known_texts
+            or msg.chain_hash in scope.sent_chains or msg.id in scope.history)
+
+
+def _cosine(embedder: CachedEmbedder, msg: Message, qvec: np.ndarray) -> float:
+    """``msg``'s cosine with the query, from its stored vector (0.0 before its embedding
+    job has run: it is not recalled yet)."""
+    [vec] = embedder.cached([v.excerpt(msg.safe_text or "", v.EMBED_CHARS)])
+    return 0.0 if vec is None else float(np.dot(qvec, vec))
+
+
+def only_asks(text: str) -> bool:
+    """Whether a message only asks something: every sentence of it is a question."""
+    sentences = [p for p in _SENTENCE_END.split(" ".join(text.split())) if p]
+    return bool(sentences) and all(
+        p.endswith("?") or not p.endswith((".", "!")) and bool(_ASKING.match(p))
+        for p in sentences)
 
 
 def same_text(text: str) -> str:
@@ -125,9 +171,9 @@ def neighbour(store: Store, user_id: str, msg: Message) -> Message | None:
 
 
 def render(pair: Sequence[Message | None], hit: Message, title: str | None = None) -> str:
-    """``[date, "title"] User: ... / Assistant: ...``: the hit in full excerpt, its
-    neighbour shorter, each in its sanitized text (a memory block holds no secret); the
-    title of the hit's session when it has one (memd.engine.titles)."""
+    """``[date, "title"] User: ... / Assistant (earlier reply): ...``: the hit in full
+    excerpt, its neighbour shorter, each in its sanitized text (a memory block holds no
+    secret); the title of the hit's session when it has one (memd.engine.titles)."""
     day = time.strftime("%Y-%m-%d", time.gmtime(hit.created_at))
     if title:
         day += ', "' + title.replace('"', "'") + '"'

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from memd.engine import compact, recurring
@@ -20,20 +20,28 @@ from memd.engine import validate as v
 from memd.engine.chains import chain_hashes
 from memd.engine.compile import (
     RECALL_KIND,
+    STYLE_RULE,
+    TOPIC_RULE,
     Candidate,
     CompileInput,
     compile_context,
     history_budget_bound,
 )
-from memd.engine.extract import Extraction, extract
+from memd.engine.extract import STYLE_TAG, Extraction, extract
 from memd.engine.extract.llm import worth_asking
 from memd.engine.notes import NoteCache, with_notes
 from memd.engine.privacy import REDACT_MARGIN, redacted
 from memd.engine.recall import RecallScope, recall_candidates, same_text
+from memd.engine.relevance import content_words, related
 from memd.engine.retrieve import ScoredMemory, aside, score_memories
 from memd.engine.templates import user_words
 from memd.engine.titles import rule_title
-from memd.engine.write import fact_item, fact_tag, forgotten_items, memory_item
+from memd.engine.write import (
+    fact_item,
+    fact_tag,
+    forgotten_items,
+    memory_item,
+)
 from memd.errors import InvalidInput, NotFound, TooLarge
 from memd.models.tokens import count_text, message_tokens
 from memd.types import (
@@ -339,13 +347,13 @@ class SessionsMixin:
             ws = session.workspace
         now = self.now()
         visible = self.visible_workspaces(ws)
-        floor = self.settings.min_similarity
         with self.store.read_batch():
             all_facts = self.store.get_facts(uid, workspaces=visible)
             scored = self._score(uid, query, session, ws, visible, now)
             facts, mems = _candidates(
-                all_facts, scored, floor,
-                session.id if session is not None and exclude_session else None)
+                all_facts, scored, self._floor(query),
+                self._fact_similarity(query, all_facts, scored),
+                session.id if session is not None else None, exclude_session)
             mems = with_notes(self.notes_cache.candidates(self.store, uid, visible), mems)
             if sent_chains is None or not query:
                 return facts, mems
@@ -364,7 +372,30 @@ class SessionsMixin:
         return recall_candidates(self.store, self.embedder, user_id, query,
                                  self.query_vector(query), self.settings.weights,
                                  self.settings.recall_min_similarity, now, scope,
-                                 keyword=self.settings.recall_keyword)
+                                 keyword=self.settings.recall_keyword,
+                                 sure=self.settings.sure_similarity)
+
+    def _floor(self, query: str | None) -> Floor:
+        """The relevance test of facts and memories for ``query``."""
+        return Floor(content_words(query or ""), self.settings.min_similarity,
+                     self.settings.sure_similarity)
+
+    def _fact_similarity(self, query: str | None, facts: Sequence[Fact],
+                         scored: Sequence[ScoredMemory]) -> dict[str, float]:
+        """Each important fact's cosine with ``query``: the better of its own text's
+        (``key: value``, embedded once and cached) and that of the memory it was
+        extracted with, when retrieval found it (a sentence in the user's words)."""
+        wanted = [f for f in facts if f.importance >= FACT_MIN_IMPORTANCE]
+        if not query or not wanted:
+            return {}
+        by_tag: dict[str, float] = {}
+        for s in scored:
+            for tag in s.memory.tags:
+                by_tag[tag] = max(by_tag.get(tag, 0.0), s.similarity)
+        vecs = self.embedder.embed([f.text for f in wanted])
+        cosines = vecs @ self.query_vector(query)
+        return {f.id: max(float(c), by_tag.get(fact_tag(f.category, f.key), 0.0))
+                for f, c in zip(wanted, cosines, strict=True)}
 
     def _score(self, user_id: str, query: str | None, session: Session | None,
                workspace: str | None, visible: tuple[str, ...], now: float
@@ -455,7 +486,10 @@ class SessionsMixin:
                       or s.memory.session_id != session.id]
         if side is not None:
             stored, all_facts = side.result()
-        fact_cands, mem_cands = _candidates(all_facts, scored, self.settings.min_similarity)
+        fact_cands, mem_cands = _candidates(
+            all_facts, scored, self._floor(query),
+            self._fact_similarity(query, all_facts, scored),
+            session.id if session is not None else None)
         mem_cands = with_notes(self.notes_cache.candidates(self.store, uid, visible),
                                mem_cands)
         if query and self.settings.memory_recall:
@@ -475,6 +509,7 @@ class SessionsMixin:
             session_summary_tokens=session.summary_token_count if session else 0,
             compressed_before=bool(session and session.summary_text),
             task_type=task_type, model=model,
+            instruction_share=self.settings.instruction_share,
         ))
         used = [(i.id, i.score or 0.0) for i in ctx.report.items
                 if i.section == "memory" and i.kind != RECALL_KIND]
@@ -483,29 +518,57 @@ class SessionsMixin:
         return ctx
 
 
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """Which items are about a query: its content words and the two cosine floors
+    (:func:`memd.engine.relevance.related`)."""
+
+    words: frozenset[str]
+    floor: float
+    sure: float
+
+    def passes(self, similarity: float, text: str) -> bool:
+        return related(similarity, self.words, text, self.floor, self.sure)
+
+
 def _candidates(
-    all_facts: Sequence[Fact], scored: Sequence[ScoredMemory], floor: float,
-    exclude_session: str | None = None,
+    all_facts: Sequence[Fact], scored: Sequence[ScoredMemory], floor: Floor,
+    fact_similarity: Mapping[str, float], session_id: str | None = None,
+    exclude_session: bool = False,
 ) -> tuple[list[Candidate], list[Candidate]]:
-    """What may go into a memory block: the important facts, and the memories that are
-    procedural (standing rules) or reach the similarity ``floor`` or match a keyword or
-    an entity, except those a fact already says. ``exclude_session``: leave out what was
-    drawn from that session's own messages (a client resending its history has them)."""
+    """What may go into a memory block for a query: what is about it, and the rules that
+    apply to every query. Precision comes before recall: an item unrelated to the query
+    is noise the model reads as knowledge, so a block for an unrelated question is empty.
+
+    - facts that are important and related to the query (``floor``), by their cosine with
+      it (``fact_similarity``, by fact id);
+    - memories related to the query, but those a fact says already; a procedural one
+      (an instruction about a topic) too, like any memory, and a style rule
+      (``STYLE_TAG``) whatever the query;
+    - a session-local memory only in its own session (``session_id``).
+
+    ``exclude_session``: leave out what was drawn from the messages of the session
+    ``session_id`` (a client resending its history has them)."""
+    mine = session_id if exclude_session else None
     facts = [f for f in all_facts if f.importance >= FACT_MIN_IMPORTANCE
-             and (exclude_session is None or f.metadata.get("session_id") != exclude_session)]
+             and (mine is None or f.metadata.get("session_id") != mine)]
     fact_tags = {fact_tag(f.category, f.key) for f in facts}
     fact_cands = [
-        Candidate("fact", f.id, f.text, count_text(f.text), f.importance * f.confidence)
-        for f in facts
+        Candidate("fact", f.id, f.text, count_text(f.text), f.importance * f.confidence,
+                  fact_similarity.get(f.id, 0.0))
+        for f in facts if floor.passes(fact_similarity.get(f.id, 0.0), f.text)
     ]
-    mem_cands = [
-        Candidate(s.memory.kind, s.memory.id, s.memory.text, s.memory.token_count, s.score)
-        for s in scored
-        if not fact_tags.intersection(s.memory.tags)
-        and (exclude_session is None or s.memory.session_id != exclude_session)
-        and (s.memory.tier == Tier.PROCEDURAL or s.similarity >= floor
-             or s.breakdown["keyword"] > 0 or s.breakdown["entity"] > 0)
-    ]
+    mem_cands = []
+    for s in scored:
+        m = s.memory
+        style = STYLE_TAG in m.tags
+        if (fact_tags.intersection(m.tags) or (mine is not None and m.session_id == mine)
+                or (m.scope == Scope.LOCAL and m.session_id != session_id)
+                or not style and not floor.passes(s.similarity, m.text)):
+            continue
+        rule = STYLE_RULE if style else TOPIC_RULE if m.tier == Tier.PROCEDURAL else ""
+        mem_cands.append(Candidate(m.kind, m.id, m.text, m.token_count, s.score,
+                                   s.similarity, rule))
     return fact_cands, mem_cands
 
 

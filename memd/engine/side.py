@@ -21,8 +21,10 @@ What marks one, strongest first:
   message, no ``tools``) whose user text quotes, inside words of its own, what the same
   client sent in another conversation a short while ago under another system prompt
   (:class:`RecentTurns`);
-- a tiny answer: a single turn without tools that asks for at most ``TINY_ANSWER``
-  tokens (a title, a label, a yes or no).
+- a long text to condense into a few words: a single turn without tools whose user text
+  holds at least ``CONDENSED_CHARS`` characters and that asks for at most
+  ``TINY_ANSWER`` tokens (a title, a label, a topic). A short question with a small
+  ``max_tokens`` is a user's one-line chat, and a turn.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from memd.engine.chains import SYSTEM_ROLES
 
 HEADER = "x-memd-memory"
 TINY_ANSWER = 64  # tokens: a title or a label, not an answer to a user
+CONDENSED_CHARS = 1000  # a text this long answered in TINY_ANSWER tokens is condensed
 RECENT_SECONDS = 600.0  # how long a turn's words are remembered for the quoting check
 MIN_QUOTED_CHARS = 24  # a shorter repeat ("hi", "continue") says nothing
 
@@ -179,10 +182,11 @@ def side_reason(body: Mapping[str, Any], header: str | None, *, user_id: str = "
             return f"a client's side prompt ({known[:48]})"
     if not users or not _single_turn(messages, body):
         return None
+    text = _text(users[-1])
     limit = _answer_limit(body)
-    if limit is not None and limit <= TINY_ANSWER:
-        return f"a single turn without tools asking for at most {limit} tokens"
+    if limit is not None and limit <= TINY_ANSWER and len(text) >= CONDENSED_CHARS:
+        return f"a long text to condense into at most {limit} tokens"
     if recent is not None and recent.quoted(user_id, client, system_hash(messages),
-                                            _text(users[-1]), now):
+                                            text, now):
         return "a single turn that quotes this client's recent turn under another prompt"
     return None

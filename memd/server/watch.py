@@ -36,8 +36,9 @@ log = logging.getLogger("memd.watch")
 # Settings read afresh on every call: retrieval (weights, preset, similarity floors),
 # the memory budgets and context windows, the upstream (URL, key, timeouts) and prices.
 LIVE_KEYS = frozenset({
-    "preset", "weights", "min_similarity", "recall_min_similarity", "recall_keyword",
-    "memory_recall", "memory_max_tokens", "memory_window_share",
+    "preset", "weights", "min_similarity", "sure_similarity", "recall_min_similarity",
+    "recall_keyword",
+    "memory_recall", "memory_max_tokens", "memory_window_share", "instruction_share",
     "memory_unknown_window_tokens", "memory_placement", "default_context_window",
     "default_max_response_tokens", "context_windows", "context_window", "upstream_url",
     "upstream_api_key", "upstream_timeout", "upstream_probe_timeout", "prices",
@@ -178,8 +179,10 @@ class LiveConfig:
             retire_upstream(self.app)
         elif names & WINDOW_KEYS:
             self.app.state.windows = None
-        if names & {"weights", "preset", "min_similarity", "recall_min_similarity",
-                    "memory_recall", "recall_keyword", "memory_placement"}:
+        if names & {"weights", "preset", "min_similarity", "sure_similarity",
+                    "recall_min_similarity",
+                    "memory_recall", "recall_keyword", "memory_placement",
+                    "instruction_share"}:
             # blocks sent before were chosen by the old rules; choose again
             self.app.state.engine.blocks.clear()
 
