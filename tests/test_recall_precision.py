@@ -189,3 +189,20 @@ def test_statements_come_before_questions_and_replies_are_the_assistants(
         assert "User: What is the staging host" in question.text
         assert "Assistant (earlier reply): The staging host is the mock-up" in question.text
         assert not any("surely" in m.text for m in recalled)
+
+
+def test_a_question_that_got_no_answer_is_not_recalled(tmp_path: Path) -> None:
+    with memd.open(tmp_path / "d", embedder="fake") as engine:
+        s = engine.create_session("u")
+        engine.append(s.id, "u", [  # an agent answered with a tool call, no text
+            {"role": "user", "content": "What is the staging host for the rocket project?"},
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": "c1", "type": "function",
+                "function": {"name": "read", "arguments": "{}"}}]}])
+        chat(engine, "u", "The staging host for the rocket project is "
+             "staging.rocket.internal.", "Noted.")
+        settle(engine)
+        _, mems = engine.memory_candidates("u", "What is the staging host for the rocket "
+                                                "project?", sent_chains=())
+        recalled = [m.text for m in mems if m.kind == RECALL_KIND]
+        assert len(recalled) == 1 and "staging.rocket.internal" in recalled[0], recalled

@@ -26,7 +26,8 @@ as a fact (a small model's wrong answer is not knowledge). A reply close to the 
 brings back the user message it answers, judged on that message's own cosine: an
 assistant message is never recalled on its own, however close it is to the query. A user
 message that only asks something (:func:`only_asks`) says less than one that states
-something, so its score is weighed down by ``QUESTION_WEIGHT``.
+something, so its score is weighed down by ``QUESTION_WEIGHT``; one whose reply was not
+text (an agent's tool call) is not recalled at all: it only says the question was asked.
 
 A title costs tokens of the memory budget like the rest of the item, so it is short
 (memd.engine.titles).
@@ -118,11 +119,14 @@ def recall_candidates(
         reply = hit if hit is not msg else neighbour(store, user_id, msg)
         if reply is not None and _excluded(reply, scope):
             reply = None
+        asks = only_asks(msg.safe_text or "")
+        if asks and reply is None:
+            continue  # a question without its answer only says that it was asked
         used.add(msg.id)
         if reply is not None:
             used.add(reply.id)
         text = render((msg, reply), msg, session.title)
-        if only_asks(msg.safe_text or ""):
+        if asks:
             total *= QUESTION_WEIGHT
         out.append(Candidate(RECALL_KIND, msg.id, text, count_text(text, model), total,
                              similarity))
