@@ -206,3 +206,21 @@ def test_a_question_that_got_no_answer_is_not_recalled(tmp_path: Path) -> None:
                                                 "project?", sent_chains=())
         recalled = [m.text for m in mems if m.kind == RECALL_KIND]
         assert len(recalled) == 1 and "staging.rocket.internal" in recalled[0], recalled
+
+
+def test_recall_gives_the_users_words_without_the_clients_text(tmp_path: Path) -> None:
+    with memd.open(tmp_path / "d", embedder="fake") as engine:
+        # a message that is all client text: a file the agent added, nothing typed
+        chat(engine, "u", "I have *added these files to the chat* so you can go ahead and "
+             "edit them.\n\ndeploy.cfg\n```\nstaging host for the rocket project = old\n```",
+             "Ok.")
+        chat(engine, "u", "<environment_details>\ncwd: /srv/rocket, 41 files\n"
+             "</environment_details>\nThe staging host for the rocket project is "
+             "staging.rocket.internal.", "Noted.")
+        settle(engine)
+        _, mems = engine.memory_candidates("u", "What is the staging host for the rocket "
+                                                "project?", sent_chains=())
+        recalled = [m.text for m in mems if m.kind == RECALL_KIND]
+        assert len(recalled) == 1, recalled
+        assert "User: The staging host for the rocket project is staging" in recalled[0]
+        assert "environment_details" not in recalled[0] and "41 files" not in recalled[0]

@@ -38,7 +38,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -47,6 +47,7 @@ from memd.engine import validate as v
 from memd.engine.compile import RECALL_KIND, Candidate
 from memd.engine.relevance import content_words, related
 from memd.engine.retrieve import score_messages
+from memd.engine.templates import user_words
 from memd.models.tokens import count_text
 from memd.types import Message, Session
 
@@ -111,12 +112,18 @@ def recall_candidates(
         if (not related(similarity, words, msg.safe_text or "", floor, sure)
                 or _excluded(msg, scope)):
             continue
+        # what the user typed, without the client's text around it (an agent's environment
+        # block, a file it added); a message that is all client text is not recalled
+        said = user_words(v.excerpt(msg.safe_text or "", v.QUERY_CHARS * 4)).strip()
+        if not said:
+            continue
+        msg = replace(msg, content=said, sanitized=said)
         if msg.session_id not in sessions:
             sessions[msg.session_id] = store.get_session(user_id, msg.session_id)
         session = sessions[msg.session_id]
         if session is None or (session.workspace or "") not in scope.workspaces:
             continue
-        reply = hit if hit is not msg else neighbour(store, user_id, msg)
+        reply = hit if hit.role != "user" else neighbour(store, user_id, msg)
         if reply is not None and _excluded(reply, scope):
             reply = None
         asks = only_asks(msg.safe_text or "")
