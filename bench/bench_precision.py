@@ -4,6 +4,7 @@ questions that have nothing to do with the user's history.
     .venv/bin/python -m bench.bench_precision --users 12 --out bench/figures/precision.json
     .venv/bin/python -m bench.bench_precision --quick    # 2 users, fake embedder (CI)
     .venv/bin/python -m bench.bench_precision --sweep    # the figures at other floors
+    .venv/bin/python -m bench.bench_precision --offset 7 # another 12 questions
 
 On LongMemEval_S (``--data`` or ``$MEMD_BENCH_LONGMEMEVAL``), ``--users`` questions spread
 over the file are ``--users`` users: each one's haystack is ingested through the engine,
@@ -293,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=None, help="LongMemEval_S .json(.gz)")
     ap.add_argument("--users", type=int, default=12, help="questions (users), spread")
+    ap.add_argument("--offset", type=int, default=0,
+                    help="take each question this many further in the file (another set "
+                         "of questions, of the same types, for checking what was tuned)")
     ap.add_argument("--unrelated", type=int, default=10,
                     help="other users' questions asked of each user")
     ap.add_argument("--budget", type=int, default=BUDGET, help="the block's tokens")
@@ -305,10 +309,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="= --users 2 --unrelated 1 --embedder fake (CI)")
     ap.add_argument("--dump", type=Path, help="write every candidate to this JSON-lines file")
     ap.add_argument("--out", type=Path, help="also write the figures to this JSON file")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="an engine setting for this run (e.g. recall_keyword=true)")
     args = ap.parse_args(argv)
     if args.quick:
         args.users, args.unrelated, args.embedder = 2, 1, "fake"
     questions = load_questions(data_path(args.data), args.users)
+    if args.offset:  # the same spread, each question ``--offset`` further in the file
+        every = load_questions(data_path(args.data))
+        at = {q.id: i for i, q in enumerate(every)}
+        questions = [every[(at[q.id] + args.offset) % len(every)] for q in questions]
     inner = make_embedder(args.embedder)
     cache = VectorCache(args.cache, inner.name, inner.dim) if args.embedder != "fake" else None
     emb = RecordingEmbedder(inner, cache)
@@ -318,9 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     floors: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="memd-precision-") as tmp:
         longest = max(len(t.content) for q in questions for s in q.sessions for t in s.turns)
-        opened: dict[str, Any] = {}
+        opened: dict[str, Any] = dict(kv.split("=", 1) for kv in args.set)
         if args.sweep:  # gather with no floor; each grid point filters again
-            opened = {"min_similarity": -1.0, "recall_min_similarity": -1.0,
+            opened |= {"min_similarity": -1.0, "recall_min_similarity": -1.0,
                       "sure_similarity": -1.0}
         engine = memd.open(Path(tmp), embedder=emb, clock=clock,
                            max_text_chars=max(32_000, longest), **opened)

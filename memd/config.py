@@ -179,7 +179,7 @@ class Settings:
     recall_min_similarity: float = 0.3
     # recall also through full text: more of what was said is found, at the cost of a
     # full-text ranking over all the user's messages on each new question
-    recall_keyword: bool = False
+    recall_keyword: bool = True
     # messages of recent session histories kept in the process between compiles, checked
     # against each session's history state (memd.engine.history); 0 turns it off
     history_cache_messages: int = 50_000

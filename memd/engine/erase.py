@@ -5,8 +5,9 @@ row behind, and on SQLite no byte of its text in the files.
 
 The store deletes the rows (:class:`memd.backends.base.ErasureStore`); the engine adds
 what only it knows: the embedding cache's keys of the texts that go (the embedder hashes
-the exact text it was given: a memory's text, a message's excerpt, a fact's line, an
-extraction job's text), and its own in-process copies (histories, memory blocks).
+the exact text it was given: a memory's text, a message's excerpt and a user message's
+passages, a fact's line, an extraction job's text), and its own in-process copies
+(histories, memory blocks).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from memd.engine import validate as v
+from memd.engine.passages import passages
 from memd.engine.validate import EMBED_CHARS, excerpt
 from memd.errors import NotFound
 from memd.models.embedder import text_hash
@@ -44,6 +46,8 @@ def cache_keys(store: Store, user_id: str, session_id: str | None = None,
             message_ids.add(m.id)
             if m.safe_text:
                 texts.append(excerpt(m.safe_text, EMBED_CHARS))
+                if m.role == "user":
+                    texts += passages(m.safe_text)
 
     def erased(session: str | None, from_message: str | None) -> bool:
         if message_id is not None:

@@ -66,6 +66,7 @@ from memd.engine.extract.llm import (
     memory_text,
     new_facts,
 )
+from memd.engine.passages import passages
 from memd.engine.retrieve import aside
 from memd.engine.schedule import Scheduler
 from memd.engine.titles import helper_title, rule_title
@@ -272,6 +273,10 @@ class JobRunner:
         if msgs:
             vecs = self.embedder.embed([excerpt(m.safe_text or "", EMBED_CHARS)
                                         for m in msgs])
+            # A user message's passages too, into the embedder's cache: recall reads
+            # them there (memd.engine.passages).
+            self.embedder.embed([p for m in msgs if m.role == "user"
+                                 for p in passages(m.safe_text or "")])
             store.set_message_embeddings(job.user_id, list(zip([m.id for m in msgs], vecs,
                                                                strict=True)))
 

@@ -5,8 +5,9 @@ is stored as messages, searchable, and would never reach the model again. Recall
 the past messages nearest to the query (the vector channel of search, scored with the same
 formula; with ``recall_keyword`` its keyword channel too), keeps those that are about the
 query (:mod:`memd.engine.relevance`: a cosine over ``recall_min_similarity`` and shared
-content words, or a cosine over ``sure_similarity``), and leaves out what the model has
-anyway:
+content words, or a cosine over ``sure_similarity``), or whose closest passage is
+(:mod:`memd.engine.passages`: a thing said in passing inside a message about something
+else), and leaves out what the model has anyway:
 
 - messages the client sent in this request (by chain hash, so a branch or a resent copy
   of the same conversation is left out too);
@@ -18,7 +19,9 @@ A message of the call's own session that the client no longer sends (it fell out
 client's window), or that a compiled context's history no longer reaches, is recalled like
 any other. Each recalled message becomes one block item: its date and its session's title
 when known, who said it, a bounded excerpt (files and logs are stored whole), and the
-assistant's reply to it, so a question and its answer come together.
+assistant's reply to it, so a question and its answer come together; a message
+recalled for a passage shows the part around that passage when it is longer than its
+excerpt.
 
 **Anchored on the user's words.** Only a user message is recalled: what the user said is
 what memd knows. The assistant's reply comes with it, marked as an earlier reply and never
@@ -35,7 +38,6 @@ A title costs tokens of the memory budget like the rest of the item, so it is sh
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -45,6 +47,7 @@ import numpy as np
 
 from memd.engine import validate as v
 from memd.engine.compile import RECALL_KIND, Candidate
+from memd.engine.passages import closest, only_asks
 from memd.engine.relevance import content_words, related
 from memd.engine.retrieve import score_messages
 from memd.engine.templates import user_words
@@ -59,12 +62,13 @@ if TYPE_CHECKING:
 RECALL_K = 12  # past messages retrieved per query, before the floor and the exclusions
 RECALL_CHARS = 600  # the excerpt of a recalled message
 NEIGHBOUR_CHARS = 300  # the excerpt of the reply that comes with it
+#: A message recalled for one of its passages: the share of the query's content words
+#: the passage must say (a sentence reaches a high cosine with a question more easily
+#: than a whole message, on a word or two of its topic), and its cosine alone is never
+#: enough.
+PASSAGE_SHARE = 0.5
 QUESTION_WEIGHT = 0.75  # the score of a user message that only asks, against a statement
 _SPEAKERS = {"user": "User", "assistant": "Assistant (earlier reply)"}
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_ASKING = re.compile(
-    r"^(what|who|whom|whose|when|where|which|how|why|is|are|was|were|do|does|did|can|"
-    r"could|would|should|will|shall|may|have|has|any|tell me|remind me)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,22 +99,27 @@ def recall_candidates(
         return []  # the floor is a cosine: without the similarity signal nothing passes
     hits = score_messages(store, user_id, query, qvec, weights, now, RECALL_K,
                           embedder=embedder, keyword_hits=None if keyword else [])
+    found: list[tuple[Message, float, Message, float]] = []  # hit, score, message, cosine
+    for hit, total, parts in hits:
+        if hit.role not in _SPEAKERS or not (hit.safe_text or "").strip():
+            continue
+        if hit.role == "user":
+            found.append((hit, total, hit, parts["similarity"] / weights.similarity))
+        elif (user_msg := neighbour(store, user_id, hit)) is not None:
+            # a reply found: recalled through the user message it answers
+            found.append((hit, total, user_msg, _cosine(embedder, user_msg, qvec)))
+    near = closest(embedder, [msg.safe_text or "" for _, _, msg, _ in found], qvec)
     sessions: dict[str, Session | None] = {}
     used: set[str] = set()
     out: list[Candidate] = []
     words = content_words(query)
-    for hit, total, parts in hits:
-        if hit.id in used or hit.role not in _SPEAKERS or not (hit.safe_text or "").strip():
+    for (hit, total, msg, similarity), passage in zip(found, near, strict=True):
+        if hit.id in used or msg.id in used or _excluded(msg, scope):
             continue
-        if hit.role == "user":
-            msg, similarity = hit, parts["similarity"] / weights.similarity
-        else:  # a reply found: recalled through the user message it answers, if any
-            user_msg = neighbour(store, user_id, hit)
-            if user_msg is None or user_msg.id in used:
-                continue
-            msg, similarity = user_msg, _cosine(embedder, user_msg, qvec)
-        if (not related(similarity, words, msg.safe_text or "", floor, sure)
-                or _excluded(msg, scope)):
+        by_passage = related(passage.similarity, words, passage.text, floor, 1.0,
+                             PASSAGE_SHARE)
+        if not by_passage and not related(similarity, words, msg.safe_text or "", floor,
+                                          sure):
             continue
         # what the user typed, without the client's text around it (an agent's environment
         # block, a file it added); a message that is all client text is not recalled
@@ -132,7 +141,11 @@ def recall_candidates(
         used.add(msg.id)
         if reply is not None:
             used.add(reply.id)
-        text = render((msg, reply), msg, session.title)
+        if by_passage and passage.similarity > similarity:  # judged as its passage
+            total += weights.similarity * (passage.similarity - similarity)
+            similarity = passage.similarity
+        text = render((msg, reply), msg, session.title,
+                      passage.text if by_passage else None)
         if asks:
             total *= QUESTION_WEIGHT
         out.append(Candidate(RECALL_KIND, msg.id, text, count_text(text, model), total,
@@ -151,14 +164,6 @@ def _cosine(embedder: CachedEmbedder, msg: Message, qvec: np.ndarray) -> float:
     job has run: it is not recalled yet)."""
     [vec] = embedder.cached([v.excerpt(msg.safe_text or "", v.EMBED_CHARS)])
     return 0.0 if vec is None else float(np.dot(qvec, vec))
-
-
-def only_asks(text: str) -> bool:
-    """Whether a message only asks something: every sentence of it is a question."""
-    sentences = [p for p in _SENTENCE_END.split(" ".join(text.split())) if p]
-    return bool(sentences) and all(
-        p.endswith("?") or not p.endswith((".", "!")) and bool(_ASKING.match(p))
-        for p in sentences)
 
 
 def same_text(text: str) -> str:
@@ -181,10 +186,13 @@ def neighbour(store: Store, user_id: str, msg: Message) -> Message | None:
     return None
 
 
-def render(pair: Sequence[Message | None], hit: Message, title: str | None = None) -> str:
+def render(pair: Sequence[Message | None], hit: Message, title: str | None = None,
+           passage: str | None = None) -> str:
     """``[date, "title"] User: ... / Assistant (earlier reply): ...``: the hit in full
     excerpt, its neighbour shorter, each in its sanitized text (a memory block holds no
-    secret); the title of the hit's session when it has one (memd.engine.titles)."""
+    secret); the title of the hit's session when it has one (memd.engine.titles). A hit
+    too long for its excerpt and recalled for one of its passages shows the part around
+    that passage (:func:`around`)."""
     day = time.strftime("%Y-%m-%d", time.gmtime(hit.created_at))
     if title:
         day += ', "' + title.replace('"', "'") + '"'
@@ -192,7 +200,32 @@ def render(pair: Sequence[Message | None], hit: Message, title: str | None = Non
     for msg in pair:
         if msg is None:
             continue
-        limit = RECALL_CHARS if msg.id == hit.id else NEIGHBOUR_CHARS
-        text = " ".join(v.excerpt((msg.safe_text or "").strip(), limit).split())
+        if msg.id == hit.id and passage:
+            text = around(" ".join((msg.safe_text or "").split()), passage, RECALL_CHARS)
+        else:
+            limit = RECALL_CHARS if msg.id == hit.id else NEIGHBOUR_CHARS
+            text = " ".join(v.excerpt((msg.safe_text or "").strip(), limit).split())
         lines.append(f"{_SPEAKERS[msg.role]}: {text}")
     return f"[{day}] " + "\n".join(lines)
+
+
+def around(text: str, passage: str, limit: int) -> str:
+    """``text`` (whitespace collapsed) if it has at most ``limit`` characters, else the
+    ``limit`` characters around ``passage`` in it, cut at word boundaries and marked
+    with "..." where cut (the head and tail excerpt when ``passage`` is not found)."""
+    if len(text) <= limit:
+        return text
+    at = text.find(passage[:limit // 2])
+    if at < 0:
+        return " ".join(v.excerpt(text, limit).split())
+    span = min(len(passage), limit)
+    start = max(0, min(at - (limit - span) // 2, len(text) - limit))
+    end = min(len(text), start + limit)
+    if start > 0:  # at a word's start, never past the passage's
+        space = text.find(" ", start, at + 1)
+        start = space + 1 if space >= 0 else start
+    if end < len(text):  # at a word's end
+        space = text.rfind(" ", at + 1, end)
+        end = space if space >= 0 else end
+    return ("... " if start > 0 else "") + text[start:end] + (
+        " ..." if end < len(text) else "")

@@ -15,6 +15,7 @@ floor, or when its cosine alone reaches the ``sure`` floor
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Final
 
@@ -50,9 +51,11 @@ def stems(words: frozenset[str]) -> frozenset[str]:
 
 
 def related(similarity: float, query: frozenset[str], text: str, floor: float,
-            sure: float) -> bool:
+            sure: float, share: float = 0.0) -> bool:
     """Whether an item of ``text`` whose cosine with the request is ``similarity`` is
-    about the request, whose content words are ``query`` (see the module docstring)."""
+    about the request, whose content words are ``query`` (see the module docstring);
+    with ``share``, it must also share at least that share of the request's content
+    words (a sentence of a longer text, whose cosine is high more easily)."""
     if similarity >= sure:
         return True
     wanted, have = stems(query), stems(content_words(text))
@@ -61,5 +64,6 @@ def related(similarity: float, query: frozenset[str], text: str, floor: float,
         return True  # it says every word the request is about
     if similarity < floor:
         return False
-    return shared >= (min(SHARED_WORDS, len(wanted)) if len(wanted) > SHORT_QUERY
-                      else min(1, len(wanted)))
+    need = (min(SHARED_WORDS, len(wanted)) if len(wanted) > SHORT_QUERY
+            else min(1, len(wanted)))
+    return shared >= max(need, math.ceil(share * len(wanted)))
