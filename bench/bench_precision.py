@@ -73,15 +73,18 @@ FLOORS = (0.2, 0.25, 0.3, 0.35, 0.4)  # --sweep's grid: the floor, with shared w
 SURE = (0.4, 0.45, 0.5, 0.55, 0.6, 1.0)  # and the cosine that is enough alone
 _USER_PART = re.compile(r"User: (.*?)(?:\nAssistant \(earlier reply\): |$)", re.DOTALL)
 _WORD = re.compile(r"[a-z0-9]+")
-#: Words a memory adds to frame what the user said ("User prefers ..."), and function
-#: words: not content the user must have typed.
-_FRAME = frozenset("""user users user's the a an and or of to in on at for with from as is
-are was were be been has have had do does did not no that this these those it its their
-they them he she his her i me my mine you your we our us who what which when where how
+#: Words a memory adds to frame what the user said ("User prefers ...", "User's name is"
+#: for "I'm Sam", "themselves" for "myself"), and function words: not content the user
+#: must have typed.
+_FRAME = frozenset("""user users user's name themselves itself the a an and or of to in on
+at for with from as is are was were be been has have had do does did not no that this
+these those it its their they them he she his her i me my mine you your we our us who
+what which when where how
 prefers prefer preferred likes like liked wants want wanted asked asks said says
 mentioned told plans planned planning thinks believes uses using used would should could
 will can may might also about there here than then so very just really assistant
 doesn don didn isn aren wasn won t s ve ll re d m""".split())
+_WE = frozenset({"we", "our", "ours", "us"})
 
 
 @dataclass
@@ -118,13 +121,31 @@ def words(text: str) -> set[str]:
     return set(_WORD.findall(text.lower()))
 
 
+def _forms(word: str) -> set[str]:
+    """``word`` and what it is without a third-person or plural ending: a memory words
+    "I love X" as "User loves X", "I go" as "User goes", "I carry" as "User carries"."""
+    forms = {word}
+    if word.endswith("ies") and len(word) > 4:
+        forms.add(word[:-3] + "y")
+    if word.endswith("es") and len(word) > 3:
+        forms.add(word[:-2])
+    if word.endswith("s") and len(word) > 2:
+        forms.add(word[:-1])
+    return forms
+
+
 def grounded(memory_text: str, source_words: str) -> bool:
     """Whether each content word of a memory is found among ``source_words`` (the user
     words of the message it came from), a word counting as found when one of them
-    starts with its first five letters (light stemming: "prefers" / "preferred")."""
+    starts with its first five letters (light stemming: "prefers" / "preferred"), or
+    with the word without its third-person ending ("loves" / "love"); "team" is found
+    where the user said "we" ("we use Go" is "User's team uses Go")."""
     have = words(source_words)
+    if have & _WE:
+        have.add("team")  # how the extractor words "we" in the third person
     stems = {w[:5] for w in have}
-    return all(w in have or w[:5] in stems for w in words(memory_text) - _FRAME)
+    return all(any(f in have or f[:5] in stems for f in _forms(w))
+               for w in words(memory_text) - _FRAME)
 
 
 def judge(engine: memd.Memd, ing: Ingested, c: Candidate, is_fact: bool,

@@ -11,9 +11,11 @@ evaluable questions of LongMemEval_S with the BM25 and dense baselines; MiniLM v
 cached by text in ``~/.cache/memd-bench/embeddings.sqlite``: hours cold, minutes warm) and
 ``mem0_compare`` (creates mem0's venv on its first run), ``bench_recall`` (the evidence in
 the memory block the model gets), ``bench_precision`` (what else the block holds, and
-whether an unrelated question gets one) and ``bench_query_precision`` (the int8 query model
-against the float one), ``bench_sanitizer`` (what redacting secrets adds to a turn); the
-four before it read LongMemEval_S from
+whether an unrelated question gets one) and ``bench_query_precision`` (the int8 query
+model against the float one), ``bench_agents`` (what memd learns from the recorded
+traffic of four agent CLIs, and their sessions), ``bench_sanitizer`` (what redacting
+secrets adds to a turn); longmemeval, mem0_compare and the recall and both precision
+runs on it read LongMemEval_S from
 ``$MEMD_BENCH_LONGMEMEVAL`` (bench/README.md says where to get it), as does
 ``bench_helper`` (the llama.cpp helper model: LLM extraction, compaction, the chat path
 while the job worker runs it), ``bench_watch`` (how soon a running daemon sees an edit of
@@ -100,6 +102,7 @@ BENCHES = (
     Bench("recall", "bench_recall", (), ("--quick",)),
     Bench("precision", "bench_precision", (), ("--quick",)),
     Bench("query_precision", "bench_query_precision", (), ("--quick",)),
+    Bench("agents", "bench_agents", (), ("--quick",)),
     Bench("sanitizer", "bench_sanitizer", (), ("--quick",)),
     Bench("helper", "bench_helper", (), ("--quick",)),
     Bench("watch", "bench_watch", (), ("--quick",)),
@@ -242,6 +245,20 @@ def precision_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
                r["junk_rate"], f"<= {JUNK_RATE:g}", r["junk_rate"] <= JUNK_RATE)
 
 
+def agents_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The recorded agent corpus: nothing learnt that the user did not type, one session
+    per conversation, none for a side request."""
+    yield _row(f"agent corpus junk rate: memories and facts not grounded in user-typed "
+               f"text ({r['learnt']})", r["junk_rate"], f"<= {JUNK_RATE:g}",
+               r["junk_rate"] <= JUNK_RATE)
+    yield _row(f"agent corpus sessions for {r['conversations']} conversations",
+               r["sessions"], f"= {r['conversations']}",
+               r["sessions"] == r["conversations"] and not r["split_conversations"])
+    yield _row(f"agent corpus sessions made by side requests ({r['side_requests']})",
+               r["side_sessions"] + r["side_as_turns"], "= 0",
+               r["side_sessions"] + r["side_as_turns"] == 0)
+
+
 def query_precision_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     """The int8 query model keeps the float model's recall."""
     recall = r["quality"]["recall_any"]
@@ -309,7 +326,8 @@ def footprint_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
 JUDGES: dict[str, Callable[[Mapping[str, Any]], Iterator[dict[str, Any]]]] = {
     "scale": scale_targets, "longmemeval": lme_targets, "mem0": mem0_targets,
     "proxy": proxy_targets, "recall": recall_targets, "precision": precision_targets,
-    "query_precision": query_precision_targets, "sanitizer": sanitizer_targets,
+    "query_precision": query_precision_targets, "agents": agents_targets,
+    "sanitizer": sanitizer_targets,
     "helper": helper_targets, "watch": watch_targets, "footprint": footprint_targets,
 }
 

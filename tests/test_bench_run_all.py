@@ -147,6 +147,17 @@ def test_precision_targets_judge_each_figure(run_all: ModuleType) -> None:
     assert rows[3]["limit"] == "<= 0"
 
 
+def test_agents_targets_judge_junk_sessions_and_side_requests(run_all: ModuleType) -> None:
+    clean = {"junk_rate": 0.0, "learnt": 2, "conversations": 8, "sessions": 8,
+             "split_conversations": [], "side_requests": 2, "side_sessions": 0,
+             "side_as_turns": 0}
+    assert [r["met"] for r in run_all.agents_targets(clean)] == [True, True, True]
+    dirty = {**clean, "junk_rate": 0.5, "sessions": 9, "split_conversations": ["cline run 1: 2"],
+             "side_as_turns": 1}
+    assert [r["met"] for r in run_all.agents_targets(dirty)] == [False, False, False]
+    assert "agents" in run_all.JUDGES and "agents" in {b.name for b in run_all.BENCHES}
+
+
 def test_helper_targets_judge_compaction_and_the_busy_chat_path(run_all: ModuleType) -> None:
     def result(ratio: float | None, idle: float, busy: float) -> dict[str, Any]:
         return {"extraction": {"turns_per_s": 0.3, "asked_turns_per_s": 0.15,

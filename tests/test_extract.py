@@ -144,6 +144,17 @@ def test_provenance_and_tier(text: str, provenance: Provenance, tier: Tier) -> N
         ("I like to keep functions under 20 lines",
          "User likes to keep functions under 20 lines"),
         ("I'm running Ubuntu on my laptop", "User is running Ubuntu on the user's laptop"),
+        # the user's own verb, and "we" as the user's team, not a company never named
+        ("I'm currently living in Roppongi", "User is living in Roppongi"),
+        ("We're based in Canada", "User's team is based in Canada"),
+        ("Our office is located in Lyon", "User's office is located in Lyon"),
+        # a clause that leaves out its subject has the one before it, not the assistant
+        ("I want to stock up, but don't want to waste any", "User doesn't want to waste any"),
+        ("I wake up early and always drink coffee", "User always drinks coffee"),
+        ("Use tabs and never add comments",
+         "User wants the assistant to never add comments"),
+        ("I'll send the rest, so don't summarize yet",
+         "User doesn't want the assistant to summarize yet"),
     ],
 )
 def test_memory_text(text: str, memory: str) -> None:
@@ -311,6 +322,19 @@ def test_from_now_on_instruction_is_a_correction() -> None:
         "My name is Dr.",
         "I'm getting a TypeError when I call this function with None",
         "I use this helper in three places, can we make it generic",
+        # statements and other people's words, not orders or facts about the user
+        "I live in the same area as the school",
+        "It's frustrating that we rely on plastic and don't have better alternatives.",
+        "I've been busy lately and don't have a lot of time to cook.",
+        "In the future, the continued development of these technologies will lead to more.",
+        "\"I'm Lirien,\" she says, extending a hand.",
+        "WE ARE THE POWER OF TRUE LOVE ~ Zarina",
+        # advice a pasted reply gives its reader, and a courtesy
+        "Don't forget to take care of yourself too!",
+        "Don't be too hard on yourself if you miss a workout.",
+        "Don't hesitate to reach out if you have more questions.",
+        "Don't be so robotic.",
+        "I would like you to do so.",
     ],
 )
 def test_nothing_extracted(text: str) -> None:

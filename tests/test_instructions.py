@@ -57,6 +57,11 @@ def test_orders_the_user_pasted_or_quoted_are_not_theirs(text: str) -> None:
     assert [ex for ex in extract(text) if ex.provenance == Provenance.INSTRUCTION] == []
 
 
+def test_an_order_about_the_assistant_itself_stays_one() -> None:
+    assert only("Don't repeat yourself").text == (
+        "User doesn't want the assistant to repeat itself")
+
+
 def test_the_users_own_order_after_a_pasted_prompt_is_theirs() -> None:
     text = "You are a helpful assistant.\nAlways answer in JSON.\n\nAlways use pytest."
     assert [ex.text for ex in extract(text)] == ["User wants the assistant to always use pytest"]

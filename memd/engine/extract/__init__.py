@@ -8,8 +8,11 @@ it has no model and no I/O. It would rather miss a fact than invent one.
    ``. ! ? ;`` and line ends, and each sentence into clauses at a comma or a conjunction
    (and, but, so, because, ...) followed by a new subject (I, my, we, our) or an order
    (always, never, don't, please, call me). A sentence ending in ``?``, a clause opening
-   with an interrogative ("what", "do you", "can", "I wonder") and a clause under 3 words
-   or over 300 characters yield nothing.
+   with an interrogative ("what", "do you", "can", "I wonder"), a sentence opening with
+   a quotation mark (someone else's words) and a clause under 3 words or over 300
+   characters yield nothing. A clause joined by "and" or "but" that opens with its verb
+   ("... and don't have a car") has the subject of the one before: after "I ..." it is
+   the user's statement, and it is an order only after an order.
 2. **Markers.** A clause may open with a correction ("actually", "no,", "correction:",
    "I meant"), a standing order ("from now on", "going forward"), a request to remember
    ("remember that", "keep in mind"), a hedge ("I think", "maybe") or filler ("so", "btw");
@@ -43,9 +46,12 @@ terms and names). This module holds the public API.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from memd.engine.extract.clauses import (
     _clause_hits,
     _finish,
+    _Hit,
     _is_question,
     _Markers,
     _prose_lines,
@@ -62,8 +68,14 @@ from memd.engine.extract.results import (
     ExtractedFact,
     Extraction,
 )
-from memd.engine.extract.rules import _CLAUSE_SPLIT, _PROMPT_OPENING
-from memd.engine.extract.vocab import _EDGE
+from memd.engine.extract.rules import (
+    _CLAUSE_SPLIT,
+    _ELIDED,
+    _PROMPT_OPENING,
+    _SUBJECT_WORD,
+    _WORD,
+)
+from memd.engine.extract.vocab import _EDGE, _NOT_ORDERS
 
 __all__ = ["CATEGORIES", "HEDGED_CONFIDENCE", "MAX_CLAUSE_CHARS", "MIN_CLAUSE_WORDS",
            "STYLE_TAG", "ExtractedFact", "Extraction", "extract", "extract_entities"]
@@ -85,17 +97,26 @@ def extract(text: str) -> list[Extraction]:
             if _is_question(sentence):
                 carry = _Markers()
                 continue
-            # orders in quotes or in a pasted prompt are someone else's words
-            quoted = pasted or sentence[:1] in "\"“‘'"
-            for clause in _CLAUSE_SPLIT.split(sentence):
+            # a sentence in quotes is someone else's words ("'I'm Lirien,' she says"),
+            # and so are the orders of a prompt the user pasted
+            quoted = sentence[:1] in "\"“‘'"
+            before: tuple[str, bool] | None = None  # the clause before: subject, order?
+            for clause, joined in _clauses(sentence):
                 clause = clause.strip(_EDGE)
                 body, marks = _strip_markers(clause)
                 if not body:
                     carry = carry.merged(marks)
                     continue
                 marks, carry = marks.merged(carry), _Markers()
-                for hit in _clause_hits(clause, body, marks):
-                    if quoted and hit.kind == "instruction":
+                elided = joined and before is not None and bool(_ELIDED.match(body))
+                if elided and before and before[0]:  # "I live here and don't drive"
+                    body = f"{before[0]} {body}"
+                hits = _clause_hits(clause, body, marks)
+                if elided and before and not before[0] and not before[1]:
+                    hits = [h for h in hits if h.kind != "instruction"]
+                before = _subject(body, hits)
+                for hit in hits:
+                    if quoted or (pasted and hit.kind == "instruction"):
                         continue
                     renamed = named and hit.key == "name"
                     named = named or hit.key == "name"
@@ -104,6 +125,31 @@ def extract(text: str) -> list[Extraction]:
                         seen.add((ex.text, ex.fact))
                         out.append(ex)
     return out
+
+
+_AND = frozenset("and but plus also although though while whereas".split())
+
+
+def _clauses(sentence: str) -> Iterator[tuple[str, bool]]:
+    """The clauses of ``sentence``, each with whether "and", "but" or the like joins it to
+    the one before ("..., but don't ..."); after "so" a clause is its own ("I'll send the
+    rest, so don't summarize yet")."""
+    start, joined = 0, False
+    for m in _CLAUSE_SPLIT.finditer(sentence):
+        yield sentence[start:m.start()], joined
+        word = _WORD.search(m.group())
+        start, joined = m.end(), word is not None and word.group().lower() in _AND
+    yield sentence[start:], joined
+
+
+def _subject(body: str, hits: list[_Hit]) -> tuple[str, bool]:
+    """Who a clause is about, for a clause after it that leaves its subject out: "I" or
+    "we" (else ""), and whether it is an order (read as one, or opening with a verb)."""
+    said = _SUBJECT_WORD.match(body)
+    first = body.split(None, 1)[0].lower()
+    order = any(h.kind == "instruction" for h in hits) or not (
+        said or first in _NOT_ORDERS or first.endswith(("'s", "’s")))
+    return (said.group("s") if said else "", order)
 
 
 def extract_entities(text: str) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from memd.engine.extract.results import (
     Extraction,
 )
 from memd.engine.extract.rules import (
+    _ADVICE,
     _AT_ORG,
     _EVERY_CHAT,
     _GENERAL,
@@ -54,12 +55,14 @@ from memd.engine.extract.values import (
 )
 from memd.engine.extract.vocab import (
     _ABBREVIATIONS,
+    _BARE_VERBS,
     _CLAUSE_CUT,
     _CLAUSE_STOPS,
     _CUT,
     _DETERMINERS,
     _IDENTITY_KEYS,
     _NOT_FAVORITES,
+    _NOT_ORDERS,
     _REFERENCES,
     _STRICT_STOPS,
     _TEAM_MODALS,
@@ -181,15 +184,17 @@ def _fallback(body: str, marks: _Markers) -> _Hit | None:
         body = body[you.end():]
     if marks.remember and body[:3].lower() == "to ":
         value, _ = _read(body[3:], _CLAUSE_STOPS, 25, _CLAUSE_CUT)
+        if _ADVICE.search(value):
+            return None
         return _Hit("instruction", f"User wants the assistant to {_order(value)}", 0.9)
     if marks.remember:
         return _remembered(body)
     value, _ = _read(body, _CLAUSE_STOPS, 25, _CLAUSE_CUT)
     words = _WORD.findall(value)
-    if not words:
+    if not words or _ADVICE.search(value):
         return None
-    if words[0].lower() in ("i", "my", "we", "our", "it", "that", "this"):
-        return None  # "from now on I'll ...": not an order to the assistant
+    if words[0].lower() in _NOT_ORDERS:
+        return None  # "in the future, the technology will ...": not an order
     return _Hit("instruction", f"User wants the assistant to {_order(value)} from now on",
                 0.9)
 
@@ -227,7 +232,8 @@ def _apply(rule: _Rule, body: str, m: re.Match[str]) -> list[_Hit]:
         "identity" if category == "identity" else "preference")
     shown = _order(value) if rule.kind == "instruction" else _third_person(value)
     modal = groups.get("modal", "").replace("’", "'")
-    fields = {**groups, "adv": groups.get("adv", ""), "fav": groups.get("fav", ""),
+    fields = {"noun": "team", **groups,  # a "we" with no noun: the user's team
+              "adv": groups.get("adv", ""), "fav": groups.get("fav", ""),
               "verb3": _third_verb(groups.get("verb", "")),
               "who": "User's team" if groups.get("who") == "we" else "User",
               "modal": _TEAM_MODALS.get(modal, modal), "v": shown, "v3": _third_verb(shown)}
@@ -264,6 +270,10 @@ def _value_of(rule: _Rule, body: str, m: re.Match[str]) -> tuple[str, str, bool,
 def _fits(rule: _Rule, value: str, after: str, negated: bool) -> bool:
     words = [w.lower() for w in _WORD.findall(value)]
     if not words or words[0] in rule.block or (negated and len(words) < 2):
+        return False
+    if rule.kind == "instruction" and _ADVICE.search(value):
+        return False
+    if len(words) == 1 and words[0] in _BARE_VERBS:  # "don't be so robotic": "be"
         return False
     if rule.kind in ("preference", "fact", "auto") and words[0] in _VAGUE:
         return False  # "I like it", "I use this"

@@ -125,6 +125,15 @@ _PROMPT_OPENING = re.compile(r"\s*(?:you\s+are\s+(?:an?|the)\s|as\s+an\s+ai\b"
 # "the staging host is staging.rocket.internal", said after "remember"
 _NOTE_FACT = re.compile(r"(?:the|our|my)\s+(?P<noun>[a-z][\w -]{0,40}?)\s+(?:is|are)\s+"
                         r"(?P<v>[^\s,;].{0,119})", re.I)
+# A clause that opens with its verb after another one in the same sentence ("I live in a
+# city and don't have a car") has that one's subject, and is an order only after an order
+# ("use tabs and never add comments").
+_ELIDED = re.compile(rf"(?:{_DONT}|{_CANT}|never|always)\b", re.I)
+_SUBJECT_WORD = re.compile(rf"(?P<s>i|we)(?:{_A}(?:m|ve|d|ll|re)|\s+(?:am|are|have|had|would))?\s",
+                           re.I)
+# An order about the reader's own good ("take care of yourself", "don't be too hard on
+# yourself"): advice to a person, not an order to the assistant ("don't repeat yourself").
+_ADVICE = re.compile(r"\b(?:to|on|of|for|with|about)\s+yourself\b", re.I)
 _YOU_SHOULD = re.compile(r"you\s+(?:should|must|will|need\s+to|have\s+to)\s+", re.I)
 
 
@@ -181,8 +190,8 @@ _RULES: tuple[_Rule, ...] = (
     _r("identity", rf"{_IM}\s+in\s+(?P<v>(?-i:(?:UTC|GMT)(?:\s?[+-]\s?\d{{1,2}}(?::\d\d)?)?"
        r"|[A-Z]{2,4}T))\b", "User's timezone is {v}", key="timezone"),
     _r("identity", rf"i\s+{_FREQ}live\s+in\s+", "User lives in {v}", key="location"),
-    _r("identity", rf"{_IM}\s+{_FREQ}(?:based|located|living)\s+(?:in|out\s+of)\s+",
-       "User is based in {v}", key="location"),
+    _r("identity", rf"{_IM}\s+{_FREQ}(?P<verb>based|located|living)\s+(?P<p>in|out\s+of)\s+",
+       "User is {verb} {p} {v}", key="location"),
     _r("identity", rf"{_IM}\s+(?:originally\s+)?from\s+", "User is from {v}", key="location",
        confidence=0.8),
     _r("identity", rf"i\s+{_FREQ}work\s+(?P<p>at|for)\s+", "User works {p} {v}", key="employer"),
@@ -268,10 +277,10 @@ _RULES: tuple[_Rule, ...] = (
        key="deploy_tool", read="list"),
     _r("fact", rf"we(?:{_A}re|\s+are)?\s+(?:(?:also|mostly|mainly|currently|now|primarily)\s+)?"
        r"(?:use|using)\s+", "User's team uses {v}", key="*", confidence=0.85, read="clause"),
-    _r("fact", rf"(?:(?:we(?:{_A}re|\s+are)|our\s+(?:company|team|office|business|startup|hq)"
-       r"\s+is)\s+)?(?:currently\s+)?(?:based|located|headquartered)\s+in\s+",
-       "User's company is based in {v}", key="company_location", confidence=0.8),
-    _r("fact", rf"we(?:{_A}re|\s+are)\s+(?P<art>an?|the)\s+", "User's team is {art} {v}",
+    _r("fact", rf"(?:(?:we(?:{_A}re|\s+are)|our\s+(?P<noun>company|team|office|business"
+       r"|startup|hq)\s+is)\s+)?(?:currently\s+)?(?P<verb>based|located|headquartered)\s+in\s+",
+       "User's {noun} is {verb} in {v}", key="company_location", confidence=0.8),
+    _r("fact", rf"we(?:{_A}re|\s+are)\s+(?P<art>an?)\s+", "User's team is {art} {v}",
        confidence=0.8, read="clause", block="bit little lot"),
     _r("fact", r"our\s+(?P<noun>business|company|startup|product|app|agency|team|shop|store"
        r"|service|organi[sz]ation|org)\s+(?P<verb>is|sells|makes|builds|provides|offers|does"
@@ -302,7 +311,7 @@ _RULES: tuple[_Rule, ...] = (
        "gone known got gotten made used tried said told wanted liked needed"),
     _r("instruction", rf"(?:please[\s,]+)?{_DONT}\s+(?:ever\s+)?",
        "User doesn't want the assistant to {v}", read="clause",
-       block="worry bother mind panic know think understand get care see remember"),
+       block="worry bother mind panic know think understand get care see remember hesitate"),
     _r("instruction", r"(?:please[\s,]+)?stop\s+(?=\w+ing\b)",
        "User wants the assistant to stop {v}", confidence=0.85, read="clause"),
     # a plain order about the form of the answers ("answer in French", "use tabs")

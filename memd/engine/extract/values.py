@@ -126,6 +126,8 @@ def _plausible(key: str, value: str, lower: bool) -> bool:
     if key == "role":
         return _is_role(value)
     if key in ("employer", "location", "company_location"):  # not "I work at night"
+        if "same" in value.lower().split():  # "the same area as ...": no place on its own
+            return False
         return (value[:1].isupper() or first in _DETERMINERS
                 or (lower and first not in _NOT_NAMES and first not in _NOT_PLACES))
     if key == "stack":

@@ -149,6 +149,14 @@ _REFERENCES = frozenset(
 _NOT_FAVORITES = frozenset(  # "my favorite part is ...": about this chat
     "part thing bit one way line answer option example response suggestion".split()
 )
+# Words that open a statement, not an order ("from now on I'll ...", "in the future, the
+# web will ..."): after "from now on" they leave no instruction.
+_NOT_ORDERS = frozenset(
+    "i my we our it its that this these those the a an there he she they his her their "
+    "people everyone everybody everything nothing all some many most more things".split()
+)
+# Verbs that say nothing as a whole value, the rest cut off at a stop word ("do so").
+_BARE_VERBS = frozenset("be do have get go make".split())
 _NOT_PLACES = frozenset("night nights weekends home times least work fear peace".split())
 _CLAUSE_STOPS = frozenset(
     "because since but although though so btw anyway anyways thanks lol cause cuz".split()
