@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from memd.engine import chains, chat
+from memd.engine import chains
 from memd.engine import validate as v
 from memd.engine.chat import WindowInfo, finish_chat, prepare_chat
 from memd.engine.memory import Memd
@@ -118,11 +118,12 @@ def _turn(engine: Memd, messages: list[dict[str, Any]], reply: str) -> str:
     return call.session.id
 
 
-def test_the_session_is_found_by_the_newest_hashes_and_a_branch_by_all(
+def test_the_session_is_found_by_the_new_hashes_and_a_branch_by_all(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A long history's next step is matched by its newest hashes alone; an edit of an
-    early turn, which none of them match, still branches from its session."""
+    """A long history's next step is matched by the hashes of the messages new since
+    the previous request alone; an edit of an early turn, which none of them match,
+    still branches from its session."""
     engine = Memd.open(tmp_path / "d")
     asked: list[int] = []
     find_chain = engine.store.find_chain
@@ -138,7 +139,7 @@ def test_the_session_is_found_by_the_newest_hashes_and_a_branch_by_all(
         history += [{"role": "assistant", "content": f"answer {i - 1}"},
                     {"role": "user", "content": f"turn {i} about deploys"}]
         assert _turn(engine, history, f"answer {i}") == sid
-    assert len(history) > chat.RECENT_HASHES and asked[-1] == chat.RECENT_HASHES
+    assert asked[0] == 1 and asked[1:] == [2] * 7  # the reply and the new turn
     assert [m.content for m in engine.messages(sid, "local")][-2:] == ["turn 7 about deploys",
                                                                         "answer 7"]
     edited = [*copy.deepcopy(history[:2]), {"role": "user", "content": "another turn 1"}]
@@ -147,7 +148,7 @@ def test_the_session_is_found_by_the_newest_hashes_and_a_branch_by_all(
                    {"role": "user", "content": f"another turn {i}"}]
     branch = _turn(engine, edited, "other answer")
     assert branch != sid and engine.session(branch, "local").parent_session_id == sid
-    assert asked[-2:] == [chat.RECENT_HASHES, len(edited)]
+    assert asked[-2:] == [len(edited) - 2, len(edited)]
     engine.close()
 
 

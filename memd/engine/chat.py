@@ -93,15 +93,10 @@ class WindowInfo:
     token_scale: float = 1.0
 
 
-# How many of the newest chain hashes are looked up first. In an agent's tool loop the
-# deepest stored message of the history is the model's last reply, a few messages from
-# the end; the older hashes are looked up only when these continue no session.
-RECENT_HASHES = 8
-
-
 def _resolve(
     engine: Memd, user_id: str, workspace: str | None, history: list[dict[str, Any]],
     hashes: list[str], session_id: str | None, model: str | None, identity: Identity,
+    new: int = 0,
 ) -> tuple[Session, list[dict[str, Any]], bool, bool]:
     """(session, messages to store, is_retry, client_owns_history) for an incoming
     non-system history and its chain hashes. A client pinning a session that already
@@ -109,8 +104,11 @@ def _resolve(
     history. Without a pin, only a session of the same workspace whose identity agrees
     with the call's (memd.engine.identity) is continued, retried or branched from.
 
+    ``hashes[new:]`` are those of the messages the client had not sent before (in an
+    agent's tool loop, the model's reply that ends the stored session, then the tool
+    results): they are looked up first, and the rest only when they continue no session.
     The deepest match decides, so a session continued or retried from one of the newest
-    hashes is the one all of them would give: the rest are looked up only when needed."""
+    hashes is the one all of them would give."""
     store = engine.store
     depth = {h: i for i, h in enumerate(hashes)}
     metadata = {"identity": identity.to_metadata()}
@@ -120,7 +118,7 @@ def _resolve(
             session = engine.create_session(user_id, workspace=workspace, model=model,
                                             session_id=session_id, metadata=metadata)
         mine: list[Message] = []
-        for part in _newest_first(hashes):
+        for part in _lookups(hashes, new):
             mine = [m for m in _matches(store, user_id, part, depth)
                     if m.session_id == session.id]
             if mine:
@@ -130,7 +128,7 @@ def _resolve(
         return session, history[start:], retry, bool(mine) or session.turn_count == 0
     sessions: dict[str, Session | None] = {}
     matches: list[Message] = []
-    for part in _newest_first(hashes):
+    for part in _lookups(hashes, new):
         matches = _matches(store, user_id, part, depth)
         for m in matches:
             if m.session_id not in sessions:
@@ -155,9 +153,9 @@ def _resolve(
     return session, history, False, True
 
 
-def _newest_first(hashes: list[str]) -> list[list[str]]:
-    """The hashes to look up: the newest ``RECENT_HASHES``, then all of them."""
-    return [hashes] if len(hashes) <= RECENT_HASHES else [hashes[-RECENT_HASHES:], hashes]
+def _lookups(hashes: list[str], new: int) -> list[list[str]]:
+    """The hashes to look up in turn: from ``new`` on, then all of them."""
+    return [hashes[new:], hashes] if 0 < new < len(hashes) else [hashes]
 
 
 def _matches(store: Store, user_id: str, hashes: list[str],
@@ -225,7 +223,8 @@ def prepare_chat(
     with engine.store.transaction():
         session, new, retry, client_owns = _resolve(
             engine, uid, ws, history, [h for h in hashes if h is not None], sid, model,
-            Identity.of_request(client, model, system))
+            Identity.of_request(client, model, system),
+            new=sum(1 for h in hashes[:resent.reused] if h is not None))
         if new:
             engine.append(session.id, uid, new)
         session = engine.session(session.id, uid)

@@ -37,14 +37,16 @@ class Resent:
     """One request's messages as memd reads them: ``clean`` (each one checked, with what
     no store can hold replaced: what is hashed, stored and counted) and their chain
     ``hashes`` (None for system messages); their token counts and user words are worked
-    out when first asked for, and kept for the requests that resend them."""
+    out when first asked for, and kept for the requests that resend them. The first
+    ``reused`` messages were those of an earlier request of the user's."""
 
-    __slots__ = ("clean", "hashes", "_known", "_lock")
+    __slots__ = ("clean", "hashes", "reused", "_known", "_lock")
 
     def __init__(self, clean: list[dict[str, Any]], hashes: list[str | None],
-                 known: dict[Hashable, list[Any]] | None = None) -> None:
+                 reused: int = 0, known: dict[Hashable, list[Any]] | None = None) -> None:
         self.clean = clean
         self.hashes = hashes
+        self.reused = reused  # how many of the first messages an earlier request had
         self._known = known or {}  # per kind of work: one result (or None) per message
         self._lock = threading.Lock()
 
@@ -126,7 +128,7 @@ class ResendCache:
         reused = base.hashes[:best] if base is not None else []
         previous = next((h for h in reversed(reused) if h is not None), None)
         hashes = reused + chains.chain_hashes(clean[best:], previous)
-        out = Resent(clean, hashes,
+        out = Resent(clean, hashes, best,
                      base.prefix(best, len(clean)) if base is not None else None)
         with self._lock:
             if key is not None:
