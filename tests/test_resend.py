@@ -173,7 +173,9 @@ def test_the_query_is_the_newest_user_words_and_resent_messages_are_read_once(
         {"role": "system", "content": "You are an agent."},
         {"role": "user", "content": "Fix the failing deploy script please"}]
     for i in range(3):
-        got = cache.read("u", copy.deepcopy(messages)).query(100_000, None)
+        resent = cache.read("u", copy.deepcopy(messages))
+        got = resent.query(100_000, None)
+        assert resent.previous_query == (None if i == 0 else got)  # nothing to embed again
         assert got == sessions.last_user_text(messages, 100_000)
         assert got == "Fix the failing deploy script please"
         messages += [{"role": "assistant", "content": f"<read_file>f{i}.py</read_file>"},

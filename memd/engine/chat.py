@@ -217,8 +217,11 @@ def prepare_chat(
         raise InvalidInput("messages must contain at least one non-system message")
     query = resent.query(engine.settings.max_message_chars, engine.redact)
     # The query's vector is computed while the messages are hashed and stored (the model
-    # releases the GIL); retrieval then finds it in the embedder's query cache.
-    vector = SIDE.submit(engine.query_vector, query) if query else None
+    # releases the GIL); retrieval then finds it in the embedder's query cache. The query
+    # of the request this one resends was embedded then (an agent's tool loop keeps its
+    # query, and retrieves nothing again).
+    vector = (SIDE.submit(engine.query_vector, query)
+              if query and query != resent.previous_query else None)
     hashes = resent.hashes
     with engine.store.transaction():
         session, new, retry, client_owns = _resolve(

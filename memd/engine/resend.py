@@ -40,13 +40,16 @@ class Resent:
     out when first asked for, and kept for the requests that resend them. The first
     ``reused`` messages were those of an earlier request of the user's."""
 
-    __slots__ = ("clean", "hashes", "reused", "_known", "_lock")
+    __slots__ = ("clean", "hashes", "reused", "previous_query", "_asked", "_known", "_lock")
 
     def __init__(self, clean: list[dict[str, Any]], hashes: list[str | None],
-                 reused: int = 0, known: dict[Hashable, list[Any]] | None = None) -> None:
+                 reused: int = 0, known: dict[Hashable, list[Any]] | None = None,
+                 previous_query: str | None = None) -> None:
         self.clean = clean
         self.hashes = hashes
         self.reused = reused  # how many of the first messages an earlier request had
+        self.previous_query = previous_query  # that request's query, if it was asked for
+        self._asked: str | None = None
         self._known = known or {}  # per kind of work: one result (or None) per message
         self._lock = threading.Lock()
 
@@ -80,7 +83,8 @@ class Resent:
                 found = known[i]
                 break
         self._put(key, known)
-        return None if found is None else query_of(found)
+        self._asked = None if found is None else query_of(found)
+        return self._asked
 
     def prefix(self, n: int, size: int) -> dict[Hashable, list[Any]]:
         """What is known of the first ``n`` messages, for a request of ``size`` messages
@@ -129,7 +133,8 @@ class ResendCache:
         previous = next((h for h in reversed(reused) if h is not None), None)
         hashes = reused + chains.chain_hashes(clean[best:], previous)
         out = Resent(clean, hashes, best,
-                     base.prefix(best, len(clean)) if base is not None else None)
+                     base.prefix(best, len(clean)) if base is not None else None,
+                     base._asked if base is not None else None)
         with self._lock:
             if key is not None:
                 self._last.pop(key, None)

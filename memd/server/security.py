@@ -60,12 +60,11 @@ def nesting(body: bytes, limit: int) -> tuple[bool, tuple[Any] | None]:
     """Whether a JSON text nests arrays and objects more than ``limit`` levels deep, and
     ``(value,)`` when it was parsed to find out (a route need not parse it again).
 
-    orjson parses a text of at most 1024 levels without recursing in Python, and the
-    levels of what it parsed are counted over its arrays and objects alone, several
-    times faster than finding the brackets outside strings in the text; a text it
-    refuses (invalid, deeper than that, or with integers past 64 bits) is scanned."""
-    if body.count(b"[") + body.count(b"{") <= limit:
-        return False, None
+    orjson parses a text of at most 1024 levels without recursing in Python (faster
+    than counting its brackets), and the levels of what it parsed are counted over its
+    arrays and objects alone, several times faster than finding the brackets outside
+    strings in the text; a text it refuses (invalid, deeper than that, or with integers
+    past 64 bits) is scanned."""
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -82,6 +81,8 @@ def nesting(body: bytes, limit: int) -> tuple[bool, tuple[Any] | None]:
 
 def brackets_deeper(body: bytes, limit: int) -> bool:
     """:func:`nests_deeper` without parsing (brackets inside strings do not count)."""
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False
     depth = 0
     for bracket in _BRACKET.finditer(_JSON_STRING.sub(b"", body)):
         if bracket.group() in (b"[", b"{"):
