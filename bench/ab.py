@@ -9,6 +9,7 @@ and p99 over all its slots.
     .venv/bin/python -m bench.ab HEAD~1                       # HEAD~1 against this checkout
     .venv/bin/python -m bench.ab HEAD~1 --what append --slots 20
     .venv/bin/python -m bench.ab HEAD~1 --backend sqlite
+    .venv/bin/python -m bench.ab HEAD~1 --what tool-loop      # the proxy's tool-loop step
 
 The old revision is checked out into a temporary git worktree (its ``memd.backends`` and
 ``memd.sql`` linked in, as an installed package maps them) and runs with this checkout's
@@ -18,6 +19,13 @@ dataset must exist (run ``python -m bench.bench_scale`` once). ``--what append``
 a session of a scratch user, not the target's, so the timed phases of later runs see the
 same target data (except with ``--team``: row-level security lets a request write only its
 own user's rows, so team-mode appends go to a new session of the target).
+
+``--what tool-loop`` needs no dataset: each side replays agent sessions like
+``bench_proxy``'s (``--size``, ~100k tokens; a new seed at each replay) through its own
+memd (SQLite in a temporary directory, 200 memories, the fake embedder) and fake upstream
+on loopback ports, memd's jobs run between the steps, and times the latency memd adds to
+a tool-loop step (one with no new user words) against the same upstream called directly,
+as ``bench_proxy``'s ``tool_loop_added_ms`` does.
 
 On SQLite (``--backend sqlite``, compiles only) the two processes share one database
 file, and the compile that closes an access-statistics window writes its job in line, so
@@ -35,6 +43,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -43,12 +53,36 @@ SLOT = 2.0  # seconds
 
 
 def worker(args: argparse.Namespace) -> None:
-    """One side: open the dataset, warm up, then run in slots ``args.slot``, +2, +4..."""
+    """One side: set up and warm up, then run in slots ``args.slot``, +2, +4..."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     import gc
 
     import numpy as np
 
+    with ExitStack() as stack:
+        op = (_tool_loop if args.what == "tool-loop" else _store_op)(args, stack)
+        gc.collect()
+        gc.freeze()  # as `memd serve` does after start-up
+        first = args.start
+        times: list[float] = []
+        i = 0
+        for k in range(args.slots):
+            slot = first + 2 * k + args.slot
+            while time.time() < slot * SLOT:
+                time.sleep(0.005)
+            while time.time() < (slot + 0.9) * SLOT:
+                ms = op(i)
+                if ms is not None:
+                    times.append(ms)
+                i += 1
+    print(f"{args.label}: {args.what}{' (team)' if args.team else ''}, n {len(times)}: p50 "
+          f"{np.percentile(times, 50):.2f} p90 {np.percentile(times, 90):.2f} p99 "
+          f"{np.percentile(times, 99):.2f} ms", flush=True)
+
+
+def _store_op(args: argparse.Namespace, stack: ExitStack) -> Callable[[int], float | None]:
+    """A compile or an append on the dataset, timed in ms; the dataset opened, each of
+    the target's sessions visited once."""
     import bench.scale_data as sd
     import memd
     from bench.bench_engine import sentence
@@ -66,6 +100,7 @@ def worker(args: argparse.Namespace) -> None:
         cluster = sd.PgCluster(base / "pg" / "pgdata", sd.PG_SETTINGS)
         m = memd.open(base / "pg" / "app", db=cluster.dsn(f"scale_{spec.key()}_256_256_512"),
                       embedder=FakeEmbedder(), pg_partitions=(256, 256, 512))
+    stack.callback(m.close)
     rng = random.Random(3)
     sessions = [s.id for s in m.store.list_sessions(sd.TARGET, limit=1000)]
     queries = [sentence(rng, 8) for _ in range(50)]
@@ -74,37 +109,52 @@ def worker(args: argparse.Namespace) -> None:
     writer = sd.TARGET if args.team else "ab-scratch"
     scratch = m.create_session(writer).id if args.what == "append" else ""
 
-    def op(i: int) -> None:
+    def op(i: int) -> float:
+        t = time.perf_counter()
         with acting_as(sd.TARGET if args.team else None):
-            run(i)
-
-    def run(i: int) -> None:
-        if args.what == "append":
-            m.append(scratch, writer, [{"role": "user", "content": sentence(rng, 20)}])
-        else:
-            m.context(sd.TARGET, session_id=sessions[i % len(sessions)],
-                      query=queries[i % 50])
+            if args.what == "append":
+                m.append(scratch, writer, [{"role": "user", "content": sentence(rng, 20)}])
+            else:
+                m.context(sd.TARGET, session_id=sessions[i % len(sessions)],
+                          query=queries[i % 50])
+        return (time.perf_counter() - t) * 1000
 
     for i in range(len(sessions)):  # every session visited once: steady state
         op(i)
-    gc.collect()
-    gc.freeze()  # as `memd serve` does after start-up
-    first = args.start
-    times: list[float] = []
-    i = 0
-    for k in range(args.slots):
-        slot = first + 2 * k + args.slot
-        while time.time() < slot * SLOT:
-            time.sleep(0.005)
-        while time.time() < (slot + 0.9) * SLOT:
-            t = time.perf_counter()
-            op(i)
-            times.append((time.perf_counter() - t) * 1000)
-            i += 1
-    m.close()
-    print(f"{args.label}: {args.what}{' (team)' if args.team else ''}, n {len(times)}: p50 "
-          f"{np.percentile(times, 50):.2f} p90 {np.percentile(times, 90):.2f} p99 "
-          f"{np.percentile(times, 99):.2f} ms", flush=True)
+    return op
+
+
+def _tool_loop(args: argparse.Namespace, stack: ExitStack) -> Callable[[int], float | None]:
+    """bench_proxy's agent sessions replayed through memd on loopback (SQLite in a
+    temporary directory, the fake embedder, 200 memories): the latency memd adds to a
+    tool-loop step, in ms (None for the other steps); after 150 steps to warm up."""
+    from dataclasses import replace
+
+    import httpx
+
+    import memd
+    from bench.agent_traffic import ScriptedUpstream
+    from bench.bench_proxy import TOPICS, ToolLoopReplay, serve
+    from memd.config import load_settings
+    from memd.server.app import create_app
+
+    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="memd-ab-loop-")))
+    upstream = ScriptedUpstream()
+    up = stack.enter_context(serve(upstream.app))
+    settings = replace(load_settings(data_dir=tmp), upstream_url=f"{up}/v1",
+                       embedder="fake")
+    engine = memd.open(settings=settings)
+    stack.callback(engine.close)
+    rng = random.Random(3)
+    for i in range(200):
+        engine.add(f"For {rng.choice(TOPICS)} I prefer option {i} with setting "
+                   f"{rng.choice(TOPICS)}-{rng.randint(1, 999)}", "local")
+    base = stack.enter_context(serve(create_app(engine, settings, run_jobs=False)))
+    http = stack.enter_context(httpx.Client(timeout=120))
+    replay = ToolLoopReplay(engine, base, up, upstream, http, args.size)
+    for _ in range(150):
+        replay.step()
+    return lambda _i: replay.step()
 
 
 def checkout(rev: str, into: Path) -> Path:
@@ -131,7 +181,9 @@ def main() -> None:
     ap.add_argument("rev", help="the revision to compare this checkout with (A)")
     ap.add_argument("--backend", choices=("postgres", "sqlite"), default="postgres",
                     help="sqlite: compiles only, without their access jobs (see above)")
-    ap.add_argument("--what", choices=("compile", "append"), default="compile")
+    ap.add_argument("--what", choices=("compile", "append", "tool-loop"), default="compile")
+    ap.add_argument("--size", type=int, default=100_000,
+                    help="tool-loop: the agent sessions' last request, in tokens")
     ap.add_argument("--slots", type=int, default=30, help="slots per side (2 s each)")
     ap.add_argument("--team", action="store_true",
                     help="act as the target user (team mode: row-level security)")
@@ -140,7 +192,7 @@ def main() -> None:
     ap.add_argument("--start", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--label", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.backend == "sqlite" and (args.what != "compile" or args.team):
+    if args.backend == "sqlite" and (args.what == "append" or args.team):
         ap.error("--backend sqlite compares compiles only, outside team mode")
     if args.slot is not None:
         worker(args)
@@ -153,6 +205,7 @@ def main() -> None:
             data_dir = Path(args.data_dir).expanduser().resolve()  # the sides run in tmp
             common = [sys.executable, "-m", "bench.ab", args.rev, "--backend", args.backend,
                       "--what", args.what, "--slots", str(args.slots),
+                      "--size", str(args.size),
                       "--data-dir", str(data_dir), "--start", str(start),
                       *(["--team"] if args.team else [])]
             sides = [

@@ -31,6 +31,7 @@ Prints p50/p95/p99 of both and of the difference. Not a test: it prints figures.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import socket
@@ -223,6 +224,44 @@ def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[i
         }
         print(f"agent sessions ~{size} tokens: {out[str(size)]}", file=sys.stderr)
     return out
+
+
+class ToolLoopReplay:
+    """Agent sessions like those of :func:`replay_agents`, replayed without end for
+    ``bench.ab``: each kind in turn, each time with the next seed (a new conversation),
+    memd's background jobs run between the steps. :meth:`step` sends the next step
+    directly and through memd, as ``replay_agents`` does."""
+
+    def __init__(self, engine: Memd, base: str, up: str, upstream: ScriptedUpstream,
+                 http: httpx.Client, size: int) -> None:
+        self.engine, self.base, self.up, self.upstream, self.http = (
+            engine, base, up, upstream, http)
+        self._steps = self._replays(size)
+
+    @staticmethod
+    def _replays(size: int) -> Iterator[tuple[Any, bool]]:
+        for n in itertools.count():
+            kind = AGENT_KINDS[n % len(AGENT_KINDS)]
+            session = generate(kind, seed=size + n // len(AGENT_KINDS), target_tokens=size)
+            asked = None
+            for step in session.steps:
+                words = last_user_text(step.request["messages"], 10**9)
+                yield step, words == asked
+                asked = words
+
+    def step(self) -> float | None:
+        """The latency memd added to the next step, if it is a tool-loop step (no new
+        user words), else None."""
+        step, loop = next(self._steps)
+        self.upstream.script([step.reply, step.reply])
+        times = []
+        for url in (self.up, self.base):
+            t = time.perf_counter()
+            r = self.http.post(f"{url}/v1/chat/completions", json=step.request)
+            r.raise_for_status()
+            times.append((time.perf_counter() - t) * 1000)
+        self.engine.run_jobs()
+        return times[1] - times[0] if loop else None
 
 
 def main() -> int:

@@ -19,6 +19,8 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from servers import FakeUpstream, postgres_url
 
 import memd
@@ -26,6 +28,7 @@ from memd.config import load_settings
 from memd.engine.memory import Memd
 from memd.errors import Conflict, InvalidInput
 from memd.server.app import create_app, public_message
+from memd.server.security import brackets_deeper, nests_deeper
 
 SURROGATE = "\ud800"  # a lone surrogate: json.dumps writes it as the escape \ud800
 NUL = "a\x00b"
@@ -194,6 +197,30 @@ def test_deeply_nested_bodies_are_refused_before_any_work(api: Api, path: str) -
     refused(api.raw("POST", path, body), 400, "deeper than 100 levels")
     assert api.upstream.requests == []
     api.nothing_stored()
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\ a\n\u00e9'),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(alphabet='[]{}"\\ a', max_size=4), inner, max_size=3),
+    max_leaves=40)
+
+
+@given(value=_JSON, limit=st.integers(0, 12), ascii_only=st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_nesting_is_measured_the_same_parsed_or_scanned(value: Any, limit: int,
+                                                        ascii_only: bool) -> None:
+    """A body orjson parses has its levels counted over the parsed arrays and objects;
+    one it refuses is scanned for brackets outside strings: the two agree."""
+    body = json.dumps(value, ensure_ascii=ascii_only).encode()
+    assert nests_deeper(body, limit) == brackets_deeper(body, limit)
+
+
+def test_a_body_orjson_refuses_is_still_measured() -> None:
+    deep = b"[" * 1500 + b"]" * 1500  # past orjson's own limit
+    assert nests_deeper(deep, 100) and not nests_deeper(b"[[1, 2]", 100)
+    big = b"[" * 101 + b"123456789012345678901234567890" + b"]" * 101  # past 64 bits
+    assert nests_deeper(big, 100) and not nests_deeper(big, 101)
 
 
 def test_a_body_a_hundred_levels_deep_is_fine(api: Api) -> None:

@@ -10,12 +10,6 @@ from typing import Any
 from memd.engine import chains
 
 
-def tool_call(call_id: str, arguments: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": None, "tool_calls": [
-        {"id": call_id, "type": "function",
-         "function": {"name": "read", "arguments": arguments}}]}
-
-
 def test_canonical_form_leaves_out_what_a_resend_rewrites() -> None:
     def canon(**message: Any) -> str:
         return chains.canonical({"role": "assistant", **message})
@@ -37,11 +31,3 @@ def test_canonical_form_leaves_out_what_a_resend_rewrites() -> None:
         {"id": "c", "function": {"name": "f", "arguments": '{"a":1}'}}]}
     assert chains.canonical(plain) == json.dumps(
         ["user", "hello", None, [["c", "f", '{"a":1}']], None])
-
-
-def test_the_chain_cache_hashes_a_rewritten_resend_as_the_original() -> None:
-    spaced = [{"role": "user", "content": "go"}, tool_call("c1", '{"path": "a", "n": 1}')]
-    compact = [{"role": "user", "content": "go"}, tool_call("c1", '{"n":1,"path":"a"}')]
-    cache = chains.ChainCache()
-    assert cache.hashes("u", spaced) == chains.chain_hashes(spaced, None)
-    assert cache.hashes("u", compact) == chains.chain_hashes(spaced, None)

@@ -220,38 +220,3 @@ def test_a_new_user_turn_adds_a_block_and_the_old_one_stays_in_place(tmp_path: P
     assert "Docker" in new_block and "tabs over spaces" not in new_block
     assert two.forward[3]["content"].endswith("now deploy the service with Docker")
     engine.close()
-
-
-def test_chain_hashes_reuse_the_previous_requests_prefix_and_equal_a_fresh_count(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """An agent's next request is the last one plus a few messages: only those are hashed,
-    and the hashes are the ones a fresh computation gives (an edited message and what
-    follows it are hashed again)."""
-    from memd.engine import chains
-
-    base = [{"role": "system", "content": "s"}, {"role": "user", "content": "read a.py"},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "c1", "type": "function",
-                 "function": {"name": "read", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": "c1", "content": "x = 1\n" * 1000}]
-    hashed: list[int] = []
-    real = chains.chain_hashes
-
-    def counting(messages: list[dict[str, object]], previous: str | None) -> list[str | None]:
-        hashed.append(len(messages))
-        return real(messages, previous)
-
-    monkeypatch.setattr(chains, "chain_hashes", counting)
-    cache = chains.ChainCache(max_requests=2)
-    assert cache.hashes("u", copy.deepcopy(base)) == real(base, None)
-    step = [*copy.deepcopy(base), {"role": "assistant", "content": "done"},
-            {"role": "user", "content": "thanks"}]
-    assert cache.hashes("u", step) == real(step, None)
-    assert hashed == [4, 2]
-    edited = copy.deepcopy(step)
-    edited[3]["content"] = "x = 2\n"
-    assert cache.hashes("u", edited) == real(edited, None)
-    assert hashed[-1] == 3
-    assert cache.hashes("other", copy.deepcopy(step)) == real(step, None)
-    assert hashed[-1] == 6  # another user's requests are not looked at

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -76,50 +74,3 @@ def chain_hashes(messages: Sequence[Mapping[str, Any]], previous: str | None) ->
         head = hashlib.sha256((head + "\x1e" + canonical(m)).encode("utf-8")).hexdigest()
         out.append(head)
     return out
-
-
-_Request = tuple[str, Sequence[Mapping[str, Any]], list[str | None]]  # user, messages, hashes
-
-
-class ChainCache:
-    """The chain hashes of the last requests, per user: an agent resends the previous
-    request's messages plus a few on every step, so the hashes of the messages equal to
-    the previous request's (compared as parsed: far cheaper than canonical JSON and
-    SHA-256 over a 100k-token history) are taken from it, and only the new ones are
-    hashed. Bounded: the newest ``max_requests`` requests of all users."""
-
-    def __init__(self, max_requests: int = 16) -> None:
-        self.max_requests = max_requests
-        self._lock = threading.Lock()
-        self._last: OrderedDict[int, _Request] = OrderedDict()
-        self._serial = 0
-
-    def hashes(self, user_id: str, messages: Sequence[Mapping[str, Any]]) -> list[str | None]:
-        """``chain_hashes(messages, None)``, reusing the longest equal prefix of one of the
-        user's last requests."""
-        with self._lock:
-            mine = [(key, m, h) for key, (u, m, h) in self._last.items() if u == user_id]
-        best, reused, key = 0, [], None
-        for k, old, old_hashes in mine:
-            n = _common_prefix(old, messages)
-            if n > best:
-                best, reused, key = n, old_hashes[:n], k
-        previous = next((h for h in reversed(reused) if h is not None), None)
-        out = reused + chain_hashes(messages[best:], previous)
-        with self._lock:
-            if key is not None:
-                self._last.pop(key, None)
-            self._serial += 1
-            self._last[self._serial] = (user_id, messages, out)
-            while len(self._last) > self.max_requests:
-                self._last.popitem(last=False)
-        return out
-
-
-def _common_prefix(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n

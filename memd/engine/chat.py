@@ -48,14 +48,15 @@ from memd.engine import validate as v
 from memd.engine.chains import SYSTEM_ROLES
 from memd.engine.identity import Identity, client_family
 from memd.engine.inject import Anchored, build, newest_user, place_all, room
+from memd.engine.resend import Resent
 from memd.engine.retrieve import SIDE
-from memd.engine.sessions import last_user_text
 from memd.engine.side import system_hash
 from memd.errors import InvalidInput
-from memd.models.tokens import count_text, message_tokens
-from memd.types import Session, Usage
+from memd.models.tokens import count_text
+from memd.types import Message, Session, Usage
 
 if TYPE_CHECKING:
+    from memd.backends.base import Store
     from memd.engine.memory import Memd
 
 @dataclass
@@ -95,48 +96,73 @@ class WindowInfo:
 def _resolve(
     engine: Memd, user_id: str, workspace: str | None, history: list[dict[str, Any]],
     hashes: list[str], session_id: str | None, model: str | None, identity: Identity,
+    new: int = 0,
 ) -> tuple[Session, list[dict[str, Any]], bool, bool]:
     """(session, messages to store, is_retry, client_owns_history) for an incoming
     non-system history and its chain hashes. A client pinning a session that already
     holds turns, and sending none of them, sends only its newest turn: memd owns that
     history. Without a pin, only a session of the same workspace whose identity agrees
-    with the call's (memd.engine.identity) is continued, retried or branched from."""
+    with the call's (memd.engine.identity) is continued, retried or branched from.
+
+    ``hashes[new:]`` are those of the messages the client had not sent before (in an
+    agent's tool loop, the model's reply that ends the stored session, then the tool
+    results): they are looked up first, and the rest only when they continue no session.
+    The deepest match decides, so a session continued or retried from one of the newest
+    hashes is the one all of them would give."""
     store = engine.store
     depth = {h: i for i, h in enumerate(hashes)}
-    matches = sorted(store.find_chain(user_id, hashes),
-                     key=lambda m: (-depth[m.chain_hash or ""], -m.created_at, m.id))
     metadata = {"identity": identity.to_metadata()}
     if session_id is not None:
         session = store.get_session(user_id, session_id)
         if session is None:
             session = engine.create_session(user_id, workspace=workspace, model=model,
                                             session_id=session_id, metadata=metadata)
-        mine = [m for m in matches if m.session_id == session.id]
+        mine: list[Message] = []
+        for part in _lookups(hashes, new):
+            mine = [m for m in _matches(store, user_id, part, depth)
+                    if m.session_id == session.id]
+            if mine:
+                break
         start = depth[mine[0].chain_hash or ""] + 1 if mine else 0
         retry = bool(mine) and start == len(history)
         return session, history[start:], retry, bool(mine) or session.turn_count == 0
     sessions: dict[str, Session | None] = {}
-    for m in matches:
-        if m.session_id not in sessions:
-            s = store.get_session(user_id, m.session_id)
-            sessions[m.session_id] = s if s is not None and s.workspace == workspace \
-                and identity.agrees(Identity.of_session(s.metadata)) else None
-        s = sessions[m.session_id]
-        if s is None:
-            continue
-        start = depth[m.chain_hash or ""] + 1
-        if m.turn_index == s.turn_count:
-            return _keep(engine, s, identity), history[start:], False, True
-        if start == len(history):
-            after = store.get_messages(user_id, s.id, after_turn=m.turn_index)
-            if all(x.role == "assistant" for x in after):
-                return _keep(engine, s, identity), [], True, True
+    matches: list[Message] = []
+    for part in _lookups(hashes, new):
+        matches = _matches(store, user_id, part, depth)
+        for m in matches:
+            if m.session_id not in sessions:
+                s = store.get_session(user_id, m.session_id)
+                sessions[m.session_id] = s if s is not None and s.workspace == workspace \
+                    and identity.agrees(Identity.of_session(s.metadata)) else None
+            s = sessions[m.session_id]
+            if s is None:
+                continue
+            start = depth[m.chain_hash or ""] + 1
+            if m.turn_index == s.turn_count:
+                return _keep(engine, s, identity), history[start:], False, True
+            if start == len(history):
+                after = store.get_messages(user_id, s.id, after_turn=m.turn_index)
+                if all(x.role == "assistant" for x in after):
+                    return _keep(engine, s, identity), [], True, True
     parent = matches[0].session_id if matches else None
     if parent is not None and sessions.get(parent) is None:
         parent = None
     session = engine.create_session(user_id, workspace=workspace, model=model,
                                     parent_session_id=parent, metadata=metadata)
     return session, history, False, True
+
+
+def _lookups(hashes: list[str], new: int) -> list[list[str]]:
+    """The hashes to look up in turn: from ``new`` on, then all of them."""
+    return [hashes[new:], hashes] if 0 < new < len(hashes) else [hashes]
+
+
+def _matches(store: Store, user_id: str, hashes: list[str],
+             depth: Mapping[str, int]) -> list[Message]:
+    """The stored messages with these chain hashes, the deepest first (then the newest)."""
+    return sorted(store.find_chain(user_id, hashes),
+                  key=lambda m: (-depth[m.chain_hash or ""], -m.created_at, m.id))
 
 
 def _keep(engine: Memd, session: Session, identity: Identity) -> Session:
@@ -154,13 +180,6 @@ def _keep(engine: Memd, session: Session, identity: Identity) -> Session:
 def tool_tokens(tools: Any, model: str | None) -> int:
     """What a request's tool definitions cost in its prompt."""
     return count_text(json.dumps(tools, sort_keys=True), model) if tools else 0
-
-
-def request_tokens(messages: Sequence[Mapping[str, Any]], tools: Any,
-                   model: str | None) -> int:
-    """memd's count of a request's prompt: its messages and its tool definitions (long
-    texts are counted once per process: see memd.models.tokens)."""
-    return sum(message_tokens(m, model) for m in messages) + tool_tokens(tools, model)
 
 
 def prepare_chat(
@@ -187,22 +206,28 @@ def prepare_chat(
         raise InvalidInput("each message must be an object")
     # An agent's tool output may hold a NUL or a lone surrogate: the request still goes
     # upstream as sent, and memd hashes, stores and searches a copy with U+FFFD there.
-    clean = [v.check_message(v.sanitized(m), i) for i, m in enumerate(messages)]
+    # What the agent sent before is not checked again (memd.engine.resend).
+    resent = engine.resent.read(uid, messages)
+    clean = resent.clean
     model = None if model is None else v.clean_chars(model)
     window = window or WindowInfo(None)
     system = [m for m in clean if m.get("role") in SYSTEM_ROLES]
     history = [m for m in clean if m.get("role") not in SYSTEM_ROLES]
     if not history:
         raise InvalidInput("messages must contain at least one non-system message")
-    query = last_user_text(history, engine.settings.max_message_chars, engine.redact)
+    query = resent.query(engine.settings.max_message_chars, engine.redact)
     # The query's vector is computed while the messages are hashed and stored (the model
-    # releases the GIL); retrieval then finds it in the embedder's query cache.
-    vector = SIDE.submit(engine.query_vector, query) if query else None
-    hashes = engine.chains.hashes(uid, clean)
+    # releases the GIL); retrieval then finds it in the embedder's query cache. The query
+    # of the request this one resends was embedded then (an agent's tool loop keeps its
+    # query, and retrieves nothing again).
+    vector = (SIDE.submit(engine.query_vector, query)
+              if query and query != resent.previous_query else None)
+    hashes = resent.hashes
     with engine.store.transaction():
         session, new, retry, client_owns = _resolve(
             engine, uid, ws, history, [h for h in hashes if h is not None], sid, model,
-            Identity.of_request(client, model, system))
+            Identity.of_request(client, model, system),
+            new=sum(1 for h in hashes[:resent.reused] if h is not None))
         if new:
             engine.append(session.id, uid, new)
         session = engine.session(session.id, uid)
@@ -217,7 +242,7 @@ def prepare_chat(
     if client_owns:
         # _augment hands ``plain`` itself back when it adds nothing (memory_added)
         plain = list(messages)
-        forward, report = _augment(engine, uid, session, plain, hashes, query, model,
+        forward, report = _augment(engine, uid, session, plain, resent, query, model,
                                    max_response_tokens, tools, window, placement)
     else:
         ctx = engine.context(
@@ -263,13 +288,14 @@ def prepare_side(engine: Memd, user_id: str, workspace: str | None, model: str |
 
 def _augment(
     engine: Memd, user_id: str, session: Session, messages: list[dict[str, Any]],
-    hashes: Sequence[str | None], query: str | None, model: str | None,
+    resent: Resent, query: str | None, model: str | None,
     max_response_tokens: int | None, tools: Any, window: WindowInfo, placement: str | None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The client's messages plus a memory block where there is room, and the report."""
     settings = engine.settings
     placement = placement or settings.memory_placement
-    counted = request_tokens(messages, tools, model)
+    hashes = resent.hashes
+    counted = resent.tokens(model) + tool_tokens(tools, model)
     scaled = math.ceil(counted * window.token_scale)
     reserve = (max_response_tokens if max_response_tokens is not None
                else settings.default_max_response_tokens)

@@ -19,7 +19,6 @@ from memd.backends.base import Store
 from memd.config import Settings, load_settings
 from memd.engine import validate as v
 from memd.engine.accounts import Accounts
-from memd.engine.chains import ChainCache
 from memd.engine.erase import ErasureMixin
 from memd.engine.extract import extract, extract_entities
 from memd.engine.history import HistoryCache
@@ -27,6 +26,7 @@ from memd.engine.inject import StableBlocks
 from memd.engine.jobs import JobRunner
 from memd.engine.notes import NoteCache
 from memd.engine.privacy import SessionPlaceholders, make_sanitizer
+from memd.engine.resend import ResendCache
 from memd.engine.retrieve import KINDS, search
 from memd.engine.sessions import SessionsMixin
 from memd.engine.side import RecentTurns
@@ -90,7 +90,7 @@ class Memd(SessionsMixin, ErasureMixin):
         self.history = HistoryCache(self.settings.history_cache_messages)
         self.blocks = StableBlocks()  # each session's last memory block, for stable prompts
         self.notes_cache = NoteCache()  # the notes channel's reads (memd.engine.notes)
-        self.chains = ChainCache()  # the last requests' chain hashes, for the next ones
+        self.resent = ResendCache()  # the last requests' checked messages, for the next ones
         self.recent_turns = RecentTurns()  # what side calls quote (memd.engine.side)
         self.accounts = Accounts(store, self.now)  # users, keys, workspace members
         # secrets never become memory (memd.engine.privacy); placeholders per session

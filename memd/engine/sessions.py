@@ -585,22 +585,35 @@ def _last_user_text(newest_first: Iterable[NewMessage | Message],
                     redact: Callable[[str], str] | None = None) -> str | None:
     """The user's own words in the newest user message that has any (see
     :mod:`memd.engine.templates`): a tool result or a file the client added is not what
-    the user asked, so an agent's tool loop keeps the query of the user's last request.
-    A huge message is read in part (its head and tail), as extraction reads it. A stored
-    message is read in its sanitized text; another one through ``redact``, before it is
-    cut (a secret cut in two is no longer recognized)."""
-    limit = 4 * v.QUERY_CHARS
+    the user asked, so an agent's tool loop keeps the query of the user's last request."""
     for m in newest_first:
-        text = m.safe_text if isinstance(m, Message) else m.content
-        if m.role == "user" and text:
-            if redact is not None and not isinstance(m, Message):
-                # Only the part read is redacted (a tool result can be megabytes), cut
-                # wider by a margin that holds any secret the final cut could split.
-                text = redact(v.excerpt(text, limit + 2 * REDACT_MARGIN))
-            words = user_words(v.excerpt(text, limit)).strip()
-            if words:
-                return words
+        words = _user_words(m, redact)
+        if words:
+            return words
     return None
+
+
+def _user_words(m: NewMessage | Message, redact: Callable[[str], str] | None) -> str:
+    """The user's own words in one message, "" when it has none. A huge message is read
+    in part (its head and tail), as extraction reads it. A stored message is read in its
+    sanitized text; another one through ``redact``, before it is cut (a secret cut in two
+    is no longer recognized)."""
+    limit = 4 * v.QUERY_CHARS
+    text = m.safe_text if isinstance(m, Message) else m.content
+    if m.role != "user" or not text:
+        return ""
+    if redact is not None and not isinstance(m, Message):
+        # Only the part read is redacted (a tool result can be megabytes), cut wider by a
+        # margin that holds any secret the final cut could split.
+        text = redact(v.excerpt(text, limit + 2 * REDACT_MARGIN))
+    return user_words(v.excerpt(text, limit)).strip()
+
+
+def message_words(raw: Any, max_chars: int,
+                  redact: Callable[[str], str] | None = None) -> str:
+    """The user's words in one OpenAI-style message, as :func:`last_user_text` reads
+    them ("" for none: not a user message, or only the client's text)."""
+    return _user_words(_message(raw, max_chars), redact)
 
 
 def last_user_text(messages: Sequence[Any], max_chars: int,
@@ -608,10 +621,16 @@ def last_user_text(messages: Sequence[Any], max_chars: int,
     """The user's words in the last user message among OpenAI-style ``messages`` that
     has any (multimodal parts joined as they are stored), or None: what ``context`` would
     take as the query once they are stored (its secrets replaced by ``redact``)."""
-    text = _last_user_text(
-        (m for m in (_message(raw, max_chars) for raw in reversed(messages))), redact
-    )
-    return None if text is None else v.excerpt(text, v.QUERY_CHARS)
+    for raw in reversed(messages):
+        words = message_words(raw, max_chars, redact)
+        if words:
+            return query_of(words)
+    return None
+
+
+def query_of(words: str) -> str:
+    """The retrieval query a user message's words make: their head and tail."""
+    return v.excerpt(words, v.QUERY_CHARS)
 
 
 def _as_dict(m: NewMessage) -> dict[str, Any]:

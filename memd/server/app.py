@@ -46,6 +46,7 @@ from memd.errors import (
 )
 from memd.server.security import (
     OPEN_PATHS,
+    PARSED_BODY,
     SAFE_METHODS,
     ASGIApp,
     Authenticate,
@@ -55,7 +56,7 @@ from memd.server.security import (
     cross_site_refusal,
     error_body,
     is_json,
-    nests_deeper,
+    nesting,
     scope_headers,
     send_error,
 )
@@ -188,10 +189,13 @@ class Guard:
         if writes and content_type is None and body:
             await self._not_json(send, None)
             return
-        if nests_deeper(body, MAX_DEPTH):
+        deep, parsed = nesting(body, MAX_DEPTH)
+        if deep:
             await send_error(send, 400, "invalid_request_error",
                              f"the request body nests JSON deeper than {MAX_DEPTH} levels")
             return
+        if parsed is not None:
+            scope[PARSED_BODY] = parsed
         sent = False
 
         async def replay() -> MutableMapping[str, Any]:
@@ -424,7 +428,7 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
         return JSONResponse(body, status_code=200 if reachable else 503, headers=headers)
 
     scoped = [Depends(_workspace_param)]
-    for router in (api.router, proxy.router):
+    for router in (proxy.router, api.router):  # the chat route, the hot one, is matched first
         app.include_router(router)
         app.include_router(router, prefix="/w/{workspace}", dependencies=scoped)
     _complete_schema(app, engine)

@@ -62,7 +62,8 @@ def fts_text(user_id: str | None, text: str | None) -> str:
     if not user_id or not text:
         return ""
     mark = user_mark(user_id)
-    return " ".join(mark + w for w in _FTS_WORD.findall(text.lower()))
+    words = _FTS_WORD.findall(text.lower())
+    return mark + (" " + mark).join(words) if words else ""
 
 
 Statement = tuple[str, tuple[Any, ...]]
