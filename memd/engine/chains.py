@@ -23,12 +23,20 @@ from typing import Any
 SYSTEM_ROLES = ("system", "developer")
 
 
+def content_text(content: Any) -> str:
+    """A message's text: a string as it is, the text parts of a list of content parts
+    joined by newlines, else nothing."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content
+                         if isinstance(p, Mapping) and p.get("type") == "text")
+    return ""
+
+
 def canonical(message: Mapping[str, Any]) -> str:
     """The message as its chain hash sees it (see the module's docstring)."""
-    content = message.get("content")
-    if isinstance(content, list):
-        content = "\n".join(str(p.get("text", "")) for p in content
-                            if isinstance(p, Mapping) and p.get("type") == "text")
+    content = content_text(message.get("content"))
     calls = [
         [c.get("id"), (c.get("function") or {}).get("name"),
          canonical_arguments((c.get("function") or {}).get("arguments"))]

@@ -233,7 +233,9 @@ def prepare_chat(
         session = engine.session(session.id, uid)
     if vector is not None:
         vector.result()
-    if query:  # a side call that quotes this turn is told apart by it (memd.engine.side)
+    if query and query != resent.previous_query:
+        # a side call that quotes this turn is told apart by it (memd.engine.side); an
+        # agent's tool loop repeats the turn noted already
         engine.recent_turns.note(uid, client_family(client) or "", system_hash(system),
                                  query, engine.now())
     call_id = "call-" + uuid.uuid4().hex

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from memd.engine.chains import content_text
+
 # Sketch size: the estimate's standard error is about sqrt(J(1 - J) / k), 0.06 at J = 0.5,
 # small beside the gap between one client's prompts (J near 1) and two clients' (near 0).
 SKETCH_SIZE = 64
@@ -81,15 +83,7 @@ def model_family(model: str | None) -> str | None:
 
 def system_text(messages: Sequence[Mapping[str, Any]]) -> str:
     """The text of a request's system and developer messages, in order."""
-    out: list[str] = []
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):
-            out.extend(str(p.get("text", "")) for p in content
-                       if isinstance(p, Mapping) and p.get("type") == "text")
-        elif isinstance(content, str):
-            out.append(content)
-    return "\n".join(out)
+    return "\n".join(content_text(m.get("content")) for m in messages)
 
 
 @lru_cache(maxsize=64)

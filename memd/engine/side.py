@@ -37,7 +37,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memd.engine.chains import SYSTEM_ROLES
+from memd.engine.chains import SYSTEM_ROLES, content_text
+from memd.engine.identity import system_text
 
 HEADER = "x-memd-memory"
 TINY_ANSWER = 64  # tokens: a title or a label, not an answer to a user
@@ -80,13 +81,7 @@ _KNOWN = tuple(_norm(p) for p in SIDE_PROMPTS)
 
 
 def _text(message: Mapping[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content
-                         if isinstance(p, Mapping) and p.get("type") == "text")
-    return ""
+    return content_text(message.get("content"))
 
 
 def _known_prompt(text: str) -> str | None:
@@ -99,7 +94,7 @@ def _known_prompt(text: str) -> str | None:
 
 def system_hash(messages: Sequence[Mapping[str, Any]]) -> str:
     """A digest of a request's system messages (what sets a conversation's prompt)."""
-    text = "\x1e".join(_text(m) for m in messages if m.get("role") in SYSTEM_ROLES)
+    text = system_text([m for m in messages if m.get("role") in SYSTEM_ROLES])
     return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
 
 
