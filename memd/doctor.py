@@ -216,7 +216,10 @@ def postgres_check(settings: Settings) -> Check:
     try:
         import psycopg
     except ImportError as exc:
-        return Check("store", FAIL, f"PostgreSQL: {exc}", "pip install 'memd[postgres]'")
+        from memd.extras import EXTRAS
+
+        return Check("store", FAIL, f"PostgreSQL: {exc}",
+                     EXTRAS["postgres"].install_command("postgres"))
     where = redact_dsn(settings.db)
     try:
         with psycopg.connect(settings.db, connect_timeout=int(TIMEOUT)) as conn:

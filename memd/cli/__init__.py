@@ -35,6 +35,13 @@ def handles_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except MemdError as exc:
             fail(exc)
+        except ModuleNotFoundError as exc:  # a module of an extra that is not installed
+            from memd.extras import hint_for_module
+
+            hint = hint_for_module(exc.name)
+            if hint is None:
+                raise
+            fail(hint)
 
     return wrapper  # type: ignore[return-value]
 
