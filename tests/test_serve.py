@@ -41,7 +41,9 @@ def test_cli_uses_the_running_daemon(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "daemon did not start"
             time.sleep(0.2)
         marker = json.loads((tmp_path / "data" / "daemon.json").read_text())
-        assert marker == {"pid": proc.pid, "host": "127.0.0.1", "port": port}
+        db = str(tmp_path / "data" / "memd.db")
+        assert marker == {"pid": proc.pid, "host": "127.0.0.1", "port": port, "store": {
+            "backend": "SQLite", "shown": db, "key": f"sqlite:{Path(db).resolve()}"}}
 
         added = run("add", "I prefer tabs over spaces", "--user", "alice", "--json", env=env)
         assert added.returncode == 0, added.stderr
