@@ -91,8 +91,9 @@ def test_naming_the_daemons_store_goes_through_the_daemon(hermetic_env: Path) ->
 def test_a_command_that_opens_the_store_names_one_beside_a_daemon_on_another(
         hermetic_env: Path) -> None:
     with daemon(hermetic_env, postgres_url()):
-        out = cli("user", "add", "bob", code=2)
-        assert "serves PostgreSQL" in out and "--db" in out
+        for command in (["user", "add", "bob"], ["export", str(hermetic_env / "x.jsonl")]):
+            out = cli(*command, code=2)
+            assert "serves PostgreSQL" in out and "--db" in out, command
         assert not (hermetic_env / "memd.db").exists()  # nothing written to SQLite
         cli("user", "add", "bob", "--db", "sqlite")  # named: the default store itself
     with memd.open(hermetic_env) as m:
@@ -165,6 +166,14 @@ def test_doctor_checks_the_daemons_upstream_and_store(hermetic_env: Path) -> Non
     assert found["upstream"]["detail"].startswith(f"the daemon's: {upstream}/v1 (asked "
                                                   "through the daemon) answers")
     assert found["store"]["detail"].startswith("the daemon's: PostgreSQL, database ")
+
+
+def test_doctor_under_auth_without_a_key_asks_for_one(hermetic_env: Path) -> None:
+    with daemon(hermetic_env, postgres_url(), auth=True, upstream_url="http://h:9/v1"):
+        found = {c["check"]: c for c in json.loads(cli("doctor", "--json"))}
+    assert found["upstream"]["status"] == "info"
+    assert "does not tell its upstream without an API key" in found["upstream"]["detail"]
+    assert found["upstream"]["fix"].startswith("set MEMD_API_KEY")
 
 
 def test_doctor_warns_of_a_daemon_without_upstream(hermetic_env: Path) -> None:

@@ -59,9 +59,10 @@ def service_check(settings: Settings) -> Check:
     return Check("service", OK, found)
 
 
-def _served(ctx: click.Context) -> tuple[str, dict[str, Any]] | None:
+def _served(ctx: click.Context) -> tuple[str, dict[str, Any] | None] | None:
     """The base URL and ``/v1/status`` of the daemon serving this data dir and the store
-    named here (any, when none is), or None (no such daemon, or it needs a key)."""
+    named here (any, when none is), or None without such a daemon; the status is None
+    when the daemon does not tell it (it needs a key, or is of an older memd)."""
     try:
         daemon = daemon_for(ctx)
     except MemdError:  # the config or the store setting is broken: the checks say so
@@ -69,10 +70,11 @@ def _served(ctx: click.Context) -> tuple[str, dict[str, Any]] | None:
     if daemon is None:
         return None
     with daemon:
+        base = str(daemon.base_url).rstrip("/")
         try:
-            return str(daemon.base_url).rstrip("/"), daemon_call(daemon, "GET", "/v1/status")
+            return base, daemon_call(daemon, "GET", "/v1/status")
         except MemdError:
-            return None
+            return base, None
 
 
 def _served_checks(ctx: click.Context, settings: Settings,
@@ -85,6 +87,13 @@ def _served_checks(ctx: click.Context, settings: Settings,
         return {}
     base, told = served
     out: dict[str, Callable[[Settings], Check]] = {}
+    if told is None:
+        if upstream_url is None:
+            out["upstream_check"] = lambda _: Check(
+                "upstream", INFO, f"the daemon at {base} does not tell its upstream without "
+                                  "an API key", f"set {KEY_ENV} to one of its keys (memd key "
+                                                "create --user NAME)")
+        return out
     if upstream_url is None:
         key = os.environ.get(KEY_ENV)
         out["upstream_check"] = lambda _: served_upstream_check(told.get("upstream"), base,

@@ -166,16 +166,16 @@ def _erase(ctx: click.Context, user_id: str | None, session_id: str | None,
                           "undone", abort=True)
     daemon = None if settings_for(ctx).auth else daemon_for(ctx)
     if daemon is not None:
-        user = user_id or settings_for(ctx).default_user
         from urllib.parse import quote
 
-        path = (f"/v1/users/{quote(user, safe='')}" if session_id is None
+        user = daemon_user(ctx, user_id)  # --all has --user
+        path = (f"/v1/users/{quote(str(user), safe='')}" if session_id is None
                 else f"/v1/sessions/{quote(session_id, safe='')}")
         if message_id is not None:
             path += f"/messages/{quote(message_id, safe='')}"
         with daemon:
             counts = daemon_call(daemon, "DELETE", path, params={"user_id": user}
-                                 if session_id is not None else None)["rows"]
+                                 if session_id is not None and user else None)["rows"]
     else:
         with open_engine(ctx) as m:
             user = store_user(m, user_id)
