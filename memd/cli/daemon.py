@@ -17,7 +17,7 @@ from memd.cli import (
     main,
     open_engine,
     settings_for,
-    store_place,
+    store_user,
 )
 from memd.errors import InvalidInput, MemdError
 
@@ -119,7 +119,7 @@ def calls(ctx: click.Context, user_id: str | None, session_id: str | None,
                     k: v for k, v in params.items() if v is not None})["data"]
     else:
         with open_engine(ctx) as m:
-            uid = user_id or m.settings.default_user
+            uid = store_user(m, user_id)
             if call_id is not None:
                 found = [m.call(uid, call_id)]
             else:
@@ -140,16 +140,42 @@ def calls(ctx: click.Context, user_id: str | None, session_id: str | None,
 @click.pass_context
 @handles_errors
 def status(ctx: click.Context) -> None:
-    """Show where memd keeps its data and what the store holds."""
+    """Show where memd keeps its data and what the store holds. While a daemon serves
+    this data dir and the store named here (any, when none is named), its store and
+    upstream are the daemon's own, as it reports them (with MEMD_API_KEY under --auth)."""
     import memd
+    from memd.server.discovery import find_daemon, served_store, store_place
 
     settings = settings_for(ctx)
-    local, place = store_place(settings)
+    place = store_place(settings)  # before any line: an error is then the only line
+    daemon = daemon_for(ctx)
     click.echo(f"memd {memd.__version__}")
     click.echo(f"data dir:  {settings.data_dir}")
-    click.echo(f"database:  {place}")
+    if daemon is not None:
+        with daemon:
+            click.echo(f"daemon:    answers at {daemon.base_url}")
+            try:
+                told = daemon_call(daemon, "GET", "/v1/status")
+            except MemdError as exc:  # a key is needed, or a daemon of an older memd
+                told = None
+                reason = str(exc)
+        if told is not None:
+            _print_daemon_status(told)
+            return
+        served = served_store(settings.data_dir)
+        if served is not None:
+            click.echo(f"database:  {served.backend}, {served.shown}")
+        click.echo(f"note:      the daemon did not say more ({reason})")
+        return
+    running = find_daemon(settings.data_dir)
+    if running is not None:
+        with running:
+            served = served_store(settings.data_dir)
+            other = f" (it serves {served.backend}, {served.shown})" if served else ""
+            click.echo(f"daemon:    answers at {running.base_url} for another store{other}")
+    click.echo(f"database:  {place.backend}, {place.shown}")
     click.echo(f"embedder:  {settings.embedder}")
-    if not local or settings.db_path.exists():
+    if place.backend != "SQLite" or settings.db_path.exists():
         with open_engine(ctx) as m:
             held = m.status()
         click.echo(f"store:     {held['store']}")
@@ -158,6 +184,20 @@ def status(ctx: click.Context) -> None:
         click.echo(f"jobs:      {held['pending_jobs']} pending")
     else:
         click.echo("store:     not created yet (the first write creates it)")
+
+
+def _print_daemon_status(told: dict[str, Any]) -> None:
+    store = told.get("store") or {}
+    click.echo(f"database:  {store.get('backend', '?')}, {store.get('place', '?')}")
+    upstream = told.get("upstream")
+    click.echo("upstream:  " + ("the bundled llama.cpp model (--upstream-url local)"
+                                if upstream == "local" else upstream or "none set"))
+    click.echo(f"embedder:  {told.get('embedder', '?')}")
+    click.echo(f"auth:      {'on: every request needs an API key' if told.get('auth') else 'off'}")
+    click.echo(f"schema:    v{store.get('schema', '?')}")
+    if "users" in told:
+        click.echo(f"users:     {told['users']}")
+    click.echo(f"jobs:      {told.get('pending_jobs', '?')} pending")
 
 
 # --upstream-url local: chats go to the helper model in-process, under this base URL.
@@ -227,6 +267,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
         find_daemon,
         hold_data_dir,
         remove_daemon_file,
+        store_place,
         write_daemon_file,
     )
 
@@ -276,9 +317,9 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     log = logging.getLogger("memd")
     log.info("memd %s listening on http://%s:%d/v1", memd.__version__, settings.host,
              settings.port)
-    local, place = store_place(settings)
-    log.info("store: %s %s; embedder: %s", "SQLite at" if local else "PostgreSQL,", place,
-             engine.embedder.name)
+    place = store_place(settings)
+    log.info("store: %s %s; embedder: %s", "SQLite at" if place.backend == "SQLite" else
+             f"{place.backend},", place.shown, engine.embedder.name)
     log.info("upstream: %s", redact_url(settings.upstream_url) if settings.upstream_url
              else "none (set --upstream-url to proxy chats; the native API works without "
              "one)")
@@ -295,7 +336,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     gc.collect()
     gc.freeze()
 
-    marker = write_daemon_file(settings.data_dir, settings.host, settings.port)
+    marker = write_daemon_file(settings.data_dir, settings.host, settings.port, place)
     # uvicorn drains on SIGTERM (what systemd and launchd send) and SIGINT, then sends the
     # signal again to the handler it found: this one ends the process through the
     # finally below (store closed, daemon.json removed) with status 0, not killed by it.

@@ -37,8 +37,10 @@ def migrate(ctx: click.Context, target: str, source: Path | None, batch_size: in
     memory, fact, job and cache row, with ids, timestamps and embeddings, in batched
     COPYs. Safe to rerun: a killed run resumes, a finished one copies nothing. Ends with
     per-table row counts and content checksums of both sides."""
+    from memd.extras import require
     from memd.migrate import migrate as run_migration
 
+    require("postgres", "psycopg", "pgvector")
     settings = settings_for(ctx)
     if source is None:
         if settings.db.startswith(("postgresql://", "postgres://")):
