@@ -78,7 +78,25 @@ def _call_line(call: dict[str, Any]) -> str:
     metadata = call.get("metadata")
     if isinstance(metadata, dict) and metadata.get("retried"):
         parts.append("retried")
+    cache = _cache_figures(metadata.get("usage") if isinstance(metadata, dict) else None)
+    if cache:
+        parts.append(cache)
     return "  ".join(str(p) for p in parts)
+
+
+def _cache_figures(usage: Any) -> str:
+    """What the model server said of its prompt cache for a call: Anthropic's cache
+    read and written tokens, or OpenAI's cached prompt tokens; "" when it said nothing."""
+    if not isinstance(usage, dict):
+        return ""
+    details = usage.get("prompt_tokens_details")
+    read = usage.get("cache_read_input_tokens")
+    if read is None and isinstance(details, dict):
+        read = details.get("cached_tokens")
+    written = usage.get("cache_creation_input_tokens")
+    figures = [f"cache read={read}" if read is not None else "",
+               f"cache written={written}" if written is not None else ""]
+    return " ".join(f for f in figures if f)
 
 
 @main.command()
@@ -213,6 +231,11 @@ LOCAL_UPSTREAM_URL = "http://local/v1"
               help="OpenAI-compatible base URL chats are forwarded to, e.g. "
                    "http://127.0.0.1:8080/v1, or 'local': answer them with the bundled "
                    "llama.cpp model, no model server needed (env MEMD_UPSTREAM_URL).")
+@click.option("--upstream-anthropic-url", envvar="MEMD_UPSTREAM_ANTHROPIC_URL",
+              help="Where Anthropic Messages requests (/v1/messages: Claude Code, the "
+                   "anthropic SDK) go, a base URL as ANTHROPIC_BASE_URL takes, e.g. "
+                   "https://api.anthropic.com (default: --upstream-url; env "
+                   "MEMD_UPSTREAM_ANTHROPIC_URL).")
 @click.option("--upstream-api-key", envvar="MEMD_UPSTREAM_API_KEY",
               help="API key for the upstream (env MEMD_UPSTREAM_API_KEY).")
 @click.option("--db", envvar="MEMD_DB",
@@ -235,7 +258,7 @@ LOCAL_UPSTREAM_URL = "http://local/v1"
 @click.pass_context
 @handles_errors
 def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: str | None,
-          upstream_api_key: str | None, db: str | None, context_window: int | None,
+          upstream_anthropic_url: str | None, upstream_api_key: str | None, db: str | None, context_window: int | None,
           log_level: str, log_file: Path | None, no_log_file: bool, auth: bool | None,
           unauthenticated: bool) -> None:
     """Run the daemon in the foreground: the OpenAI-compatible memory proxy and the
@@ -255,8 +278,8 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
         raise InvalidInput("--log-file and --no-log-file contradict each other")
     opts = ctx.obj or {}
     flags = dict(data_dir=opts.get("data_dir"), host=host, port=port,
-                 upstream_url=upstream_url, upstream_api_key=upstream_api_key,
-                 db=db or opts.get("db"), auth=auth, context_window=context_window)
+                 upstream_url=upstream_url, upstream_anthropic_url=upstream_anthropic_url,
+                 upstream_api_key=upstream_api_key, db=db or opts.get("db"), auth=auth, context_window=context_window)
     settings = load_settings(opts.get("config"), **flags)
     loopback = settings.host in ("127.0.0.1", "localhost", "::1")
     if not loopback and not settings.auth and not unauthenticated:
