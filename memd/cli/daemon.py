@@ -218,7 +218,8 @@ LOCAL_UPSTREAM_URL = "http://local/v1"
 @click.pass_context
 @handles_errors
 def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: str | None,
-          upstream_anthropic_url: str | None, upstream_api_key: str | None, db: str | None, context_window: int | None,
+          upstream_anthropic_url: str | None, upstream_api_key: str | None, db: str | None,
+          context_window: int | None,
           log_level: str, log_file: Path | None, no_log_file: bool, auth: bool | None,
           unauthenticated: bool) -> None:
     """Run the daemon in the foreground: the OpenAI-compatible memory proxy and the
@@ -239,7 +240,8 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     opts = ctx.obj or {}
     flags = dict(data_dir=opts.get("data_dir"), host=host, port=port,
                  upstream_url=upstream_url, upstream_anthropic_url=upstream_anthropic_url,
-                 upstream_api_key=upstream_api_key, db=db or opts.get("db"), auth=auth, context_window=context_window)
+                 upstream_api_key=upstream_api_key, db=db or opts.get("db"), auth=auth,
+                 context_window=context_window)
     settings = load_settings(opts.get("config"), **flags)
     loopback = settings.host in ("127.0.0.1", "localhost", "::1")
     if not loopback and not settings.auth and not unauthenticated:
