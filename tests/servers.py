@@ -218,3 +218,13 @@ def poll(check: Callable[[], bool], what: str) -> float:
             f"not within {WATCH_DEADLINE} s: {what}"
         time.sleep(0.05)
     return time.monotonic() - start
+
+
+def wait_for_messages(engine: Memd, count: int, user_id: str = "local") -> None:
+    """Wait until the user's sessions hold ``count`` messages: a proxied reply is stored
+    as the answer is sent, so the client may have it a moment before the store does."""
+    deadline = time.monotonic() + 10
+    while sum(len(engine.messages(s.id, user_id))
+              for s in engine.store.list_sessions(user_id)) < count:
+        assert time.monotonic() < deadline, f"{count} messages not stored"
+        time.sleep(0.02)

@@ -5,7 +5,6 @@ driven by the official ``anthropic`` client, streaming and not."""
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ import httpx
 import openai
 import pytest
 from anthropic_upstream import SIGNATURE, FakeAnthropic, prompt_bytes
-from servers import FakeUpstream, memd_in_front, serve
+from servers import FakeUpstream, memd_in_front, serve, wait_for_messages
 
 from memd.engine.chains import content_text
 from memd.engine.inject import USER_CLOSE, USER_OPEN
@@ -42,13 +41,6 @@ class Stack:
         return anthropic.Anthropic(base_url=self.base, api_key="sk-ant-test", max_retries=0,
                                    **kw)
 
-    def until_stored(self, count: int) -> None:
-        """Replies are stored as the answer is sent: wait for ``count`` messages."""
-        deadline = time.monotonic() + 10
-        while sum(len(self.engine.messages(s.id, "local"))
-                  for s in self.engine.store.list_sessions("local")) < count:
-            assert time.monotonic() < deadline, "messages not stored"
-            time.sleep(0.02)
 
 
 @pytest.fixture
@@ -126,7 +118,7 @@ def test_tool_task_is_forwarded_unchanged_and_stored_once(stack: Stack, stream: 
     assert second["messages"][2]["content"][0]["type"] == "tool_result"
     assert len(second["messages"][2]["content"]) == 1
     # one session, each message once: the prompt, the tool call, its result, the answer
-    stack.until_stored(4)
+    wait_for_messages(stack.engine, 4)
     (session,) = stack.engine.store.list_sessions("local")
     roles = [m.role for m in stack.engine.messages(session.id, "local")]
     assert roles == ["user", "assistant", "tool", "assistant"]
@@ -212,7 +204,7 @@ def test_a_fact_told_to_claude_reaches_a_chat_completions_client(stack: Stack) -
         model="claude-sonnet-5", max_tokens=100,
         messages=[{"role": "user", "content": [REMINDER, {
             "type": "text", "text": f"Remember: the staging host is {HOST}."}]}])
-    stack.until_stored(2)
+    wait_for_messages(stack.engine, 2)
     openai.OpenAI(base_url=f"{stack.base}/v1", api_key="x", max_retries=0).chat.completions\
         .create(model="gpt-4o", messages=[{"role": "user",
                                             "content": "What is the staging host again?"}])

@@ -38,9 +38,18 @@ class Upstream(FakeUpstream):
     def __init__(self) -> None:
         super().__init__()
         self.app.add_route("/v1/messages", self.messages, methods=["POST"])
+        self.app.add_route("/v1/responses", self.responses, methods=["POST"])
 
     def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
         return {"role": "assistant", "content": "ok"}
+
+    async def responses(self, request: Request) -> Response:
+        await request.body()
+        return JSONResponse({"id": "resp_1", "object": "response", "status": "completed",
+                             "model": "m", "output": [{
+                                 "type": "message", "role": "assistant", "content": [
+                                     {"type": "output_text", "text": "ok"}]}],
+                             "usage": {"input_tokens": 1, "output_tokens": 1}})
 
     async def messages(self, request: Request) -> Response:
         await request.body()

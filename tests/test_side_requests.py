@@ -23,6 +23,7 @@ from memd.config import load_settings
 from memd.engine.extract import STYLE_TAG
 from memd.engine.memory import Memd
 from memd.engine.side import RecentTurns, side_reason
+from memd.errors import InvalidInput
 from memd.server.app import create_app
 from memd.types import Tier
 
@@ -194,6 +195,8 @@ def test_side_reason_signals() -> None:
     assert side_reason({"messages": [long], "max_tokens": 400}, None) is None
     assert side_reason({"messages": [user]}, "OFF") == "X-Memd-Memory: off"
     assert side_reason({"messages": [long], "max_tokens": 1}, " on ") is None
+    with pytest.raises(InvalidInput, match="'on' or 'off'"):
+        side_reason({"messages": [user]}, "maybe")
     assert side_reason({"messages": [user], "response_format": {"type": "text"}}, None) is None
     compaction = {"role": "user", "content": "Provide a detailed prompt for continuing our "
                                              "conversation above. Focus on..."}

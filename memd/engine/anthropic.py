@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memd.engine.sse import DataEvents
+from memd.engine.sse import DataEvents, json_event
 from memd.engine.validate import sanitized
 
 
@@ -189,11 +189,8 @@ class StreamReply(DataEvents):
         self.done = False
 
     def _data(self, payload: bytes) -> None:
-        try:
-            event = json.loads(payload)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return
-        if not isinstance(event, dict):
+        event = json_event(payload)
+        if event is None:
             return
         kind = event.get("type")
         index = event.get("index")

@@ -39,6 +39,7 @@ from typing import Any
 
 from memd.engine.chains import SYSTEM_ROLES, content_text
 from memd.engine.identity import system_text
+from memd.errors import InvalidInput
 
 HEADER = "x-memd-memory"
 TINY_ANSWER = 64  # tokens: a title or a label, not an answer to a user
@@ -161,6 +162,8 @@ def side_reason(body: Mapping[str, Any], header: str | None, *, user_id: str = "
     None when it is a turn of the user's conversation. ``header``: the request's
     ``X-Memd-Memory``."""
     flag = (header or "").strip().lower()
+    if header is not None and flag not in ("on", "off"):
+        raise InvalidInput(f"X-Memd-Memory must be 'on' or 'off', not {header!r}")
     if flag == "on":
         return None
     if flag == "off":

@@ -3,6 +3,9 @@ a streamed reply for storage while relaying the stream unchanged."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 
 class DataEvents:
     """Splits a server-sent event stream into its ``data:`` payloads as chunks arrive (a
@@ -21,3 +24,13 @@ class DataEvents:
 
     def _data(self, payload: bytes) -> None:
         raise NotImplementedError
+
+
+def json_event(payload: bytes) -> dict[str, Any] | None:
+    """An event's data as a JSON object, or None when it is not one (a ``[DONE]``, a
+    comment, a broken chunk: the client gets it as sent, memd reads nothing from it)."""
+    try:
+        event = json.loads(payload)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return event if isinstance(event, dict) else None

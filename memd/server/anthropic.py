@@ -17,23 +17,18 @@ own it goes as ``x-api-key``; otherwise, in local mode, the client's credentials
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any
 
 import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from memd.engine import anthropic as a
-from memd.engine import side, validate
-from memd.engine.chat import prepare_chat, prepare_side
-from memd.engine.identity import client_family
-from memd.engine.side import side_reason
+from memd.engine import validate
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text
 from memd.server import schemas as s
-from memd.server.deps import engine_of, user_of, workspace_of
+from memd.server.doors import DOOR_RESPONSES, checked_model, converse
 from memd.server.proxy import (
     CHAT_ERRORS,
     NO_UPSTREAM,
@@ -42,10 +37,8 @@ from memd.server.proxy import (
     body_of,
     forward_headers,
     out_of_reach,
-    relay,
     token_field,
     upstream_client,
-    window_of,
 )
 from memd.server.security import error_body
 
@@ -96,51 +89,27 @@ def _path(request: Request, path: str, suffix: str = "") -> str:
     return path + suffix + ("?" + query if query else "")
 
 
-@router.post(
-    "/v1/messages", responses={
-        200: {"description": "The model server's answer, relayed (SSE when streaming)",
-              "content": {"application/json": {}, "text/event-stream": {}}},
-        **CHAT_ERRORS},
-    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-        "schema": s.MESSAGES_REQUEST}}}},
-)
+@router.post("/v1/messages", responses=DOOR_RESPONSES, openapi_extra={
+    "requestBody": {"required": True, "content": {"application/json": {
+        "schema": s.MESSAGES_REQUEST}}}})
 async def messages(request: Request) -> Response:
     """Anthropic Messages through memd: memory in, the model's answer out."""
-    engine = engine_of(request)
     body = await body_of(request)
     if not isinstance(body.get("messages"), list):
         raise InvalidInput("'messages' is required and must be a list")
-    if "stream" in body and not isinstance(body["stream"], bool):
-        raise InvalidInput("'stream' must be a boolean")
-    if "model" in body and not isinstance(body["model"], str):
-        raise InvalidInput(f"'model' must be a string, not {type(body['model']).__name__}")
-    model = validate.clean_chars(body["model"]) if "model" in body else None
+    model = checked_model(body)
     max_tokens = token_field(body, "max_tokens")
     try:
         client, path = _upstream(request)
     except NoUpstream:
         return JSONResponse(error_body("upstream_not_configured", NO_UPSTREAM),
                             status_code=503)
-    user, workspace = user_of(request), workspace_of(request)
-    window = await window_of(request, model)
     seen = a.view(body)
-    agent = request.headers.get("user-agent")
-    reason = side_reason(a.side_body(body, seen), request.headers.get(side.HEADER),
-                         user_id=user, client=client_family(agent) or "",
-                         recent=engine.recent_turns, now=engine.now())
-    if reason is not None:
-        call = await run_in_threadpool(prepare_side, engine, user, workspace, model,
-                                       seen.messages, reason, window)
-    else:
-        call = await run_in_threadpool(
-            prepare_chat, engine, user, workspace, seen.messages, model=model,
-            max_response_tokens=max_tokens, tools=body.get("tools"), window=window,
-            placement="user", client=agent)
-    plain = body["messages"]
-    placed = a.forward(body, seen, call.forward) if call.memory_added else None
-    call = replace(call, forward=placed if placed is not None else plain, plain=plain)
     door = Door(_path(request, path), a.StreamReply, _whole, _anthropic_headers)
-    return await relay(request, client, call, body, model, door)
+    return await converse(request, client, door, body, model=model, messages=seen.messages,
+                          shape=a.side_body(body, seen),
+                          put_back=lambda placed: a.forward(body, seen, placed),
+                          max_tokens=max_tokens)
 
 
 @router.post("/v1/messages/count_tokens", responses={

@@ -335,7 +335,7 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
     replaces the network for the upstream model server, for in-process tests. While it
     runs, changes to the ``config`` file apply live and, with ``watch_notes``, the notes
     folder is kept in step (:mod:`memd.server.watch`)."""
-    from memd.server import anthropic, api, proxy, status
+    from memd.server import anthropic, api, proxy, responses, status
 
     settings = settings or engine.settings
     worker = JobWorker(engine, settings.job_interval) if run_jobs else None
@@ -428,7 +428,8 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
         return JSONResponse(body, status_code=200 if reachable else 503, headers=headers)
 
     scoped = [Depends(_workspace_param)]
-    for router in (proxy.router, anthropic.router, api.router):  # chat routes first
+    # the chat doors, the hot routes, are matched first
+    for router in (proxy.router, anthropic.router, responses.router, api.router):
         app.include_router(router)
         app.include_router(router, prefix="/w/{workspace}", dependencies=scoped)
     app.include_router(status.router)  # the daemon's, not a workspace's

@@ -41,7 +41,7 @@ from memd.engine.chat import (
 from memd.engine.identity import client_family
 from memd.engine.memory import Memd
 from memd.engine.side import side_reason
-from memd.engine.sse import DataEvents
+from memd.engine.sse import DataEvents, json_event
 from memd.errors import Conflict, InvalidInput
 from memd.models.tokens import calibrated_scale
 from memd.server import schemas as s
@@ -216,11 +216,8 @@ class StreamAccumulator(DataEvents):
         if payload == b"[DONE]":
             self.done = True
             return
-        try:
-            chunk = json.loads(payload)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return
-        if not isinstance(chunk, dict):
+        chunk = json_event(payload)
+        if chunk is None:
             return
         self.model = _text_or_none(chunk.get("model")) or self.model
         if chunk.get("usage"):
@@ -336,14 +333,15 @@ class Accumulator(Protocol):
 @dataclass(frozen=True, slots=True)
 class Door:
     """How one API's request goes upstream and its answer is read back for storage:
-    the upstream path, the headers, a streamed answer's accumulator, and a whole
-    answer's (reply, finish reason, usage)."""
+    the upstream path, a streamed answer's accumulator, a whole answer's (reply, finish
+    reason, usage), the headers, and the field that holds the conversation."""
 
     path: str
     stream: Callable[[], Accumulator]
     whole: Callable[[dict[str, Any]], tuple[dict[str, Any] | None, str | None,
                                              dict[str, Any] | None]]
     headers: Callable[[Request], dict[str, str]]
+    field: str = "messages"  # the body's field memd adds its block to
 
 
 CHAT = Door("chat/completions", StreamAccumulator, _reply_of, forward_headers)
@@ -385,7 +383,7 @@ def token_field(body: Mapping[str, Any], name: str) -> int | None:
                            "compaction call): forwarded as sent, no memory, no session, "
                            "nothing learned. 'on': a turn of the conversation, whatever "
                            "its shape.",
-            "schema": {"type": "string", "enum": ["on", "off"]},
+            "schema": {"type": "string", "pattern": r"^\s*([oO][nN]|[oO][fF][fF])\s*$"},
         }],
         "requestBody": {"required": True,
                         "content": {"application/json": {"schema": s.CHAT_REQUEST}}},
@@ -505,7 +503,7 @@ async def _send(client: httpx.AsyncClient, request: Request, call: PreparedCall,
     while True:
         # a side request goes as the client sent it, byte for byte
         content = (await request.body() if call.side
-                   else _encode({**body, "messages": messages}))
+                   else _encode({**body, door.field: messages}))
         req = client.build_request("POST", door.path, content=content,
                                    headers=door.headers(request))
         resp = await client.send(req, stream=stream)

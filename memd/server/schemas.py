@@ -334,3 +334,22 @@ MESSAGES_REQUEST: dict[str, Any] = {
         "max_tokens": {"type": "integer", "minimum": 0},
     },
 }
+
+# The OpenAI Responses request, as memd reads it (every other field goes upstream as
+# sent).
+RESPONSES_REQUEST: dict[str, Any] = {
+    "type": "object", "required": ["input"], "additionalProperties": True,
+    "properties": {
+        "input": {"anyOf": [{"type": "string", "minLength": 1},
+                            {"type": "array", "minItems": 1,
+                             "items": {"type": "object"},
+                             "contains": {"required": ["role"],
+                                          "properties": {"role": {"const": "user"}}}}],
+                  "description": "A string, or input items of which at least one is a "
+                                 "user message; forwarded as sent."},
+        "instructions": {"type": ["string", "null"]},
+        "model": {"type": "string"},
+        "stream": {"type": "boolean"},
+        "max_output_tokens": {"type": ["integer", "null"], "minimum": 0},
+    },
+}

@@ -1,0 +1,233 @@
+"""The OpenAI Responses format seen as memd's conversation model, and back.
+
+A Responses request carries ``instructions`` and a list of ``input`` items: messages
+(whose text parts are ``input_text`` / ``output_text``), the model's ``function_call``
+items and their ``function_call_output``, ``reasoning`` items (with
+``encrypted_content`` when the client keeps no state upstream), and more. :func:`view`
+converts a request into the Chat Completions message list the engine works on, so that
+one memory serves every door:
+
+- ``instructions`` and developer or system message items become system messages;
+- each user message item a user message, its text parts as ``text`` parts;
+- what the model produced in one reply (reasoning, message and function call items in a
+  row) one assistant message, its function calls as ``tool_calls``, every item kept as a
+  content part: a reply stored whole is matched whole when the client resends it;
+- each ``function_call_output`` (any ``*_output`` item) a tool message.
+
+What goes upstream is the client's request, never the view converted back:
+:func:`forward` only inserts the memory block, as an ``input_text`` part, into the user
+message item the engine placed it in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memd.engine.sse import DataEvents, json_event
+from memd.engine.validate import sanitized
+
+_TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """A request in the conversation model: ``messages``, and for each the index of the
+    client's input item it came from (-1: ``instructions``; -2: an ``input`` given as
+    one string)."""
+
+    messages: list[dict[str, Any]]
+    origin: list[int]
+
+
+def _parts(content: Any) -> Any:
+    """A message item's content with its text parts as ``text`` parts."""
+    if not isinstance(content, list):
+        return content
+    return [{"type": "text", "text": p.get("text")}
+            if isinstance(p, Mapping) and p.get("type") in _TEXT_PARTS else p
+            for p in content]
+
+
+def _kind(item: Mapping[str, Any]) -> str:
+    """user, system, tool (a result the client sends back) or model (what a reply
+    holds)."""
+    kind = item.get("type")
+    role = item.get("role")
+    if kind in (None, "message") and role in ("system", "developer"):
+        return "system"
+    if kind in (None, "message") and role == "user":
+        return "user"
+    if isinstance(kind, str) and kind.endswith("_output"):
+        return "tool"
+    return "model"
+
+
+def reply(items: Sequence[Any]) -> dict[str, Any]:
+    """The output items of one reply as one assistant message (see the module
+    docstring)."""
+    content: list[Any] = []
+    calls: list[dict[str, Any]] = []
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        if item.get("type") == "function_call":
+            calls.append({"id": item.get("call_id"), "type": "function", "function": {
+                "name": item.get("name"), "arguments": item.get("arguments")}})
+        elif isinstance(item.get("content"), list) and item.get("role") == "assistant":
+            content.extend(_parts(item["content"]))
+        elif isinstance(item.get("content"), str) and item.get("role") == "assistant":
+            content.append({"type": "text", "text": item["content"]})
+        else:
+            content.append(item)
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _output(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(p, Mapping) for p in value):
+        return _parts(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def view(body: Mapping[str, Any]) -> View:
+    """The request ``body`` in the conversation model (see the module docstring)."""
+    messages: list[dict[str, Any]] = []
+    origin: list[int] = []
+    instructions = body.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        messages.append({"role": "system", "content": instructions})
+        origin.append(-1)
+    raw = body.get("input")
+    if isinstance(raw, str):
+        return View([*messages, {"role": "user", "content": raw}], [*origin, -2])
+    pending: list[Any] = []  # the items of one reply, in a row
+    first = 0
+    for i, item in enumerate(raw if isinstance(raw, list) else ()):
+        kind = _kind(item) if isinstance(item, Mapping) else "model"
+        if kind == "model":
+            if not pending:
+                first = i
+            pending.append(item)
+            continue
+        if pending:
+            messages.append(reply(pending))
+            origin.append(first)
+            pending = []
+        if kind == "tool":
+            messages.append({"role": "tool", "tool_call_id": item.get("call_id")
+                             if isinstance(item.get("call_id"), str) else None,
+                             "content": _output(item.get("output"))})
+        else:
+            messages.append({"role": kind, "content": _parts(item.get("content"))})
+        origin.append(i)
+    if pending:
+        messages.append(reply(pending))
+        origin.append(first)
+    return View(messages, origin)
+
+
+def forward(body: Mapping[str, Any], seen: View,
+            placed: Sequence[Mapping[str, Any]]) -> Any:
+    """The client's ``input`` with the memory block the engine placed in ``placed``, or
+    None when the block is not where this door can put it (the request then goes as
+    sent)."""
+    raw = body.get("input")
+    if len(placed) != len(seen.messages):
+        return None
+    if isinstance(raw, str):  # one user message: the block goes before its text
+        changed = [m for m, t in zip(placed, seen.messages, strict=True) if m is not t]
+        added = changed[-1].get("content") if changed else raw
+        return added if isinstance(added, str) and added.endswith(raw) else None
+    items: list[Any] = list(raw) if isinstance(raw, list) else []
+    for mine, theirs, at in zip(placed, seen.messages, seen.origin, strict=True):
+        if mine is theirs:
+            continue
+        added = mine.get("content")
+        if theirs.get("role") != "user" or at < 0:
+            return None
+        item = items[at]
+        content = item.get("content")
+        if isinstance(content, str) and isinstance(added, str):
+            items[at] = {**item, "content": added}
+        elif isinstance(content, list) and isinstance(added, list) and added:
+            items[at] = {**item, "content": [{"type": "input_text", "text": added[0]["text"]},
+                                             *content]}
+        else:
+            return None
+    return items
+
+
+def side_body(body: Mapping[str, Any], seen: View) -> dict[str, Any]:
+    """What :func:`memd.engine.side.side_reason` reads of a Responses request."""
+    out: dict[str, Any] = {"messages": seen.messages, "tools": body.get("tools"),
+                           "max_tokens": body.get("max_output_tokens")}
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, Mapping) else None
+    if isinstance(fmt, Mapping) and fmt.get("type") in ("json_schema", "json_object"):
+        out["response_format"] = {"type": fmt["type"]}
+    return out
+
+
+def usage(value: Any) -> dict[str, Any] | None:
+    """A Responses usage object with memd's own counts and the cache figure added."""
+    if not isinstance(value, Mapping):
+        return None
+    out = {k: n for k, n in value.items()
+           if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**31}
+    details = value.get("input_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    if isinstance(cached, int) and not isinstance(cached, bool):
+        out["cache_read_input_tokens"] = cached
+    return {**out, "prompt_tokens": out.get("input_tokens", 0),
+            "completion_tokens": out.get("output_tokens", 0)}
+
+
+def whole(data: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None,
+                                             dict[str, Any] | None]:
+    """A response object's (reply, status, usage)."""
+    output = data.get("output")
+    status = data.get("status")
+    return (dict(sanitized(reply(output))) if isinstance(output, list) else None,
+            status if isinstance(status, str) else None, usage(data.get("usage")))
+
+
+class StreamReply(DataEvents):
+    """Rebuilds the reply from a Responses event stream as it passes through: the final
+    ``response.completed`` (or ``incomplete`` / ``failed``) event holds the whole
+    response; until then, the items done so far."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.items: list[Any] = []
+        self.finish_reason: str | None = None
+        self.model: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.done = False
+
+    def _data(self, payload: bytes) -> None:
+        event = json_event(payload)
+        if event is None:
+            return
+        kind = event.get("type")
+        if kind == "response.output_item.done" and isinstance(event.get("item"), Mapping):
+            self.items.append(event["item"])
+        elif kind in ("response.completed", "response.incomplete", "response.failed") \
+                and isinstance(event.get("response"), Mapping):
+            response = event["response"]
+            got, status, used = whole(response)
+            if got is not None:
+                self.items = list(response["output"])
+            self.finish_reason, self.usage = status, used
+            self.model = response.get("model") if isinstance(response.get("model"), str) \
+                else self.model
+            self.done = True
+
+    def reply(self) -> dict[str, Any]:
+        return dict(sanitized(reply(self.items)))

@@ -1,0 +1,74 @@
+"""What every door of a chat API does with a call, once the door has read its format.
+
+A door (Anthropic Messages, OpenAI Responses) converts its request into memd's
+conversation model (:mod:`memd.engine.anthropic`, :mod:`memd.engine.responses`) and
+hands it here: a side request is recorded and forwarded as sent; a turn is stored and
+gets its memory block, which the door puts back into its own format; then the call goes
+upstream and its answer is relayed and stored (:func:`memd.server.proxy.relay`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import httpx
+from fastapi import Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from memd.engine import side, validate
+from memd.engine.chat import prepare_chat, prepare_side
+from memd.engine.identity import client_family
+from memd.engine.side import side_reason
+from memd.errors import InvalidInput
+from memd.server.deps import engine_of, user_of, workspace_of
+from memd.server.proxy import CHAT_ERRORS, Door, relay, window_of
+
+#: The OpenAPI responses of a chat door's route.
+DOOR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "The model server's answer, relayed (SSE when streaming)",
+          "content": {"application/json": {}, "text/event-stream": {}}},
+    **CHAT_ERRORS}
+
+
+def checked_model(body: Mapping[str, Any]) -> str | None:
+    """The request's model as memd records it, after the checks every door makes of the
+    fields it reads (the body itself goes upstream as sent)."""
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise InvalidInput("'stream' must be a boolean")
+    if "model" in body and not isinstance(body["model"], str):
+        raise InvalidInput(f"'model' must be a string, not {type(body['model']).__name__}")
+    return validate.clean_chars(body["model"]) if "model" in body else None
+
+
+async def converse(
+    request: Request, client: httpx.AsyncClient, door: Door, body: dict[str, Any], *,
+    model: str | None, messages: list[dict[str, Any]], shape: dict[str, Any],
+    put_back: Callable[[Sequence[Mapping[str, Any]]], Any], max_tokens: int | None,
+    side_because: str | None = None,
+) -> Response:
+    """One call through memd: ``messages`` is the request in the conversation model,
+    ``shape`` what :func:`side_reason` reads of it, ``put_back`` gives the door's own
+    ``door.field`` with the block the engine placed in the messages (None: it cannot),
+    ``side_because`` makes it a side request whatever its shape."""
+    engine = engine_of(request)
+    user, workspace = user_of(request), workspace_of(request)
+    window = await window_of(request, model)
+    agent = request.headers.get("user-agent")
+    reason = side_because or side_reason(
+        shape, request.headers.get(side.HEADER), user_id=user,
+        client=client_family(agent) or "", recent=engine.recent_turns, now=engine.now())
+    if reason is not None:
+        call = await run_in_threadpool(prepare_side, engine, user, workspace, model,
+                                       messages, reason, window)
+    else:
+        call = await run_in_threadpool(
+            prepare_chat, engine, user, workspace, messages, model=model,
+            max_response_tokens=max_tokens, tools=body.get("tools"), window=window,
+            placement="user", client=agent)
+    plain = body[door.field]
+    placed = put_back(call.forward) if call.memory_added else None
+    call = replace(call, forward=placed if placed is not None else plain, plain=plain)
+    return await relay(request, client, call, body, model, door)

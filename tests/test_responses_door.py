@@ -1,0 +1,165 @@
+"""The OpenAI Responses door end to end: memd on a real uvicorn port in front of a
+scripted upstream that serves both OpenAI APIs, driven by the official ``openai``
+client's ``responses``, streaming and not."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from responses_upstream import ENCRYPTED, FakeResponses
+from servers import FakeUpstream, memd_in_front, wait_for_messages
+
+from memd.engine.chains import content_text
+from memd.engine.inject import USER_CLOSE, USER_OPEN
+from memd.engine.memory import Memd
+
+HOST = "staging.rocket.internal"
+TOOLS = [{"type": "function", "name": "read_file", "description": "Read a file",
+          "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+DEVELOPER = {"type": "message", "role": "developer",
+             "content": [{"type": "input_text", "text": "You are a coding agent."}]}
+ENVIRONMENT = {"type": "message", "role": "user", "content": [{
+    "type": "input_text", "text": "<environment_context>\n  <cwd>/w</cwd>\n"
+                                  "</environment_context>"}]}
+
+
+@dataclass
+class Stack:
+    base: str
+    upstream: FakeResponses
+    chat: FakeUpstream
+    engine: Memd
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.base}/v1", api_key="sk-test", max_retries=0)
+
+    def stored(self) -> list[Any]:
+        (session,) = self.engine.store.list_sessions("local")
+        return self.engine.messages(session.id, "local")
+
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    upstream, chat = FakeResponses(), FakeUpstream()
+    chat.app.add_route("/v1/responses", upstream.handle, methods=["POST"])
+    with memd_in_front(chat.app, tmp_path / "d") as (base, engine):
+        yield Stack(base, upstream, chat, engine)
+
+
+def block_of(request: dict[str, Any]) -> str:
+    for item in request["input"]:
+        for part in item.get("content") or () if isinstance(item.get("content"), list) else ():
+            text = part.get("text") or ""
+            if part.get("type") == "input_text" and text.startswith(USER_OPEN):
+                return text[len(USER_OPEN):text.index(USER_CLOSE)]
+    return ""
+
+
+def without_block(request: dict[str, Any]) -> list[Any]:
+    items = copy.deepcopy(request["input"])
+    for item in items:
+        if isinstance(item.get("content"), list):
+            item["content"] = [p for p in item["content"] if not (
+                p.get("type") == "input_text" and p["text"].startswith(USER_OPEN))]
+    return items
+
+
+def tool_task(client: openai.OpenAI, prompt: str, *, stream: bool) -> list[Any]:
+    """A two-step tool task as Codex runs it (no state upstream: the reasoning item comes
+    back with its encrypted content); returns the items it sent last."""
+    items: list[Any] = [DEVELOPER, ENVIRONMENT, {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": prompt}]}]
+    for _ in range(2):
+        kw: dict[str, Any] = {"model": "gpt-5-codex", "input": items, "tools": TOOLS,
+                              "store": False, "include": ["reasoning.encrypted_content"]}
+        if stream:
+            with client.responses.stream(**kw) as s:
+                reply = s.get_final_response()
+        else:
+            reply = client.responses.create(**kw)
+        output = [o.model_dump(exclude_none=True) for o in reply.output]
+        items = [*items, *output]
+        call = output[-1]
+        if call["type"] != "function_call":
+            break
+        items.append({"type": "function_call_output", "call_id": call["call_id"],
+                      "output": "make; pytest"})
+    return items
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_task_is_forwarded_unchanged_and_stored_once(stack: Stack, stream: bool) -> None:
+    stack.engine.add(f"the staging host is {HOST}", "local")
+    sent = tool_task(stack.client(), f"Deploy to the staging host {HOST} after tests",
+                     stream=stream)
+    first, second = stack.upstream.requests
+    assert without_block(second) == sent[:-2]  # the last reply is not sent again
+    assert second["tools"] == TOOLS and second["include"] == ["reasoning.encrypted_content"]
+    assert second["input"][3]["encrypted_content"] == ENCRYPTED
+    # the block is in the user's typed message, the same on both steps, never elsewhere
+    assert HOST in block_of(first)
+    assert first["input"][2] == second["input"][2]
+    assert first["input"][:2] == [DEVELOPER, ENVIRONMENT]
+    # one session, each turn once: the two user messages, the call, its output, the answer
+    wait_for_messages(stack.engine, 5)
+    stored = stack.stored()
+    assert [m.role for m in stored] == ["user", "user", "assistant", "tool", "assistant"]
+    assert stored[2].tool_calls[0]["function"]["name"] == "read_file"
+    assert content_text(stored[4].content) == "ok: make; pytest"
+    calls = stack.engine.calls("local")
+    assert [c["metadata"]["usage"]["cache_read_input_tokens"] for c in calls] == [64, 64]
+
+
+def test_stream_events_arrive_in_order_and_unchanged(stack: Stack) -> None:
+    with stack.client().responses.stream(model="gpt-5-codex", input="Say hi") as s:
+        events = [(e.type, e.sequence_number) for e in s]
+    assert [k for k, _ in events][:2] == ["response.created", "response.output_item.added"]
+    assert events[-1][0] == "response.completed"
+    assert [n for _, n in events] == list(range(1, len(events) + 1))
+
+
+def test_a_string_input_gets_the_block_before_it(stack: Stack) -> None:
+    stack.engine.add(f"the staging host is {HOST}", "local")
+    reply = stack.client().responses.create(model="gpt-5", input="Which staging host?")
+    assert reply.output_text.startswith("ok: ")
+    sent = stack.upstream.requests[-1]["input"]
+    assert isinstance(sent, str) and sent.startswith(USER_OPEN) and HOST in sent
+    assert sent.endswith("Which staging host?")
+
+
+def test_a_fact_told_to_codex_reaches_a_chat_completions_client(stack: Stack) -> None:
+    stack.client().responses.create(model="gpt-5-codex", input=[
+        ENVIRONMENT, {"role": "user", "content": f"Remember: the staging host is {HOST}."}])
+    wait_for_messages(stack.engine, 3)
+    stack.client().chat.completions.create(model="gpt-4o", messages=[
+        {"role": "user", "content": "What is the staging host again?"}])
+    forwarded = stack.chat.requests[-1]["messages"][-1]["content"]
+    assert HOST in forwarded and forwarded.startswith(USER_OPEN)
+
+
+def test_previous_response_id_goes_as_sent_without_memory(stack: Stack) -> None:
+    stack.engine.add(f"the staging host is {HOST}", "local")
+    r = httpx.post(f"{stack.base}/v1/responses", json={
+        "model": "gpt-5", "previous_response_id": "resp_9",
+        "input": [{"role": "user", "content": "And the staging host?"}]})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-memd-side"] == "true"
+    assert stack.upstream.requests[-1]["input"] == [
+        {"role": "user", "content": "And the staging host?"}]
+    assert stack.engine.store.list_sessions("local") == []
+
+
+def test_bad_bodies_are_400(stack: Stack) -> None:
+    for body in ({"model": "m"}, {"input": []}, {"input": "x", "stream": "yes"},
+                 {"input": "x", "max_output_tokens": -1}, {"input": 5}):
+        r = httpx.post(f"{stack.base}/v1/responses", json=body)
+        assert r.status_code == 400, (body, r.text)
+    assert stack.upstream.requests == []
