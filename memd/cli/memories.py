@@ -136,12 +136,36 @@ def forget(ctx: click.Context, memory_id: str | None, user_id: str | None,
     daemon = daemon_for(ctx) if user_id else None
     if daemon is not None:
         with daemon:
-            daemon_call(daemon, "DELETE", f"/v1/memories/{memory_id}", params={"user_id": user_id})
-        click.echo(f"forgot {memory_id}")
+            pruned = daemon_call(daemon, "DELETE", f"/v1/memories/{memory_id}",
+                                 params={"user_id": user_id})["pruned"]
+    else:
+        from memd.server.api import pruned_json
+
+        with open_engine(ctx) as m:  # by id alone: only the local store can look it up
+            pruned = pruned_json(m.forget_with_sources(memory_id, user_id).pruned)
+    click.echo(f"forgot {memory_id}")
+    _say_pruned(pruned)
+
+
+#: How many pruned messages `forget` names one by one.
+NAMED_PRUNED = 10
+
+
+def _say_pruned(pruned: list[dict[str, str]]) -> None:
+    """Tell the user what happened to the messages a forget pruned, and how to erase
+    them (``pruned`` as DELETE /v1/memories/{id} lists them)."""
+    if not pruned:
         return
-    with open_engine(ctx) as m:  # by id alone: only the local store can look it up
-        mem = m.forget(memory_id, user_id)
-    click.echo(f"forgot {mem.id}")
+    n = len(pruned)
+    click.echo(f"{n} message{'s' if n != 1 else ''} (what it was said in, and the "
+               "replies) will no longer be recalled, searched or replayed; their original "
+               "text is kept for you. To erase it for good:")
+    for p in pruned[:NAMED_PRUNED]:
+        click.echo(f"  memd forget --session {p['session_id']} --message {p['message_id']}"
+                   f"  # {p['role']}")
+    if n > NAMED_PRUNED:
+        click.echo(f"  ... and {n - NAMED_PRUNED} more (`memd forget --session ID` erases "
+                   "a whole session)")
 
 
 def _erase(ctx: click.Context, user_id: str | None, session_id: str | None,
@@ -195,16 +219,21 @@ def _forget_fact(ctx: click.Context, fact: str, user_id: str | None,
 
         with daemon:
             params = {"user_id": user, **({"workspace": workspace} if workspace else {})}
-            gone = daemon_call(daemon, "DELETE",
+            answer = daemon_call(daemon, "DELETE",
                          f"/v1/facts/{quote(category, safe='')}/{quote(key, safe='')}",
-                         params=params)["deleted"]
-        values = [f["value"] for f in gone]
+                         params=params)
+        values = [f["value"] for f in answer["deleted"]]
+        pruned = answer["pruned"]
     else:
+        from memd.server.api import pruned_json
+
         with open_engine(ctx) as m:
-            values = [f.value for f in m.forget_fact(user, category, key,
-                                                     workspace=workspace)]
+            gone = m.forget_fact_with_sources(user, category, key, workspace=workspace)
+        values = [f.value for f in gone.facts]
+        pruned = pruned_json(gone.pruned)
     click.echo(f"forgot {category.strip().lower()}/{key.strip().lower()} "
                f"({len(values)} value{'s' if len(values) != 1 else ''}: {', '.join(values)})")
+    _say_pruned(pruned)
 
 
 @main.command()

@@ -57,7 +57,8 @@ class SQLiteConnection(PortableStore, AccountsMixin):
     _dialect = SQLITE
     _map = MAP
     _json = staticmethod(to_json)
-    _needs_embedding = "has_embedding = 0 AND content IS NOT NULL ORDER BY created_at"
+    _needs_embedding = ("has_embedding = 0 AND content IS NOT NULL AND is_pruned = 0 "
+                        "ORDER BY created_at")
     concurrent_reads = False  # one connection, one lock
     checkpoint_pages = 1000  # WAL pages (4 KB) that wake the checkpoint thread
 

@@ -47,6 +47,12 @@ class SQLiteStore(SQLiteUpkeep, SQLiteMemories):
         self._vectors.pop(user_id, None)  # read again from vec0 at the next use
         self._message_vectors.pop(user_id, None)
 
+    _unembed = ", has_embedding = 0"
+
+    def _before_prune(self, user_id: str, where: str, params: tuple[Any, ...]) -> None:
+        self._drop_index_rows("messages", where, params)
+        self._message_vectors.pop(user_id, None)  # read again from vec0 at the next use
+
     def scrub(self) -> None:
         """Leave no deleted row readable in the files: FTS5 keeps a deleted row's terms in
         its segments until they are merged (its secure-delete option covers only what it
