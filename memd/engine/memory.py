@@ -43,6 +43,7 @@ from memd.engine.write import (
 from memd.errors import InvalidInput, NotFound, StorageError
 from memd.models.embedder import CachedEmbedder, Embedder
 from memd.models.tokens import count_text
+from memd.private import private_dir
 from memd.registry import embedder_class, store_for
 from memd.types import (
     Context,
@@ -120,6 +121,10 @@ class Memd(SessionsMixin, ErasureMixin, ForgetMixin):
             else:
                 embedder = cls_()
         assert not isinstance(embedder, str)
+        try:  # owner-only: it holds what the user said, secrets included
+            private_dir(settings.data_dir)
+        except OSError as exc:
+            raise StorageError(f"cannot make the data dir {settings.data_dir}: {exc}") from exc
         store = store_for(settings.db).from_settings(settings, embedder.dim)
         return cls(store, embedder, settings, clock)
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 
+from memd.private import private_dir, private_file, write_private
+
 FILENAME = "daemon.json"
 LOCKNAME = "daemon.lock"
 
@@ -25,8 +27,8 @@ LOCKNAME = "daemon.lock"
 def hold_data_dir(data_dir: Path) -> int | None:
     """Take the data dir's daemon lock; its file descriptor (kept open while serving), or
     None when another daemon holds it."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(data_dir / LOCKNAME, os.O_RDWR | os.O_CREAT, 0o600)
+    private_dir(data_dir)
+    fd = os.open(private_file(data_dir / LOCKNAME), os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -36,10 +38,11 @@ def hold_data_dir(data_dir: Path) -> int | None:
 
 
 def write_daemon_file(data_dir: Path, host: str, port: int) -> Path:
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
     path = data_dir / FILENAME
     connect = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    path.write_text(json.dumps({"pid": os.getpid(), "host": connect, "port": port}))
+    write_private(path, json.dumps({"pid": os.getpid(), "host": connect,
+                                    "port": port}).encode())
     return path
 
 
