@@ -126,3 +126,20 @@ def test_cli_forget_fact_says_what_happened_to_the_message(tmp_path: Path) -> No
     assert erase.exit_code == 0, erase.output
     with open_memd(tmp_path / "d") as m:
         assert SAID not in [x.content for x in m.store.get_messages("alice", sid)]
+
+
+def test_cli_scrub_alone_and_after_a_forget_on_sqlite(tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    with open_memd(data) as m:
+        tell(m, SAID, REPLY)
+
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(cli, ["--data-dir", str(data), *args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    out = run("forget", "--fact", "identity/name", "--user", "alice", "--scrub")
+    assert out.index("forgot identity/name") < out.index("scrubbed the store's files")
+    assert "database vacuumed" in run("forget", "--scrub")
+    nothing = CliRunner().invoke(cli, ["--data-dir", str(data), "forget"])
+    assert nothing.exit_code == 2 and "only --scrub" in nothing.output

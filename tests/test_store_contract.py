@@ -1069,6 +1069,19 @@ def test_erase_session_removes_it_and_what_derives_from_it(store: Store) -> None
     assert len(list(store.iter_memories("bob"))) == 2 and len(store.list_sessions("bob")) == 2
 
 
+def test_deep_scrub_reports_its_steps_and_keeps_every_row(store: Store) -> None:
+    s = store.create_session(session("alice"))
+    gone, kept = store.append_messages("alice", s.id, [NewMessage("user", "say Quokkalith"),
+                                                       NewMessage("user", "and tea")],
+                                       [1, 1], [None, None], 1.0)
+    store.erase_message("alice", s.id, gone.id)
+    done = store.deep_scrub()
+    assert done and all(isinstance(line, str) and line for line in done)
+    assert not any(line.startswith("NOT") for line in done)  # a test server keeps no WAL
+    assert [m.id for m in store.get_messages("alice", s.id)] == [kept.id]
+    assert store.keyword_messages("alice", "tea", 5)[0][0].id == kept.id
+
+
 def test_erase_message_removes_it_and_what_derives_from_it(store: Store) -> None:
     _everything_of(store, "alice", "Alice's own prompt")
     s = store.create_session(session("alice"))

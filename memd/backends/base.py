@@ -520,8 +520,16 @@ class ErasureStore(Protocol):
 
     def scrub(self) -> None:
         """Leave no deleted row readable in the store's files, as far as the store can
-        (SQLite: merge the full-text indexes, checkpoint and truncate the WAL, VACUUM;
-        PostgreSQL: nothing, VACUUM and the WAL are the DBA's). Outside a transaction."""
+        at each erasure (SQLite: merge the full-text indexes, checkpoint and truncate the
+        WAL, VACUUM; PostgreSQL: nothing, see :meth:`deep_scrub`). Outside a
+        transaction."""
+        ...
+
+    def deep_scrub(self) -> list[str]:
+        """What ``memd forget --scrub`` runs: rewrite the store's files so that no
+        deleted row's bytes remain in them, however long it takes and whatever it locks
+        (SQLite: :meth:`scrub`; PostgreSQL: memd.backends.postgres.scrub). Returns what
+        was done and what it could not reach, one line each."""
         ...
 
 

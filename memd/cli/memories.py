@@ -112,20 +112,42 @@ def search(ctx: click.Context, query: str, user_id: str | None, k: int,
               help="Erase everything of the user given with --user: every row in every "
                    "table, the account included (on SQLite the files are scrubbed too).")
 @click.option("--yes", is_flag=True, help="With --all: do not ask for confirmation.")
+@click.option("--scrub", is_flag=True,
+              help="Then (or alone: only) rewrite the store's files so that no erased or "
+                   "forgotten text is left in them. PostgreSQL: ANALYZE, VACUUM FULL of "
+                   "the database, CHECKPOINT and WAL switches; needs a superuser (or "
+                   "pg_checkpoint, pg_monitor and pg_switch_wal) and locks each table "
+                   "while rewriting it. SQLite: what every erasure does already.")
 @click.pass_context
 @handles_errors
 def forget(ctx: click.Context, memory_id: str | None, user_id: str | None,
            fact: str | None, workspace: str | None, session_id: str | None,
-           message_id: str | None, everything: bool, yes: bool) -> None:
+           message_id: str | None, everything: bool, yes: bool, scrub: bool) -> None:
     """Delete a memory, every derived copy of it and the facts it stated; or, with
     --fact, a fact; with --session, a session (with --message too, one of its messages);
-    with --all --user U, everything of U."""
+    with --all --user U, everything of U. With --scrub, then rewrite the store's files
+    (see README, "Erasing data")."""
     if message_id is not None and session_id is None:
         raise click.UsageError("--message needs --session ID (the message's session)")
     chosen = [memory_id is not None, fact is not None, session_id is not None, everything]
-    if sum(chosen) != 1:
+    if sum(chosen) > 1 or not (any(chosen) or scrub):
         raise click.UsageError("give one of: a memory ID, --fact CATEGORY/KEY, "
-                               "--session ID, --all --user USER")
+                               "--session ID, --all --user USER (or only --scrub)")
+    if any(chosen):
+        _forget(ctx, memory_id, user_id, fact, workspace, session_id, message_id,
+                everything, yes)
+    if scrub:
+        with open_engine(ctx) as m:
+            done = m.deep_scrub()
+        click.echo("scrubbed the store's files:")
+        for line in done:
+            click.echo(f"  {line}")
+
+
+def _forget(ctx: click.Context, memory_id: str | None, user_id: str | None,
+            fact: str | None, workspace: str | None, session_id: str | None,
+            message_id: str | None, everything: bool, yes: bool) -> None:
+    """What ``forget`` was asked to forget, but the scrub."""
     if fact is not None:
         _forget_fact(ctx, fact, user_id, workspace)
         return

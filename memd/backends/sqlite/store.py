@@ -73,6 +73,11 @@ class SQLiteStore(SQLiteUpkeep, SQLiteMemories):
             except apsw.Error as exc:
                 raise StorageError(f"SQLite: cannot scrub the database: {exc}") from exc
 
+    def deep_scrub(self) -> list[str]:
+        self.scrub()
+        return ["full-text indexes merged, WAL checkpointed and truncated, database "
+                "vacuumed (freed pages are zeroed: secure_delete)"]
+
     def list_usage(self, user_id: str, limit: int = 100) -> list[Usage]:
         rows = self._rows(f"SELECT {USAGE_COLUMNS} FROM usage_log WHERE user_id = ? "
                           "ORDER BY created_at DESC LIMIT ?", (user_id, limit))
