@@ -6,14 +6,18 @@ owner still reads them back, and the CLI says how to erase them."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
-from servers import open_memd
+from servers import FakeUpstream, open_memd, postgres_url
 
+import memd
 from memd.cli import main as cli
+from memd.config import load_settings
 from memd.engine.memory import Memd
 from memd.server.app import create_app
 
@@ -86,6 +90,17 @@ def test_forgetting_a_memory_prunes_its_source(engine: Memd) -> None:
     assert engine.facts("alice") == []
 
 
+def test_copies_of_the_source_message_are_pruned_too(engine: Memd) -> None:
+    first = tell(engine, SAID, REPLY)
+    branch = tell(engine, SAID, "Hello again, Zorblax.")  # a branch: the same words again
+    tell(engine, "Zorblax is also a game.", "Fun.")  # another user message naming it
+    gone = engine.forget_fact_with_sources("alice", "identity", "name")
+    assert sorted((p.session_id, p.role) for p in gone.pruned) == sorted(
+        [(first, "user"), (first, "assistant"), (branch, "user"), (branch, "assistant")])
+    assert "Zorblax is also a game" in block(engine, "What is Zorblax?")
+    assert SAID not in block(engine)
+
+
 def test_a_summary_of_a_pruned_message_goes(engine: Memd) -> None:
     sid = tell(engine, SAID, REPLY)
     [source, _] = engine.store.get_messages("alice", sid)
@@ -96,6 +111,35 @@ def test_a_summary_of_a_pruned_message_goes(engine: Memd) -> None:
     engine.forget_fact("alice", "identity", "name")
     assert summary.id not in [x.id for x in engine.list("alice", include_inactive=True)]
     assert engine.store.get_session("alice", sid).summary_text is None
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_later_chat_through_the_proxy_gets_no_block_with_it(backend: str,
+                                                               tmp_path: Path) -> None:
+    """What the issue saw: forget the fact, then a new chat through the proxy."""
+    upstream = FakeUpstream()
+    settings = replace(load_settings(data_dir=tmp_path / "d"),
+                       upstream_url="http://upstream/v1")
+    if backend == "postgres":
+        settings = replace(settings, db=postgres_url(), pg_partitions=(4, 4, 4))
+    engine = memd.open(settings=settings)
+    app = create_app(engine, settings, run_jobs=False,
+                     upstream_transport=httpx.ASGITransport(app=upstream.app))
+    chat = {"model": "fake-model", "messages": [{"role": "user", "content": SAID}]}
+    ask = {"model": "fake-model", "messages": [{"role": "user", "content": QUESTION}]}
+    try:
+        with TestClient(app, base_url="http://127.0.0.1") as c:
+            assert c.post("/v1/chat/completions", json=chat).status_code == 200
+            while engine.run_jobs():
+                pass
+            assert c.post("/v1/chat/completions", json=ask).status_code == 200
+            assert "Zorblax" in str(upstream.requests[-1]["messages"])  # recalled
+            gone = c.delete("/v1/facts/identity/name", params={"user_id": "local"})
+            assert gone.status_code == 200 and gone.json()["pruned"], gone.text
+            assert c.post("/v1/chat/completions", json=ask).status_code == 200
+            assert "Zorblax" not in str(upstream.requests[-1]["messages"])
+    finally:
+        engine.close()
 
 
 def test_api_and_cli_name_the_pruned_messages(engine: Memd, tmp_path: Path) -> None:

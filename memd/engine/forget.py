@@ -10,7 +10,8 @@ past messages, search finds them, a compiled history replays them. The design ke
 message as sent for its owner, so a forget does not delete them; it *prunes* them
 (:meth:`memd.backends.base.ErasureStore.prune_messages`): each source message, with the
 replies that answer it up to the user's next message (an answer repeats what it answers),
-stays readable by its owner and in exports but is never read by memd again. What memd
+stays readable by its owner and in exports but is never read by memd again; so do the
+copies of a source message stored since (a branch, a resent conversation). What memd
 made of them goes too: a session title that shares a content word with a pruned message
 (titles quote a session's first words) is cleared, and the summary that compacted a
 pruned message is deleted with the session's rolling summary. Deleting the original is
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 #: How many messages after a source message are looked at for its replies (an agent's
 #: turn can be a long run of tool calls and results before the user speaks again).
 REPLY_RUN = 256
+#: How many keyword matches of a source message are looked at for copies of it.
+COPIES = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +172,10 @@ class ForgetMixin:
         ids: list[str] = []
         for message_id in sources:
             msg = None if message_id is None else self.store.get_message(user_id, message_id)
-            if msg is not None:
-                ids += [msg.id, *_replies(self.store, user_id, msg)]
+            if msg is None:
+                continue
+            for copy in [msg, *_copies(self.store, user_id, msg)]:
+                ids += [copy.id, *_replies(self.store, user_id, copy)]
         pruned = self.store.prune_messages(user_id, ids)
         said: dict[str, set[str]] = {}  # session -> the content words its pruned turns say
         for msg in pruned:
@@ -189,6 +194,17 @@ class ForgetMixin:
         self.blocks.forget_user(user_id)
         if pruned:
             self.history.clear()  # keyed by (user, session); a forget is rare
+
+
+def _copies(store: Store, user_id: str, msg: Message) -> builtins.list[Message]:
+    """The user's other messages with the same text as user message ``msg`` (a branch of
+    its session, or a client that resent it in a new chat, stores it again), as far as
+    the keyword channel finds them: its best :data:`COPIES` matches."""
+    if msg.role != "user" or msg.content_hash is None or not (msg.safe_text or "").strip():
+        return []
+    query = v.excerpt(msg.safe_text or "", v.QUERY_CHARS)
+    return [m for m, _ in store.keyword_messages(user_id, query, COPIES)
+            if m.content_hash == msg.content_hash and m.id != msg.id]
 
 
 def _replies(store: Store, user_id: str, msg: Message) -> builtins.list[str]:
