@@ -101,6 +101,21 @@ def test_copies_of_the_source_message_are_pruned_too(engine: Memd) -> None:
     assert SAID not in block(engine)
 
 
+def test_a_copy_stored_after_the_forget_is_pruned_as_it_arrives(engine: Memd) -> None:
+    """A client that resends the old conversation in a new chat, or branches it, stores
+    the forgotten message again: it is pruned with its reply, and titles nothing."""
+    tell(engine, SAID, REPLY)
+    engine.forget_fact("alice", "identity", "name")
+    again = tell(engine, SAID, REPLY, "Now, about the launch window.", "Sure.")
+    stored = engine.store.get_messages("alice", again)
+    assert [m.is_pruned for m in stored] == [True, True, False, False]
+    assert "Zorblax" not in (engine.store.get_session("alice", again).title or "")
+    assert engine.facts("alice") == []
+    assert "Zorblax" not in block(engine)
+    said_anew = tell(engine, "Call me Zorblax from now on, my name is Zorblax.", "OK.")
+    assert not any(m.is_pruned for m in engine.store.get_messages("alice", said_anew))
+
+
 def test_a_summary_of_a_pruned_message_goes(engine: Memd) -> None:
     sid = tell(engine, SAID, REPLY)
     [source, _] = engine.store.get_messages("alice", sid)

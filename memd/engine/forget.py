@@ -11,7 +11,9 @@ message as sent for its owner, so a forget does not delete them; it *prunes* the
 (:meth:`memd.backends.base.ErasureStore.prune_messages`): each source message, with the
 replies that answer it up to the user's next message (an answer repeats what it answers),
 stays readable by its owner and in exports but is never read by memd again; so do the
-copies of a source message stored since (a branch, a resent conversation). What memd
+copies of a source message stored since (a branch, a resent conversation), and those
+stored later: the append recognises one by the forget's tombstones of its text and
+prunes it, with its replies, as it arrives (memd.engine.sessions). What memd
 made of them goes too: a session title that shares a content word with a pruned message
 (titles quote a session's first words) is cleared, and the summary that compacted a
 pruned message is deleted with the session's rolling summary. Deleting the original is
