@@ -41,7 +41,8 @@ def private_dir(path: Path, *, tighten: bool = True) -> Path:
         path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         os.chmod(path, DIR_MODE)  # mkdir's mode is masked by the umask
     elif tighten:
-        keep = TRAVERSE if os.geteuid() == 0 and (path / CLUSTER_DIR).is_dir() else 0
+        root = getattr(os, "geteuid", lambda: -1)() == 0  # no geteuid on Windows
+        keep = TRAVERSE if root and (path / CLUSTER_DIR).is_dir() else 0
         _tighten(path, DIR_MODE | keep)
     return path
 
@@ -76,6 +77,8 @@ def write_private(path: Path, data: bytes) -> None:
 
 
 def _tighten(path: Path, mode: int) -> None:
+    if os.name == "nt":  # no POSIX modes: the profile's ACLs keep it to its owner
+        return
     current = stat.S_IMODE(path.stat().st_mode)
     if current & ~mode & 0o077 == 0:
         return
