@@ -125,8 +125,9 @@ def forget(ctx: click.Context, memory_id: str | None, user_id: str | None,
            message_id: str | None, everything: bool, yes: bool, scrub: bool) -> None:
     """Delete a memory, every derived copy of it and the facts it stated; or, with
     --fact, a fact; with --session, a session (with --message too, one of its messages);
-    with --all --user U, everything of U. With --scrub, then rewrite the store's files
-    (see README, "Erasing data")."""
+    with --all --user U, everything of U. A forgotten memory or fact prunes the messages
+    it came from: kept for you, never recalled again (the output says how to erase
+    them). With --scrub, then rewrite the store's files (see README, "Erasing data")."""
     if message_id is not None and session_id is None:
         raise click.UsageError("--message needs --session ID (the message's session)")
     chosen = [memory_id is not None, fact is not None, session_id is not None, everything]
