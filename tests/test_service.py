@@ -224,6 +224,7 @@ def test_install_status_uninstall(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
                                "systemctl --user restart memd.service"]
     assert f"ExecStart={PYTHON} -P -m memd.cli serve --data-dir {data}\n" in \
         unit_path().read_text()
+    assert unit_path().stat().st_mode & 0o777 == 0o600  # it may name a database password
     assert "journalctl --user -u memd" in result.output
 
     result = memd("service", "status", "--data-dir", str(data))

@@ -277,6 +277,32 @@ def test_message_search_keyword_and_vector(store: Store) -> None:
     assert store.nearest_messages("bob", vec(0), 5) == []
 
 
+def test_pruned_messages_are_kept_but_never_read(store: Store) -> None:
+    s = store.create_session(session())
+    a = store.append_messages("alice", s.id, [NewMessage("user", "my badge is 4471"),
+                                              NewMessage("assistant", "noted: badge 4471"),
+                                              NewMessage("user", "we deploy on friday")],
+                              [1] * 3, [None] * 3, 1.0)
+    store.set_message_embeddings("alice", [(a[0].id, vec(0)), (a[2].id, vec(1))])
+    version = store.get_session("alice", s.id).history_version
+    assert store.prune_messages("bob", [a[0].id]) == []  # not bob's
+    pruned = store.prune_messages("alice", [a[1].id, a[0].id, a[1].id])
+    assert [(m.id, m.is_pruned) for m in pruned] == [(a[0].id, True), (a[1].id, True)]
+    assert store.prune_messages("alice", [a[0].id]) == []  # flagged already
+    assert store.get_session("alice", s.id).history_version > version
+    every = store.get_messages("alice", s.id)
+    assert [m.content for m in every] == ["my badge is 4471", "noted: badge 4471",
+                                          "we deploy on friday"]
+    assert [m.is_pruned for m in every] == [True, True, False]
+    assert [m.id for m in store.get_messages("alice", s.id, active_only=True)] == [a[2].id]
+    assert [m.id for m in store.recent_messages("alice", s.id, 100)] == [a[2].id]
+    assert store.keyword_messages("alice", "badge", 5) == []
+    assert [m.id for m, _ in store.nearest_messages("alice", vec(0), 5)] == [a[2].id]
+    assert store.messages_missing_embedding("alice", 10) == []  # never embedded again
+    store.set_message_embeddings("alice", [(a[1].id, vec(0))])
+    assert [m.id for m, _ in store.nearest_messages("alice", vec(0), 5)] == [a[2].id]
+
+
 # -- memories -----------------------------------------------------------------------
 def test_memory_round_trip_and_hash_lookup(store: Store) -> None:
     m = memory("I prefer tabs", workspace="projA", tags=("style",), entities=("tabs",),
@@ -1041,6 +1067,19 @@ def test_erase_session_removes_it_and_what_derives_from_it(store: Store) -> None
     assert store.nearest_messages("alice", vec(2), 5) == []
     assert store.forgotten("alice", ["d1"]) == {"d1"}  # tombstones are the user's, kept
     assert len(list(store.iter_memories("bob"))) == 2 and len(store.list_sessions("bob")) == 2
+
+
+def test_deep_scrub_reports_its_steps_and_keeps_every_row(store: Store) -> None:
+    s = store.create_session(session("alice"))
+    gone, kept = store.append_messages("alice", s.id, [NewMessage("user", "say Quokkalith"),
+                                                       NewMessage("user", "and tea")],
+                                       [1, 1], [None, None], 1.0)
+    store.erase_message("alice", s.id, gone.id)
+    done = store.deep_scrub()
+    assert done and all(isinstance(line, str) and line for line in done)
+    assert not any(line.startswith("NOT") for line in done)  # a test server keeps no WAL
+    assert [m.id for m in store.get_messages("alice", s.id)] == [kept.id]
+    assert store.keyword_messages("alice", "tea", 5)[0][0].id == kept.id
 
 
 def test_erase_message_removes_it_and_what_derives_from_it(store: Store) -> None:

@@ -509,10 +509,27 @@ class ErasureStore(Protocol):
         """Delete one of the user's call reports; False when there is none."""
         ...
 
+    def prune_messages(self, user_id: str, message_ids: Sequence[str]) -> list[Message]:
+        """Flag the user's messages of ``message_ids`` pruned, in one transaction: kept
+        as stored for their owner (``get_messages``, exports), never read again by memd
+        (their vector and full-text rows go; history windows, the search channels and
+        the embedding backfill skip them), their sessions' history_version raised.
+        Returns the messages it flagged (not those already flagged or not the user's),
+        in session and turn order."""
+        ...
+
     def scrub(self) -> None:
         """Leave no deleted row readable in the store's files, as far as the store can
-        (SQLite: merge the full-text indexes, checkpoint and truncate the WAL, VACUUM;
-        PostgreSQL: nothing, VACUUM and the WAL are the DBA's). Outside a transaction."""
+        at each erasure (SQLite: merge the full-text indexes, checkpoint and truncate the
+        WAL, VACUUM; PostgreSQL: nothing, see :meth:`deep_scrub`). Outside a
+        transaction."""
+        ...
+
+    def deep_scrub(self) -> list[str]:
+        """What ``memd forget --scrub`` runs: rewrite the store's files so that no
+        deleted row's bytes remain in them, however long it takes and whatever it locks
+        (SQLite: :meth:`scrub`; PostgreSQL: memd.backends.postgres.scrub). Returns what
+        was done and what it could not reach, one line each."""
         ...
 
 

@@ -116,20 +116,43 @@ def search(ctx: click.Context, query: str, user_id: str | None, k: int,
               help="Erase everything of the user given with --user: every row in every "
                    "table, the account included (on SQLite the files are scrubbed too).")
 @click.option("--yes", is_flag=True, help="With --all: do not ask for confirmation.")
+@click.option("--scrub", is_flag=True,
+              help="Then (or alone: only) rewrite the store's files so that no erased or "
+                   "forgotten text is left in them. PostgreSQL: ANALYZE, VACUUM FULL of "
+                   "the database, CHECKPOINT and WAL switches; needs a superuser (or "
+                   "pg_checkpoint, pg_monitor and pg_switch_wal) and locks each table "
+                   "while rewriting it. SQLite: what every erasure does already.")
 @click.pass_context
 @handles_errors
 def forget(ctx: click.Context, memory_id: str | None, user_id: str | None,
            fact: str | None, workspace: str | None, session_id: str | None,
-           message_id: str | None, everything: bool, yes: bool) -> None:
+           message_id: str | None, everything: bool, yes: bool, scrub: bool) -> None:
     """Delete a memory, every derived copy of it and the facts it stated; or, with
     --fact, a fact; with --session, a session (with --message too, one of its messages);
-    with --all --user U, everything of U."""
+    with --all --user U, everything of U. A forgotten memory or fact prunes the messages
+    it came from: kept for you, never recalled again (the output says how to erase
+    them). With --scrub, then rewrite the store's files (see README, "Erasing data")."""
     if message_id is not None and session_id is None:
         raise click.UsageError("--message needs --session ID (the message's session)")
     chosen = [memory_id is not None, fact is not None, session_id is not None, everything]
-    if sum(chosen) != 1:
+    if sum(chosen) > 1 or not (any(chosen) or scrub):
         raise click.UsageError("give one of: a memory ID, --fact CATEGORY/KEY, "
-                               "--session ID, --all --user USER")
+                               "--session ID, --all --user USER (or only --scrub)")
+    if any(chosen):
+        _forget(ctx, memory_id, user_id, fact, workspace, session_id, message_id,
+                everything, yes)
+    if scrub:
+        with open_engine(ctx) as m:
+            done = m.deep_scrub()
+        click.echo("scrubbed the store's files:")
+        for line in done:
+            click.echo(f"  {line}")
+
+
+def _forget(ctx: click.Context, memory_id: str | None, user_id: str | None,
+            fact: str | None, workspace: str | None, session_id: str | None,
+            message_id: str | None, everything: bool, yes: bool) -> None:
+    """What ``forget`` was asked to forget, but the scrub."""
     if fact is not None:
         _forget_fact(ctx, fact, user_id, workspace)
         return
@@ -141,14 +164,37 @@ def forget(ctx: click.Context, memory_id: str | None, user_id: str | None,
     daemon = daemon_for(ctx) if user_id or os.environ.get(KEY_ENV) else None
     if daemon is not None:
         with daemon:
-            daemon_call(daemon, "DELETE", f"/v1/memories/{memory_id}",
-                        params={"user_id": user_id} if user_id else None)
-        click.echo(f"forgot {memory_id}")
+            pruned = daemon_call(daemon, "DELETE", f"/v1/memories/{memory_id}",
+                                 params={"user_id": user_id} if user_id else None)["pruned"]
+    else:
+        from memd.server.api import pruned_json
+
+        with open_engine(ctx) as m:  # by id alone, unless a user or a key is given
+            owner = store_user(m, user_id) if user_id or os.environ.get(KEY_ENV) else None
+            pruned = pruned_json(m.forget_with_sources(memory_id, owner).pruned)
+    click.echo(f"forgot {memory_id}")
+    _say_pruned(pruned)
+
+
+#: How many pruned messages `forget` names one by one.
+NAMED_PRUNED = 10
+
+
+def _say_pruned(pruned: list[dict[str, str]]) -> None:
+    """Tell the user what happened to the messages a forget pruned, and how to erase
+    them (``pruned`` as DELETE /v1/memories/{id} lists them)."""
+    if not pruned:
         return
-    with open_engine(ctx) as m:  # by id alone, unless a user or a key is given
-        owner = store_user(m, user_id) if user_id or os.environ.get(KEY_ENV) else None
-        mem = m.forget(memory_id, owner)
-    click.echo(f"forgot {mem.id}")
+    n = len(pruned)
+    click.echo(f"{n} message{'s' if n != 1 else ''} (what it was said in, and the "
+               "replies) will no longer be recalled, searched or replayed; their original "
+               "text is kept for you. To erase it for good:")
+    for p in pruned[:NAMED_PRUNED]:
+        click.echo(f"  memd forget --session {p['session_id']} --message {p['message_id']}"
+                   f"  # {p['role']}")
+    if n > NAMED_PRUNED:
+        click.echo(f"  ... and {n - NAMED_PRUNED} more (`memd forget --session ID` erases "
+                   "a whole session)")
 
 
 def _erase(ctx: click.Context, user_id: str | None, session_id: str | None,
@@ -204,16 +250,22 @@ def _forget_fact(ctx: click.Context, fact: str, user_id: str | None,
             user = daemon_user(ctx, user_id)
             params = {**({"user_id": user} if user else {}),
                       **({"workspace": workspace} if workspace else {})}
-            gone = daemon_call(daemon, "DELETE",
+            answer = daemon_call(daemon, "DELETE",
                          f"/v1/facts/{quote(category, safe='')}/{quote(key, safe='')}",
-                         params=params)["deleted"]
-        values = [f["value"] for f in gone]
+                         params=params)
+        values = [f["value"] for f in answer["deleted"]]
+        pruned = answer["pruned"]
     else:
+        from memd.server.api import pruned_json
+
         with open_engine(ctx) as m:
-            values = [f.value for f in m.forget_fact(store_user(m, user_id), category, key,
-                                                     workspace=workspace)]
+            gone = m.forget_fact_with_sources(store_user(m, user_id), category, key,
+                                              workspace=workspace)
+        values = [f.value for f in gone.facts]
+        pruned = pruned_json(gone.pruned)
     click.echo(f"forgot {category.strip().lower()}/{key.strip().lower()} "
                f"({len(values)} value{'s' if len(values) != 1 else ''}: {', '.join(values)})")
+    _say_pruned(pruned)
 
 
 @main.command()

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
 import click
 import platformdirs
@@ -38,6 +38,7 @@ import platformdirs
 from memd.cli import handles_errors, main, settings_for
 from memd.config import APP, Settings
 from memd.errors import InvalidInput, MemdError
+from memd.private import private_dir, private_file, write_private
 
 UNIT = "memd.service"
 LABEL = "io.memd.daemon"
@@ -49,6 +50,15 @@ _PASSED_ON = ("MEMD_DATA_DIR", "MEMD_CONFIG", "MEMD_DB", "MEMD_API_KEY")
 
 
 # -- the log of memd serve -------------------------------------------------------------
+class PrivateLogFile(RotatingFileHandler):
+    """A rotating log file whose every file, the first and each one rotation starts, is
+    0600: log lines can quote what users sent."""
+
+    def _open(self) -> Any:
+        private_file(Path(self.baseFilename))
+        return super()._open()
+
+
 def default_log_file() -> Path:
     return Path(platformdirs.user_log_dir(APP)) / "memd.log"
 
@@ -77,9 +87,9 @@ def log_handlers(log_file: Path | None = None, *, no_log_file: bool = False,
     if log_file is None or no_log_file:
         return handlers
     try:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(RotatingFileHandler(log_file, maxBytes=LOG_MAX_BYTES,
-                                            backupCount=LOG_BACKUPS, encoding="utf-8"))
+        private_dir(log_file.parent, tighten=log_file == default_log_file())
+        handlers.append(PrivateLogFile(log_file, maxBytes=LOG_MAX_BYTES,
+                                       backupCount=LOG_BACKUPS, encoding="utf-8"))
     except OSError as exc:
         stream.write(f"warning: cannot write the log file {log_file} ({exc}); "
                      "logging to stderr only\n")
@@ -363,7 +373,7 @@ def install(ctx: click.Context, dry_run: bool) -> None:
                            "refused that data dir)")
     try:
         mgr.path.parent.mkdir(parents=True, exist_ok=True)
-        mgr.path.write_bytes(content)
+        write_private(mgr.path, content)  # its command line may name a database password
     except OSError as exc:
         if before is None:
             mgr.path.unlink(missing_ok=True)
@@ -377,7 +387,7 @@ def install(ctx: click.Context, dry_run: bool) -> None:
             mgr.path.unlink(missing_ok=True)
             undone = f"{mgr.path} was removed again"
         else:
-            mgr.path.write_bytes(before)
+            write_private(mgr.path, before)
             undone = f"the earlier {mgr.path} was put back"
         _quietly(mgr.reload())
         raise MemdError(f"cannot start the memd service: {exc}; {undone}") from exc

@@ -11,6 +11,7 @@ import click
 
 from memd.cli import daemon_for, handles_errors, main, own_store_settings, progressbar
 from memd.errors import InvalidInput, StorageError
+from memd.private import private_file
 
 
 @main.command(name="export")
@@ -40,6 +41,7 @@ def export_command(ctx: click.Context, file: Path, originals: bool) -> None:
     else:
         partial = file.with_name(file.name + ".partial")  # no half file under FILE
         try:
+            private_file(partial)  # it holds what the store holds: its owner's only
             with partial.open("w", encoding="utf-8", newline="\n") as out:
                 summary = export_store(settings, out, originals=originals,
                                        progress=progressbar)

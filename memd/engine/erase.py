@@ -125,6 +125,14 @@ class ErasureMixin:
         self._after_erase(uid)
         return counts
 
+    def deep_scrub(self) -> list[str]:
+        """Rewrite the store's files so that nothing erased or forgotten is left in them
+        (:meth:`Store.deep_scrub`: on PostgreSQL a maintenance step that locks each table
+        while it rewrites it); what was done and what it could not reach, one line
+        each."""
+        self.jobs.flush()
+        return self.store.deep_scrub()
+
     def delete_call(self, user_id: str, call_id: str) -> None:
         """Delete one of the user's call reports (NotFound when there is none)."""
         uid = v.check_id(user_id, "user_id")

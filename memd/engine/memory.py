@@ -21,6 +21,7 @@ from memd.engine import validate as v
 from memd.engine.accounts import Accounts
 from memd.engine.erase import ErasureMixin
 from memd.engine.extract import extract, extract_entities
+from memd.engine.forget import ForgetMixin
 from memd.engine.history import HistoryCache
 from memd.engine.inject import StableBlocks
 from memd.engine.jobs import JobRunner
@@ -35,16 +36,14 @@ from memd.engine.write import (
     MemoryDraft,
     WriteResult,
     content_hash,
-    fact_item,
     fact_tag,
-    forgotten_digest,
     ingest,
-    memory_item,
     upsert_fact,
 )
 from memd.errors import InvalidInput, NotFound, StorageError
 from memd.models.embedder import CachedEmbedder, Embedder
 from memd.models.tokens import count_text
+from memd.private import private_dir
 from memd.registry import embedder_class, store_for
 from memd.types import (
     Context,
@@ -71,7 +70,7 @@ def _check_text_options(options: Mapping[str, Any], *names: str) -> None:
             v.check_chars(value, name)
 
 
-class Memd(SessionsMixin, ErasureMixin):
+class Memd(SessionsMixin, ErasureMixin, ForgetMixin):
     """A memory engine over one store. Thread-safe as far as its store is."""
 
     def __init__(
@@ -122,6 +121,10 @@ class Memd(SessionsMixin, ErasureMixin):
             else:
                 embedder = cls_()
         assert not isinstance(embedder, str)
+        try:  # owner-only: it holds what the user said, secrets included
+            private_dir(settings.data_dir)
+        except OSError as exc:
+            raise StorageError(f"cannot make the data dir {settings.data_dir}: {exc}") from exc
         store = store_for(settings.db).from_settings(settings, embedder.dim)
         return cls(store, embedder, settings, clock)
 
@@ -252,85 +255,6 @@ class Memd(SessionsMixin, ErasureMixin):
         self.blocks.forget_user(current.user_id)
         return self.store.update_memory(current.user_id, current.id, vector, **fields)
 
-    def forget(self, memory_id: str, user_id: str | None = None) -> Memory:
-        """Delete a memory and every derived copy (vector, full-text row, entity links,
-        cached embedding). Without ``user_id`` the id alone finds it (local CLI use)."""
-        v.check_id(memory_id, "id")
-        if user_id is None:
-            found = self.store.find_memory_id(memory_id)
-            if found is None:
-                raise NotFound(f"no memory {memory_id!r}")
-            user_id, mem = found
-        else:
-            mem = self.get(memory_id, user_id)
-        with self.store.transaction():
-            stated = self._stated_by(user_id, mem)
-            self.store.delete_memory(user_id, memory_id)
-            self.store.delete_facts(user_id, [f.id for f in stated])
-            self._remember_forgotten(user_id, [mem], stated)
-        self.blocks.forget_user(user_id)
-        return mem
-
-    def _remember_forgotten(self, user_id: str, memories: Sequence[Memory],
-                            facts: Sequence[Fact]) -> None:
-        """Tombstones of what a forget deleted, for each item extracted from a message
-        (see :func:`memd.engine.write.forgotten_digest`): extraction of that message
-        text, stored again, skips them."""
-        items = [(m.provenance_message_id, memory_item(m.text)) for m in memories]
-        items += [(f.source_message_id, fact_item(f.category, f.key, f.value)) for f in facts]
-        sources: dict[str, str | None] = {}
-        digests = []
-        for message_id, item in items:
-            if message_id is None:
-                continue
-            if message_id not in sources:
-                found = self.store.get_message(user_id, message_id)
-                sources[message_id] = found.content_hash if found else None
-            source = sources[message_id]
-            if source is not None:
-                digests.append(forgotten_digest(source, item))
-        self.store.add_forgotten(user_id, digests, self.now())
-
-    def _stated_by(self, user_id: str, mem: Memory) -> builtins.list[Fact]:
-        """The facts ``mem`` stated: it carries their tag, and they come from the message
-        it was extracted from or its own words state that value. They were derived from
-        it and go with it; another value of the same fact, stated elsewhere, stays."""
-        keys = {t.removeprefix("fact:") for t in mem.tags if t.startswith("fact:")}
-        if not keys:
-            return []
-        stated = {(ex.fact.category, ex.fact.key, ex.fact.value.lower())
-                  for ex in extract(mem.text) if ex.fact is not None}
-        source = mem.provenance_message_id
-        return [f for f in self.store.get_facts(user_id, active_only=False)
-                if f"{f.category}/{f.key}" in keys
-                and ((source is not None and f.source_message_id == source)
-                     or (f.category, f.key, f.value.lower()) in stated)]
-
-    def forget_fact(self, user_id: str, category: str, key: str, *,
-                    workspace: str | None = None) -> builtins.list[Fact]:
-        """Delete a fact, every earlier value of it, and the memories that state it (they
-        carry its tag): nothing of it reaches a context again. With ``workspace``, only
-        that workspace's. Returns the facts deleted; NotFound when there is none."""
-        uid = v.check_id(user_id, "user_id")
-        category, key = _fact_key(category, key)
-        ws = v.check_optional_id(workspace, "workspace")
-        scope = None if ws is None else (ws,)
-        found = self.store.get_facts(uid, workspaces=scope, active_only=False,
-                                     category=category, key=key)
-        if not found:
-            raise NotFound(f"no fact {category}/{key} for user {uid!r}")
-        tag = fact_tag(category, key)
-        with self.store.transaction():
-            self.store.delete_facts(uid, [f.id for f in found])
-            stating = self.store.list_memories(
-                uid, MemoryFilter(workspaces=scope, tags=(tag,), include_inactive=True,
-                                  include_superseded=True), limit=10_000)
-            for mem in stating:
-                self.store.delete_memory(uid, mem.id)
-            self._remember_forgotten(uid, stating, found)
-        self.blocks.forget_user(uid)
-        return found
-
     def list(
         self, user_id: str, *, workspace: str | None = None, limit: int = 100,
         offset: int = 0, include_inactive: bool = False, tier: Any = None,
@@ -408,7 +332,7 @@ class Memd(SessionsMixin, ErasureMixin):
         metadata: Mapping[str, Any] | None = None,
     ) -> FactResult:
         """Set a structured fact (one active value per category/key; confidence-gated)."""
-        category, key = _fact_key(category, key)
+        category, key = v.fact_key(category, key)
         self.blocks.forget_user(user_id)
         return upsert_fact(
             self.store, v.check_id(user_id, "user_id"),
@@ -472,11 +396,3 @@ class Memd(SessionsMixin, ErasureMixin):
     def new_id(self) -> str:
         return uuid.uuid4().hex
 
-
-def _fact_key(category: Any, key: Any) -> tuple[str, str]:
-    """A fact's category and key as stored: checked, trimmed, lower case."""
-    for what, part in (("category", category), ("key", key)):
-        if not isinstance(part, str) or not part.strip() or len(part) > 64:
-            raise InvalidInput(f"{what} must be a non-empty string of at most 64 chars")
-        v.check_chars(part, what)
-    return category.strip().lower(), key.strip().lower()

@@ -13,7 +13,9 @@ else), and leaves out what the model has anyway:
   of the same conversation is left out too);
 - messages that a memory among the block's candidates says word for word (a message a
   fact or a shorter memory was extracted from usually says more, and stays);
-- messages of sessions outside the call's visible workspaces.
+- messages of sessions outside the call's visible workspaces;
+- messages a forget pruned (:mod:`memd.engine.forget`): the search channels skip them
+  already, and neither a reply nor its question brings the other back when it is pruned.
 
 A message of the call's own session that the client no longer sends (it fell out of the
 client's window), or that a compiled context's history no longer reaches, is recalled like
@@ -101,7 +103,7 @@ def recall_candidates(
                           embedder=embedder, keyword_hits=None if keyword else [])
     found: list[tuple[Message, float, Message, float]] = []  # hit, score, message, cosine
     for hit, total, parts in hits:
-        if hit.role not in _SPEAKERS or not (hit.safe_text or "").strip():
+        if hit.role not in _SPEAKERS or hit.is_pruned or not (hit.safe_text or "").strip():
             continue
         if hit.role == "user":
             found.append((hit, total, hit, parts["similarity"] / weights.similarity))
@@ -181,7 +183,8 @@ def neighbour(store: Store, user_id: str, msg: Message) -> Message | None:
         found = store.get_messages(user_id, msg.session_id, before_turn=msg.turn_index,
                                    limit=1, newest_first=True)
         want = "user"
-    if found and found[0].role == want and (found[0].content or "").strip():
+    if (found and found[0].role == want and not found[0].is_pruned
+            and (found[0].content or "").strip()):
         return found[0]
     return None
 

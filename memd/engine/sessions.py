@@ -216,12 +216,22 @@ class SessionsMixin:
                 expires_at=now + self.settings.session_ttl_hours * 3600,
             )
             titled = session.title is not None
+            pruned: set[str] = set()  # copies of messages a forget pruned, and replies
+            previous = None
             for msg in stored:
                 if msg.role == "user" and msg.content:
-                    words = self._extract_inline(session, msg, now)
-                    if not titled:
+                    words, copy = self._extract_inline(session, msg, now)
+                    if copy:  # pruned like the message it copies (memd.engine.forget)
+                        pruned.add(msg.id)
+                    elif not titled:
                         titled = self._title_inline(session, msg, words, now)
-            embed_ids = [m.id for m in stored if m.content]  # ids only: no text in jobs
+                elif msg.role != "user" and previous in pruned:
+                    pruned.add(msg.id)  # a reply to a pruned copy
+                previous = msg.id
+            if pruned:
+                self.store.prune_messages(session.user_id, list(pruned))
+            embed_ids = [m.id for m in stored  # ids only: no text in jobs
+                         if m.content and m.id not in pruned]
             if embed_ids:
                 self.store.enqueue_job(
                     "embed_messages", {"ids": embed_ids}, session.user_id, now
@@ -247,9 +257,11 @@ class SessionsMixin:
                                    session.user_id, now)
         return True
 
-    def _extract_inline(self, session: Session, msg: Message, now: float) -> str:
+    def _extract_inline(self, session: Session, msg: Message,
+                        now: float) -> tuple[str, bool]:
         """Extract what a user message says (rules here, the helper in a job); returns
-        the user words of its sanitized text."""
+        the user words of its sanitized text, and whether the message is a copy of one
+        the user made memd forget something of (its text, stored again)."""
         # A huge message (pasted files) is read only in part: its head and its tail;
         # secrets replaced, so that none becomes a memory or a fact
         text = v.excerpt(msg.safe_text or "", self.settings.max_text_chars)
@@ -264,7 +276,7 @@ class SessionsMixin:
             self.store.enqueue_job("llm_extract", {"message_id": msg.id},
                                    session.user_id, now)
         if not found:
-            return words
+            return words, False
         forgotten = self._forgotten_items(session.user_id, msg.content_hash, found)
         for ex in found:
             if memory_item(ex.text) in forgotten:
@@ -290,7 +302,7 @@ class SessionsMixin:
                 "confidence": ex.confidence, "importance": ex.importance, "tags": list(tags),
                 "entities": list(ex.entities), "fact_accepted": accepted,
             }, session.user_id, now)
-        return words
+        return words, bool(forgotten)
 
     def _forgotten_items(self, user_id: str, source_hash: str | None,
                          found: Sequence[Extraction]) -> set[str]:

@@ -262,3 +262,11 @@ def sanitized(value: Any) -> Any:
         return [sanitized(v) for v in value]
     return value
 
+
+def fact_key(category: Any, key: Any) -> tuple[str, str]:
+    """A fact's category and key as stored: checked, trimmed, lower case."""
+    for what, part in (("category", category), ("key", key)):
+        if not isinstance(part, str) or not part.strip() or len(part) > 64:
+            raise InvalidInput(f"{what} must be a non-empty string of at most 64 chars")
+        check_chars(part, what)
+    return category.strip().lower(), key.strip().lower()

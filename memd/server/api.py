@@ -168,9 +168,11 @@ def update_memory(request: Request, body: s.MemoryPatch,
 @router.delete("/v1/memories/{memory_id}", tags=["memories"])
 def delete_memory(request: Request, memory_id: str = MemoryId,
                   user_id: str | None = UserQuery) -> dict[str, Any]:
-    """Delete a memory and every derived copy (vector, full-text row, entity links)."""
-    engine_of(request).forget(memory_id, user_of(request, user_id))
-    return {"deleted": memory_id}
+    """Delete a memory and every derived copy (vector, full-text row, entity links);
+    the message it came from, with its replies, is pruned: kept for its owner, never
+    recalled, searched or replayed again (``pruned`` lists them)."""
+    gone = engine_of(request).forget_with_sources(memory_id, user_of(request, user_id))
+    return {"deleted": memory_id, "pruned": pruned_json(gone.pruned)}
 
 
 # -- search and context ---------------------------------------------------------------
@@ -303,10 +305,18 @@ def delete_fact(request: Request, category: str = _fact_part("category"),
                 user_id: str | None = UserQuery,
                 ws: str | None = WorkspaceQuery) -> dict[str, Any]:
     """Forget a fact: every value it had, and the memories that state it; with a
-    workspace, only that workspace's (404 when the user has no such fact)."""
-    gone = engine_of(request).forget_fact(user_of(request, user_id), category, key,
-                                          workspace=workspace_of(request, ws))
-    return {"deleted": [fact_json(f) for f in gone]}
+    workspace, only that workspace's (404 when the user has no such fact). The messages
+    they came from, with their replies, are pruned (``pruned``: see DELETE
+    /v1/memories/{id})."""
+    gone = engine_of(request).forget_fact_with_sources(
+        user_of(request, user_id), category, key, workspace=workspace_of(request, ws))
+    return {"deleted": [fact_json(f) for f in gone.facts], "pruned": pruned_json(gone.pruned)}
+
+
+def pruned_json(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The messages a forget pruned, as the owner names them to erase them."""
+    return [{"session_id": m.session_id, "message_id": m.id, "role": m.role}
+            for m in messages]
 
 
 # -- calls (what the proxy did) -------------------------------------------------------

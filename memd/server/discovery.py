@@ -25,6 +25,8 @@ from typing import Any
 
 import httpx
 
+from memd.private import private_dir, private_file, write_private
+
 FILENAME = "daemon.json"
 LOCKNAME = "daemon.lock"
 
@@ -80,8 +82,8 @@ def _postgres_key(dsn: str) -> str:
 def hold_data_dir(data_dir: Path) -> int | None:
     """Take the data dir's daemon lock; its file descriptor (kept open while serving), or
     None when another daemon holds it."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(data_dir / LOCKNAME, os.O_RDWR | os.O_CREAT, 0o600)
+    private_dir(data_dir)
+    fd = os.open(private_file(data_dir / LOCKNAME), os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -92,13 +94,13 @@ def hold_data_dir(data_dir: Path) -> int | None:
 
 def write_daemon_file(data_dir: Path, host: str, port: int,
                       store: StorePlace | None = None) -> Path:
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
     path = data_dir / FILENAME
     connect = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     record: dict[str, Any] = {"pid": os.getpid(), "host": connect, "port": port}
     if store is not None:
         record["store"] = asdict(store)
-    path.write_text(json.dumps(record))
+    write_private(path, json.dumps(record).encode())
     return path
 
 

@@ -44,7 +44,7 @@ MEMORY_UPDATABLE = {
 # Session columns update_session takes (the field names are the column names).
 SESSION_UPDATABLE = frozenset({
     "status", "summary_text", "summary_token_count", "expires_at", "metadata", "updated_at",
-    "model_id", "context_window_size", "max_response_tokens",
+    "model_id", "context_window_size", "max_response_tokens", "title",
 })
 MEMORY_ORDERS = ("created_at", "updated_at", "access_count", "importance")
 

@@ -8,15 +8,24 @@ from memories and messages go before them). A backend adds what lives beside tho
 rows no user column names (:meth:`ErasureMixin._erase_shared`): the user's account, the
 system prompts only the erased sessions used, and the embedding cache's entries of the
 erased texts, whose keys the engine computes (they are the embedder's text hashes).
+
+Pruning (:meth:`ErasureMixin.prune_messages`) is the lossless kind of forgetting: the
+messages a forgotten memory or fact came from stay for their owner, flagged
+``is_pruned``, and lose what memd reads them through (vector, full-text row).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any
 
+from memd.backends.common.columns import MESSAGE_COLUMNS
 from memd.backends.common.dialect import SqlMixin
+from memd.backends.common.queries import BUMP_HISTORY_VERSION
+from memd.backends.common.rows import RowMappers
+from memd.types import Message
 
 #: Tables holding one user's rows, keyed by a ``user_id`` column, that erasure empties
 #: of the user; the account tables and the shared ones are :data:`ACCOUNT_TABLES` and
@@ -91,6 +100,10 @@ class ErasureMixin(SqlMixin):
     _json_text: str
     #: Further tables keyed by (user_id, memory_id) (PostgreSQL's memory_stats).
     _memory_side_tables: tuple[str, ...] = ()
+    #: What else a pruned message's UPDATE sets: its vector goes (SQLite's vec0 row goes
+    #: in _before_prune, and has_embedding is cleared; PostgreSQL's column is nulled).
+    _unembed: str = ""
+    _map: RowMappers  # the backend's row mappers
 
     def transaction(self) -> AbstractContextManager[None]:
         raise NotImplementedError  # the backend's (Lifecycle.transaction)
@@ -152,6 +165,31 @@ class ErasureMixin(SqlMixin):
             counts.update(self._erase_shared(user_id, prompts, list(dict.fromkeys(cached)),
                                              account=session_id is None))
         return counts
+
+    def prune_messages(self, user_id: str, message_ids: Sequence[str]) -> list[Message]:
+        ids = list(dict.fromkeys(message_ids))
+        if not ids:
+            return []
+        d = self._dialect
+        among, among_params = d.among("message_id", ids)
+        where = f"user_id = {d.mark} AND {among} AND {d.unflagged('is_pruned')}"
+        params = (user_id, *among_params)
+        with self.transaction():
+            found = [self._map.message(r) for r in self._rows(
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE {where} "
+                "ORDER BY session_id, turn_index", params)]
+            if not found:
+                return []
+            self._before_prune(user_id, where, params)
+            self._write(f"UPDATE messages SET is_pruned = {d.true}{self._unembed} "
+                        f"WHERE {where}", params)
+            for session_id in sorted({m.session_id for m in found}):
+                self._write(self._sql(BUMP_HISTORY_VERSION), (user_id, session_id))
+        return [replace(m, is_pruned=True) for m in found]
+
+    def _before_prune(self, user_id: str, where: str, params: tuple[Any, ...]) -> None:
+        """Remove what lives beside the messages about to be pruned (``where``, in the
+        driver's placeholders, with ``params``)."""
 
     def _anonymize_usage(self, user_id: str, session_id: str | None) -> int:
         """Keep the user's usage rows (of ``session_id`` only, when given) with nothing

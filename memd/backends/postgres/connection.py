@@ -79,8 +79,9 @@ class PostgresConnection(PortableStore, AccountsMixin):
     _json = Jsonb
     _memory_rows = "memory_rows"  # memories with their memory_stats row (004)
     _where = staticmethod(memory_where)
-    _needs_embedding = ("embedding IS NULL AND content IS NOT NULL "
+    _needs_embedding = ("embedding IS NULL AND content IS NOT NULL AND NOT is_pruned "
                         "ORDER BY created_at, session_id, turn_index")
+    _unembed = ", embedding = NULL"
     concurrent_reads = True  # a pooled connection per thread
 
     def __init__(

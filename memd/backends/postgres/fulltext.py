@@ -35,7 +35,10 @@ class PostgresFullText(PostgresPartitions):
             return []
         if current_actor() is not None:
             return self._keyword_messages_rls(user_id, text, k, session_id)
-        where = "user_id = %s AND content_tsv @@ websearch_to_tsquery('english', %s)"
+        # a pruned message keeps its keyword vector (a trigger derives it from the text,
+        # which stays for its owner): the search skips it
+        where = ("user_id = %s AND content_tsv @@ websearch_to_tsquery('english', %s) "
+                 "AND NOT is_pruned")
         params: list[Any] = [text, user_id, text]
         if session_id is not None:
             where += " AND session_id = %s"
@@ -57,6 +60,7 @@ class PostgresFullText(PostgresPartitions):
             f"SELECT {MESSAGE_COLUMNS}, k.rank FROM memd_keyword_message_ids("
             "%s, websearch_to_tsquery('english', %s), %s, %s) AS k (kid, kat, rank) "
             "JOIN messages ON user_id = %s AND message_id = k.kid AND created_at = k.kat "
+            "AND NOT is_pruned "
             "ORDER BY k.rank DESC, message_id",
             (user_id, text, k, session_id, user_id),
         )

@@ -9,6 +9,7 @@ from memd.backends.common.columns import USAGE_COLUMNS
 from memd.backends.postgres.connection import MAP
 from memd.backends.postgres.memories import PostgresMemories
 from memd.backends.postgres.queries import JOB_RETURNING
+from memd.backends.postgres.scrub import deep_scrub
 from memd.backends.postgres.upkeep import PostgresUpkeep
 from memd.config import Settings
 from memd.types import Job, Usage
@@ -58,9 +59,13 @@ class PostgresStore(PostgresUpkeep, PostgresMemories):
         return int(row[0]) if row else 0
 
     def scrub(self) -> None:
-        """Nothing memd can do: a deleted row's bytes stay in the table's and its indexes'
-        pages until VACUUM reuses them, and in the WAL and its archives; README's
-        "Erasing data" says what a DBA does about them."""
+        """Nothing at each erasure: a deleted row's bytes stay in the table's and its
+        indexes' pages and in the WAL until :meth:`deep_scrub` (``memd forget
+        --scrub``) rewrites them, which locks each table while it runs."""
+
+    def deep_scrub(self) -> list[str]:
+        with self._pool.connection() as conn:
+            return deep_scrub(conn)
 
     def list_usage(self, user_id: str, limit: int = 100) -> list[Usage]:
         rows = self._rows(f"SELECT {USAGE_COLUMNS} FROM usage_log WHERE user_id = %s "

@@ -45,7 +45,8 @@ class PostgresVectors(PostgresFullText):
 
     def set_message_embeddings(self, user_id: str, items: Sequence[tuple[str, Vector]]) -> None:
         self._write_many(
-            "UPDATE messages SET embedding = %s WHERE user_id = %s AND message_id = %s",
+            "UPDATE messages SET embedding = %s WHERE user_id = %s AND message_id = %s "
+            "AND NOT is_pruned",
             [(self._vector(v), user_id, mid) for mid, v in items],
         )
 

@@ -32,6 +32,7 @@ from memd.backends.sqlite.cipher import connect
 from memd.backends.sqlite.fulltext import fts_text
 from memd.backends.sqlite.schema import migrate
 from memd.errors import MemdError, StorageError
+from memd.private import private_dir, private_file, tighten_files
 
 log = logging.getLogger("memd.sqlite")
 
@@ -57,7 +58,8 @@ class SQLiteConnection(PortableStore, AccountsMixin):
     _dialect = SQLITE
     _map = MAP
     _json = staticmethod(to_json)
-    _needs_embedding = "has_embedding = 0 AND content IS NOT NULL ORDER BY created_at"
+    _needs_embedding = ("has_embedding = 0 AND content IS NOT NULL AND is_pruned = 0 "
+                        "ORDER BY created_at")
     concurrent_reads = False  # one connection, one lock
     checkpoint_pages = 1000  # WAL pages (4 KB) that wake the checkpoint thread
 
@@ -76,7 +78,7 @@ class SQLiteConnection(PortableStore, AccountsMixin):
         self._checkpoint_thread: threading.Thread | None = None
         try:
             if self.path != ":memory:":
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                _private_store(Path(self.path))
             self._db = connect(self.path, key)
             self._prepare()
             migrate(self._db, self._lock, self.path, self.dim)
@@ -213,3 +215,15 @@ class SQLiteConnection(PortableStore, AccountsMixin):
                 self._db.executemany(query, rows)
             except DRIVER_ERRORS as exc:
                 raise driver_error(exc) from exc
+
+
+def _private_store(path: Path) -> None:
+    """The store's file 0600 before SQLite opens it: SQLite gives the -wal and -shm files
+    it creates the database file's mode. Its folder is made 0700 if missing; an existing
+    one is not this module's to change (the data dir is tightened by ``Memd.open``)."""
+    private_dir(path.parent, tighten=False)
+    try:
+        private_file(path)
+        tighten_files(Path(f"{path}-wal"), Path(f"{path}-shm"))
+    except OSError as exc:
+        raise StorageError(f"cannot create the SQLite store at {path}: {exc}") from exc

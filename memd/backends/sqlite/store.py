@@ -47,6 +47,12 @@ class SQLiteStore(SQLiteUpkeep, SQLiteMemories):
         self._vectors.pop(user_id, None)  # read again from vec0 at the next use
         self._message_vectors.pop(user_id, None)
 
+    _unembed = ", has_embedding = 0"
+
+    def _before_prune(self, user_id: str, where: str, params: tuple[Any, ...]) -> None:
+        self._drop_index_rows("messages", where, params)
+        self._message_vectors.pop(user_id, None)  # read again from vec0 at the next use
+
     def scrub(self) -> None:
         """Leave no deleted row readable in the files: FTS5 keeps a deleted row's terms in
         its segments until they are merged (its secure-delete option covers only what it
@@ -66,6 +72,11 @@ class SQLiteStore(SQLiteUpkeep, SQLiteMemories):
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             except apsw.Error as exc:
                 raise StorageError(f"SQLite: cannot scrub the database: {exc}") from exc
+
+    def deep_scrub(self) -> list[str]:
+        self.scrub()
+        return ["full-text indexes merged, WAL checkpointed and truncated, database "
+                "vacuumed (freed pages are zeroed: secure_delete)"]
 
     def list_usage(self, user_id: str, limit: int = 100) -> list[Usage]:
         rows = self._rows(f"SELECT {USAGE_COLUMNS} FROM usage_log WHERE user_id = ? "

@@ -235,7 +235,8 @@ class SQLiteVectors(SQLiteConnection):
         with self.transaction():
             for message_id, vector in items:
                 rows = self._rows(
-                    "SELECT session_id FROM messages WHERE user_id = ? AND message_id = ?",
+                    "SELECT session_id FROM messages WHERE user_id = ? AND message_id = ? "
+                    "AND is_pruned = 0",
                     (user_id, message_id),
                 )
                 if not rows:
