@@ -475,8 +475,9 @@ async def _send(client: httpx.AsyncClient, request: Request, call: PreparedCall,
     again without it, once."""
     messages = call.forward
     while True:
-        # a side request goes as the client sent it, byte for byte
-        content = (await request.body() if call.side
+        # what memd adds nothing to goes as the client sent it, byte for byte (and is not
+        # encoded again: an agent's request is ~400 KB)
+        content = (await request.body() if messages is call.plain and call.plain_as_sent
                    else _encode({**body, "messages": messages}))
         req = client.build_request("POST", path, content=content, headers=_headers(request))
         resp = await client.send(req, stream=stream)
