@@ -10,6 +10,7 @@ and p99 over all its slots.
     .venv/bin/python -m bench.ab HEAD~1 --what append --slots 20
     .venv/bin/python -m bench.ab HEAD~1 --backend sqlite
     .venv/bin/python -m bench.ab HEAD~1 --what tool-loop      # the proxy's tool-loop step
+    .venv/bin/python -m bench.ab HEAD~1 --what tool-loop --cpu  # ... the CPU it costs memd
 
 The old revision is checked out into a temporary git worktree (its ``memd.backends`` and
 ``memd.sql`` linked in, as an installed package maps them) and runs with this checkout's
@@ -25,7 +26,10 @@ own user's rows, so team-mode appends go to a new session of the target).
 memd (SQLite in a temporary directory, 200 memories, the fake embedder) and fake upstream
 on loopback ports, memd's jobs run between the steps, and times the latency memd adds to
 a tool-loop step (one with no new user words) against the same upstream called directly,
-as ``bench_proxy``'s ``tool_loop_added_ms`` does.
+as ``bench_proxy``'s ``tool_loop_added_ms`` does. With ``--cpu``, each side times the CPU
+time the step costs memd instead (the process's CPU time through memd less directly): on
+a machine that other work keeps busy the latency follows the scheduler more than the
+code, while the CPU time does not.
 
 On SQLite (``--backend sqlite``, compiles only) the two processes share one database
 file, and the compile that closes an access-statistics window writes its job in line, so
@@ -75,7 +79,8 @@ def worker(args: argparse.Namespace) -> None:
                 if ms is not None:
                     times.append(ms)
                 i += 1
-    print(f"{args.label}: {args.what}{' (team)' if args.team else ''}, n {len(times)}: p50 "
+    what = f"{args.what}{' (team)' if args.team else ''}{' CPU' if args.cpu else ''}"
+    print(f"{args.label}: {what}, n {len(times)}: p50 "
           f"{np.percentile(times, 50):.2f} p90 {np.percentile(times, 90):.2f} p99 "
           f"{np.percentile(times, 99):.2f} ms", flush=True)
 
@@ -154,6 +159,8 @@ def _tool_loop(args: argparse.Namespace, stack: ExitStack) -> Callable[[int], fl
     replay = ToolLoopReplay(engine, base, up, upstream, http, args.size)
     for _ in range(150):
         replay.step()
+    if args.cpu:
+        return lambda _i: (replay.step(), replay.cpu_added)[1]
     return lambda _i: replay.step()
 
 
@@ -184,6 +191,8 @@ def main() -> None:
     ap.add_argument("--what", choices=("compile", "append", "tool-loop"), default="compile")
     ap.add_argument("--size", type=int, default=100_000,
                     help="tool-loop: the agent sessions' last request, in tokens")
+    ap.add_argument("--cpu", action="store_true",
+                    help="tool-loop: the CPU time a step costs memd, not its latency")
     ap.add_argument("--slots", type=int, default=30, help="slots per side (2 s each)")
     ap.add_argument("--team", action="store_true",
                     help="act as the target user (team mode: row-level security)")
@@ -194,18 +203,21 @@ def main() -> None:
     args = ap.parse_args()
     if args.backend == "sqlite" and (args.what == "append" or args.team):
         ap.error("--backend sqlite compares compiles only, outside team mode")
+    if args.cpu and args.what != "tool-loop":
+        ap.error("--cpu times tool-loop steps only")
     if args.slot is not None:
         worker(args)
         return
     with tempfile.TemporaryDirectory(prefix="memd-ab-") as tmp:
         tree = checkout(args.rev, Path(tmp))
         try:
-            # Both sides open the dataset and warm up (~10 s) before the first slot.
-            start = int(time.time() / SLOT) + 15
+            # Both sides open the dataset and warm up (~10 s) before the first slot; the
+            # tool loop's 150 steps of warm-up take 20 s to over a minute on a busy machine.
+            start = int(time.time() / SLOT) + (60 if args.what == "tool-loop" else 15)
             data_dir = Path(args.data_dir).expanduser().resolve()  # the sides run in tmp
             common = [sys.executable, "-m", "bench.ab", args.rev, "--backend", args.backend,
                       "--what", args.what, "--slots", str(args.slots),
-                      "--size", str(args.size),
+                      "--size", str(args.size), *(["--cpu"] if args.cpu else []),
                       "--data-dir", str(data_dir), "--start", str(start),
                       *(["--team"] if args.team else [])]
             sides = [

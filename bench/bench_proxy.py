@@ -23,7 +23,10 @@ loopback ports. Two parts, in one run:
   request's prefix (what the cache serves: a request weighs by its size, so the small
   first steps of a session, where each new file is a large part of the request, do not
   weigh like its long tail). The steps that bring no new user words (an agent's tool
-  loop: memd retrieves nothing and sends the same blocks) are also given apart.
+  loop: memd retrieves nothing and sends the same blocks) are also given apart, with the
+  CPU time each cost memd (the process's CPU time through memd less directly: on a
+  machine that other work keeps busy, the latency follows the scheduler, the CPU time
+  the code).
 
 Prints p50/p95/p99 of both and of the difference. Not a test: it prints figures.
 """
@@ -179,6 +182,7 @@ def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[i
     for size in sizes:
         added: list[float] = []
         loop: list[float] = []  # steps with no new user words: an agent's tool loop
+        loop_cpu: list[float] = []  # the CPU time those cost memd (see ToolLoopReplay)
         memd_stable: list[float] = []
         memd_reused: list[float] = []
         memd_cached: list[float] = []
@@ -192,16 +196,18 @@ def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[i
             asked = None
             for step in session.steps:
                 settle(engine)
-                times = []
+                times, cpu = [], []
                 for url in (up, base):
-                    t = time.perf_counter()
+                    t, c = time.perf_counter(), time.process_time()
                     r = http.post(f"{url}/v1/chat/completions", json=step.request)
                     r.raise_for_status()
                     times.append((time.perf_counter() - t) * 1000)
+                    cpu.append((time.process_time() - c) * 1000)
                 added.append(times[1] - times[0])
                 words = last_user_text(step.request["messages"], 10**9)
                 if words == asked:
                     loop.append(times[1] - times[0])
+                    loop_cpu.append(cpu[1] - cpu[0])
                 asked = words
             via_memd = upstream.requests[first + 1::2]
             stable, reused, cached = prefix_shares(via_memd)
@@ -216,6 +222,7 @@ def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[i
             "calls": len(added), "last_request_tokens": tokens,
             "added_ms": summary(added),
             "tool_loop_calls": len(loop), "tool_loop_added_ms": summary(loop),
+            "tool_loop_cpu_ms": summary(loop_cpu),
             "prefix_share_memd": round(sum(memd_stable) / len(memd_stable), 4),
             "prefix_share_client": round(sum(client_stable) / len(client_stable), 4),
             "previous_reused_memd": round(sum(memd_reused) / len(memd_reused), 4),
@@ -237,6 +244,7 @@ class ToolLoopReplay:
         self.engine, self.base, self.up, self.upstream, self.http = (
             engine, base, up, upstream, http)
         self._steps = self._replays(size)
+        self.cpu_added: float | None = None
 
     @staticmethod
     def _replays(size: int) -> Iterator[tuple[Any, bool]]:
@@ -251,16 +259,20 @@ class ToolLoopReplay:
 
     def step(self) -> float | None:
         """The latency memd added to the next step, if it is a tool-loop step (no new
-        user words), else None."""
+        user words), else None. :attr:`cpu_added` is then the CPU time the step cost
+        memd: the process's CPU time (all its threads: client, memd and upstream) through
+        memd less directly, which a busy machine's scheduler does not stretch."""
         step, loop = next(self._steps)
         self.upstream.script([step.reply, step.reply])
-        times = []
+        times, cpu = [], []
         for url in (self.up, self.base):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             r = self.http.post(f"{url}/v1/chat/completions", json=step.request)
             r.raise_for_status()
             times.append((time.perf_counter() - t) * 1000)
+            cpu.append((time.process_time() - c) * 1000)
         self.engine.run_jobs()
+        self.cpu_added = cpu[1] - cpu[0] if loop else None
         return times[1] - times[0] if loop else None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from servers import FakeUpstream, postgres_url
 
 import memd
 from memd.config import load_settings
+from memd.engine import validate
 from memd.engine.memory import Memd
 from memd.errors import Conflict, InvalidInput
 from memd.server.app import create_app, public_message
@@ -214,6 +216,23 @@ def test_nesting_is_measured_the_same_parsed_or_scanned(value: Any, limit: int,
     one it refuses is scanned for brackets outside strings: the two agree."""
     body = json.dumps(value, ensure_ascii=ascii_only).encode()
     assert nests_deeper(body, limit) == brackets_deeper(body, limit)
+
+
+@given(text=st.text(alphabet=st.sampled_from(
+    ["a", "\u00e9", "\x00", "\ud800", "\udbff", "\udc00", "\udfff", "\ud7ff", "\ue000",
+     "\U0001f600", "\u2028"]), max_size=12), pad=st.integers(0, 3))
+@settings(max_examples=500, deadline=None)
+def test_characters_no_store_holds_are_found_in_any_string(text: str, pad: int) -> None:
+    """A NUL or a surrogate is found (and replaced) wherever it is, in an ASCII string
+    or not, short or long: the same as the pattern that names them finds."""
+    text = "x" * (1000 * pad) + text + "y" * pad
+    bad = re.search("[\x00\ud800-\udfff]", text)
+    assert validate.clean_chars(text) == re.sub("[\x00\ud800-\udfff]", "\ufffd", text)
+    if bad is None:
+        assert validate.check_chars(text, "t") is text
+    else:
+        with pytest.raises(InvalidInput, match=f"at position {bad.start()}"):
+            validate.check_chars(text, "t")
 
 
 def test_a_body_orjson_refuses_is_still_measured() -> None:

@@ -109,6 +109,31 @@ def test_a_side_request_is_forwarded_byte_for_byte(proxy: Proxy) -> None:
     assert proxy.upstream.raw[-1] == raw
 
 
+def test_a_turn_memd_adds_nothing_to_is_forwarded_byte_for_byte(proxy: Proxy) -> None:
+    """A conversation's turn goes upstream as the client's own bytes when memd has no
+    memory to add (nothing stored yet); once it adds a block, the request is encoded
+    again with the block in it."""
+    raw = (b'{"model":"gpt-4o",  "messages":[{"role":"user","content":"Which port does '
+           b'the staging host use? caf\\u00e9"}], "x_custom": 1.0}')
+    resp = proxy.client.post("/v1/chat/completions", content=raw,
+                             headers={"content-type": "application/json"})
+    assert resp.status_code == 200 and "x-memd-session" in resp.headers
+    assert proxy.upstream.raw[-1] == raw
+    report = proxy.client.get(f"/v1/calls/{resp.headers['x-memd-call']}").json()["report"]
+    assert report["mode"] == "transparent" and report["injected"] is None
+    # a style rule applies to every request: the next one gets a block
+    proxy.engine.add("Code style: small functions, type hints", "local",
+                     tier=Tier.PROCEDURAL, provenance="instruction", tags=[STYLE_TAG])
+    again = raw.replace(b"port", b"ports")
+    resp = proxy.client.post("/v1/chat/completions", content=again,
+                             headers={"content-type": "application/json"})
+    assert resp.status_code == 200
+    assert proxy.upstream.raw[-1] != again
+    sent = proxy.upstream.requests[-1]
+    assert "small functions" in sent["messages"][0]["content"]
+    assert sent["x_custom"] == 1.0 and sent["model"] == "gpt-4o"
+
+
 def test_text_completions_are_side_requests(proxy: Proxy) -> None:
     body = {"model": "gpt-4o", "prompt": "def add(a, b):\n    return", "max_tokens": 16,
             "suffix": "\n"}

@@ -202,6 +202,18 @@ def test_append_assigns_monotonic_turns_and_counts(store: Store) -> None:
     assert store.get_messages("bob", s.id) == []
 
 
+def test_last_chain_hash_is_the_newest_message_s(store: Store) -> None:
+    s = store.create_session(session())
+    assert store.last_chain_hash("alice", s.id) is None
+    store.append_messages("alice", s.id, [NewMessage("user", "hi"),
+                                          NewMessage("assistant", "hello")],
+                          [1, 1], [None, None], 1.0, chain_hashes=["c1", "c2"])
+    assert store.last_chain_hash("alice", s.id) == "c2"
+    assert store.last_chain_hash("bob", s.id) is None
+    store.append_messages("alice", s.id, [NewMessage("user", "x")], [1], [None], 2.0)
+    assert store.last_chain_hash("alice", s.id) is None  # the newest has none
+
+
 def test_append_is_atomic_and_checks_owner(store: Store) -> None:
     s = store.create_session(session())
     with pytest.raises(NotFound):

@@ -163,6 +163,12 @@ class MessageStore(Protocol):
         """The user's stored messages whose chain_hash is among ``chain_hashes``."""
         ...
 
+    def last_chain_hash(self, user_id: str, session_id: str) -> str | None:
+        """The chain hash of the session's newest message (None: no message, or one
+        stored without a chain hash), read without the message: what an append
+        continues the chain from."""
+        ...
+
     def get_messages(
         self, user_id: str, session_id: str, *, active_only: bool = False,
         after_turn: int | None = None, before_turn: int | None = None,

@@ -71,6 +71,9 @@ class PreparedCall:
     started: float = field(default_factory=time.monotonic)
     user_id: str = ""
     workspace: str | None = None
+    # ``plain`` is the client's own messages: its request, without memory, goes upstream
+    # as the client's own bytes (a side request's, or a history memd adds nothing to)
+    plain_as_sent: bool = False
 
     @property
     def memory_added(self) -> bool:
@@ -259,7 +262,8 @@ def prepare_chat(
     engine.store.record_call(call_id, uid, session.id, session.workspace, model,
                              engine.now(), report)
     return PreparedCall(call_id, session, forward, plain, report, store_reply=not retry,
-                        turn=session.turn_count, user_id=uid, workspace=session.workspace)
+                        turn=session.turn_count, user_id=uid, workspace=session.workspace,
+                        plain_as_sent=client_owns)
 
 
 def prepare_side(engine: Memd, user_id: str, workspace: str | None, model: str | None,
@@ -285,7 +289,7 @@ def prepare_side(engine: Memd, user_id: str, workspace: str | None, model: str |
                              None if model is None else v.clean_chars(model), engine.now(),
                              report)
     return PreparedCall(call_id, None, messages, messages, report, store_reply=False,
-                        workspace=ws, user_id=uid)
+                        workspace=ws, user_id=uid, plain_as_sent=True)
 
 
 def _augment(

@@ -205,10 +205,8 @@ class SessionsMixin:
         with self.store.transaction():
             session = self.session(session_id, user_id)
             counts = [message_tokens(_as_dict(m), session.model) for m in news]
-            last = self.store.get_messages(session.user_id, session.id, newest_first=True,
-                                           limit=1)
             chains = chain_hashes([_as_dict(m) for m in news],
-                                  last[0].chain_hash if last else None)
+                                  self.store.last_chain_hash(session.user_id, session.id))
             # activity keeps the session alive: it expires session_ttl_hours after its
             # last append, not after its start
             stored = self.store.append_messages(

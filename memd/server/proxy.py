@@ -501,8 +501,9 @@ async def _send(client: httpx.AsyncClient, request: Request, call: PreparedCall,
     again without it, once."""
     messages = call.forward
     while True:
-        # a side request goes as the client sent it, byte for byte
-        content = (await request.body() if call.side
+        # what memd adds nothing to goes as the client sent it, byte for byte (and is not
+        # encoded again: an agent's request is ~400 KB)
+        content = (await request.body() if messages is call.plain and call.plain_as_sent
                    else _encode({**body, door.field: messages}))
         req = client.build_request("POST", door.path, content=content,
                                    headers=door.headers(request))

@@ -47,6 +47,8 @@ _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _BRACKET = re.compile(rb"[\[\]{}]")
 
 
+_CONTAINERS = (dict, list)
+
 # The ASGI scope key under which the guard leaves a body it parsed: ``(value,)``.
 PARSED_BODY = "memd.parsed_body"
 
@@ -69,11 +71,13 @@ def nesting(body: bytes, limit: int) -> tuple[bool, tuple[Any] | None]:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
         return brackets_deeper(body, limit), None
-    level = [value] if isinstance(value, dict | list) else []  # the arrays and objects
+    # orjson makes plain dicts and lists, never subclasses: their exact types are tested
+    # (twice as fast as isinstance over every value of an agent's large request)
+    level = [value] if type(value) in _CONTAINERS else []  # the arrays and objects
     for _ in range(limit):  # of each level in turn, from the first
         level = [item for inner in level
-                 for item in (inner.values() if isinstance(inner, dict) else inner)
-                 if isinstance(item, dict | list)]
+                 for item in (inner.values() if type(inner) is dict else inner)
+                 if type(item) in _CONTAINERS]
         if not level:
             return False, (value,)
     return bool(level), (value,)

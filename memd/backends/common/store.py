@@ -193,6 +193,12 @@ class PortableStore(ErasureMixin):
         return [str(r[0]) for r in rows]
 
     # -- messages --------------------------------------------------------------------
+    def last_chain_hash(self, user_id: str, session_id: str) -> str | None:
+        rows = self._rows(self._sql(
+            "SELECT chain_hash FROM messages WHERE user_id = ? AND session_id = ? "
+            "ORDER BY turn_index DESC LIMIT 1"), (user_id, session_id))
+        return rows[0][0] if rows else None
+
     def get_messages(
         self, user_id: str, session_id: str, *, active_only: bool = False,
         after_turn: int | None = None, before_turn: int | None = None,
