@@ -302,3 +302,22 @@ def test_client_disconnect_mid_stream_keeps_what_arrived(stack: Stack) -> None:
     reply = stack.messages()[-1]
     assert reply.role == "assistant" and reply.content == "ok:"
     assert reply.metadata.get("incomplete") is True
+
+
+class CookieUpstream(FakeUpstream):
+    """A model server that sets a cookie on every answer (a load balancer's, say)."""
+
+    async def chat(self, request: Any) -> Any:
+        response = await super().chat(request)
+        response.set_cookie("affinity", f"user-{len(self.requests)}")
+        return response
+
+
+def test_a_cookie_the_model_server_sets_never_goes_out_again(tmp_path: Path) -> None:
+    upstream = CookieUpstream()
+    with memd_in_front(upstream.app, tmp_path / "d") as (base, _):
+        for user in ("alice", "bob"):
+            r = httpx.post(f"{base}/v1/chat/completions", headers={"X-Memd-User": user},
+                           json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+            assert r.status_code == 200, r.text
+    assert [h.get("cookie") for h in upstream.headers] == [None, None]

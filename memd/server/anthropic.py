@@ -35,6 +35,7 @@ from memd.server.proxy import (
     Door,
     NoUpstream,
     body_of,
+    cached_client,
     forward_headers,
     out_of_reach,
     token_field,
@@ -51,15 +52,8 @@ def _upstream(request: Request) -> tuple[httpx.AsyncClient, str]:
     settings = app.state.settings
     if not settings.upstream_anthropic_url:
         return upstream_client(request), "messages"
-    client: httpx.AsyncClient | None = getattr(app.state, "upstream_anthropic", None)
-    if client is None:
-        client = httpx.AsyncClient(
-            transport=app.state.upstream_transport,
-            base_url=settings.upstream_anthropic_url.rstrip("/") + "/",
-            timeout=httpx.Timeout(settings.upstream_timeout, connect=10.0),
-        )
-        app.state.upstream_anthropic = client
-    return client, "v1/messages"
+    return cached_client(app, "upstream_anthropic", settings.upstream_anthropic_url), \
+        "v1/messages"
 
 
 def _anthropic_headers(request: Request) -> dict[str, str]:

@@ -21,6 +21,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, Protocol
 
 import anyio
@@ -61,20 +62,26 @@ NO_UPSTREAM = ("no upstream model server is configured: start memd with --upstre
                "or set MEMD_UPSTREAM_URL")
 
 
-def upstream_client(request: Request) -> httpx.AsyncClient:
-    app = request.app
-    client: httpx.AsyncClient | None = getattr(app.state, "upstream", None)
+def cached_client(app: Any, name: str, base_url: str) -> httpx.AsyncClient:
+    """The app's client to a model server, made once and kept as ``app.state.<name>``.
+    It keeps no cookies: one client serves every user, and a cookie a model server set
+    for one user's call must never go out with another's."""
+    client: httpx.AsyncClient | None = getattr(app.state, name, None)
     if client is None:
-        settings = app.state.settings
-        if not settings.upstream_url:
-            raise NoUpstream(NO_UPSTREAM)
         client = httpx.AsyncClient(
-            transport=app.state.upstream_transport,
-            base_url=settings.upstream_url.rstrip("/") + "/",
-            timeout=httpx.Timeout(settings.upstream_timeout, connect=10.0),
+            transport=app.state.upstream_transport, base_url=base_url.rstrip("/") + "/",
+            timeout=httpx.Timeout(app.state.settings.upstream_timeout, connect=10.0),
+            cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
         )
-        app.state.upstream = client
+        setattr(app.state, name, client)
     return client
+
+
+def upstream_client(request: Request) -> httpx.AsyncClient:
+    settings = request.app.state.settings
+    if not settings.upstream_url:
+        raise NoUpstream(NO_UPSTREAM)
+    return cached_client(request.app, "upstream", settings.upstream_url)
 
 
 def _windows(request: Request) -> WindowResolver:
