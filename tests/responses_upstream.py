@@ -26,6 +26,12 @@ def last_text(body: dict[str, Any]) -> str:
     return content if isinstance(content, str) else content[-1]["text"]
 
 
+def message(text: str, n: int) -> dict[str, Any]:
+    """An assistant message output item."""
+    return {"type": "message", "id": f"msg_{n}", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "annotations": [], "text": text}]}
+
+
 class FakeResponses:
     """Answers: a reasoning item, then a ``function_call`` of the first tool when the
     request offers tools and its newest item is a user message; otherwise the message
@@ -39,6 +45,18 @@ class FakeResponses:
         body = json.loads(await request.body())
         self.requests.append(body)
         self.headers.append(dict(request.headers))
+        output = self._output(body)
+        response = {"id": f"resp_{len(self.requests)}", "object": "response",
+                    "created_at": 1, "status": "completed", "model": body.get("model"),
+                    "output": output, "usage": {
+                        "input_tokens": 100, "output_tokens": 9, "total_tokens": 109,
+                        "input_tokens_details": {"cached_tokens": 64},
+                        "output_tokens_details": {"reasoning_tokens": 3}}}
+        if not body.get("stream"):
+            return JSONResponse(response)
+        return StreamingResponse(self._events(response), media_type="text/event-stream")
+
+    def _output(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         raw = body["input"]
         after_tool = isinstance(raw, list) and raw[-1].get("type") == "function_call_output"
         output: list[dict[str, Any]] = [{"type": "reasoning", "id": f"rs_{len(self.requests)}",
@@ -49,19 +67,8 @@ class FakeResponses:
                            "name": body["tools"][0]["name"],
                            "arguments": "{\"path\": \"README.md\"}", "status": "completed"})
         else:
-            output.append({"type": "message", "id": f"msg_{len(self.requests)}",
-                           "role": "assistant", "status": "completed",
-                           "content": [{"type": "output_text", "annotations": [],
-                                        "text": f"ok: {last_text(body)}"}]})
-        response = {"id": f"resp_{len(self.requests)}", "object": "response",
-                    "created_at": 1, "status": "completed", "model": body.get("model"),
-                    "output": output, "usage": {
-                        "input_tokens": 100, "output_tokens": 9, "total_tokens": 109,
-                        "input_tokens_details": {"cached_tokens": 64},
-                        "output_tokens_details": {"reasoning_tokens": 3}}}
-        if not body.get("stream"):
-            return JSONResponse(response)
-        return StreamingResponse(self._events(response), media_type="text/event-stream")
+            output.append(message(f"ok: {last_text(body)}", len(self.requests)))
+        return output
 
     async def _events(self, response: dict[str, Any]) -> AsyncIterator[bytes]:
         n = 0

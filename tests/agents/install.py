@@ -20,6 +20,8 @@ PINS: dict[str, str] = {
     "@qwen-code/qwen-code": "0.15.10",
     "cline": "3.0.65",
     "@continuedev/cli": "1.5.47",
+    "@anthropic-ai/claude-code": "2.1.197",
+    "@openai/codex": "0.171.0",
 }
 
 
