@@ -192,6 +192,10 @@ def test_a_refusal_as_too_long_is_retried_without_memory(make_stack: Any) -> Non
         assert _block(first) is not None and second["messages"] == ask
         call = stack.call(raw.headers["x-memd-call"])
         assert call["metadata"]["retried"] is True and call["status"] == 200
+        # the report says what the forwarded request carried: no memory
+        report = call["report"]
+        assert report["tokens"]["memory"] == 0 and report["dropped"]["tokens"] > 0
+        assert report["blocks"] == [] and report["injected"] is None
     # an error that is not about length passes through, without a retry
     up.fail_with = 400
     before = len(up.requests)
