@@ -476,8 +476,10 @@ async def _send(client: httpx.AsyncClient, request: Request, call: PreparedCall,
         await resp.aclose()
         if not _too_long(resp.status_code, content):
             return resp, False
-        log.info("call %s: the model server refused the request with memory as too long; "
-                 "sending it without", call.call_id)
+        stated = _windows(request).learn(body.get("model"), content)
+        log.info("call %s: the model server refused the request with memory as too long%s; "
+                 "sending it without", call.call_id,
+                 f" (its window: {stated} tokens)" if stated else "")
         messages = call.plain
 
 
