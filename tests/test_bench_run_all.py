@@ -184,3 +184,15 @@ def test_watch_targets_judge_the_slowest_edit_of_each_kind(run_all: ModuleType) 
         "notes": {"add": kind(0.3), "edit": kind(2.5), "delete": kind(0.1)}}))
     assert [r["met"] for r in rows] == [True, True, False, True]
     assert rows[2]["target"] == "notes file edit seen in the compiled context, slowest of 3"
+
+
+def test_soak_targets_judge_rss_growth_and_failures(run_all: ModuleType) -> None:
+    result = {"requests": 50_000, "concurrency": 50, "errors": {"HTTP 502": 2},
+              "growth": {"window_requests": 10_000, "from_mb": 250.1, "to_mb": 256.0,
+                         "percent": 2.36},
+              "verdict": {"rss_growth_pct": [2.36, 2.0, False]}}
+    growth, failed = run_all.soak_targets(result)
+    assert growth["measured"] == "2.36 %" and growth["limit"] == "< 2 %"
+    assert not growth["met"] and "250.1 -> 256.0 MB" in growth["target"]
+    assert failed["measured"] == 2 and not failed["met"]
+    assert "soak" in {b.name for b in run_all.BENCHES}

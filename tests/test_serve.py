@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -83,6 +84,32 @@ def test_cli_uses_the_running_daemon(tmp_path: Path) -> None:
     assert [h["text"] for h in json.loads(mine.stdout)][:1] == ["Deploys go out on Tuesdays"]
     listed = run("list", "--json", env=env)
     assert "Deploys go out on Tuesdays" in listed.stdout and "tabs" not in listed.stdout
+
+
+def test_listening_is_said_only_once_the_port_is_bound(tmp_path: Path) -> None:
+    env = {**os.environ, "MEMD_DATA_DIR": str(tmp_path / "data"), "MEMD_EMBEDDER": "fake"}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = run("serve", "--port", str(port), "--no-log-file", env=env)
+    assert refused.returncode != 0
+    assert "address already in use" in refused.stderr.lower()
+    assert "listening on" not in refused.stderr
+    # --port 0: the line names the port the system gave, which answers
+    proc = subprocess.Popen([*MEMD, "serve", "--port", "0", "--no-log-file"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "listening on" in line:
+                break
+        url = line.split("listening on ", 1)[1].split()[0].removesuffix("/v1")
+        assert not url.endswith(":0")
+        assert httpx.get(f"{url}/health").status_code == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
 
 
 def test_of_two_daemons_started_at_once_on_one_data_dir_one_serves(tmp_path: Path) -> None:

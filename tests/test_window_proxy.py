@@ -192,6 +192,10 @@ def test_a_refusal_as_too_long_is_retried_without_memory(make_stack: Any) -> Non
         assert _block(first) is not None and second["messages"] == ask
         call = stack.call(raw.headers["x-memd-call"])
         assert call["metadata"]["retried"] is True and call["status"] == 200
+        # the report says what the forwarded request carried: no memory
+        report = call["report"]
+        assert report["tokens"]["memory"] == 0 and report["dropped"]["tokens"] > 0
+        assert report["blocks"] == [] and report["injected"] is None
     # an error that is not about length passes through, without a retry
     up.fail_with = 400
     before = len(up.requests)
@@ -199,6 +203,27 @@ def test_a_refusal_as_too_long_is_retried_without_memory(make_stack: Any) -> Non
         client.chat.completions.create(model="small", messages=[
             {"role": "user", "content": "How does the service deploy?"}])
     assert len(up.requests) == before + 1
+
+
+def test_the_window_a_refusal_states_is_used_by_the_calls_after_it(make_stack: Any) -> None:
+    up = LlamaCpp(n_ctx=2048)
+    # a server that hides its context: only the training length is known (32768)
+    up.app.router.routes = [r for r in up.app.router.routes
+                            if getattr(r, "path", "") != "/props"]
+    stack = make_stack(up, **ALL_RELATED)
+    _remember(stack, *[f"Service{i} deploys to cluster{i} with chart{i} on {DAYS[i % 7]}."
+                       for i in range(40)])
+    client = stack.client()
+    ask = [{"role": "user", "content": FILLER * 85 + " How does the service deploy?"}]
+    windows = []
+    for _ in range(2):
+        raw = client.chat.completions.with_raw_response.create(model="small", messages=ask)
+        assert raw.http_response.status_code == 200
+        windows.append(stack.call(raw.headers["x-memd-call"])["report"]["window"])
+    assert up.refused == 1  # the first call's block overflowed; the second fit
+    assert windows[0]["tokens"] == 32768
+    assert windows[1] == {"tokens": 2048, "source": "upstream",
+                          "detail": "the model server's refusal"}
 
 
 def test_the_window_header_wins_and_unknown_models_get_a_small_block(

@@ -202,6 +202,36 @@ def lm_studio() -> Fake:
     return Fake({"GET /v1/models": models, "GET /api/v0/models": v0_models})
 
 
+def llama_cpp_python(n_ctx: int = 2048) -> Fake:
+    """python -m llama_cpp.server --n_ctx n_ctx: its model listing and schema say
+    nothing of the context; a prompt that does not fit is refused before evaluation."""
+    alias = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+    async def models(_: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [
+            {"id": alias, "object": "model", "owned_by": "me", "permissions": []}]})
+
+    async def schema(_: Request) -> Response:
+        return JSONResponse({"openapi": "3.1.0", "info": {
+            "title": "\N{LLAMA} llama.cpp Python API", "version": "0.3.16"}, "paths": {}})
+
+    async def completions(request: Request) -> Response:
+        prompt = (await request.json())["prompt"]
+        tokens = len(prompt.split()) + 1  # and the BOS token
+        if tokens >= n_ctx:
+            return JSONResponse({"error": {
+                "message": f"This model's maximum context length is {n_ctx} tokens, however "
+                           f"you requested {tokens + 1} tokens ({tokens} in your prompt; 1 "
+                           "for the completion). Please reduce your prompt; or completion "
+                           "length.", "type": "invalid_request_error", "param": "messages",
+                "code": "context_length_exceeded"}}, status_code=400)
+        return JSONResponse({"object": "text_completion",
+                             "choices": [{"text": "x", "index": 0}]})
+
+    return Fake({"GET /v1/models": models, "GET /openapi.json": schema,
+                 "POST /v1/completions": completions})
+
+
 def generic() -> Fake:
     """A hosted OpenAI-compatible service whose model list carries context_length."""
 
@@ -334,6 +364,57 @@ def test_llama_cpp_window_is_one_slot_of_props() -> None:
     window = run(resolve(llama_cpp(n_ctx=32768, slots=4), "anything", None))
     assert window.tokens == 8192
     assert window.source == "upstream" and "/props" in window.detail
+
+
+def test_llama_cpp_python_window_is_the_one_its_refusal_states() -> None:
+    fake = llama_cpp_python(n_ctx=2048)
+    window = run(resolve(fake, "/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    assert window == Window(2048, "upstream",
+                            "llama-cpp-python's refusal of an over-long prompt")
+    assert fake.hits["POST /v1/completions"] == 1
+    assert fake.bodies[0]["max_tokens"] == 1
+
+
+def test_llama_cpp_python_over_the_probe_leaves_the_window_to_the_other_sources() -> None:
+    fake = llama_cpp_python(n_ctx=windows._PROBE_TOKENS + 10)
+    window = run(resolve(fake, "smollm2-135m", context_window=3000))
+    assert window.source == "builtin" and fake.hits["POST /v1/completions"] == 1
+
+
+def test_a_listing_owned_by_me_alone_is_not_llama_cpp_python() -> None:
+    fake = llama_cpp_python()
+    fake.app.router.routes = [r for r in fake.app.router.routes
+                              if getattr(r, "path", "") != "/openapi.json"]
+    assert run(resolve(fake, "some-model")) == Window(None, "unknown")
+    assert fake.hits["POST /v1/completions"] == 0
+
+
+@pytest.mark.parametrize(("refusal", "tokens"), [
+    (b'{"error":{"code":400,"type":"exceed_context_size_error","n_prompt_tokens":5000,'
+     b'"n_ctx":4096,"message":"the request exceeds the available context size"}}', 4096),
+    (b"This model's maximum context length is 8192 tokens. However, you requested", 8192),
+    (b"Requested tokens (5001) exceed context window of 2048", 2048),
+    (b'{"error": {"message": "prompt is too long"}}', None),
+    (b"maximum context length is 0 tokens", None),
+])
+def test_the_window_a_refusal_states(refusal: bytes, tokens: int | None) -> None:
+    assert windows.stated_window(refusal) == tokens
+
+
+def test_a_learned_window_is_used_without_asking_the_upstream() -> None:
+    fake = generic()
+
+    async def main() -> tuple[Window, int | None]:
+        async with fake.client() as client:
+            resolver = WindowResolver(settings(), client)
+            learned = resolver.learn("acme/big-model",
+                                     b"maximum context length is 16384 tokens")
+            return await resolver.resolve("acme/big-model", None), learned
+
+    window, learned = run(main())
+    assert learned == 16384
+    assert window == Window(16384, "upstream", "the model server's refusal")
+    assert fake.hits["GET /v1/models"] == 0
 
 
 def test_vllm_max_model_len() -> None:

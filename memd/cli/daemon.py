@@ -267,11 +267,10 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     import logging
     from dataclasses import replace
 
-    import uvicorn
-
     import memd
     from memd.config import Settings, config_path, load_settings
     from memd.privacy.urls import redact_url
+    from memd.server import listen
     from memd.server.app import create_app
     from memd.server.watch import ConfigSource
 
@@ -340,8 +339,6 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     app = create_app(engine, settings, upstream_transport=transport, watch_notes=True,
                      config=ConfigSource(config_path(opts.get("config")), reload))
     log = logging.getLogger("memd")
-    log.info("memd %s listening on http://%s:%d/v1", memd.__version__, settings.host,
-             settings.port)
     place = store_place(settings)
     log.info("store: %s %s; embedder: %s", "SQLite at" if place.backend == "SQLite" else
              f"{place.backend},", place.shown, engine.embedder.name)
@@ -368,10 +365,9 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _exit_cleanly)
     try:
-        # log_config=None: uvicorn's own lines (errors in requests among them) reach the
-        # handlers above, and so the log file, rather than a handler of uvicorn's.
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level,
-                    access_log=log_level == "debug", log_config=None)
+        listen.run(app, host=settings.host, port=settings.port, log_level=log_level,
+                   on_bound=lambda bound: log.info("memd %s listening on http://%s:%d/v1",
+                                                   memd.__version__, settings.host, bound))
     finally:
         remove_daemon_file(marker)
         engine.close()

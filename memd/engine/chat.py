@@ -426,7 +426,21 @@ def finish_chat(
         engine.store.finish_call(call.call_id, status, {
             "latency_ms": latency, "finish_reason": finish_reason, "incomplete": incomplete,
             "retried": retried, "usage": dict(usage or {}),
-        })
+        }, without_memory(call.report) if retried else None)
+
+
+def without_memory(report: dict[str, Any]) -> dict[str, Any]:
+    """The report of a call sent again without its memory block (the model server
+    refused it as too long): what the forwarded request carried, the block it dropped
+    kept apart under ``dropped``."""
+    tokens = report.get("tokens") or {}
+    return {
+        **report, "injected": None, "blocks": [], "items": [],
+        "reason": "the model server refused the request with memory as too long; "
+                  "it was sent again without",
+        "tokens": {**tokens, "memory": 0, "total": tokens.get("request")},
+        "dropped": {"tokens": tokens.get("memory"), "items": report.get("items", [])},
+    }
 
 
 def _store_reply(engine: Memd, call: PreparedCall, session: Session,

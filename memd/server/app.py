@@ -59,6 +59,7 @@ from memd.server.security import (
     nesting,
     scope_headers,
     send_error,
+    strict_parse,
 )
 from memd.server.watch import ConfigSource, FileWatcher, LiveConfig
 
@@ -194,6 +195,12 @@ class Guard:
             await send_error(send, 400, "invalid_request_error",
                              f"the request body nests JSON deeper than {MAX_DEPTH} levels")
             return
+        if parsed is None and writes and body:
+            try:
+                parsed = (strict_parse(body),)
+            except InvalidInput as exc:
+                await send_error(send, 400, "invalid_request_error", str(exc))
+                return
         if parsed is not None:
             scope[PARSED_BODY] = parsed
         sent = False

@@ -47,7 +47,7 @@ from memd.errors import Conflict, InvalidInput
 from memd.models.tokens import calibrated_scale
 from memd.server import schemas as s
 from memd.server.deps import engine_of, user_of, workspace_of
-from memd.server.security import PARSED_BODY, error_body
+from memd.server.security import PARSED_BODY, error_body, strict_parse
 from memd.server.windows import WindowResolver
 
 log = logging.getLogger("memd.proxy")
@@ -181,21 +181,11 @@ def _memd_headers(call: PreparedCall) -> dict[str, str]:
 
 
 async def body_of(request: Request) -> dict[str, Any]:
-    parsed = request.scope.get(PARSED_BODY)  # a large body the guard parsed already
-    body = parsed[0] if parsed is not None else _parse(await request.body())
+    parsed = request.scope.get(PARSED_BODY)  # the guard parses every write's body
+    body = parsed[0] if parsed is not None else strict_parse(await request.body())
     if not isinstance(body, dict):
         raise InvalidInput("request body must be a JSON object")
     return body
-
-
-def _parse(raw: bytes) -> Any:
-    try:  # orjson parses an agent's large request several times faster; json takes what
-        return orjson.loads(raw)  # it refuses (integers past 64 bits, NaN) or says why
-    except orjson.JSONDecodeError:
-        try:
-            return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise InvalidInput(f"request body is not valid JSON: {exc}") from exc
 
 
 def _encode(body: dict[str, Any]) -> bytes:
@@ -521,8 +511,10 @@ async def _send(client: httpx.AsyncClient, request: Request, call: PreparedCall,
         await resp.aclose()
         if not _too_long(resp.status_code, content):
             return resp, False
-        log.info("call %s: the model server refused the request with memory as too long; "
-                 "sending it without", call.call_id)
+        stated = _windows(request).learn(body.get("model"), content)
+        log.info("call %s: the model server refused the request with memory as too long%s; "
+                 "sending it without", call.call_id,
+                 f" (its window: {stated} tokens)" if stated else "")
         messages = call.plain
 
 

@@ -19,7 +19,9 @@ not ``application/json``.
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -28,6 +30,7 @@ import orjson
 
 from memd.auth import acting_as
 from memd.engine.memory import Memd
+from memd.errors import InvalidInput
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -81,6 +84,52 @@ def nesting(body: bytes, limit: int) -> tuple[bool, tuple[Any] | None]:
         if not level:
             return False, (value,)
     return bool(level), (value,)
+
+
+def strict_parse(body: bytes) -> Any:
+    """The value of a request body that orjson refused, or :class:`InvalidInput` saying
+    what is wrong with it.
+
+    orjson refuses some JSON that clients do send (integers past 64 bits, a lone
+    surrogate written as an escape), so Python's parser reads what it refuses; that
+    parser in turn raises errors outside its own (a ``ValueError`` for an integer
+    longer than Python converts, ``UnicodeDecodeError``) and accepts ``NaN`` and
+    ``Infinity``, which JSON does not have. Each of these becomes a refusal here, so
+    that no route meets them."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"request body is not valid UTF-8: byte {exc.start} "
+                           f"(0x{body[exc.start]:02x}) cannot be decoded") from exc
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"request body is not valid JSON: {exc}") from exc
+    except ValueError as exc:  # the int-str conversion limit
+        raise InvalidInput(f"request body holds an integer of more than "
+                           f"{sys.get_int_max_str_digits()} digits") from exc
+    except RecursionError as exc:  # deeper than the guard's limit, so not met in practice
+        raise InvalidInput("request body nests JSON too deep to read") from exc
+    where = _non_finite(value, "")
+    if where is not None:
+        raise InvalidInput(f"request body field {where[0] or '(the body)'} is "
+                           f"{where[1]!r}: memd takes only finite numbers (JSON has no "
+                           "NaN or Infinity)")
+    return value
+
+
+def _non_finite(value: Any, path: str) -> tuple[str, float] | None:
+    """The path (``a.b[0]``) and value of the first NaN or infinity in ``value``."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, value)
+    items = (value.items() if isinstance(value, dict)
+             else enumerate(value) if isinstance(value, list) else ())
+    for key, item in items:
+        found = _non_finite(item, f"{path}[{key}]" if isinstance(key, int)
+                            else f"{path}.{key[:40]}" if path else key[:40])
+        if found is not None:
+            return found
+    return None
 
 
 def brackets_deeper(body: bytes, limit: int) -> bool:

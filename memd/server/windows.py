@@ -17,14 +17,20 @@ Which server the upstream is, is found out once, by trying in order (one request
 cheapest first): ``GET {base}/models`` (vLLM's entries carry ``max_model_len``,
 llama.cpp's are ``owned_by`` "llamacpp", other services put a ``context_length`` in
 them), ``GET {root}/props`` (llama.cpp), ``GET {root}/api/version`` (Ollama),
-``GET {root}/api/v0/models`` (LM Studio). ``{root}`` is the OpenAI base URL without
-its trailing ``/v1``.
+``GET {root}/api/v0/models`` (LM Studio); a listing whose models are ``owned_by``
+"me" is llama-cpp-python's server when its ``GET {root}/openapi.json`` says so.
+``{root}`` is the OpenAI base URL without its trailing ``/v1``.
+
+A model server that refuses a request as too long often states its window in the
+refusal ("maximum context length is 2048 tokens"): the proxy hands that to
+:meth:`WindowResolver.learn`, so only the first over-long request of a model is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import tomllib
 from collections.abc import Awaitable, Callable, Mapping
@@ -51,6 +57,18 @@ _MAX_HEADER_TOKENS = 1_000_000_000
 # that is visible over HTTP until the model is loaded (then /api/ps reports it), so the
 # smallest default of the server's version stands in until then.
 _OLLAMA_OLD_DEFAULT, _OLLAMA_DEFAULT, _OLLAMA_DEFAULT_SINCE = 2048, 4096, (0, 6, 7)
+# llama-cpp-python's server reports its context size (--n_ctx, 2048 unless set; 0 means
+# the model's training length) nowhere but in its refusal of a prompt that does not fit,
+# which it gives after tokenizing and before evaluating anything. A prompt of this many
+# tokens (" hi" is one token in BPE vocabularies) is refused by any context up to 128k,
+# the training length of most local models, in well under a second.
+_PROBE_TOKENS = 131_072
+# How model servers state the window when they refuse a prompt as too long: OpenAI's
+# wording (llama-cpp-python and vLLM use it), llama-cpp-python's own, and the n_ctx
+# field of llama.cpp's exceed_context_size_error.
+_STATED_WINDOW = re.compile(
+    rb'maximum context length is (\d+)|exceeds? context window of (\d+)|"n_ctx": ?(\d+)',
+    re.IGNORECASE)
 
 # What the model's tokenizer and cl100k are both asked to count: prose, code and JSON,
 # the mix a memory block and a coding agent's history hold.
@@ -145,6 +163,10 @@ class _OncePerKey(Generic[T]):
         self._known[key] = (probed, time.monotonic())
         return probed
 
+    def put(self, key: str, probed: _Probed[T]) -> None:
+        """Know ``probed`` for ``key`` from now on, as if a probe had answered it."""
+        self._known[key] = (probed, time.monotonic())
+
     def clear(self) -> None:
         for task in self._running.values():
             task.cancel()
@@ -156,7 +178,7 @@ class _OncePerKey(Generic[T]):
 class _Server:
     """What the upstream turned out to be, with the listings read while finding out."""
 
-    kind: str  # "llama.cpp" | "vllm" | "ollama" | "lmstudio" | "generic"
+    kind: str  # "llama.cpp", "llama-cpp-python", "vllm", "ollama", "lmstudio", "generic"
     models: list[dict[str, Any]] = field(default_factory=list)  # GET {base}/models data
     version: str = ""  # Ollama's /api/version
 
@@ -207,6 +229,15 @@ class WindowResolver:
         if self._client is None or not model:
             return None
         return await self._ratios.get(model)
+
+    def learn(self, model: str | None, refusal: bytes) -> int | None:
+        """Take the window a refusal of ``model``'s request as too long states, for the
+        calls after it; the window, or None when the refusal names none."""
+        tokens = stated_window(refusal)
+        if model and tokens:
+            self._windows.put(model, _Probed(Window(tokens, "upstream",
+                                                    "the model server's refusal")))
+        return tokens
 
     def forget(self) -> None:
         """Drop every cached answer and failure (tests, a config reload)."""
@@ -269,6 +300,11 @@ class WindowResolver:
         props = await self._json("GET", f"{self._root}/props")
         if isinstance(props, dict) and "default_generation_settings" in props:
             return _Server("llama.cpp", models)
+        if any(m.get("owned_by") == "me" for m in models):
+            schema = await self._json("GET", f"{self._root}/openapi.json")
+            info = schema.get("info") if isinstance(schema, dict) else None
+            if isinstance(info, dict) and "llama.cpp Python" in str(info.get("title")):
+                return _Server("llama-cpp-python", models)
         version = await self._json("GET", f"{self._root}/api/version")
         if isinstance(version, dict) and isinstance(version.get("version"), str):
             return _Server("ollama", models, version["version"])
@@ -281,6 +317,8 @@ class WindowResolver:
             return await self._llama_cpp(server, model)
         if server.kind == "ollama":
             return await self._ollama(server, model)
+        if server.kind == "llama-cpp-python":
+            return await self._llama_cpp_python(model)
         if server.kind == "lmstudio":
             entry = _find(_entries(await self._json("GET", f"{self._root}/api/v0/models")),
                           model)
@@ -320,6 +358,18 @@ class WindowResolver:
         meta = entry.get("meta")
         train = _positive(meta.get("n_ctx_train")) if isinstance(meta, dict) else None
         return _upstream(train, "llama.cpp /v1/models n_ctx_train")
+
+    async def _llama_cpp_python(self, model: str) -> _Probed[Window]:
+        """The window llama-cpp-python's refusal of a prompt of ``_PROBE_TOKENS`` states;
+        None (the other sources decide) if it took the prompt, a context over 128k."""
+        assert self._client is not None
+        response = await self._client.post(
+            "completions", headers=self._headers,
+            json={"model": model, "prompt": " hi" * _PROBE_TOKENS, "max_tokens": 1})
+        if response.status_code >= 500:
+            response.raise_for_status()
+        tokens = stated_window(response.content) if response.status_code >= 400 else None
+        return _upstream(tokens, "llama-cpp-python's refusal of an over-long prompt")
 
     async def _ollama(self, server: _Server, model: str) -> _Probed[Window]:
         # "name" for servers older than the "model" field; newer ones prefer "model"
@@ -390,6 +440,13 @@ def match_pattern(table: Mapping[str, int], model: str) -> tuple[str, int] | Non
             if best is None or rank > best[0]:
                 best = (rank, pattern, tokens)
     return None if best is None else (best[1], best[2])
+
+
+def stated_window(refusal: bytes) -> int | None:
+    """The window in tokens that a model server's refusal of a too-long prompt states,
+    or None."""
+    found = _STATED_WINDOW.search(refusal[:4096])
+    return _positive(int(next(g for g in found.groups() if g))) if found else None
 
 
 @cache

@@ -408,9 +408,15 @@ class PortableStore(ErasureMixin):
             (call_id, user_id, session_id, workspace or "", model, now, status,
              self._json(report)))
 
-    def finish_call(self, call_id: str, status: int, metadata: dict[str, Any]) -> None:
-        self._write(self._sql("UPDATE calls SET status = ?, metadata = ? WHERE call_id = ?"),
-                    (status, self._json(metadata), call_id))
+    def finish_call(self, call_id: str, status: int, metadata: dict[str, Any],
+                    report: dict[str, Any] | None = None) -> None:
+        if report is None:
+            self._write(self._sql("UPDATE calls SET status = ?, metadata = ? WHERE call_id = ?"),
+                        (status, self._json(metadata), call_id))
+            return
+        self._write(self._sql(
+            "UPDATE calls SET status = ?, metadata = ?, report = ? WHERE call_id = ?"),
+            (status, self._json(metadata), self._json(report), call_id))
 
     def get_call(self, user_id: str, call_id: str) -> dict[str, Any] | None:
         rows = self._rows(self._sql(
