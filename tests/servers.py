@@ -92,7 +92,8 @@ def memd_in_front(upstream_app: Any, data_dir: Path, backend: str = "sqlite",
 
 
 class FakeUpstream:
-    """A scripted OpenAI-compatible chat server.
+    """A scripted OpenAI-compatible chat server (which also answers Anthropic Messages
+    and OpenAI Responses requests with "ok").
 
     Every request body is recorded in ``requests``. Answers: a tool call when the request
     offers tools and the last message is the user's; otherwise "ok: <last user text>".
@@ -111,14 +112,38 @@ class FakeUpstream:
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
             Route("/v1/completions", self.completion, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/messages", self.messages, methods=["POST"]),
+            Route("/v1/responses", self.responses, methods=["POST"]),
         ])
+
+    async def _record(self, request: Request) -> dict[str, Any]:
+        self.raw.append(await request.body())
+        body: dict[str, Any] = json.loads(self.raw[-1])
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        return body
+
+    async def messages(self, request: Request) -> Response:
+        """An Anthropic Messages answer: "ok"."""
+        body = await self._record(request)
+        return JSONResponse({"id": "msg_1", "type": "message", "role": "assistant",
+                             "model": body.get("model", "fake-model"),
+                             "content": [{"type": "text", "text": "ok"}],
+                             "stop_reason": "end_turn",
+                             "usage": {"input_tokens": 5, "output_tokens": 1}})
+
+    async def responses(self, request: Request) -> Response:
+        """An OpenAI Responses answer: "ok"."""
+        body = await self._record(request)
+        return JSONResponse({"id": "resp_1", "object": "response", "status": "completed",
+                             "model": body.get("model", "fake-model"), "output": [{
+                                 "type": "message", "role": "assistant", "content": [
+                                     {"type": "output_text", "text": "ok"}]}],
+                             "usage": {"input_tokens": 5, "output_tokens": 1}})
 
     async def completion(self, request: Request) -> Response:
         """A text completion: "ok" after the prompt."""
-        self.raw.append(await request.body())
-        body = json.loads(self.raw[-1])
-        self.requests.append(body)
-        self.headers.append(dict(request.headers))
+        body = await self._record(request)
         return JSONResponse({"id": "cmpl-1", "object": "text_completion", "created": 1,
                              "model": body.get("model", "fake-model"),
                              "choices": [{"index": 0, "text": " ok", "finish_reason": "stop"}],

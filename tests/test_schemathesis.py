@@ -21,8 +21,6 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis import GenerationMode
 from servers import FakeUpstream
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 
 import memd
 from memd.config import load_settings
@@ -32,31 +30,10 @@ pytestmark = pytest.mark.slow
 
 
 class Upstream(FakeUpstream):
-    """Answers any chat, in both formats: schemathesis sends histories with no user
-    message at all."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.app.add_route("/v1/messages", self.messages, methods=["POST"])
-        self.app.add_route("/v1/responses", self.responses, methods=["POST"])
+    """Answers any chat: schemathesis sends histories with no user message at all."""
 
     def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
         return {"role": "assistant", "content": "ok"}
-
-    async def responses(self, request: Request) -> Response:
-        await request.body()
-        return JSONResponse({"id": "resp_1", "object": "response", "status": "completed",
-                             "model": "m", "output": [{
-                                 "type": "message", "role": "assistant", "content": [
-                                     {"type": "output_text", "text": "ok"}]}],
-                             "usage": {"input_tokens": 1, "output_tokens": 1}})
-
-    async def messages(self, request: Request) -> Response:
-        await request.body()
-        return JSONResponse({"id": "msg_1", "type": "message", "role": "assistant",
-                             "model": "m", "content": [{"type": "text", "text": "ok"}],
-                             "stop_reason": "end_turn",
-                             "usage": {"input_tokens": 1, "output_tokens": 1}})
 
 
 _data = Path(tempfile.mkdtemp(prefix="memd-schemathesis-"))
