@@ -117,10 +117,16 @@ def postgres_start(ctx: click.Context, port: int | None) -> None:
 @click.pass_context
 @handles_errors
 def postgres_stop(ctx: click.Context) -> None:
-    """Stop the local PostgreSQL (its data stays in DATA_DIR/postgres)."""
+    """Stop the local PostgreSQL (its data stays in DATA_DIR/postgres), and wait until
+    it has exited: its shutdown checkpoint may take a while after a large schema was
+    made. A daemon still connected to it is not waited for: it answers 503 meanwhile."""
     from memd import pgserver
 
-    stopped = pgserver.stop(settings_for(ctx).data_dir)
+    def waiting(seconds: float) -> None:
+        click.echo(f"waiting for PostgreSQL to finish its shutdown checkpoint "
+                   f"({seconds:.0f} s)", err=True)
+
+    stopped = pgserver.stop(settings_for(ctx).data_dir, waiting=waiting)
     click.echo("PostgreSQL stopped" if stopped else "PostgreSQL was not running")
 
 
