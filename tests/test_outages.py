@@ -10,7 +10,6 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -18,10 +17,11 @@ from fastapi.testclient import TestClient
 from servers import FakeUpstream
 
 import memd
+from bench.bench_outage import ROUTE_BODIES, ROUTE_PARAMS
 from memd import pgserver
 from memd.auth import hash_key, key_id_of, new_key
 from memd.config import load_settings
-from memd.errors import StoreUnavailable
+from memd.errors import InvalidInput, StoreUnavailable
 from memd.server.app import create_app
 from memd.server.health import StoreHealth
 
@@ -85,22 +85,6 @@ def test_models_answers_like_the_chat_route_when_the_upstream_is_out_of_reach(
             "upstream_not_configured"
 
 
-# A body each write route accepts, so that the request gets as far as the store.
-_BODIES: dict[str, dict[str, Any]] = {
-    "/v1/chat/completions": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
-    "/v1/completions": {"model": "m", "prompt": "def deploy():"},
-    "/v1/memories": {"text": "I deploy on Fridays"},
-    "/v1/memories/{memory_id}": {"text": "I deploy on Mondays"},
-    "/v1/search": {"query": "deploy"},
-    "/v1/context": {"messages": [{"role": "user", "content": "when do I deploy?"}]},
-    "/v1/sessions": {},
-    "/v1/sessions/{session_id}/messages": {"messages": [{"role": "user", "content": "hi"}]},
-    "/v1/facts": {"category": "project", "key": "codename", "value": "falcon"},
-    "/v1/embeddings": {"input": "hello"},
-}
-_PARAMS = {"call_id": "c1", "memory_id": "m1", "session_id": "s1", "message_id": "x1",
-           "category": "project", "key": "codename", "user_id": "alice", "job_id": "j1",
-           "workspace": "proj"}
 # Routes that never read the store: in local mode they go on serving (a team daemon's
 # key check reads the store, so there they are 503s like the rest).
 _NO_STORE = {("GET", "/v1/models"), ("GET", "/w/{workspace}/v1/models")}
@@ -136,9 +120,9 @@ def test_every_route_answers_a_json_503_while_postgresql_is_stopped(
         pgserver.stop(tmp_path / "pg")
         answered = set()
         for template, ops in spec["paths"].items():
-            url = template.format(**_PARAMS)
+            url = template.format(**ROUTE_PARAMS, workspace="proj")
             for method in map(str.upper, ops):
-                body = _BODIES.get(template.removeprefix("/w/{workspace}")) \
+                body = ROUTE_BODIES.get(template.removeprefix("/w/{workspace}")) \
                     if method in ("POST", "PUT", "PATCH") else None
                 resp = client.request(method, url, json=body)
                 answered.add((method, template))
@@ -180,3 +164,15 @@ def test_health_answers_from_the_last_known_state_while_its_probe_hangs() -> Non
     while health._done is not None and time.monotonic() < deadline:  # noqa: ASYNC110
         time.sleep(0.01)
     assert health.state()[0] is False
+
+
+def test_the_connect_timeout_is_a_setting_with_an_env_override(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load_settings().pg_connect_timeout == 2.0
+    monkeypatch.setenv("MEMD_PG_CONNECT_TIMEOUT", "4.5")
+    assert load_settings().pg_connect_timeout == 4.5
+    for bad in ("0", "soon", "-1"):
+        monkeypatch.setenv("MEMD_PG_CONNECT_TIMEOUT", bad)
+        with pytest.raises(InvalidInput, match="MEMD_PG_CONNECT_TIMEOUT"):
+            load_settings()

@@ -36,7 +36,9 @@ def migrate(ctx: click.Context, target: str, source: Path | None, batch_size: in
     """Copy a SQLite data dir into PostgreSQL (team mode): every session, message,
     memory, fact, job and cache row, with ids, timestamps and embeddings, in batched
     COPYs. Safe to rerun: a killed run resumes, a finished one copies nothing. Ends with
-    per-table row counts and content checksums of both sides."""
+    per-table row counts and content checksums of both sides. A database a daemon has
+    already opened keeps its own scheduler jobs. Until a run is verified, `memd serve`
+    refuses the target (a killed run's too, however little it copied)."""
     from memd.migrate import migrate as run_migration
 
     settings = settings_for(ctx)
@@ -68,6 +70,10 @@ def migrate(ctx: click.Context, target: str, source: Path | None, batch_size: in
             mark = "" if t.matches else "  MISMATCH"
             click.echo(f"{t.table:<18}{t.source_rows:>9}{t.target_rows:>9}{t.copied:>9}  "
                        f"{t.source_checksum[:16]:<18}{t.target_checksum[:16]:<18}{mark}")
+        kept = sum(t.kept for t in result.tables)
+        if kept:
+            click.echo(f"kept the target's own {kept} scheduler job(s) (a daemon that served "
+                       "it made them) instead of the source's")
         if result.absent:
             click.echo(f"not in the source: {', '.join(result.absent)}")
         total = sum(t.source_rows for t in result.tables)
