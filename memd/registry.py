@@ -11,7 +11,7 @@ from functools import cache
 from importlib.metadata import entry_points
 from typing import Any
 
-from memd.errors import InvalidInput
+from memd.errors import InvalidInput, MissingExtra
 
 
 @cache
@@ -42,14 +42,16 @@ def store_for(db: str) -> Any:
     for name in names("memd.stores"):
         try:
             classes.append(load("memd.stores", name))
-        except ImportError as exc:  # its extra is not installed (memd[postgres])
-            absent.append(f"{name}: {exc}")
+        except ImportError as exc:  # its extra is not installed: the message says how
+            absent.append(str(exc))
     for cls in classes:
         if cls.opens(db):
             return cls
     forms = "; ".join(f"{cls.db_forms} ({cls.__name__})" for cls in classes)
-    unusable = f" (not installed: {'; '.join(absent)})" if absent else ""
-    raise InvalidInput(f"unsupported database {db!r}: use {forms}{unusable}")
+    if absent:  # the database is most likely one of theirs: say how to install it
+        raise MissingExtra(f"no installed store opens this database (installed: {forms}); "
+                           + "; ".join(absent))
+    raise InvalidInput(f"unsupported database {db!r}: use {forms}")
 
 
 def embedder_class(name: str) -> Any:

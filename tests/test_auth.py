@@ -226,7 +226,9 @@ def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team)
         assert bob_job not in str(jobs) and {j["user_id"] for j in jobs} <= {"alice"}
         call(c, "GET", "/v1/jobs", "/v1/jobs?user_id=bob", 403)
         call(c, "POST", "/v1/jobs/{job_id}/retry", f"/v1/jobs/{bob_job}/retry", 404)
-        # no user data behind these two; they must still work for alice
+        # no user data behind these three; they must still work for alice
+        status = call(c, "GET", "/v1/status", "/v1/status", 200)
+        assert "users" not in status and status["auth"] is True
         call(c, "GET", "/v1/models", "/v1/models", 200)
         call(c, "POST", "/v1/embeddings", "/v1/embeddings", 200,
              json={"input": "hello", "model": "minilm"})

@@ -263,3 +263,21 @@ def test_cli_goes_through_a_running_daemon(tmp_path: Path, hermetic_env: Path) -
                 remove_daemon_file(marker)
     finally:
         served.close()
+
+
+def test_cli_shows_the_prompt_cache_figures_the_upstream_gave() -> None:
+    now = time.time()
+    with memd.open() as m:
+        record(m, "claude", now - 20, session="s1")
+        m.store.finish_call("claude", 200, {"usage": {
+            "input_tokens": 12, "cache_read_input_tokens": 9000,
+            "cache_creation_input_tokens": 300}})
+        record(m, "gpt", now - 10, session="s2")
+        m.store.finish_call("gpt", 200, {"usage": {
+            "prompt_tokens": 900, "prompt_tokens_details": {"cached_tokens": 768}}})
+        record(m, "plain", now - 5, session="s3")
+        m.store.finish_call("plain", 200, {"usage": {"prompt_tokens": 900}})
+    lines = run("calls").output.splitlines()
+    assert "cache" not in lines[0]
+    assert lines[1].endswith("  cache read=768")
+    assert lines[2].endswith("  cache read=9000 cache written=300")

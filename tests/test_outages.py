@@ -87,7 +87,9 @@ def test_models_answers_like_the_chat_route_when_the_upstream_is_out_of_reach(
 
 # Routes that never read the store: in local mode they go on serving (a team daemon's
 # key check reads the store, so there they are 503s like the rest).
-_NO_STORE = {("GET", "/v1/models"), ("GET", "/w/{workspace}/v1/models")}
+_NO_STORE = {(method, prefix + path) for prefix in ("", "/w/{workspace}")
+             for method, path in (("GET", "/v1/models"),
+                                  ("POST", "/v1/messages/count_tokens"))}
 
 
 @pytest.mark.parametrize("mode", ["local", "team"])

@@ -21,6 +21,8 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis import GenerationMode
 from servers import FakeUpstream
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 import memd
 from memd.config import load_settings
@@ -30,10 +32,22 @@ pytestmark = pytest.mark.slow
 
 
 class Upstream(FakeUpstream):
-    """Answers any chat: schemathesis sends histories with no user message at all."""
+    """Answers any chat, in both formats: schemathesis sends histories with no user
+    message at all."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.app.add_route("/v1/messages", self.messages, methods=["POST"])
 
     def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
         return {"role": "assistant", "content": "ok"}
+
+    async def messages(self, request: Request) -> Response:
+        await request.body()
+        return JSONResponse({"id": "msg_1", "type": "message", "role": "assistant",
+                             "model": "m", "content": [{"type": "text", "text": "ok"}],
+                             "stop_reason": "end_turn",
+                             "usage": {"input_tokens": 1, "output_tokens": 1}})
 
 
 _data = Path(tempfile.mkdtemp(prefix="memd-schemathesis-"))

@@ -41,7 +41,9 @@ def test_cli_uses_the_running_daemon(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "daemon did not start"
             time.sleep(0.2)
         marker = json.loads((tmp_path / "data" / "daemon.json").read_text())
-        assert marker == {"pid": proc.pid, "host": "127.0.0.1", "port": port}
+        db = str(tmp_path / "data" / "memd.db")
+        assert marker == {"pid": proc.pid, "host": "127.0.0.1", "port": port, "store": {
+            "backend": "SQLite", "shown": db, "key": f"sqlite:{Path(db).resolve()}"}}
 
         added = run("add", "I prefer tabs over spaces", "--user", "alice", "--json", env=env)
         assert added.returncode == 0, added.stderr
@@ -49,6 +51,15 @@ def test_cli_uses_the_running_daemon(tmp_path: Path) -> None:
         assert json.loads(found.stdout)[0]["text"] == "I prefer tabs over spaces"
         bad = run("add", "   ", "--user", "alice", env=env)
         assert bad.returncode == 2 and "empty" in bad.stderr
+        # another store named: written there by the CLI itself, not into the daemon's
+        other = str(tmp_path / "other.db")
+        assert run("add", "Lunch is at noon", "--user", "alice", "--db", other,
+                   env=env).returncode == 0
+        kept = httpx.get(f"http://127.0.0.1:{port}/v1/memories",
+                         params={"user_id": "alice"}).json()["memories"]
+        assert [m["text"] for m in kept] == ["I prefer tabs over spaces"]
+        elsewhere = run("list", "--user", "alice", "--json", "--db", other, env=env)
+        assert [m["text"] for m in json.loads(elsewhere.stdout)] == ["Lunch is at noon"]
         served = (tmp_path / "serve.log").read_text()
         assert "POST /v1/memories" in served and "POST /v1/search" in served
         assert "listening on http://127.0.0.1:" in served

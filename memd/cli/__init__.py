@@ -1,15 +1,24 @@
 """The ``memd`` command.
 
-When a daemon serves the same data dir (``memd serve`` leaves ``daemon.json`` there),
-add, search, list and forget go through its HTTP API: no model to load, one writer.
-Otherwise they open the data dir directly (SQLite in WAL mode, safe beside a daemon that
-is starting or stopping). Errors print ``error: ...`` on stderr and exit 2 for bad input
+When a daemon serves the same data dir (``memd serve`` leaves ``daemon.json`` there) and
+the store the command names, add, search, list, facts and forget go through its HTTP API:
+no model to load, one writer. A command that names no store (no ``--db``, ``MEMD_DB`` or
+``db`` in the config file) means the daemon's. A command that names another store opens
+that store itself (SQLite in WAL mode, safe beside a daemon), and so does every command
+when no daemon runs. A command that can only open a store itself (accounts, export) and
+names none while the daemon serves another store than the default is refused: it would
+otherwise write where the daemon never looks.
+
+The acting user is ``--user``, else the user of the key in ``MEMD_API_KEY`` (through
+the daemon, which knows it; on a store opened directly, looked up there), else the
+configured default user. Errors print ``error: ...`` on stderr and exit 2 for bad input
 or an unknown id, 1 for anything else.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +33,7 @@ if TYPE_CHECKING:
     from memd.migrate.run import Advance
 
 F = TypeVar("F", bound=Callable[..., Any])
+KEY_ENV = "MEMD_API_KEY"  # the key the CLI acts with (find_daemon sends it)
 
 
 def fail(exc: MemdError) -> None:
@@ -38,22 +48,82 @@ def handles_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except MemdError as exc:
             fail(exc)
+        except ModuleNotFoundError as exc:  # a module of an extra that is not installed
+            from memd.extras import hint_for_module
+
+            hint = hint_for_module(exc.name)
+            if hint is None:
+                raise
+            fail(hint)
 
     return wrapper  # type: ignore[return-value]
 
 
 def open_engine(ctx: click.Context) -> Any:
+    """The engine over the store this command names, opened here (see
+    :func:`own_store_settings`)."""
     import memd
 
-    opts = ctx.obj or {}
-    return memd.open(opts.get("data_dir"), config=opts.get("config"), db=opts.get("db"))
+    return memd.open(settings=own_store_settings(ctx))
+
+
+def own_store_settings(ctx: click.Context) -> Any:
+    """The settings of a command that opens its store itself; refused when it names no
+    store and the daemon of the data dir serves another store than the default, which
+    the user most likely meant."""
+    from memd.server.discovery import find_daemon, served_store, store_place
+
+    settings, named = _settings_named(ctx)
+    if not named:
+        served = served_store(settings.data_dir)
+        if served is not None and served.key != store_place(settings).key:
+            running = find_daemon(settings.data_dir)
+            if running is not None:
+                running.close()
+                raise InvalidInput(
+                    f"the daemon of {settings.data_dir} serves {served.backend} "
+                    f"({served.shown}), and this command opens the store itself: name "
+                    "that store with --db (or MEMD_DB), or the default one with --db sqlite")
+    return settings
 
 
 def daemon_for(ctx: click.Context) -> Any:
-    """An HTTP client for the daemon serving this data dir, or None."""
-    from memd.server.discovery import find_daemon
+    """An HTTP client for the daemon of this data dir when it serves the store this
+    command names (any store, when it names none), else None."""
+    from memd.server.discovery import find_daemon, served_store, store_place
 
-    return find_daemon(settings_for(ctx).data_dir)
+    settings, named = _settings_named(ctx)
+    client = find_daemon(settings.data_dir)
+    if client is None or not named:
+        return client
+    served = served_store(settings.data_dir)
+    if served is not None and served.key == store_place(settings).key:
+        return client
+    client.close()
+    return None
+
+
+def daemon_user(ctx: click.Context, user_id: str | None) -> str | None:
+    """The user to name in a daemon call: ``--user``; else none with a key in
+    ``MEMD_API_KEY`` (the daemon acts as the key's user); else the default user."""
+    if user_id or os.environ.get(KEY_ENV):
+        return user_id
+    return str(settings_for(ctx).default_user)
+
+
+def store_user(engine: Any, user_id: str | None) -> str:
+    """The acting user on a store opened directly: ``--user``; else the user of the key
+    in ``MEMD_API_KEY``, looked up in that store; else the default user."""
+    if user_id:
+        return user_id
+    key = os.environ.get(KEY_ENV)
+    if not key:
+        return str(engine.settings.default_user)
+    owner = engine.accounts.user_of_key(key)
+    if owner is None:
+        raise InvalidInput(f"{KEY_ENV} is not a live key of this store: give --user, or "
+                           f"unset {KEY_ENV}")
+    return str(owner)
 
 
 def daemon_call(client: Any, method: str, path: str, **kwargs: Any) -> Any:
@@ -95,21 +165,18 @@ def main(ctx: click.Context, data_dir: Path | None, config: Path | None,
 
 
 def settings_for(ctx: click.Context) -> Any:
-    from memd.config import load_settings
+    return _settings_named(ctx)[0]
+
+
+def _settings_named(ctx: click.Context) -> tuple[Any, bool]:
+    """The settings, and whether they name a store (``--db``, ``MEMD_DB`` or the config
+    file's ``db``) rather than fall back on the default."""
+    from memd.config import load_settings_with_sources
 
     opts = ctx.obj or {}
-    return load_settings(opts.get("config"), data_dir=opts.get("data_dir"), db=opts.get("db"))
-
-
-def store_place(settings: Any) -> tuple[bool, str]:
-    """Whether the store is a SQLite file, and where it is, as told to a user (a
-    PostgreSQL URL without its password)."""
-    from memd.privacy.urls import redact_dsn
-    from memd.registry import store_class, store_for
-
-    if store_for(settings.db) is store_class("sqlite"):
-        return True, str(settings.db_path)
-    return False, redact_dsn(settings.db)
+    settings, sources = load_settings_with_sources(
+        opts.get("config"), data_dir=opts.get("data_dir"), db=opts.get("db"))
+    return settings, sources["db"] != "default"
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from memd.cli import (
     main,
     open_engine,
     settings_for,
-    store_place,
+    store_user,
 )
 from memd.errors import InvalidInput, MemdError
 
@@ -78,7 +78,25 @@ def _call_line(call: dict[str, Any]) -> str:
     metadata = call.get("metadata")
     if isinstance(metadata, dict) and metadata.get("retried"):
         parts.append("retried")
+    cache = _cache_figures(metadata.get("usage") if isinstance(metadata, dict) else None)
+    if cache:
+        parts.append(cache)
     return "  ".join(str(p) for p in parts)
+
+
+def _cache_figures(usage: Any) -> str:
+    """What the model server said of its prompt cache for a call: Anthropic's cache
+    read and written tokens, or OpenAI's cached prompt tokens; "" when it said nothing."""
+    if not isinstance(usage, dict):
+        return ""
+    details = usage.get("prompt_tokens_details")
+    read = usage.get("cache_read_input_tokens")
+    if read is None and isinstance(details, dict):
+        read = details.get("cached_tokens")
+    written = usage.get("cache_creation_input_tokens")
+    figures = [f"cache read={read}" if read is not None else "",
+               f"cache written={written}" if written is not None else ""]
+    return " ".join(f for f in figures if f)
 
 
 @main.command()
@@ -119,7 +137,7 @@ def calls(ctx: click.Context, user_id: str | None, session_id: str | None,
                     k: v for k, v in params.items() if v is not None})["data"]
     else:
         with open_engine(ctx) as m:
-            uid = user_id or m.settings.default_user
+            uid = store_user(m, user_id)
             if call_id is not None:
                 found = [m.call(uid, call_id)]
             else:
@@ -140,16 +158,42 @@ def calls(ctx: click.Context, user_id: str | None, session_id: str | None,
 @click.pass_context
 @handles_errors
 def status(ctx: click.Context) -> None:
-    """Show where memd keeps its data and what the store holds."""
+    """Show where memd keeps its data and what the store holds. While a daemon serves
+    this data dir and the store named here (any, when none is named), its store and
+    upstream are the daemon's own, as it reports them (with MEMD_API_KEY under --auth)."""
     import memd
+    from memd.server.discovery import find_daemon, served_store, store_place
 
     settings = settings_for(ctx)
-    local, place = store_place(settings)
+    place = store_place(settings)  # before any line: an error is then the only line
+    daemon = daemon_for(ctx)
     click.echo(f"memd {memd.__version__}")
     click.echo(f"data dir:  {settings.data_dir}")
-    click.echo(f"database:  {place}")
+    if daemon is not None:
+        with daemon:
+            click.echo(f"daemon:    answers at {daemon.base_url}")
+            try:
+                told = daemon_call(daemon, "GET", "/v1/status")
+            except MemdError as exc:  # a key is needed, or a daemon of an older memd
+                told = None
+                reason = str(exc)
+        if told is not None:
+            _print_daemon_status(told)
+            return
+        served = served_store(settings.data_dir)
+        if served is not None:
+            click.echo(f"database:  {served.backend}, {served.shown}")
+        click.echo(f"note:      the daemon did not say more ({reason})")
+        return
+    running = find_daemon(settings.data_dir)
+    if running is not None:
+        with running:
+            served = served_store(settings.data_dir)
+            other = f" (it serves {served.backend}, {served.shown})" if served else ""
+            click.echo(f"daemon:    answers at {running.base_url} for another store{other}")
+    click.echo(f"database:  {place.backend}, {place.shown}")
     click.echo(f"embedder:  {settings.embedder}")
-    if not local or settings.db_path.exists():
+    if place.backend != "SQLite" or settings.db_path.exists():
         with open_engine(ctx) as m:
             held = m.status()
         click.echo(f"store:     {held['store']}")
@@ -158,6 +202,20 @@ def status(ctx: click.Context) -> None:
         click.echo(f"jobs:      {held['pending_jobs']} pending")
     else:
         click.echo("store:     not created yet (the first write creates it)")
+
+
+def _print_daemon_status(told: dict[str, Any]) -> None:
+    store = told.get("store") or {}
+    click.echo(f"database:  {store.get('backend', '?')}, {store.get('place', '?')}")
+    upstream = told.get("upstream")
+    click.echo("upstream:  " + ("the bundled llama.cpp model (--upstream-url local)"
+                                if upstream == "local" else upstream or "none set"))
+    click.echo(f"embedder:  {told.get('embedder', '?')}")
+    click.echo(f"auth:      {'on: every request needs an API key' if told.get('auth') else 'off'}")
+    click.echo(f"schema:    v{store.get('schema', '?')}")
+    if "users" in told:
+        click.echo(f"users:     {told['users']}")
+    click.echo(f"jobs:      {told.get('pending_jobs', '?')} pending")
 
 
 # --upstream-url local: chats go to the helper model in-process, under this base URL.
@@ -173,6 +231,11 @@ LOCAL_UPSTREAM_URL = "http://local/v1"
               help="OpenAI-compatible base URL chats are forwarded to, e.g. "
                    "http://127.0.0.1:8080/v1, or 'local': answer them with the bundled "
                    "llama.cpp model, no model server needed (env MEMD_UPSTREAM_URL).")
+@click.option("--upstream-anthropic-url", envvar="MEMD_UPSTREAM_ANTHROPIC_URL",
+              help="Where Anthropic Messages requests (/v1/messages: Claude Code, the "
+                   "anthropic SDK) go, a base URL as ANTHROPIC_BASE_URL takes, e.g. "
+                   "https://api.anthropic.com (default: --upstream-url; env "
+                   "MEMD_UPSTREAM_ANTHROPIC_URL).")
 @click.option("--upstream-api-key", envvar="MEMD_UPSTREAM_API_KEY",
               help="API key for the upstream (env MEMD_UPSTREAM_API_KEY).")
 @click.option("--db", envvar="MEMD_DB",
@@ -195,7 +258,8 @@ LOCAL_UPSTREAM_URL = "http://local/v1"
 @click.pass_context
 @handles_errors
 def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: str | None,
-          upstream_api_key: str | None, db: str | None, context_window: int | None,
+          upstream_anthropic_url: str | None, upstream_api_key: str | None, db: str | None,
+          context_window: int | None,
           log_level: str, log_file: Path | None, no_log_file: bool, auth: bool | None,
           unauthenticated: bool) -> None:
     """Run the daemon in the foreground: the OpenAI-compatible memory proxy and the
@@ -215,8 +279,9 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
         raise InvalidInput("--log-file and --no-log-file contradict each other")
     opts = ctx.obj or {}
     flags = dict(data_dir=opts.get("data_dir"), host=host, port=port,
-                 upstream_url=upstream_url, upstream_api_key=upstream_api_key,
-                 db=db or opts.get("db"), auth=auth, context_window=context_window)
+                 upstream_url=upstream_url, upstream_anthropic_url=upstream_anthropic_url,
+                 upstream_api_key=upstream_api_key, db=db or opts.get("db"), auth=auth,
+                 context_window=context_window)
     settings = load_settings(opts.get("config"), **flags)
     loopback = settings.host in ("127.0.0.1", "localhost", "::1")
     if not loopback and not settings.auth and not unauthenticated:
@@ -227,6 +292,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
         find_daemon,
         hold_data_dir,
         remove_daemon_file,
+        store_place,
         write_daemon_file,
     )
 
@@ -276,9 +342,9 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     log = logging.getLogger("memd")
     log.info("memd %s listening on http://%s:%d/v1", memd.__version__, settings.host,
              settings.port)
-    local, place = store_place(settings)
-    log.info("store: %s %s; embedder: %s", "SQLite at" if local else "PostgreSQL,", place,
-             engine.embedder.name)
+    place = store_place(settings)
+    log.info("store: %s %s; embedder: %s", "SQLite at" if place.backend == "SQLite" else
+             f"{place.backend},", place.shown, engine.embedder.name)
     log.info("upstream: %s", redact_url(settings.upstream_url) if settings.upstream_url
              else "none (set --upstream-url to proxy chats; the native API works without "
              "one)")
@@ -295,7 +361,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     gc.collect()
     gc.freeze()
 
-    marker = write_daemon_file(settings.data_dir, settings.host, settings.port)
+    marker = write_daemon_file(settings.data_dir, settings.host, settings.port, place)
     # uvicorn drains on SIGTERM (what systemd and launchd send) and SIGINT, then sends the
     # signal again to the handler it found: this one ends the process through the
     # finally below (store closed, daemon.json removed) with status 0, not killed by it.

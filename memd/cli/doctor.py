@@ -4,12 +4,14 @@ fix of whatever is not right."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
+from typing import Any
 
 import click
 
-from memd.cli import main
+from memd.cli import KEY_ENV, daemon_call, daemon_for, main
 from memd.config import Settings
 from memd.doctor import (
     FAIL,
@@ -26,9 +28,11 @@ from memd.doctor import (
     python_check,
     scrub,
     secrets_of,
+    served_upstream_check,
     store_check,
     upstream_check,
 )
+from memd.errors import MemdError
 
 _SHOWN = {OK: "ok", INFO: "info", WARN: "warn", FAIL: "FAIL"}
 
@@ -55,6 +59,56 @@ def service_check(settings: Settings) -> Check:
     return Check("service", OK, found)
 
 
+def _served(ctx: click.Context) -> tuple[str, dict[str, Any] | None] | None:
+    """The base URL and ``/v1/status`` of the daemon serving this data dir and the store
+    named here (any, when none is), or None without such a daemon; the status is None
+    when the daemon does not tell it (it needs a key, or is of an older memd)."""
+    try:
+        daemon = daemon_for(ctx)
+    except MemdError:  # the config or the store setting is broken: the checks say so
+        return None
+    if daemon is None:
+        return None
+    with daemon:
+        base = str(daemon.base_url).rstrip("/")
+        try:
+            return base, daemon_call(daemon, "GET", "/v1/status")
+        except MemdError:
+            return base, None
+
+
+def _served_checks(ctx: click.Context, settings: Settings,
+                   upstream_url: str | None) -> dict[str, Callable[[Settings], Check]]:
+    """The store and upstream checks of a running daemon's own, where they replace those
+    of this command's settings: its upstream unless --upstream-url names one; its store
+    when this command names none (it may be another than the default)."""
+    served = _served(ctx)
+    if served is None:
+        return {}
+    base, told = served
+    out: dict[str, Callable[[Settings], Check]] = {}
+    if told is None:
+        if upstream_url is None:
+            out["upstream_check"] = lambda _: Check(
+                "upstream", INFO, f"the daemon at {base} does not tell its upstream without "
+                                  "an API key", f"set {KEY_ENV} to one of its keys (memd key "
+                                                "create --user NAME)")
+        return out
+    if upstream_url is None:
+        key = os.environ.get(KEY_ENV)
+        out["upstream_check"] = lambda _: served_upstream_check(told.get("upstream"), base,
+                                                                key)
+    from memd.server.discovery import served_store, store_place
+
+    mine, theirs = store_place(settings), served_store(settings.data_dir)
+    if theirs is not None and theirs.key != mine.key:
+        store = told.get("store") or {}
+        out["store_check"] = lambda _: Check(
+            "store", OK, f"the daemon's: {store.get('backend')}, {store.get('place')}, "
+                         f"schema v{store.get('schema')} (this command names no store)")
+    return out
+
+
 def _checks(ctx: click.Context, port: int | None, upstream_url: str | None) -> Iterator[Check]:
     opts = ctx.obj or {}
     yield python_check()
@@ -65,12 +119,14 @@ def _checks(ctx: click.Context, port: int | None, upstream_url: str | None) -> I
         return
     secrets = secrets_of(settings)
     yield scrub(found, secrets)
-    for run in (data_dir_check, store_check, embedder_check, helper_check, upstream_check,
-                port_check, daemon_check, service_check):
+    served = _served_checks(ctx, settings, upstream_url)
+    for check_of in (data_dir_check, store_check, embedder_check, helper_check,
+                     upstream_check, port_check, daemon_check, service_check):
+        run = served.get(check_of.__name__, check_of)
         try:
             check = run(settings)
         except Exception as exc:  # noqa: BLE001 - a broken check must not hide the rest
-            name = run.__name__.removesuffix("_check").replace("_", " ")
+            name = check_of.__name__.removesuffix("_check").replace("_", " ")
             check = Check(name, FAIL, f"the check itself failed: {type(exc).__name__}: "
                                       f"{exc}", "reinstall memd (./install.sh); if it "
                                                 "persists, report it with this output")

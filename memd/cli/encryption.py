@@ -6,7 +6,7 @@ import secrets
 
 import click
 
-from memd.cli import daemon_for, handles_errors, main, settings_for, store_place
+from memd.cli import daemon_for, handles_errors, main, settings_for
 from memd.errors import InvalidInput
 
 
@@ -24,12 +24,13 @@ def encrypt(ctx: click.Context, key_from: str | None, yes: bool) -> None:
     source (config file, or env MEMD_ENCRYPTION) and the key there: a lost key cannot be
     recovered, and neither can the store."""
     from memd.backends.sqlite.cipher import KEY_ENV, encrypt, env_key, is_encrypted, store_key
+    from memd.server.discovery import store_place
 
     settings = settings_for(ctx)
-    local, where = store_place(settings)
-    if not local:
-        raise InvalidInput(f"the store is PostgreSQL ({where}): encrypt its data with the "
-                           "server's or the disk's encryption")
+    place = store_place(settings)
+    if place.backend != "SQLite":
+        raise InvalidInput(f"the store is {place.backend} ({place.shown}): encrypt its "
+                           "data with the server's or the disk's encryption")
     path = settings.db_path
     mode = key_from or (settings.encryption if settings.encryption != "off" else "env")
     state = is_encrypted(path)

@@ -4,16 +4,21 @@ session or everything of a user) and ``facts``."""
 from __future__ import annotations
 
 import json
+import os
+from typing import Any
 
 import click
 
 from memd.cli import (
+    KEY_ENV,
     daemon_call,
     daemon_for,
+    daemon_user,
     handles_errors,
     main,
     open_engine,
     settings_for,
+    store_user,
 )
 
 
@@ -34,14 +39,13 @@ def add(ctx: click.Context, text: str, user_id: str | None, workspace: str | Non
         tier: str, scope: str, session_id: str | None, tags: tuple[str, ...],
         importance: float, as_json: bool) -> None:
     """Remember TEXT for a user (deduplicated, merged with near-duplicates)."""
-    user_id = user_id or settings_for(ctx).default_user
     split_tags = [t for tag in tags for t in tag.split(",") if t.strip()]
     daemon = daemon_for(ctx)
     if daemon is not None:
         with daemon:
-            body = {"user_id": user_id, "text": text, "workspace": workspace, "tier": tier,
-                    "scope": scope, "session_id": session_id, "tags": split_tags,
-                    "importance": importance}
+            body = {"user_id": daemon_user(ctx, user_id), "text": text,
+                    "workspace": workspace, "tier": tier, "scope": scope,
+                    "session_id": session_id, "tags": split_tags, "importance": importance}
             data = daemon_call(daemon, "POST", "/v1/memories",
                          json={k: v for k, v in body.items() if v is not None})
         out = {"action": data["action"], "id": data["memory"]["id"],
@@ -49,8 +53,9 @@ def add(ctx: click.Context, text: str, user_id: str | None, workspace: str | Non
                "replaced": data["replaced"]}
     else:
         with open_engine(ctx) as m:
-            result = m.add(text, user_id, workspace=workspace, tier=tier, scope=scope,
-                           session_id=session_id, tags=split_tags, importance=importance)
+            result = m.add(text, store_user(m, user_id), workspace=workspace, tier=tier,
+                           scope=scope, session_id=session_id, tags=split_tags,
+                           importance=importance)
         mem = result.memory
         out = {"action": result.action, "id": mem.id, "text": mem.text,
                "access_count": mem.access_count, "replaced": [r.id for r in result.replaced]}
@@ -74,19 +79,18 @@ def add(ctx: click.Context, text: str, user_id: str | None, workspace: str | Non
 def search(ctx: click.Context, query: str, user_id: str | None, k: int,
            workspace: str | None, kinds: str, as_json: bool) -> None:
     """Search a user's memories (hybrid: vector, keyword, facts, entities)."""
-    user_id = user_id or settings_for(ctx).default_user
     kind_list = [x.strip() for x in kinds.split(",") if x.strip()]
     daemon = daemon_for(ctx)
     if daemon is not None:
         with daemon:
-            body = {"user_id": user_id, "query": query, "k": k, "kinds": kind_list,
-                    "workspace": workspace}
+            body = {"user_id": daemon_user(ctx, user_id), "query": query, "k": k,
+                    "kinds": kind_list, "workspace": workspace}
             hits = daemon_call(daemon, "POST", "/v1/search",
                          json={k_: v for k_, v in body.items() if v is not None})["hits"]
     else:
         with open_engine(ctx) as m:
-            hits = [h.to_dict() for h in m.search(query, user_id, k=k, workspace=workspace,
-                                                   kinds=kind_list)]
+            hits = [h.to_dict() for h in m.search(query, store_user(m, user_id), k=k,
+                                                   workspace=workspace, kinds=kind_list)]
     if as_json:
         click.echo(json.dumps(hits, ensure_ascii=False))
         return
@@ -133,14 +137,17 @@ def forget(ctx: click.Context, memory_id: str | None, user_id: str | None,
         _erase(ctx, user_id, session_id, yes, message_id)
         return
     assert memory_id is not None
-    daemon = daemon_for(ctx) if user_id else None
+    # By id alone only the store can look the owner up; with a key the daemon knows it.
+    daemon = daemon_for(ctx) if user_id or os.environ.get(KEY_ENV) else None
     if daemon is not None:
         with daemon:
-            daemon_call(daemon, "DELETE", f"/v1/memories/{memory_id}", params={"user_id": user_id})
+            daemon_call(daemon, "DELETE", f"/v1/memories/{memory_id}",
+                        params={"user_id": user_id} if user_id else None)
         click.echo(f"forgot {memory_id}")
         return
-    with open_engine(ctx) as m:  # by id alone: only the local store can look it up
-        mem = m.forget(memory_id, user_id)
+    with open_engine(ctx) as m:  # by id alone, unless a user or a key is given
+        owner = store_user(m, user_id) if user_id or os.environ.get(KEY_ENV) else None
+        mem = m.forget(memory_id, owner)
     click.echo(f"forgot {mem.id}")
 
 
@@ -157,20 +164,21 @@ def _erase(ctx: click.Context, user_id: str | None, session_id: str | None,
             click.confirm(f"Erase every row of user {user_id!r} (memories, messages, "
                           "facts, sessions, calls, usage, jobs, account)? This cannot be "
                           "undone", abort=True)
-    user = user_id or settings_for(ctx).default_user
     daemon = None if settings_for(ctx).auth else daemon_for(ctx)
     if daemon is not None:
         from urllib.parse import quote
 
-        path = (f"/v1/users/{quote(user, safe='')}" if session_id is None
+        user = daemon_user(ctx, user_id)  # --all has --user
+        path = (f"/v1/users/{quote(str(user), safe='')}" if session_id is None
                 else f"/v1/sessions/{quote(session_id, safe='')}")
         if message_id is not None:
             path += f"/messages/{quote(message_id, safe='')}"
         with daemon:
             counts = daemon_call(daemon, "DELETE", path, params={"user_id": user}
-                                 if session_id is not None else None)["rows"]
+                                 if session_id is not None and user else None)["rows"]
     else:
         with open_engine(ctx) as m:
+            user = store_user(m, user_id)
             if session_id is None:
                 counts = m.erase_user(user)
             elif message_id is None:
@@ -188,20 +196,21 @@ def _forget_fact(ctx: click.Context, fact: str, user_id: str | None,
     if not sep or not category.strip() or not key.strip():
         raise click.BadParameter("use CATEGORY/KEY, e.g. preference/indentation",
                                  param_hint="--fact")
-    user = user_id or settings_for(ctx).default_user
     daemon = daemon_for(ctx)
     if daemon is not None:
         from urllib.parse import quote
 
         with daemon:
-            params = {"user_id": user, **({"workspace": workspace} if workspace else {})}
+            user = daemon_user(ctx, user_id)
+            params = {**({"user_id": user} if user else {}),
+                      **({"workspace": workspace} if workspace else {})}
             gone = daemon_call(daemon, "DELETE",
                          f"/v1/facts/{quote(category, safe='')}/{quote(key, safe='')}",
                          params=params)["deleted"]
         values = [f["value"] for f in gone]
     else:
         with open_engine(ctx) as m:
-            values = [f.value for f in m.forget_fact(user, category, key,
+            values = [f.value for f in m.forget_fact(store_user(m, user_id), category, key,
                                                      workspace=workspace)]
     click.echo(f"forgot {category.strip().lower()}/{key.strip().lower()} "
                f"({len(values)} value{'s' if len(values) != 1 else ''}: {', '.join(values)})")
@@ -218,20 +227,29 @@ def facts(ctx: click.Context, user_id: str | None, workspace: str | None, histor
           as_json: bool) -> None:
     """List a user's facts (one value per category/key; forget one with
     `memd forget --fact CATEGORY/KEY`)."""
-    with open_engine(ctx) as m:
-        found = m.facts(user_id or m.settings.default_user, workspace=workspace,
-                        include_history=history)
-    if as_json:
-        from memd.server.api import fact_json
+    from memd.server.api import fact_json
 
-        click.echo(json.dumps([fact_json(f) for f in found], ensure_ascii=False))
+    daemon = daemon_for(ctx)
+    if daemon is not None:
+        with daemon:
+            params = {"user_id": daemon_user(ctx, user_id), "workspace": workspace,
+                      "include_history": history}
+            found = daemon_call(daemon, "GET", "/v1/facts", params={
+                k: v for k, v in params.items() if v is not None})["facts"]
+    else:
+        with open_engine(ctx) as m:
+            found = [fact_json(f) for f in m.facts(store_user(m, user_id),
+                                                   workspace=workspace,
+                                                   include_history=history)]
+    if as_json:
+        click.echo(json.dumps(found, ensure_ascii=False))
         return
     if not found:
         click.echo("no facts")
     for f in found:
-        flag = "" if f.is_active else "  (replaced)"
-        where = f"  [{f.workspace}]" if f.workspace else ""
-        click.echo(f"{f.category}/{f.key} = {f.value}{where}{flag}")
+        flag = "" if f["is_active"] else "  (replaced)"
+        where = f"  [{f['workspace']}]" if f["workspace"] else ""
+        click.echo(f"{f['category']}/{f['key']} = {f['value']}{where}{flag}")
 
 
 @main.command(name="list")
@@ -246,17 +264,46 @@ def facts(ctx: click.Context, user_id: str | None, workspace: str | None, histor
 def list_(ctx: click.Context, user_id: str | None, workspace: str | None, limit: int,
           include_inactive: bool, as_json: bool) -> None:
     """List a user's memories, newest first."""
-    user_id = user_id or settings_for(ctx).default_user
-    with open_engine(ctx) as m:
-        mems = m.list(user_id, workspace=workspace, limit=limit,
-                      include_inactive=include_inactive)
+    from memd.server.api import memory_json
+
+    daemon = daemon_for(ctx)
+    if daemon is not None:
+        with daemon:
+            mems = _listed_by(daemon, daemon_user(ctx, user_id), workspace, limit,
+                              include_inactive)
+    else:
+        with open_engine(ctx) as m:
+            mems = [memory_json(x) for x in m.list(
+                store_user(m, user_id), workspace=workspace, limit=limit,
+                include_inactive=include_inactive)]
     if as_json:
         click.echo(json.dumps([
-            {"id": x.id, "text": x.text, "tier": int(x.tier), "workspace": x.workspace,
-             "active": x.is_active, "superseded_by": x.superseded_by,
-             "access_count": x.access_count} for x in mems
+            {"id": x["id"], "text": x["text"], "tier": x["tier"], "workspace": x["workspace"],
+             "active": x["is_active"], "superseded_by": x["superseded_by"],
+             "access_count": x["access_count"]} for x in mems
         ], ensure_ascii=False))
         return
+    if not mems:
+        click.echo("no memories")
     for x in mems:
-        flag = "" if x.is_active else f"  (superseded by {x.superseded_by})"
-        click.echo(f"L{int(x.tier)} {x.id}  {x.text}{flag}")
+        flag = "" if x["is_active"] else f"  (superseded by {x['superseded_by']})"
+        click.echo(f"L{x['tier']} {x['id']}  {x['text']}{flag}")
+
+
+_PAGE = 1000  # the most GET /v1/memories lists at once
+
+
+def _listed_by(daemon: Any, user_id: str | None, workspace: str | None, limit: int,
+               include_inactive: bool) -> list[dict[str, Any]]:
+    """Up to ``limit`` memories from the daemon, a page at a time."""
+    found: list[dict[str, Any]] = []
+    while len(found) < limit:
+        want = min(_PAGE, limit - len(found))
+        params = {"user_id": user_id, "workspace": workspace, "offset": len(found),
+                  "limit": want, "include_inactive": include_inactive}
+        page = daemon_call(daemon, "GET", "/v1/memories", params={
+            k: v for k, v in params.items() if v is not None})["memories"]
+        found += page
+        if len(page) < want:
+            break
+    return found

@@ -35,7 +35,7 @@ from typing import Protocol, TextIO
 import click
 import platformdirs
 
-from memd.cli import daemon_for, handles_errors, main, settings_for
+from memd.cli import handles_errors, main, settings_for
 from memd.config import APP, Settings
 from memd.errors import InvalidInput, MemdError
 
@@ -352,7 +352,10 @@ def install(ctx: click.Context, dry_run: bool) -> None:
                         "written. Start 'memd serve' from your own init or session "
                         "instead, or get the file with 'memd service install --dry-run'.")
     before = mgr.path.read_bytes() if mgr.path.exists() else None
-    running = daemon_for(ctx) if before is None else None
+    from memd.server.discovery import find_daemon
+
+    # Whatever store it serves: one daemon per data dir.
+    running = find_daemon(settings.data_dir) if before is None else None
     if running is not None:
         running.close()
         raise InvalidInput(f"a memd daemon already serves {settings.data_dir} at "
@@ -424,7 +427,9 @@ def service_status(ctx: click.Context) -> None:
     click.echo(f"service:  {mgr.kind} {mgr.path}" if installed
                else f"service:  not installed (no {mgr.path})")
     click.echo(f"manager:  {mgr.state()}")
-    daemon = daemon_for(ctx)
+    from memd.server.discovery import find_daemon
+
+    daemon = find_daemon(settings_for(ctx).data_dir)
     if daemon is None:
         click.echo(f"daemon:   none answers for {settings_for(ctx).data_dir}")
     else:

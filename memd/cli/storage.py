@@ -39,8 +39,10 @@ def migrate(ctx: click.Context, target: str, source: Path | None, batch_size: in
     per-table row counts and content checksums of both sides. A database a daemon has
     already opened keeps its own scheduler jobs. Until a run is verified, `memd serve`
     refuses the target (a killed run's too, however little it copied)."""
+    from memd.extras import require
     from memd.migrate import migrate as run_migration
 
+    require("postgres", "psycopg", "pgvector")
     settings = settings_for(ctx)
     if source is None:
         if settings.db.startswith(("postgresql://", "postgres://")):

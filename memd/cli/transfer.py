@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from memd.cli import daemon_for, handles_errors, main, progressbar, settings_for
+from memd.cli import daemon_for, handles_errors, main, own_store_settings, progressbar
 from memd.errors import InvalidInput, StorageError
 
 
@@ -28,7 +28,7 @@ def export_command(ctx: click.Context, file: Path, originals: bool) -> None:
     daemon (one read snapshot). Messages hold their sanitized text unless --originals."""
     from memd.transfer import export_store
 
-    settings = settings_for(ctx)
+    settings = own_store_settings(ctx)
     if str(file) == "-":
         sys.stdout.flush()  # UTF-8 whatever the locale: the file's bytes do not vary
         out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
@@ -70,7 +70,7 @@ def import_command(ctx: click.Context, file: Path) -> None:
     if daemon_for(ctx) is not None:
         raise InvalidInput("a memd daemon serves this data dir: stop it before importing "
                            "(it would not see rows written under it)")
-    summary = import_store(settings_for(ctx), file, progress=progressbar)
+    summary = import_store(own_store_settings(ctx), file, progress=progressbar)
     click.echo(f"{'table':<18}{'rows':>9}{'imported':>10}  checksum")
     for t in summary.tables:
         click.echo(f"{t.table:<18}{t.rows:>9}{t.written:>10}  {t.checksum[:16]}")

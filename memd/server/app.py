@@ -285,7 +285,7 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
     replaces the network for the upstream model server, for in-process tests. While it
     runs, changes to the ``config`` file apply live and, with ``watch_notes``, the notes
     folder is kept in step (:mod:`memd.server.watch`)."""
-    from memd.server import api, proxy
+    from memd.server import anthropic, api, proxy, status
 
     settings = settings or engine.settings
     store_health = StoreHealth(engine.pending_jobs)
@@ -370,9 +370,10 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
         return JSONResponse(body, status_code=200 if reachable else 503, headers=headers)
 
     scoped = [Depends(_workspace_param)]
-    for router in (proxy.router, api.router):  # the chat route, the hot one, is matched first
+    for router in (proxy.router, anthropic.router, api.router):  # chat routes first
         app.include_router(router)
         app.include_router(router, prefix="/w/{workspace}", dependencies=scoped)
+    app.include_router(status.router)  # the daemon's, not a workspace's
     _complete_schema(app, engine)
     if settings.auth:
         engine.accounts.check_row_security()  # PostgreSQL: no users served without RLS

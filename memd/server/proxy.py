@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import anyio
 import httpx
@@ -40,6 +41,7 @@ from memd.engine.chat import (
 from memd.engine.identity import client_family
 from memd.engine.memory import Memd
 from memd.engine.side import side_reason
+from memd.engine.sse import DataEvents
 from memd.errors import Conflict, InvalidInput
 from memd.models.tokens import calibrated_scale
 from memd.server import schemas as s
@@ -59,7 +61,7 @@ NO_UPSTREAM = ("no upstream model server is configured: start memd with --upstre
                "or set MEMD_UPSTREAM_URL")
 
 
-def _client(request: Request) -> httpx.AsyncClient:
+def upstream_client(request: Request) -> httpx.AsyncClient:
     app = request.app
     client: httpx.AsyncClient | None = getattr(app.state, "upstream", None)
     if client is None:
@@ -80,14 +82,14 @@ def _windows(request: Request) -> WindowResolver:
     resolver: WindowResolver | None = getattr(app.state, "windows", None)
     if resolver is None:
         try:
-            client: httpx.AsyncClient | None = _client(request)
+            client: httpx.AsyncClient | None = upstream_client(request)
         except NoUpstream:
             client = None
         resolver = app.state.windows = WindowResolver(app.state.settings, client)
     return resolver
 
 
-async def _window(request: Request, model: str | None) -> WindowInfo:
+async def window_of(request: Request, model: str | None) -> WindowInfo:
     """The window of the request's model and the factor to its own token counts."""
     resolver = _windows(request)
     found = await resolver.resolve(model, request.headers.get("x-memd-context-window"))
@@ -114,11 +116,13 @@ def retire_upstream(app: Any) -> None:
     """Make the next call build the upstream client and window resolver from the
     settings anew (they changed). The old client may still be serving a call (a long
     stream): it is closed with the app, not now."""
-    client = getattr(app.state, "upstream", None)
     app.state.windows = None
-    if client is not None:
-        app.state.upstream = None
-        app.state.retired_upstreams = [*getattr(app.state, "retired_upstreams", ()), client]
+    for name in ("upstream", "upstream_anthropic"):
+        client = getattr(app.state, name, None)
+        if client is not None:
+            setattr(app.state, name, None)
+            app.state.retired_upstreams = [*getattr(app.state, "retired_upstreams", ()),
+                                           client]
 
 
 async def close_upstream(app: Any) -> None:
@@ -142,7 +146,7 @@ _NOT_FORWARDED = frozenset({
 _CREDENTIALS = frozenset({"authorization", "x-api-key", "api-key"})
 
 
-def _headers(request: Request) -> dict[str, str]:
+def forward_headers(request: Request) -> dict[str, str]:
     """What goes upstream with a forwarded request: every end-to-end header the client
     sent (its User-Agent, session and affinity headers that keep a provider's prompt
     cache on one machine, an SDK's ``x-stainless-*``), except the ones above and memd's
@@ -169,7 +173,7 @@ def _memd_headers(call: PreparedCall) -> dict[str, str]:
     return {"X-Memd-Session": call.session.id, "X-Memd-Call": call.call_id}
 
 
-async def _body(request: Request) -> dict[str, Any]:
+async def body_of(request: Request) -> dict[str, Any]:
     parsed = request.scope.get(PARSED_BODY)  # a large body the guard parsed already
     body = parsed[0] if parsed is not None else _parse(await request.body())
     if not isinstance(body, dict):
@@ -196,25 +200,17 @@ def _encode(body: dict[str, Any]) -> bytes:
         return json.dumps(body, separators=(",", ":")).encode()
 
 
-class StreamAccumulator:
+class StreamAccumulator(DataEvents):
     """Rebuilds the assistant message from SSE chunks as they pass through."""
 
     def __init__(self) -> None:
-        self._buffer = b""
+        super().__init__()
         self.content: list[str] = []
         self.tool_calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
         self.model: str | None = None
         self.done = False
-
-    def feed(self, data: bytes) -> None:
-        self._buffer = (self._buffer + data).replace(b"\r\n", b"\n")
-        while b"\n\n" in self._buffer:
-            event, self._buffer = self._buffer.split(b"\n\n", 1)
-            for line in event.splitlines():
-                if line.startswith(b"data:"):
-                    self._data(line[5:].strip())
 
     def _data(self, payload: bytes) -> None:
         if payload == b"[DONE]":
@@ -289,27 +285,30 @@ def _usage(value: Any) -> dict[str, Any] | None:
     return dict(usage)
 
 
-def _reply_of(data: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+def _reply_of(data: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None,
+                                             dict[str, Any] | None]:
+    """A whole Chat Completions answer's (reply, finish reason, usage)."""
+    usage = _usage(data.get("usage"))
     choices = data.get("choices") or []
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-        return None, None
+        return None, None, usage
     message = choices[0].get("message")
     if not isinstance(message, Mapping):
         message = {}
     return (_stored_reply(message.get("content"), message.get("tool_calls")),
-            _text_or_none(choices[0].get("finish_reason")))
+            _text_or_none(choices[0].get("finish_reason")), usage)
 
 
 async def _unreachable(engine: Memd, call: PreparedCall, exc: httpx.HTTPError,
                        headers: dict[str, str], model: str | None) -> JSONResponse:
     """The upstream could not be reached or timed out: close the call, answer 502/504."""
-    answer = _out_of_reach(exc, headers)
+    answer = out_of_reach(exc, headers)
     await run_in_threadpool(finish_chat, engine, call, status=answer.status_code, reply=None,
                             finish_reason=None, usage=None, model=model)
     return answer
 
 
-def _out_of_reach(exc: httpx.HTTPError, headers: dict[str, str] | None = None) -> JSONResponse:
+def out_of_reach(exc: httpx.HTTPError, headers: dict[str, str] | None = None) -> JSONResponse:
     """The answer when the model server cannot be reached (502) or timed out (504)."""
     if isinstance(exc, httpx.TimeoutException):
         return JSONResponse(error_body("upstream_timeout", f"the model server timed out: {exc}"),
@@ -319,7 +318,38 @@ def _out_of_reach(exc: httpx.HTTPError, headers: dict[str, str] | None = None) -
                         status_code=502, headers=headers)
 
 
-_CHAT_ERRORS: dict[int | str, dict[str, Any]] = {
+class Accumulator(Protocol):
+    """Rebuilds a reply from a streamed answer as it passes through."""
+
+    done: bool
+    finish_reason: str | None
+    model: str | None
+
+    @property
+    def usage(self) -> dict[str, Any] | None: ...
+
+    def feed(self, data: bytes) -> None: ...
+
+    def reply(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Door:
+    """How one API's request goes upstream and its answer is read back for storage:
+    the upstream path, the headers, a streamed answer's accumulator, and a whole
+    answer's (reply, finish reason, usage)."""
+
+    path: str
+    stream: Callable[[], Accumulator]
+    whole: Callable[[dict[str, Any]], tuple[dict[str, Any] | None, str | None,
+                                             dict[str, Any] | None]]
+    headers: Callable[[Request], dict[str, str]]
+
+
+CHAT = Door("chat/completions", StreamAccumulator, _reply_of, forward_headers)
+COMPLETIONS = Door("completions", StreamAccumulator, _reply_of, forward_headers)
+
+CHAT_ERRORS: dict[int | str, dict[str, Any]] = {
     **s.ERRORS,
     502: {"model": s.ErrorResponse, "description": "The model server cannot be reached"},
     503: {"model": s.ErrorResponse, "description": "No model server is configured"},
@@ -327,7 +357,7 @@ _CHAT_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _tokens(body: Mapping[str, Any], name: str) -> int | None:
+def token_field(body: Mapping[str, Any], name: str) -> int | None:
     value = body.get(name)
     if isinstance(value, float) and value.is_integer():  # JSON does not tell 3.0 from 3
         value = int(value)
@@ -341,7 +371,7 @@ def _tokens(body: Mapping[str, Any], name: str) -> int | None:
     "/v1/chat/completions", responses={
         200: {"description": "The model server's answer, relayed (SSE when streaming)",
               "content": {"application/json": {}, "text/event-stream": {}}},
-        **_CHAT_ERRORS},
+        **CHAT_ERRORS},
     openapi_extra={
         "parameters": [{
             "name": "X-Memd-Session", "in": "header", "required": False,
@@ -364,7 +394,7 @@ def _tokens(body: Mapping[str, Any], name: str) -> int | None:
 async def chat_completions(request: Request) -> Response:
     """OpenAI chat completions through memd: memory in, the model's answer out."""
     engine = engine_of(request)
-    body = await _body(request)
+    body = await body_of(request)
     if "messages" not in body:
         raise InvalidInput("'messages' is required")
     if "stream" in body and not isinstance(body["stream"], bool):
@@ -375,14 +405,14 @@ async def chat_completions(request: Request) -> Response:
     workspace = workspace_of(request)
     # the body goes upstream as sent; memd's own records take a cleaned model name
     model = validate.clean_chars(body["model"]) if "model" in body else None
-    completion_tokens = _tokens(body, "max_completion_tokens")
-    legacy_tokens = _tokens(body, "max_tokens")
+    completion_tokens = token_field(body, "max_completion_tokens")
+    legacy_tokens = token_field(body, "max_tokens")
     max_tokens = completion_tokens or legacy_tokens
     try:
-        client = _client(request)
+        client = upstream_client(request)
     except NoUpstream as exc:
         return JSONResponse(error_body("upstream_not_configured", str(exc)), status_code=503)
-    window = await _window(request, model)
+    window = await window_of(request, model)
     pinned = request.headers.get("x-memd-session")
     client_name = client_family(request.headers.get("user-agent")) or ""
     reason = None if pinned else side_reason(
@@ -405,14 +435,14 @@ async def chat_completions(request: Request) -> Response:
         # first gets here. Say so instead of the store's words.
         raise Conflict(f"session {pinned!r} was being created by another call at the same "
                        "moment; send the request again") from exc
-    return await _relay(request, client, call, body, model)
+    return await relay(request, client, call, body, model, CHAT)
 
 
 @router.post(
     "/v1/completions", responses={
         200: {"description": "The model server's answer, relayed (SSE when streaming)",
               "content": {"application/json": {}, "text/event-stream": {}}},
-        **_CHAT_ERRORS},
+        **CHAT_ERRORS},
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
         "schema": {"type": "object", "additionalProperties": True}}}}},
 )
@@ -420,32 +450,31 @@ async def completions(request: Request) -> Response:
     """Text completions (an editor's autocomplete, fill-in-the-middle): forwarded exactly
     as sent, a side request of no session (memd learns nothing from code being typed)."""
     engine = engine_of(request)
-    body = await _body(request)
+    body = await body_of(request)
     if "stream" in body and not isinstance(body["stream"], bool):
         raise InvalidInput("'stream' must be a boolean")
     if "model" in body and not isinstance(body["model"], str):
         raise InvalidInput(f"'model' must be a string, not {type(body['model']).__name__}")
     model = validate.clean_chars(body["model"]) if "model" in body else None
     try:
-        client = _client(request)
+        client = upstream_client(request)
     except NoUpstream as exc:
         return JSONResponse(error_body("upstream_not_configured", str(exc)), status_code=503)
     call = await run_in_threadpool(prepare_side, engine, user_of(request),
                                    workspace_of(request), model, None,
                                    "a text completion (/v1/completions)")
-    return await _relay(request, client, call, body, model, path="completions")
+    return await relay(request, client, call, body, model, COMPLETIONS)
 
 
-async def _relay(request: Request, client: httpx.AsyncClient, call: PreparedCall,
-                 body: dict[str, Any], model: str | None,
-                 path: str = "chat/completions") -> Response:
+async def relay(request: Request, client: httpx.AsyncClient, call: PreparedCall,
+                 body: dict[str, Any], model: str | None, door: Door) -> Response:
     """Send the call upstream and relay the answer (streamed or whole), storing it."""
     engine = engine_of(request)
     headers = _memd_headers(call)
     if body.get("stream"):
-        return await _stream(request, client, call, body, headers, model, path)
+        return await _stream(request, client, call, body, headers, model, door)
     try:
-        resp, retried = await _send(client, request, call, body, stream=False, path=path)
+        resp, retried = await _send(client, request, call, body, stream=False, door=door)
     except httpx.HTTPError as exc:
         return await _unreachable(engine, call, exc, headers, model)
     data: Any = None
@@ -454,21 +483,20 @@ async def _relay(request: Request, client: httpx.AsyncClient, call: PreparedCall
             data = resp.json()
         except json.JSONDecodeError:
             data = None
-    reply, finish = _reply_of(data) if resp.is_success and isinstance(data, dict) else (None,
-                                                                                        None)
+    reply, finish, usage = (door.whole(data) if resp.is_success and isinstance(data, dict)
+                            else (None, None, None))
     # Stored before the client has the answer, so its next call (which resends this
     # reply) always finds it: storing later races that call on a concurrent backend.
     await run_in_threadpool(
         finish_chat, engine, call, status=resp.status_code, reply=reply, finish_reason=finish,
-        usage=_usage(data.get("usage")) if isinstance(data, dict) else None, model=model,
-        retried=retried,
+        usage=usage, model=model, retried=retried,
     )
     return Response(content=resp.content, status_code=resp.status_code, headers=headers,
                     media_type=resp.headers.get("content-type", "application/json"))
 
 
 async def _send(client: httpx.AsyncClient, request: Request, call: PreparedCall,
-                body: dict[str, Any], *, stream: bool, path: str = "chat/completions",
+                body: dict[str, Any], *, stream: bool, door: Door,
                 ) -> tuple[httpx.Response, bool]:
     """The upstream's response (with ``stream``, before its body is read), and whether it
     took a retry without memory: a refusal as too long of the request with memory goes
@@ -478,7 +506,8 @@ async def _send(client: httpx.AsyncClient, request: Request, call: PreparedCall,
         # a side request goes as the client sent it, byte for byte
         content = (await request.body() if call.side
                    else _encode({**body, "messages": messages}))
-        req = client.build_request("POST", path, content=content, headers=_headers(request))
+        req = client.build_request("POST", door.path, content=content,
+                                   headers=door.headers(request))
         resp = await client.send(req, stream=stream)
         if resp.is_success or messages is call.plain:
             return resp, messages is not call.forward
@@ -493,10 +522,10 @@ async def _send(client: httpx.AsyncClient, request: Request, call: PreparedCall,
 
 async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCall,
                   body: dict[str, Any], headers: dict[str, str],
-                  model: str | None, path: str = "chat/completions") -> Response:
+                  model: str | None, door: Door) -> Response:
     engine = engine_of(request)
     try:
-        resp, retried = await _send(client, request, call, body, stream=True, path=path)
+        resp, retried = await _send(client, request, call, body, stream=True, door=door)
     except httpx.HTTPError as exc:
         return await _unreachable(engine, call, exc, headers, model)
     if not resp.is_success:
@@ -508,8 +537,8 @@ async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCal
         return Response(content=content, status_code=resp.status_code, headers=headers,
                         media_type=resp.headers.get("content-type", "application/json"))
 
-    async def relay() -> AsyncIterator[bytes]:
-        acc = StreamAccumulator()
+    async def pass_through() -> AsyncIterator[bytes]:
+        acc = door.stream()
         stored = False
 
         def store() -> None:
@@ -524,7 +553,7 @@ async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCal
         try:
             async for chunk in resp.aiter_raw():
                 acc.feed(chunk)
-                if acc.done:  # store before the client sees [DONE] (see the non-stream path)
+                if acc.done:  # store before the client sees the end (see the non-stream path)
                     await run_in_threadpool(store)
                 yield chunk
         finally:
@@ -534,23 +563,23 @@ async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCal
             with anyio.CancelScope(shield=True):
                 await resp.aclose()
 
-    return StreamingResponse(relay(), status_code=resp.status_code, headers=headers,
+    return StreamingResponse(pass_through(), status_code=resp.status_code, headers=headers,
                              media_type=resp.headers.get("content-type", "text/event-stream"))
 
 
 @router.get("/v1/models", responses={
     200: {"description": "The model server's list"},
     400: {"model": s.ErrorResponse, "description": "Invalid workspace"},
-    502: _CHAT_ERRORS[502], 503: _CHAT_ERRORS[503], 504: _CHAT_ERRORS[504]})
+    502: CHAT_ERRORS[502], 503: CHAT_ERRORS[503], 504: CHAT_ERRORS[504]})
 async def models(request: Request) -> Response:
     """The upstream model server's models, as the chat route answers when it is out of
     reach (502, or 504 on a timeout) or not configured (503)."""
     try:
-        resp = await _client(request).get("models", headers=_headers(request))
+        resp = await upstream_client(request).get("models", headers=forward_headers(request))
     except NoUpstream as exc:
         return JSONResponse(error_body("upstream_not_configured", str(exc)), status_code=503)
     except httpx.HTTPError as exc:
-        return _out_of_reach(exc)
+        return out_of_reach(exc)
     return Response(content=resp.content, status_code=resp.status_code,
                     media_type=resp.headers.get("content-type", "application/json"))
 

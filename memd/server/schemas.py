@@ -311,3 +311,26 @@ CHAT_REQUEST: dict[str, Any] = {
         "max_completion_tokens": _TOKENS,
     },
 }
+
+# The Anthropic Messages request, as memd reads it (every other field, ``system`` and
+# ``tools`` included, goes upstream as sent).
+_BLOCKS = {"type": "array", "items": {"type": "object", "required": ["type"],
+                                      "properties": {"type": {"type": "string"}}}}
+MESSAGES_REQUEST: dict[str, Any] = {
+    "type": "object", "required": ["messages"], "additionalProperties": True,
+    "properties": {
+        "messages": {
+            "type": "array", "minItems": 1,
+            "items": {"type": "object", "required": ["role", "content"],
+                      "additionalProperties": True,
+                      "properties": {"role": {"enum": ["user", "assistant", "system"]},
+                                     "content": {"anyOf": [{"type": "string"}, _BLOCKS]}}},
+            "contains": {"properties": {"role": {"enum": ["user", "assistant"]}}},
+            "description": "Anthropic messages, at least one of them not a system "
+                           "message; forwarded as sent."},
+        "system": {"anyOf": [{"type": "string"}, _BLOCKS]},
+        "model": {"type": "string"},
+        "stream": {"type": "boolean"},
+        "max_tokens": {"type": "integer", "minimum": 0},
+    },
+}

@@ -41,12 +41,14 @@ LIVE_KEYS = frozenset({
     "memory_recall", "memory_max_tokens", "memory_window_share", "instruction_share",
     "memory_unknown_window_tokens", "memory_placement", "default_context_window",
     "default_max_response_tokens", "context_windows", "context_window", "upstream_url",
-    "upstream_api_key", "upstream_timeout", "upstream_probe_timeout", "prices",
+    "upstream_anthropic_url", "upstream_api_key", "upstream_timeout", "upstream_probe_timeout",
+    "prices",
 })
-UPSTREAM_KEYS = frozenset({"upstream_url", "upstream_api_key", "upstream_timeout"})
+UPSTREAM_KEYS = frozenset({"upstream_url", "upstream_anthropic_url", "upstream_api_key",
+                           "upstream_timeout"})
 WINDOW_KEYS = UPSTREAM_KEYS | {"context_windows", "context_window", "upstream_probe_timeout"}
 _SECRET_KEYS = frozenset({"upstream_api_key", "helper_api_key", "sanitize_patterns"})
-_URL_KEYS = frozenset({"upstream_url", "helper_url", "db"})
+_URL_KEYS = frozenset({"upstream_url", "upstream_anthropic_url", "helper_url", "db"})
 
 # watchfiles: yield a group once no event came for STEP_MS, or after DEBOUNCE_MS at most;
 # READY_MS is how soon an idle watch reports that it is in place

@@ -13,10 +13,10 @@ try:
     import pgvector.psycopg  # noqa: F401
     import psycopg  # noqa: F401
     import psycopg_pool  # noqa: F401
-except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "memd's PostgreSQL backend needs the 'postgres' extra: pip install 'memd[postgres]'"
-    ) from exc
+except ImportError as exc:  # the registry reports it when a PostgreSQL URL is given
+    from memd.extras import missing
+
+    raise ImportError(str(missing("postgres", exc.name)), name=exc.name) from exc
 
 from memd.backends.postgres.partitions import PARENTS, Tables
 from memd.backends.postgres.queries import search_text

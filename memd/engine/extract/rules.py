@@ -18,6 +18,9 @@ _A = "['’]"
 _IM = rf"i(?:{_A}?m|\s+am)"
 _DONT = rf"(?:don{_A}?t|do\s+not)"
 _CANT = rf"(?:can{_A}?t|cannot|can\s+not)"
+#: "should not have reacted", "shouldn't have to": regret or complaint, not a rule.
+_REGRET = (r"(?!have\s+(?:to|been|done|gone|said|seen|known|got|gotten|told|made|eaten|taken"
+           r"|given|written|spoken|chosen|broken|forgotten|\w+ed)\b)")
 _ADV = (r"(?:(?P<adv>really|much|strongly|generally|usually|definitely|actually|personally|"
         r"mostly|also|still|just|honestly|totally|absolutely|now|typically|normally|mainly|"
         r"always|kinda|probably|might|may)\s+)?")
@@ -294,8 +297,8 @@ _RULES: tuple[_Rule, ...] = (
        block="figure get find understand seem believe see wait remember reproduce tell think "
        "imagine decide recall help stop access login log open load connect install run build "
        "compile make import reach push pull fix debug read hear say agree explain do be"),
-    _r("constraint", rf"i\s+(?:must\s+not|mustn{_A}?t|should\s+not|shouldn{_A}?t)\s+",
-       "User must not {v}", confidence=0.85, read="clause"),
+    _r("constraint", rf"i\s+(?P<modal>must\s+not|mustn{_A}?t|should\s+not|shouldn{_A}?t)\s+"
+       rf"{_REGRET}", "User {modal} {v}", confidence=0.85, read="clause"),
     _r("constraint", rf"{_IM}\s+not\s+(?:allowed|permitted)\s+to\s+",
        "User is not allowed to {v}", read="clause"),
     _r("constraint", r"i\s+never\s+", "User never {v3}", confidence=0.8, read="clause",

@@ -1,0 +1,246 @@
+"""The Anthropic Messages format seen as memd's conversation model, and back.
+
+A Messages request keeps its system prompt beside the messages and puts everything in
+content blocks: the model's tool calls are ``tool_use`` blocks of an assistant message,
+their results ``tool_result`` blocks of the next user message, the model's reasoning
+``thinking`` blocks with a signature. memd's engine works on one conversation model, the
+Chat Completions message list with content parts, so that session identity, chain
+hashing, storage, extraction and recall serve every door alike. :func:`view` converts a
+request into that model; blocks are kept as they are, as content parts, so that nothing
+is lost:
+
+- ``system`` becomes a leading system message (what identifies the conversation);
+- an assistant message keeps its blocks as content, and its ``tool_use`` blocks are also
+  its ``tool_calls`` (arguments as compact JSON), which chain hashing canonicalizes;
+- each ``tool_result`` block of a user message becomes a ``tool`` message, and what else
+  the user message holds (the user's text, images, a client's reminders) a user message
+  of its own: after a tool call the newest user message holds only results, which are not
+  the user's words, so the memory block stays in the user's typed turn, byte for byte,
+  through the whole tool loop, as on the Chat Completions door.
+
+What goes upstream is the client's request, never the view converted back:
+:func:`forward` takes the client's messages and only inserts the memory block the engine
+placed, in the message it came from, after that message's ``tool_result`` blocks (which
+the API requires first). ``system`` and ``tools`` are never touched: they come first in
+the provider's cached prefix.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memd.engine.sse import DataEvents
+from memd.engine.validate import sanitized
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """A request in the conversation model: ``messages``, and for each the index of the
+    client's message it came from (-1: the system prompt)."""
+
+    messages: list[dict[str, Any]]
+    origin: list[int]
+
+
+def _blocks(content: Any) -> list[Mapping[str, Any]] | None:
+    if isinstance(content, list) and all(isinstance(b, Mapping) for b in content):
+        return content
+    return None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _result(content: Any) -> Any:
+    """A tool result's content as a message's: text, blocks, or other JSON as text."""
+    if content is None or isinstance(content, str) or _blocks(content) is not None:
+        return content
+    return json.dumps(content, ensure_ascii=False)
+
+
+def _tool_calls(blocks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [{"id": b.get("id"), "type": "function",
+             "function": {"name": b.get("name"),
+                          "arguments": json.dumps(b.get("input") or {}, sort_keys=True,
+                                                  separators=(",", ":"),
+                                                  ensure_ascii=False)}}
+            for b in blocks if b.get("type") == "tool_use"]
+
+
+def assistant(content: Any) -> dict[str, Any]:
+    """An assistant message of the Messages format (a reply, or one resent) in the
+    conversation model."""
+    blocks = _blocks(content)
+    if blocks is None:
+        return {"role": "assistant", "content": content}
+    message: dict[str, Any] = {"role": "assistant", "content": list(blocks)}
+    calls = _tool_calls(blocks)
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def view(body: Mapping[str, Any]) -> View:
+    """The request ``body`` in the conversation model (see the module docstring)."""
+    messages: list[dict[str, Any]] = []
+    origin: list[int] = []
+    system = body.get("system")
+    if isinstance(system, str | list) and system:
+        messages.append({"role": "system", "content": system})
+        origin.append(-1)
+    raw = body.get("messages")
+    for i, m in enumerate(raw if isinstance(raw, list) else ()):
+        if not isinstance(m, Mapping):
+            messages.append(m)  # the engine says what is wrong with it
+            origin.append(i)
+            continue
+        role, content = m.get("role"), m.get("content")
+        blocks = _blocks(content)
+        if role == "assistant":
+            messages.append(assistant(content))
+            origin.append(i)
+        elif role == "user" and blocks is not None and any(
+                b.get("type") == "tool_result" for b in blocks):
+            for b in blocks:
+                if b.get("type") == "tool_result":
+                    messages.append({"role": "tool", "tool_call_id": _text(b.get("tool_use_id")),
+                                     "content": _result(b.get("content"))})
+                    origin.append(i)
+            rest = [b for b in blocks if b.get("type") != "tool_result"]
+            if rest:
+                messages.append({"role": "user", "content": rest})
+                origin.append(i)
+        else:
+            messages.append({"role": role, "content": content})
+            origin.append(i)
+    return View(messages, origin)
+
+
+def forward(body: Mapping[str, Any], seen: View,
+            placed: Sequence[Mapping[str, Any]]) -> list[Any] | None:
+    """The client's messages with the memory block the engine placed in ``placed`` (the
+    view's messages with the block inside one user message), or None when the block is
+    not where this door can put it (the request then goes as sent)."""
+    original = list(body.get("messages") or ())
+    if len(placed) != len(seen.messages):
+        return None
+    for mine, theirs, at in zip(placed, seen.messages, seen.origin, strict=True):
+        if mine is theirs:
+            continue
+        if at < 0 or theirs.get("role") != "user":
+            return None
+        message = original[at]
+        content, added = message.get("content"), mine.get("content")
+        if isinstance(content, str) and isinstance(added, str):
+            original[at] = {**message, "content": added}
+            continue
+        if not isinstance(content, list) or not isinstance(added, list) or not added:
+            return None
+        first = next((k for k, b in enumerate(content)
+                      if not (isinstance(b, Mapping) and b.get("type") == "tool_result")),
+                     len(content))
+        original[at] = {**message, "content": [*content[:first], added[0], *content[first:]]}
+    return original
+
+
+def side_body(body: Mapping[str, Any], seen: View) -> dict[str, Any]:
+    """What :func:`memd.engine.side.side_reason` reads of a Messages request: its
+    messages in the conversation model, its tools and answer limit, and a JSON-schema
+    ``output_config.format`` (a client asking for data, such as a title) as the response
+    format."""
+    out: dict[str, Any] = {"messages": seen.messages, "tools": body.get("tools"),
+                           "max_tokens": body.get("max_tokens")}
+    config = body.get("output_config")
+    fmt = config.get("format") if isinstance(config, Mapping) else None
+    if isinstance(fmt, Mapping) and fmt.get("type") == "json_schema":
+        out["response_format"] = {"type": "json_schema"}
+    return out
+
+
+def usage(value: Any) -> dict[str, Any] | None:
+    """A Messages usage object with memd's own counts added: the prompt is every input
+    token, cached or not."""
+    if not isinstance(value, Mapping):
+        return None
+    counts = {k: n for k, n in value.items()
+              if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**31}
+    prompt = sum(counts.get(k, 0) for k in ("input_tokens", "cache_creation_input_tokens",
+                                            "cache_read_input_tokens"))
+    return {**counts, "prompt_tokens": prompt,
+            "completion_tokens": counts.get("output_tokens", 0)}
+
+
+class StreamReply(DataEvents):
+    """Rebuilds the reply from a Messages event stream as it passes through: its content
+    blocks (text, tool_use with its input from the JSON deltas, thinking with its
+    signature), stop reason, usage and model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, list[str]] = {}
+        self.finish_reason: str | None = None
+        self.model: str | None = None
+        self._usage: dict[str, Any] = {}
+        self.done = False
+
+    def _data(self, payload: bytes) -> None:
+        try:
+            event = json.loads(payload)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return
+        if not isinstance(event, dict):
+            return
+        kind = event.get("type")
+        index = event.get("index")
+        if kind == "message_start" and isinstance(event.get("message"), Mapping):
+            message = event["message"]
+            self.model = message.get("model") if isinstance(message.get("model"), str) \
+                else self.model
+            if isinstance(message.get("usage"), Mapping):
+                self._usage.update(message["usage"])
+        elif kind == "content_block_start" and isinstance(index, int) \
+                and isinstance(event.get("content_block"), Mapping):
+            self.blocks[index] = dict(event["content_block"])
+        elif kind == "content_block_delta" and index in self.blocks \
+                and isinstance(event.get("delta"), Mapping):
+            self._delta(self.blocks[index], index, event["delta"])
+        elif kind == "content_block_stop" and index in self._json:
+            text = "".join(self._json.pop(index))
+            try:
+                self.blocks[index]["input"] = json.loads(text) if text.strip() else {}
+            except json.JSONDecodeError:
+                self.blocks[index]["input"] = text
+        elif kind == "message_delta":
+            delta = event.get("delta")
+            if isinstance(delta, Mapping) and isinstance(delta.get("stop_reason"), str):
+                self.finish_reason = delta["stop_reason"]
+            if isinstance(event.get("usage"), Mapping):
+                self._usage.update(event["usage"])
+        elif kind == "message_stop":
+            self.done = True
+
+    def _delta(self, block: dict[str, Any], index: int, delta: Mapping[str, Any]) -> None:
+        kind = delta.get("type")
+        if kind == "text_delta":
+            block["text"] = str(block.get("text") or "") + str(delta.get("text") or "")
+        elif kind == "input_json_delta":
+            self._json.setdefault(index, []).append(str(delta.get("partial_json") or ""))
+        elif kind == "thinking_delta":
+            block["thinking"] = str(block.get("thinking") or "") + str(
+                delta.get("thinking") or "")
+        elif kind == "signature_delta":
+            block["signature"] = str(block.get("signature") or "") + str(
+                delta.get("signature") or "")
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        return usage(self._usage) if self._usage else None
+
+    def reply(self) -> dict[str, Any]:
+        """The assistant message so far, in the conversation model."""
+        return dict(sanitized(assistant([self.blocks[i] for i in sorted(self.blocks)])))

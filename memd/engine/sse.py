@@ -1,0 +1,23 @@
+"""Server-sent events read as they pass through: what the proxy's doors share to rebuild
+a streamed reply for storage while relaying the stream unchanged."""
+
+from __future__ import annotations
+
+
+class DataEvents:
+    """Splits a server-sent event stream into its ``data:`` payloads as chunks arrive (a
+    chunk may end mid-event); a subclass reads each payload in :meth:`_data`."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, data: bytes) -> None:
+        self._buffer = (self._buffer + data).replace(b"\r\n", b"\n")
+        while b"\n\n" in self._buffer:
+            event, self._buffer = self._buffer.split(b"\n\n", 1)
+            for line in event.splitlines():
+                if line.startswith(b"data:"):
+                    self._data(line[5:].strip())
+
+    def _data(self, payload: bytes) -> None:
+        raise NotImplementedError
