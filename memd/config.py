@@ -16,7 +16,8 @@ server the daemon forwards chats to), ``MEMD_SANITIZE`` (``off``, ``secrets`` or
 ``MEMD_HELPER_MODEL_PATH`` (a GGUF file for llama.cpp instead of the bundled one),
 ``MEMD_ENCRYPTION`` (``off``, ``env`` or ``keyring``: where the SQLite store's key comes
 from; with ``env`` the key itself is ``MEMD_DB_KEY``, never a setting),
-``MEMD_ERASE_USAGE`` (``delete`` or ``anonymize``: what erasure does to usage rows).
+``MEMD_ERASE_USAGE`` (``delete`` or ``anonymize``: what erasure does to usage rows),
+``MEMD_PG_CONNECT_TIMEOUT`` (seconds to reach PostgreSQL before a request is a 503).
 """
 
 from __future__ import annotations
@@ -122,6 +123,11 @@ class Settings:
     # hash partitions of sessions, memories, history on PostgreSQL: a query that names one
     # user reads one small leaf (docs/design.md, "Storage")
     pg_partitions: tuple[int, int, int] = (256, 256, 512)
+    # seconds a PostgreSQL connection may take to open, and a request may wait for a
+    # pooled one: past it the request is a 503 with Retry-After, so an outage answers
+    # at once instead of holding every client (libpq rounds it up to whole seconds, 2 or
+    # more)
+    pg_connect_timeout: float = 2.0
     # all-MiniLM-L6-v2 on ONNX Runtime (the same vectors as the torch model within 1e-6,
     # faster per query, no torch in the daemon); "minilm" runs it on torch
     embedder: str = "minilm-onnx"
@@ -281,6 +287,7 @@ _ENV = {
     "MEMD_NOTES_DIR": "notes_dir",
     "MEMD_ENCRYPTION": "encryption",
     "MEMD_ERASE_USAGE": "erase_usage",
+    "MEMD_PG_CONNECT_TIMEOUT": "pg_connect_timeout",
 }
 
 
@@ -329,6 +336,15 @@ def _coerce(name: str, value: Any) -> Any:
             least = 1 if name == "compact_keep_turns" else 0
             raise InvalidInput(f"{name} must be a whole number, {least} or more")
         return value
+    if name == "pg_connect_timeout":
+        try:
+            seconds = float(value) if not isinstance(value, bool) else -1.0
+        except (TypeError, ValueError):
+            seconds = -1.0
+        if not 0 < seconds <= 600:
+            raise InvalidInput(f"pg_connect_timeout must be seconds, more than 0 and at "
+                               f"most 600, not {value!r}")
+        return seconds
     if name == "retention_days":
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise InvalidInput(f"retention_days must be a number of days, not {value!r}")

@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -216,12 +217,45 @@ def _create_database(st: ServerStatus) -> None:
         raise PgServerError(f"cannot create the database {DBNAME!r}: {exc}") from exc
 
 
-def stop(data_dir: Path, timeout: float = 60.0) -> bool:
+def stop(data_dir: Path, timeout: float = 600.0,
+         waiting: Callable[[float], None] | None = None) -> bool:
     """Stop the cluster (fast shutdown: open sessions are ended, committed work is
-    kept); returns False if it was not running."""
+    kept) and wait until its server has exited; returns False if it was not running.
+
+    The wait is for the server itself, as long as it takes up to ``timeout`` seconds:
+    after ending its sessions it writes a shutdown checkpoint, which syncs every file
+    written since the last one (minutes for a freshly made production partition layout
+    on a slow disk), and clients that keep reconnecting meanwhile (a daemon's pool) are
+    turned away without holding it up. ``waiting(seconds)`` is called every few seconds
+    of the wait, to tell the user."""
     current = status(data_dir)
     if not current.running:
         return False
-    _run("pg_ctl", ["-D", str(current.pgdata), "-w", "-t", str(int(timeout)), "-m", "fast",
-                    "stop"], current.pgdata, timeout + 10)
+    _run("pg_ctl", ["-D", str(current.pgdata), "-W", "-m", "fast", "stop"], current.pgdata)
+    started = time.monotonic()
+    told = started
+    while _alive(current):
+        now = time.monotonic()
+        if now - started > timeout:
+            raise PgServerError(
+                f"PostgreSQL (pid {current.pid}) is still shutting down after "
+                f"{timeout:.0f} s; it goes on by itself (see {current.pgdata / 'server.log'})")
+        if waiting is not None and now - told >= 5:
+            told = now
+            waiting(now - started)
+        time.sleep(0.1)
+    return True
+
+
+def _alive(st: ServerStatus) -> bool:
+    """Whether the server of ``st`` still runs: its process is there and its
+    ``postmaster.pid`` (removed as it exits) too."""
+    if st.pid is None or not (st.pgdata / "postmaster.pid").exists():
+        return False
+    try:
+        os.kill(st.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it runs, as another user
+        return True
     return True

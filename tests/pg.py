@@ -152,3 +152,29 @@ def open_engine(backend: str, data_dir: Path, **overrides: Any) -> Any:
     if backend == "postgres":
         overrides = {"db": database(), "pg_partitions": (4, 4, 4), **overrides}
     return memd.open(data_dir, embedder="fake", **overrides)
+
+
+def kill_when(proc: Any, dsn: str, query: str, params: tuple[Any, ...] = (),
+              timeout: float = 120.0) -> None:
+    """SIGKILL the process ``proc`` (a ``subprocess.Popen``) as soon as ``query`` on
+    ``dsn`` returns a row with a true first value (a table it reads that does not exist
+    yet counts as no row); waits for the process to end."""
+    import contextlib
+    import signal
+    import time
+
+    import psycopg
+
+    try:
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while time.monotonic() < deadline and proc.poll() is None:
+                with contextlib.suppress(psycopg.errors.UndefinedTable):
+                    row = conn.execute(query, params).fetchone()
+                    if row and row[0]:
+                        proc.send_signal(signal.SIGKILL)
+                        break
+                time.sleep(0.005)
+    finally:
+        proc.kill()
+        proc.wait()

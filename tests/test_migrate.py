@@ -8,14 +8,12 @@ into a fresh database of the session's embedded PostgreSQL.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -295,20 +293,7 @@ def test_killed_run_resumes(small_db: Path) -> None:
          "--partitions", "4,4,4", "--batch-size", "20"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
-    copied = 0
-    try:
-        deadline = time.monotonic() + 60
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            while time.monotonic() < deadline and proc.poll() is None:
-                with contextlib.suppress(psycopg.errors.UndefinedTable):
-                    copied = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
-                if copied:
-                    proc.send_signal(signal.SIGKILL)
-                    break
-                time.sleep(0.005)
-    finally:
-        proc.kill()
-        proc.wait()
+    pg.kill_when(proc, dsn, "SELECT count(*) FROM messages", timeout=60)
     assert proc.returncode == -signal.SIGKILL
     with psycopg.connect(dsn, autocommit=True) as conn:
         copied = conn.execute("SELECT count(*) FROM messages").fetchone()[0]

@@ -89,9 +89,9 @@ class Lifecycle(Protocol):
     def schema_version(self) -> int: ...
 
     def unfinished_copy(self) -> list[str]:
-        """The tables a ``memd migrate`` into this database has not finished copying (their
-        vector indexes, dropped for the bulk copy, are not built again yet); empty when
-        there is none."""
+        """The tables a ``memd migrate`` into this database has not finished copying (the
+        run's record of a copy under way is still there, or their vector indexes, dropped
+        for the bulk copy, are not built again yet); empty when there is none."""
         ...
 
     def check_row_security(self) -> None:

@@ -23,11 +23,14 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from memd.errors import InvalidInput, MemdError, NotFound
+
+if TYPE_CHECKING:
+    from memd.migrate.run import Advance
 
 F = TypeVar("F", bound=Callable[..., Any])
 KEY_ENV = "MEMD_API_KEY"  # the key the CLI acts with (find_daemon sends it)
@@ -177,11 +180,15 @@ def _settings_named(ctx: click.Context) -> tuple[Any, bool]:
 
 
 @contextmanager
-def progressbar(label: str, total: int) -> Iterator[Callable[[int], None]]:
-    """A progress bar on stderr (stdout stays clean for --json)."""
+def progressbar(label: str, total: int) -> Iterator[Advance]:
+    """A progress bar on stderr (stdout stays clean for --json): rows done of ``total``,
+    and beside it what is being done (a table), when the caller names it."""
     with click.progressbar(length=max(total, 1), label=f"{label:<10}", file=sys.stderr,
-                           show_pos=True) as bar:
-        yield bar.update
+                           show_pos=True, item_show_func=lambda item: item) as bar:
+        def advance(n: int, item: str | None = None) -> None:
+            bar.update(n, item)
+
+        yield advance
 
 
 # The commands, registered on ``main`` by importing their modules.

@@ -36,7 +36,9 @@ def migrate(ctx: click.Context, target: str, source: Path | None, batch_size: in
     """Copy a SQLite data dir into PostgreSQL (team mode): every session, message,
     memory, fact, job and cache row, with ids, timestamps and embeddings, in batched
     COPYs. Safe to rerun: a killed run resumes, a finished one copies nothing. Ends with
-    per-table row counts and content checksums of both sides."""
+    per-table row counts and content checksums of both sides. A database a daemon has
+    already opened keeps its own scheduler jobs. Until a run is verified, `memd serve`
+    refuses the target (a killed run's too, however little it copied)."""
     from memd.extras import require
     from memd.migrate import migrate as run_migration
 
@@ -70,6 +72,10 @@ def migrate(ctx: click.Context, target: str, source: Path | None, batch_size: in
             mark = "" if t.matches else "  MISMATCH"
             click.echo(f"{t.table:<18}{t.source_rows:>9}{t.target_rows:>9}{t.copied:>9}  "
                        f"{t.source_checksum[:16]:<18}{t.target_checksum[:16]:<18}{mark}")
+        kept = sum(t.kept for t in result.tables)
+        if kept:
+            click.echo(f"kept the target's own {kept} scheduler job(s) (a daemon that served "
+                       "it made them) instead of the source's")
         if result.absent:
             click.echo(f"not in the source: {', '.join(result.absent)}")
         total = sum(t.source_rows for t in result.tables)
@@ -119,10 +125,16 @@ def postgres_start(ctx: click.Context, port: int | None) -> None:
 @click.pass_context
 @handles_errors
 def postgres_stop(ctx: click.Context) -> None:
-    """Stop the local PostgreSQL (its data stays in DATA_DIR/postgres)."""
+    """Stop the local PostgreSQL (its data stays in DATA_DIR/postgres), and wait until
+    it has exited: its shutdown checkpoint may take a while after a large schema was
+    made. A daemon still connected to it is not waited for: it answers 503 meanwhile."""
     from memd import pgserver
 
-    stopped = pgserver.stop(settings_for(ctx).data_dir)
+    def waiting(seconds: float) -> None:
+        click.echo(f"waiting for PostgreSQL to finish its shutdown checkpoint "
+                   f"({seconds:.0f} s)", err=True)
+
+    stopped = pgserver.stop(settings_for(ctx).data_dir, waiting=waiting)
     click.echo("PostgreSQL stopped" if stopped else "PostgreSQL was not running")
 
 

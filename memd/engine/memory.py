@@ -377,13 +377,13 @@ class Memd(SessionsMixin, ErasureMixin, ForgetMixin):
 
     def check_servable(self) -> None:
         """Raise unless the store is whole: a database whose ``memd migrate`` did not
-        finish lacks its vector indexes, and search would find nothing."""
+        finish lacks rows, or the vector indexes without which search finds nothing."""
         tables = self.store.unfinished_copy()
         if tables:
             raise StorageError(
-                f"memd migrate into this database did not finish (the vector indexes of "
-                f"{', '.join(tables)} are not built yet, so search would find nothing): run "
-                "the same memd migrate again to finish it")
+                f"memd migrate into this database did not finish ({', '.join(tables)} may "
+                "lack rows, or the vector indexes without which search finds nothing): "
+                "run the same memd migrate again to finish it")
 
     def pending_jobs(self) -> int:
         return self.store.pending_jobs()

@@ -20,8 +20,12 @@ before copying, or the rows would sit in the DEFAULT partitions.
 
 How a run goes, and why it can be killed and rerun:
 
-1. schema: :class:`PostgresStore` creates or migrates the target schema as ``memd serve``
-   would, then the history's month partitions are made.
+1. schema: first the target records a copy under way (``schema_meta``'s
+   ``migrate.copying``, deleted once the copy is verified; ``memd serve`` refuses a
+   target that has it, so a run killed even before its first row leaves no database that
+   looks whole), then :class:`PostgresStore` creates or migrates the target schema as
+   ``memd serve`` would (for a new database most of a small copy's time: the production
+   layout's thousands of partitions), then the history's month partitions are made.
 2. plan: one pass over each source table digests every row (sha256 of its canonical form,
    below); the target rows with the same keys are read (the keys go into a temp table and
    are joined) and digested the same way. A key whose target row differs is a conflict:
@@ -35,7 +39,10 @@ How a run goes, and why it can be killed and rerun:
    says so. (Preferred to a staging table with ON CONFLICT DO NOTHING: the plan reads the
    target anyway, to catch conflicts before writing, and COPY straight into the table is
    faster. A concurrent writer of the same keys fails its batch with a unique violation,
-   reported as a conflict.) Copying into an empty table with a small partition tree drops
+   reported as a conflict.) A table's rows under its ``own_prefix`` (the scheduler's
+   recurring jobs) are the target's own where it has them, made by a daemon that served
+   it: those are kept, neither compared nor copied, and the report counts them.
+   Copying into an empty table with a small partition tree drops
    its vector indexes first and builds them after the last batch (HNSW builds much faster
    in bulk); their definitions wait in schema_meta, so a killed run's rerun rebuilds them.
 4. verify: per table, the row counts and a checksum of each side: sha256 over the sorted

@@ -12,22 +12,40 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from memd.errors import Conflict, InvalidInput, MigrationError, StorageError
 from memd.migrate.canon import _canon_source, _Column, _columns, _row_digest, _to_pg, checksum
 from memd.migrate.source import _Source
 from memd.migrate.tables import TABLES, Table
-from memd.migrate.target import _Target, _translate
+from memd.migrate.target import _Target, _translate, mark_copying
 from memd.privacy.urls import redact_dsn
 
-Progress = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
-"""``progress(label, total)`` opens a bar; the callable it yields advances it by n."""
+
+class Advance(Protocol):
+    """Moves a progress bar ``n`` rows on; ``item`` names what is being done (the
+    table), shown beside the bar."""
+
+    def __call__(self, n: int, item: str | None = None) -> None: ...
+
+
+Progress = Callable[[str, int], AbstractContextManager[Advance]]
+"""``progress(label, total)`` opens a bar of ``total`` rows and yields its Advance."""
+
+
+def _ignore(n: int, item: str | None = None) -> None:
+    pass
 
 
 @contextmanager
-def _no_progress(label: str, total: int) -> Iterator[Callable[[int], None]]:
-    yield lambda n: None
+def _no_progress(label: str, total: int) -> Iterator[Advance]:
+    yield _ignore
+
+
+def _on(advance: Advance, table: str) -> Callable[[int], None]:
+    """``advance`` with ``table`` named beside the bar."""
+    advance(0, table)
+    return lambda n: advance(n, table)
 
 
 @dataclass(frozen=True)
@@ -41,6 +59,8 @@ class TableResult:
     copied: int
     source_checksum: str
     target_checksum: str
+
+    kept: int = 0  # the target's own rows (Table.own_prefix) kept in place of the source's
 
     @property
     def matches(self) -> bool:
@@ -73,7 +93,8 @@ class Result:
             "partitions_made": self.partitions_made, "absent_in_source": self.absent,
             "phases": {k: round(v, 3) for k, v in self.phases.items()},
             "tables": {t.table: {"source_rows": t.source_rows, "target_rows": t.target_rows,
-                                 "copied": t.copied, "source_checksum": t.source_checksum,
+                                 "copied": t.copied, "kept_target_own": t.kept,
+                                 "source_checksum": t.source_checksum,
                                  "target_checksum": t.target_checksum}
                        for t in self.tables},
         }
@@ -92,6 +113,17 @@ class _Plan:
 
     def conflicts(self) -> list[tuple[Any, ...]]:
         return [k for k, d in self.target.items() if d != [self.source[k]]]
+
+    def keep_own(self) -> int:
+        """Leave out the source's rows that the target holds as its own (those under
+        ``own_prefix``): neither copied nor compared. Returns how many."""
+        prefix = self.spec.own_prefix
+        if prefix is None:
+            return 0
+        own = [k for k in self.target if str(k[0]).startswith(prefix)]
+        for k in own:
+            del self.source[k], self.target[k]
+        return len(own)
 
 
 def _digest_source(src: _Source, spec: Table, cols: list[_Column],
@@ -138,7 +170,13 @@ def migrate(
     try:
         from memd.backends.postgres import PostgresStore
 
-        store = PostgresStore(dsn, dim=src.dim, partitions=partitions, pool_size=1)
+        marked = mark_copying(dsn, [t.name for t in tables if t.origin in src.tables])
+        # Making a new database's partition layout is most of a small copy's time (a
+        # minute or more for the production layout): the bar says what it waits for.
+        with progress("schema", 1) as advance:
+            advance(0, "tables and partitions")
+            store = PostgresStore(dsn, dim=src.dim, partitions=partitions, pool_size=1)
+            advance(1, store.database)
         made = 0
         try:
             for spec in tables:
@@ -153,7 +191,9 @@ def migrate(
             raise StorageError(f"cannot connect to {where}: {exc}") from exc
         try:
             phases["schema"] = time.perf_counter() - started
-            results = _run(src, tgt, tables, batch_size, progress, phases)
+            results = _run(src, tgt, tables, batch_size, progress, phases, marked)
+            if all(r.matches for r in results):
+                tgt.unmark()
         except psycopg.Error as exc:
             raise _translate(exc, f"migrating into {where}") from exc
         except apsw.Error as exc:
@@ -168,7 +208,9 @@ def migrate(
 
 
 def _run(src: _Source, tgt: _Target, tables: Sequence[Table], batch_size: int,
-         progress: Progress, phases: dict[str, float]) -> list[TableResult]:
+         progress: Progress, phases: dict[str, float], marked: bool) -> list[TableResult]:
+    """Plan, copy and verify; ``marked``: this run made the target's record of a copy
+    under way (:func:`mark_copying`), which a refused plan leaves as it found it."""
     import psycopg
 
     clock = time.perf_counter()
@@ -181,11 +223,14 @@ def _run(src: _Source, tgt: _Target, tables: Sequence[Table], batch_size: int,
             if not target_cols:
                 raise MigrationError(f"the target has no table {spec.name}")
             cols = _columns(spec, src.columns(spec.origin), target_cols)
-            digests = _digest_source(src, spec, cols, advance)
+            digests = _digest_source(src, spec, cols, _on(advance, spec.name))
             plans.append(_Plan(spec, cols, digests,
                                tgt.digests(spec, cols, list(digests), _ignore)))
+    kept = {p.spec.name: p.keep_own() for p in plans}
     conflicts = [(p.spec.name, k) for p in plans for k in p.conflicts()]
     if conflicts:
+        if marked:  # nothing was written: the target is as it was
+            tgt.unmark()
         shown = "; ".join(f"{t} {dict(zip(_spec(tables, t).key, k, strict=True))}"
                           for t, k in conflicts[:3])
         raise Conflict(
@@ -207,7 +252,8 @@ def _run(src: _Source, tgt: _Target, tables: Sequence[Table], batch_size: int,
                 tgt.rebuild_indexes(deferred)
                 continue
             try:
-                copied[p.spec.name] = _copy_table(src, tgt, p, todo, batch_size, advance)
+                copied[p.spec.name] = _copy_table(src, tgt, p, todo, batch_size,
+                                                  _on(advance, p.spec.name))
             except Exception:
                 # Leave the target searchable; if even that fails, a rerun rebuilds them.
                 with contextlib.suppress(psycopg.Error):
@@ -220,12 +266,12 @@ def _run(src: _Source, tgt: _Target, tables: Sequence[Table], batch_size: int,
     recheck = [p for p in plans if copied[p.spec.name]]
     with progress("verifying", sum(len(p.source) for p in recheck)) as advance:
         for p in plans:
-            after = (tgt.digests(p.spec, p.cols, list(p.source), advance)
+            after = (tgt.digests(p.spec, p.cols, list(p.source), _on(advance, p.spec.name))
                      if copied[p.spec.name] else p.target)
             target_digests = [d for ds in after.values() for d in ds]
             results.append(TableResult(
                 p.spec.name, len(p.source), len(target_digests), copied[p.spec.name],
-                checksum(p.source.values()), checksum(target_digests),
+                checksum(p.source.values()), checksum(target_digests), kept[p.spec.name],
             ))
     phases["verifying"] = time.perf_counter() - clock
     return results
@@ -263,9 +309,6 @@ def _copy_table(src: _Source, tgt: _Target, p: _Plan, todo: set[tuple[Any, ...]]
         flush(user)
     return copied
 
-
-def _ignore(n: int) -> None:
-    pass
 
 
 def _spec(tables: Sequence[Table], name: str) -> Table:

@@ -31,6 +31,9 @@ class Table:
     monthly: str | None = None  # history partitioned by the month of this column
     source: str | None = None  # the source table, when it is not ``name``: the target
     # table is a projection of it (its other columns belong to other targets)
+    # rows whose first key starts with this are the database's own once it has them (a
+    # daemon that served the target made them): the target's are kept, not compared
+    own_prefix: str | None = None
 
     @property
     def origin(self) -> str:
@@ -61,6 +64,8 @@ TABLES: tuple[Table, ...] = (
     Table("memory_entities", ("user_id", "entity", "memory_id")),
     Table("usage_log", ("user_id", "usage_id")),
     Table("calls", ("call_id",)),
-    Table("jobs", ("job_id",)),
+    # The scheduler's recurring jobs (memd.engine.schedule) are a daemon's bookkeeping of
+    # its own database: a target that a daemon served keeps its own, with their times.
+    Table("jobs", ("job_id",), own_prefix="schedule-"),
     Table("embedding_cache", ("model", "content_hash")),
 )

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from memd.backends.common.migrations import DEFERRED_INDEX_KEY
+from memd.backends.common.migrations import COPYING_KEY, DEFERRED_INDEX_KEY
 from memd.errors import Conflict, MemdError, MigrationError, StorageError
 from memd.migrate.canon import _canon_target, _Column, _row_digest
 from memd.migrate.tables import Table
@@ -25,6 +25,25 @@ if TYPE_CHECKING:
 _DEFERRED_AMS = ("hnsw", "ivfflat")
 _DEFERRED_KEY = DEFERRED_INDEX_KEY
 _DEFER_MAX_RELATIONS = 2000  # tables and indexes of a partition tree
+
+
+def mark_copying(dsn: str, tables: Sequence[str]) -> bool:
+    """Record in the target, before anything else is written to it (its schema
+    included), that a copy of ``tables`` into it is under way, so that ``memd serve``
+    refuses a target a killed run left, however little it holds. Returns whether this
+    run made the record (a killed run's stays as it was)."""
+    import psycopg
+
+    from memd.backends.postgres.schema import SCHEMA_META
+
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(SCHEMA_META)
+            cur = conn.execute("INSERT INTO schema_meta (key, value) VALUES (%s, %s) "
+                               "ON CONFLICT (key) DO NOTHING", (COPYING_KEY, ",".join(tables)))
+            return cur.rowcount == 1
+    except psycopg.Error as exc:
+        raise StorageError(f"cannot open the PostgreSQL store: {exc}") from exc
 
 
 class _Target:
@@ -98,6 +117,12 @@ class _Target:
                     if n % 1000 == 0:
                         advance(1000)
                 advance(n % 1000)
+
+    def unmark(self) -> None:
+        """The copy is whole (or this run wrote nothing): forget :func:`mark_copying`'s
+        record."""
+        self.conn.execute("DELETE FROM schema_meta WHERE key = %s", (COPYING_KEY,))
+        self.conn.commit()
 
     def deferred(self, table: str) -> dict[str, str]:
         """Vector indexes of ``table`` an earlier run dropped and has not rebuilt yet."""

@@ -19,7 +19,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -33,17 +33,10 @@ import memd
 from memd.config import Settings
 from memd.engine.memory import Memd
 from memd.engine.validate import ID_PATTERN, MAX_DEPTH, check_id, clean_chars
-from memd.errors import (
-    Conflict,
-    Forbidden,
-    InvalidInput,
-    MemdError,
-    NotFound,
-    StorageError,
-    StoreUnavailable,
-    TooLarge,
-    Unauthorized,
-)
+from memd.errors import InvalidInput, MemdError
+from memd.server.failures import RETRY_AFTER_SECONDS, reply_for
+from memd.server.failures import public_message as public_message  # callers import it here
+from memd.server.health import StoreHealth
 from memd.server.security import (
     OPEN_PATHS,
     PARSED_BODY,
@@ -68,56 +61,9 @@ log = logging.getLogger("memd.server")
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 
-def status_for(exc: MemdError) -> int:
-    if isinstance(exc, TooLarge):
-        return 413
-    if isinstance(exc, InvalidInput):
-        return 400
-    if isinstance(exc, NotFound):
-        return 404
-    if isinstance(exc, Conflict):
-        return 409
-    if isinstance(exc, Unauthorized):
-        return 401
-    if isinstance(exc, Forbidden):
-        return 403
-    if isinstance(exc, StoreUnavailable):
-        return 503
-    return 500
-
-
-RETRY_AFTER_SECONDS = 5  # what a 503 for a store out of reach tells a client to wait
-
-
-# What a client is told instead of a driver's own words (SQL, constraint and table
-# names), which stay in the daemon's log.
-_DRIVER_WORDS: tuple[tuple[type[MemdError], str], ...] = (
-    (Conflict, "this write conflicts with stored data: an id in it is already in use"),
-    (InvalidInput, "the store cannot hold a value in this request"),
-    (StoreUnavailable, "the store cannot be reached for now; try again shortly"),
-    (StorageError, "the store failed; the daemon's log has the details"),
-)
-
-
 # How pydantic names the branch of a union in an error's location, e.g.
 # "function-before[_integral(), int]" or "literal['L0','L1']": noise to a client.
 _UNION_BRANCH = re.compile(r"[a-z-]+\[.*\]", re.DOTALL)
-
-
-_DRIVERS = frozenset({"apsw", "psycopg", "psycopg_pool", "sqlite3"})
-
-
-def public_message(exc: MemdError) -> str:
-    """``exc``'s message for a client: a message that quotes the database driver error
-    it was translated from is replaced by a plain one."""
-    message = str(exc)
-    cause = exc.__cause__
-    driver = type(cause).__module__.partition(".")[0] in _DRIVERS
-    if cause is None or not driver or str(cause) not in message:
-        return clean_chars(message)
-    log.warning("%s (told the client less)", message)
-    return next((text for kind, text in _DRIVER_WORDS if isinstance(exc, kind)),
-                "the request failed")
 
 
 _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
@@ -227,9 +173,11 @@ class JobWorker:
     every ``tick`` seconds (from the start) lets the scheduler queue the sweeps that are
     due (memd.engine.schedule)."""
 
-    def __init__(self, engine: Memd, interval: float, tick: float | None = None) -> None:
+    def __init__(self, engine: Memd, interval: float, tick: float | None = None,
+                 on_error: Callable[[MemdError], None] | None = None) -> None:
         self.engine = engine
         self.interval = interval
+        self.on_error = on_error  # told when the store fails it (e.g. out of reach)
         self.tick = engine.settings.maintenance.tick if tick is None else tick
         self._next_tick = 0.0  # monotonic
         self._stop = threading.Event()
@@ -251,6 +199,8 @@ class JobWorker:
                 ran = self.engine.run_jobs(limit=256)
             except MemdError as exc:  # the store is unavailable: log, back off, retry
                 log.warning("job worker: %s", exc)
+                if self.on_error is not None:
+                    self.on_error(exc)
                 ran = 0
             # A job's own failure is recorded with the job (JobRunner.run_due); anything
             # else is a bug outside the handlers, which must not end the thread: the
@@ -345,7 +295,9 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
     from memd.server import anthropic, api, proxy, responses, status
 
     settings = settings or engine.settings
-    worker = JobWorker(engine, settings.job_interval) if run_jobs else None
+    store_health = StoreHealth(engine.pending_jobs)
+    worker = (JobWorker(engine, settings.job_interval, on_error=store_health.saw)
+              if run_jobs else None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -374,15 +326,9 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
 
     @app.exception_handler(MemdError)
     async def memd_error(_: Request, exc: MemdError) -> JSONResponse:
-        status = status_for(exc)
-        headers = {}
-        if status == 503:
-            log.warning("the store is out of reach: %s", exc)
-            headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-        elif status >= 500:
-            log.error("internal error: %s", exc)
-        return JSONResponse(error_body(exc.type, public_message(exc)), status_code=status,
-                            headers=headers)
+        store_health.saw(exc)
+        status, body, headers = reply_for(exc)
+        return JSONResponse(body, status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -411,13 +357,9 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
 
     @app.get("/health")
     def health() -> JSONResponse:
-        """The daemon's state; 503 while the store is out of reach."""
-        pending: int | None = None
-        try:
-            pending = engine.pending_jobs()
-        except StorageError as exc:
-            log.warning("health: the store is out of reach: %s", exc)
-        reachable = pending is not None
+        """The daemon's state; 503 while the store is out of reach (the last known
+        state when the store is slow to answer: memd.server.health)."""
+        reachable, pending = store_health.state()
         headers = {} if reachable else {"Retry-After": str(RETRY_AFTER_SECONDS)}
         body: dict[str, Any] = {"status": "ok" if reachable else "degraded",
                                 "version": memd.__version__,
@@ -443,7 +385,7 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
     _complete_schema(app, engine)
     if settings.auth:
         engine.accounts.check_row_security()  # PostgreSQL: no users served without RLS
-        app.add_middleware(Authenticate, engine=engine)
+        app.add_middleware(Authenticate, engine=engine, on_error=store_health.saw)
     app.add_middleware(  # added last: runs first
         Guard, allowed_hosts=LOOPBACK_HOSTS | frozenset(h.lower() for h in settings.allowed_hosts),
         max_body=settings.max_body_bytes,

@@ -30,7 +30,8 @@ import orjson
 
 from memd.auth import acting_as
 from memd.engine.memory import Memd
-from memd.errors import InvalidInput
+from memd.errors import InvalidInput, MemdError
+from memd.server.failures import error_body, reply_for
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -147,11 +148,6 @@ def brackets_deeper(body: bytes, limit: int) -> bool:
     return False
 
 
-def error_body(kind: str, message: str, **extra: Any) -> dict[str, Any]:
-    """memd's error shape: ``{"error": {"type": ..., "message": ...}}``."""
-    return {"error": {"type": kind, "message": message, **extra}}
-
-
 def scope_headers(scope: Scope) -> dict[str, str]:
     """An ASGI request's headers, names lower-cased."""
     return {k.decode("latin-1").lower(): v.decode("latin-1")
@@ -161,7 +157,13 @@ def scope_headers(scope: Scope) -> dict[str, str]:
 async def send_error(send: Send, status: int, kind: str, message: str,
                      *headers: tuple[bytes, bytes]) -> None:
     """Answer from a middleware, before the app: memd's error body."""
-    body = json.dumps(error_body(kind, message)).encode()
+    await send_json(send, status, error_body(kind, message), *headers)
+
+
+async def send_json(send: Send, status: int, value: Any,
+                    *headers: tuple[bytes, bytes]) -> None:
+    """Answer from a middleware, before the app: ``value`` as JSON."""
+    body = json.dumps(value).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode()), *headers]})
@@ -218,9 +220,11 @@ class Authenticate:
     """Pure ASGI middleware: 401 without a live key; otherwise the request acts as the
     key's user (``scope["state"]["memd_user"]`` and the :mod:`memd.auth` context)."""
 
-    def __init__(self, app: ASGIApp, engine: Memd) -> None:
+    def __init__(self, app: ASGIApp, engine: Memd,
+                 on_error: Callable[[MemdError], None] | None = None) -> None:
         self.app = app
         self.engine = engine
+        self.on_error = on_error  # told of a failed key check (the store out of reach)
 
     @staticmethod
     async def _deny(send: Send, message: str) -> None:
@@ -237,7 +241,15 @@ class Authenticate:
                                    "Bearer memd_...' (an administrator creates one with "
                                    "'memd key create --user NAME')")
             return
-        user = await anyio.to_thread.run_sync(self.engine.accounts.user_of_key, key)
+        try:
+            user = await anyio.to_thread.run_sync(self.engine.accounts.user_of_key, key)
+        except MemdError as exc:  # e.g. the store is out of reach: a JSON 503, as in a route
+            if self.on_error is not None:
+                self.on_error(exc)
+            status, body, headers = reply_for(exc)
+            await send_json(send, status, body,
+                            *((k.lower().encode(), v.encode()) for k, v in headers.items()))
+            return
         if user is None:
             await self._deny(send, "invalid or revoked API key")
             return

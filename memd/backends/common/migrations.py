@@ -15,6 +15,12 @@ from memd.errors import MigrationError
 # schema_meta keys of the vector indexes a ``memd migrate`` run dropped to copy in bulk and
 # has not built again yet: while one is there, the copy is unfinished.
 DEFERRED_INDEX_KEY = "migrate.deferred_index."
+# schema_meta key a ``memd migrate`` run writes before anything else (its value: the
+# tables it copies, comma-separated) and deletes once the copy is verified: a target a
+# killed run left, even one it had made no row in yet, is not served as if it were whole.
+COPYING_KEY = "migrate.copying"
+# every key of an unfinished copy starts with this
+UNFINISHED_PREFIX = "migrate."
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,11 @@ from memd.backends.common.columns import (
     marks,
 )
 from memd.backends.common.erase import ErasureMixin
-from memd.backends.common.migrations import DEFERRED_INDEX_KEY
+from memd.backends.common.migrations import (
+    COPYING_KEY,
+    DEFERRED_INDEX_KEY,
+    UNFINISHED_PREFIX,
+)
 from memd.backends.common.queries import calls_query
 from memd.backends.common.rows import RowMappers
 from memd.errors import NotFound
@@ -99,9 +103,15 @@ class PortableStore(ErasureMixin):
         return int(self._rows("SELECT coalesce(max(version), 0) FROM schema_migrations")[0][0])
 
     def unfinished_copy(self) -> list[str]:
-        rows = self._rows(self._sql("SELECT key FROM schema_meta WHERE key LIKE ?"),
-                          (DEFERRED_INDEX_KEY + "%",))
-        return sorted({str(r[0])[len(DEFERRED_INDEX_KEY):].split(".")[0] for r in rows})
+        rows = self._rows(self._sql("SELECT key, value FROM schema_meta WHERE key LIKE ?"),
+                          (UNFINISHED_PREFIX + "%",))
+        tables: set[str] = set()
+        for key, value in rows:
+            if key == COPYING_KEY:
+                tables.update(t for t in str(value or "").split(",") if t)
+            elif str(key).startswith(DEFERRED_INDEX_KEY):
+                tables.add(str(key)[len(DEFERRED_INDEX_KEY):].split(".")[0])
+        return sorted(tables)
 
     # -- sessions --------------------------------------------------------------------
     def create_session(self, session: Session) -> Session:

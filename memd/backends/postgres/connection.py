@@ -15,6 +15,7 @@ anything else -> StorageError.
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -86,14 +87,20 @@ class PostgresConnection(PortableStore, AccountsMixin):
 
     def __init__(
         self, dsn: str, dim: int = 384, partitions: tuple[int, int, int] = (256, 256, 512),
-        *, pool_size: int = 8, side_pool_size: int = 4,
+        *, pool_size: int = 8, side_pool_size: int = 4, connect_timeout: float = 2.0,
     ) -> None:
         self.dim = dim
         self.partitions = partitions
         self._local = threading.local()
         self._history_month = (0, 0)
+        # A database out of reach must cost a request seconds, not the pool's default
+        # half minute: libpq's connect_timeout bounds each attempt to connect (whole
+        # seconds, at least 2), the pools' timeout the wait for a connection.
+        self.connect_timeout = connect_timeout
+        libpq_timeout = max(2, math.ceil(connect_timeout))
+        connect: dict[str, Any] = {"autocommit": True, "connect_timeout": libpq_timeout}
         try:
-            with psycopg.connect(dsn) as conn:
+            with psycopg.connect(dsn, connect_timeout=libpq_timeout) as conn:
                 self.database = str(conn.info.dbname)
                 self.partitions = migrate(conn, dim, partitions, f"database {self.database!r}")
                 now = time.time()
@@ -106,7 +113,7 @@ class PostgresConnection(PortableStore, AccountsMixin):
         # write block opens its transaction explicitly (conn.transaction()).
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             dsn, min_size=1, max_size=pool_size, configure=self._configure, open=False,
-            name="memd", kwargs={"autocommit": True},
+            name="memd", kwargs=connect, timeout=connect_timeout,
         )
         # The engine's worker threads (side_reads) read from a pool of their own: a
         # request thread may hold a connection of the main pool (a read batch) while it
@@ -114,14 +121,14 @@ class PostgresConnection(PortableStore, AccountsMixin):
         # once every request thread holds one.
         self._side_pool: ConnectionPool[Conn] = ConnectionPool(
             dsn, min_size=1, max_size=side_pool_size, configure=self._configure,
-            open=False, name="memd-side", kwargs={"autocommit": True},
+            open=False, name="memd-side", kwargs=connect, timeout=connect_timeout,
         )
         # Statements over one user's own partitions (Tables.own), prepared on first use
         # and run with their generic plan: no planning per call.
         self._own_pool: ConnectionPool[Conn] = ConnectionPool(
             dsn, min_size=min(2, side_pool_size), max_size=pool_size + side_pool_size,
-            configure=self._configure_own,
-            open=False, name="memd-own", kwargs={"autocommit": True},
+            configure=self._configure_own, open=False, name="memd-own", kwargs=connect,
+            timeout=connect_timeout,
         )
         # The memory candidates' keyword channel over a user's own partitions, outside
         # row-level security, runs here (_side_rows) while the request's thread runs the

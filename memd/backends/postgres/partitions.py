@@ -75,12 +75,12 @@ class PostgresPartitions(PostgresConnection):
 
     def __init__(
         self, dsn: str, dim: int = 384, partitions: tuple[int, int, int] = (256, 256, 512),
-        *, pool_size: int = 8, side_pool_size: int = 4,
+        *, pool_size: int = 8, side_pool_size: int = 4, connect_timeout: float = 2.0,
     ) -> None:
         self._own: dict[str, Tables] = {}  # user id -> its partitions
         self._sole_owners: dict[str, tuple[bool, float]] = {}  # user id -> (sole, until)
         super().__init__(dsn, dim, partitions, pool_size=pool_size,
-                         side_pool_size=side_pool_size)
+                         side_pool_size=side_pool_size, connect_timeout=connect_timeout)
 
     def _tables(self, user_id: str, *, under_rls: bool = False) -> Tables:
         """Where to read ``user_id``'s rows: their own partitions when no row-level

@@ -26,6 +26,11 @@ def month(ts: float) -> tuple[int, int]:
     return t.tm_year, t.tm_mon
 
 
+# The database's own facts (dimension, partition counts, an unfinished copy's records):
+# made before any migration, so that ``memd migrate`` can mark a target first thing.
+SCHEMA_META = "CREATE TABLE IF NOT EXISTS schema_meta (key text PRIMARY KEY, value text)"
+
+
 def migrate(conn: Conn, dim: int, partitions: tuple[int, int, int], where: str
             ) -> tuple[int, int, int]:
     """Apply the migrations ``where`` (a database, as errors name it) lacks, then make
@@ -40,9 +45,7 @@ def migrate(conn: Conn, dim: int, partitions: tuple[int, int, int], where: str
                 "name text NOT NULL, applied_at double precision NOT NULL "
                 "DEFAULT extract(epoch FROM clock_timestamp()))"
             )
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_meta (key text PRIMARY KEY, value text)"
-            )
+            conn.execute(SCHEMA_META)
             meta: dict[str, str] = dict(
                 conn.execute("SELECT key, value FROM schema_meta").fetchall()
             )

@@ -31,7 +31,8 @@ class PostgresStore(PostgresUpkeep, PostgresMemories):
 
     @classmethod
     def from_settings(cls, settings: Settings, dim: int) -> PostgresStore:
-        return cls(settings.db, dim=dim, partitions=settings.pg_partitions)
+        return cls(settings.db, dim=dim, partitions=settings.pg_partitions,
+                   connect_timeout=settings.pg_connect_timeout)
 
     _json_text = "{column} ->> '{key}'"
     _memory_side_tables = ("memory_stats",)
