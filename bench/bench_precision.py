@@ -18,7 +18,7 @@ is built within ``--budget`` tokens (2,000) for the user's own question and for
   notes and style rules (a recalled message, a memory, a fact, a topic-bound
   instruction); and the same over the unrelated questions that are off topic for the
   user (``false_injection_off_topic``: the user's history holds no statement close to
-  one of the question's evidence statements, :func:`near_evidence`);
+  what answers the question, :func:`near_evidence`);
 - **line precision**: of the items injected for the users' own questions, the share that
   comes from an answering session (the sessions holding an evidence turn): a recalled
   message of one, or a memory or fact extracted from one;
@@ -47,6 +47,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 import memd
 import memd.config
@@ -234,18 +236,23 @@ def statements(texts: Iterable[str]) -> list[str]:
 def near_evidence(emb: RecordingEmbedder, own: Question, others: Sequence[Question]
                   ) -> list[bool]:
     """For each of ``others``, whether ``own``'s history holds a statement within
-    ``TOPICAL`` cosine of one of its evidence statements: the question is about this
-    user too (LongMemEval's filler sessions come from the same pool of personas, so
-    "How many times have I worn my Converse?" can be answered by another user's history).
-    Judged on the other question's evidence, which no retrieval rule sees."""
+    ``TOPICAL`` cosine of what answers it: of each of its evidence turns, the statement
+    closest to the question. LongMemEval's filler sessions come from one pool of
+    personas, so "How many times have I worn my Converse?" can be answered by another
+    user's history too. Judged on the other question's evidence, which no retrieval rule
+    sees."""
     mine = emb.embed(statements(t for _, t in own.user_turns()))
     out = []
     for q in others:
-        evidence = [t.content for s in q.sessions for i, t in enumerate(s.turns)
-                    if (s.id, i) in q.evidence_turns]
-        vecs = emb.embed(statements(evidence)) if evidence else None
-        out.append(vecs is not None and len(mine) > 0
-                   and float((vecs @ mine.T).max()) >= TOPICAL)
+        [qvec] = emb.embed([q.text])
+        answers = []
+        for s in q.sessions:
+            for i, t in enumerate(s.turns):
+                if (s.id, i) in q.evidence_turns:
+                    vecs = emb.embed(statements([t.content]))
+                    answers.append(vecs[int(np.argmax(vecs @ qvec))])
+        out.append(bool(answers) and len(mine) > 0
+                   and float((np.array(answers) @ mine.T).max()) >= TOPICAL)
     return out
 
 
