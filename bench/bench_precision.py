@@ -1,10 +1,10 @@
 """Memory precision: what the memory block holds, for the user's own question and for
 questions that have nothing to do with the user's history.
 
-    .venv/bin/python -m bench.bench_precision --users 12 --out bench/figures/precision.json
+    .venv/bin/python -m bench.bench_precision --out bench/figures/precision.json  # 40 users
     .venv/bin/python -m bench.bench_precision --quick    # 2 users, fake embedder (CI)
     .venv/bin/python -m bench.bench_precision --sweep    # the figures at other floors
-    .venv/bin/python -m bench.bench_precision --offset 7 # another 12 questions
+    .venv/bin/python -m bench.bench_precision --offset 5 # another 40 questions
 
 On LongMemEval_S (``--data`` or ``$MEMD_BENCH_LONGMEMEVAL``), ``--users`` questions spread
 over the file are ``--users`` users: each one's haystack is ingested through the engine,
@@ -16,7 +16,9 @@ is built within ``--budget`` tokens (2,000) for the user's own question and for
 
 - **false injection**: the share of unrelated questions whose block holds anything but
   notes and style rules (a recalled message, a memory, a fact, a topic-bound
-  instruction);
+  instruction); and the same over the unrelated questions that are off topic for the
+  user (``false_injection_off_topic``: the user's history holds no statement close to
+  what answers the question, :func:`near_evidence`);
 - **line precision**: of the items injected for the users' own questions, the share that
   comes from an answering session (the sessions holding an evidence turn): a recalled
   message of one, or a memory or fact extracted from one;
@@ -46,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import memd
 import memd.config
 from bench.longmemeval import (
@@ -63,12 +67,18 @@ from bench.longmemeval import (
 from bench.output import emit
 from memd.engine.compile import NOTE_KIND, RECALL_KIND, STYLE_RULE, Candidate
 from memd.engine.inject import build
+from memd.engine.passages import passages
 from memd.engine.recall import neighbour
 from memd.engine.relevance import content_words, related
 from memd.engine.templates import user_words
 from memd.types import MemoryFilter
 
 BUDGET = 2000
+#: The number of users (questions) of a run: 12 questions make 0.083 of injected recall
+#: each, and their false injection moved from 0.10 to 0.21 with the next 12 of the file.
+USERS = 40
+#: The cosine of two statements that say nearly the same thing (:func:`near_evidence`).
+TOPICAL = 0.7
 FLOORS = (0.2, 0.25, 0.3, 0.35, 0.4)  # --sweep's grid: the floor, with shared words
 SURE = (0.4, 0.45, 0.5, 0.55, 0.6, 1.0)  # and the cosine that is enough alone
 _USER_PART = re.compile(r"User: (.*?)(?:\nAssistant \(earlier reply\): |$)", re.DOTALL)
@@ -213,12 +223,43 @@ class User:
     unrelated: list[Pool]
     memories: int
     junk: list[str]
+    #: per unrelated question: whether this user's history says nearly what answers it
+    topical: list[bool] = field(default_factory=list)
+
+
+def statements(texts: Iterable[str]) -> list[str]:
+    """What ``texts`` state, as memd embeds it: each text's passages, or the text itself
+    when it is one passage."""
+    return [p for t in texts for p in (passages(t) or [t])]
+
+
+def near_evidence(emb: RecordingEmbedder, own: Question, others: Sequence[Question]
+                  ) -> list[bool]:
+    """For each of ``others``, whether ``own``'s history holds a statement within
+    ``TOPICAL`` cosine of what answers it: of each of its evidence turns, the statement
+    closest to the question. LongMemEval's filler sessions come from one pool of
+    personas, so "How many times have I worn my Converse?" can be answered by another
+    user's history too. Judged on the other question's evidence, which no retrieval rule
+    sees."""
+    mine = emb.embed(statements(t for _, t in own.user_turns()))
+    out = []
+    for q in others:
+        [qvec] = emb.embed([q.text])
+        answers = []
+        for s in q.sessions:
+            for i, t in enumerate(s.turns):
+                if (s.id, i) in q.evidence_turns:
+                    vecs = emb.embed(statements([t.content]))
+                    answers.append(vecs[int(np.argmax(vecs @ qvec))])
+        out.append(bool(answers) and len(mine) > 0
+                   and float((np.array(answers) @ mine.T).max()) >= TOPICAL)
+    return out
 
 
 def figures(engine: memd.Memd, users: Sequence[User], budget: int,
             floor: float | None = None, sure: float | None = None) -> dict[str, Any]:
     """The four figures over ``users`` (at other floors when given)."""
-    false_hits = unrelated = 0
+    false_hits = unrelated = off_topic = off_topic_hits = 0
     injected = from_answer = found = 0
     unrelated_tokens: list[int] = []
     by_kind: dict[str, list[int]] = {}
@@ -234,18 +275,23 @@ def figures(engine: memd.Memd, users: Sequence[User], budget: int,
             tally = by_kind.setdefault(i.kind, [0, 0])
             tally[0] += 1
             tally[1] += i in good
-        for p in u.unrelated:
+        for n, p in enumerate(u.unrelated):
             unrelated += 1
             counted = [i for i in block_items(engine, p, budget, floor, sure)
                        if i.counted]
             false_hits += bool(counted)
             unrelated_tokens.append(len(counted))
+            if not (u.topical and u.topical[n]):
+                off_topic += 1
+                off_topic_hits += bool(counted)
     memories = sum(u.memories for u in users)
     junk = sum(len(u.junk) for u in users)
     return {
         "false_injection": round(false_hits / max(unrelated, 1), 4),
         "unrelated_questions": unrelated,
         "unrelated_items_mean": round(sum(unrelated_tokens) / max(unrelated, 1), 2),
+        "false_injection_off_topic": round(off_topic_hits / max(off_topic, 1), 4),
+        "off_topic_questions": off_topic,
         "line_precision": round(from_answer / max(injected, 1), 4),
         "injected_items": injected,
         "injected_recall": round(found / max(len(users), 1), 4),
@@ -314,7 +360,7 @@ def dump(users: Sequence[User], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=None, help="LongMemEval_S .json(.gz)")
-    ap.add_argument("--users", type=int, default=12, help="questions (users), spread")
+    ap.add_argument("--users", type=int, default=USERS, help="questions (users), spread")
     ap.add_argument("--offset", type=int, default=0,
                     help="take each question this many further in the file (another set "
                          "of questions, of the same types, for checking what was tuned)")
@@ -363,12 +409,14 @@ def main(argv: list[str] | None = None) -> int:
                 clock.at = None
                 ing = ingest(engine, q, clock, sim_time=True)
                 facts_by_id = {f.id: f for f in engine.store.get_facts(ing.user_id)}
-                others = [questions[(n + k) % len(questions)].text
-                          for k in range(1, min(args.unrelated, len(questions) - 1) + 1)]
+                other_qs = [questions[(n + k) % len(questions)]
+                            for k in range(1, min(args.unrelated, len(questions) - 1) + 1)]
+                others = [o.text for o in other_qs]
                 count, junk = junk_of(engine, ing.user_id)
                 users.append(User(
                     q, ing, pool(engine, ing, q.text, True, facts_by_id),
-                    [pool(engine, ing, t, False, facts_by_id) for t in others], count, junk))
+                    [pool(engine, ing, t, False, facts_by_id) for t in others], count, junk,
+                    near_evidence(emb, q, other_qs)))
                 print(f"{n + 1}/{len(questions)} {q.type}: {count} memories, "
                       f"{len(junk)} not grounded", file=sys.stderr, flush=True)
             if args.dump:

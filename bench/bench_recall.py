@@ -76,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embedder", default="minilm-onnx", choices=["minilm-onnx", "fake"])
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
                     help="persistent embedding cache, shared with longmemeval.py")
-    ap.add_argument("--keyword", action="store_true",
-                    help="recall through the keyword channel too (recall_keyword)")
+    ap.add_argument("--no-keyword", dest="keyword", action="store_false",
+                    help="recall through the vector channel alone (recall_keyword off; "
+                         "the engine's default is on)")
     ap.add_argument("--quick", action="store_true", help="= --limit 5 --embedder fake (CI)")
     ap.add_argument("--out", type=Path, help="also write the figures to this JSON file")
     args = ap.parse_args(argv)

@@ -1,8 +1,34 @@
-"""bench_precision's grounding test: a memory is junk unless the user typed its words."""
+"""bench_precision's judges: a memory is junk unless the user typed its words; another
+user's question is off topic unless this user's history says what answers it."""
 
 from __future__ import annotations
 
-from bench.bench_precision import grounded
+from bench.bench_precision import grounded, near_evidence
+from bench.longmemeval import HaystackSession, Question, RecordingEmbedder, Turn
+from memd.models.embedder import FakeEmbedder
+
+
+def _question(qid: str, text: str, said: list[str], answer: int | None = None) -> Question:
+    turns = tuple(Turn(role, words, has_answer=role == "user" and n == answer)
+                  for n, line in enumerate(said)
+                  for role, words in (("user", line), ("assistant", "Noted.")))
+    return Question(qid, "single-session-user", text, 0.0,
+                    (HaystackSession(f"{qid}-s", 0.0, turns),))
+
+
+def test_an_other_users_question_is_off_topic_unless_this_history_answers_it() -> None:
+    converse = "By the way, I think I've worn my new Converse four times since I got them."
+    own = _question("a", "Where did I buy my bike?", [
+        "I bought my bike at the corner shop last spring, and it rides well.",
+        f"I'm looking for some shoe cleaning tips for my white sneakers. {converse}"])
+    asked_too = _question("b", "How many times have I worn my Converse?",
+                          ["Can you suggest a playlist for running?", converse], answer=1)
+    elsewhere = _question("c", "What breed is my dog?",
+                          ["My dog Max is a Golden Retriever who loves the lake."], answer=0)
+    emb = RecordingEmbedder(FakeEmbedder())
+    # the statement that answers "b" is in "a"'s history (as one of its passages); what
+    # answers "c" is not, and neither is "b"'s turn that is not evidence
+    assert near_evidence(emb, own, [asked_too, elsewhere]) == [True, False]
 
 
 def test_a_memory_is_grounded_in_the_users_own_words() -> None:
