@@ -212,6 +212,18 @@ def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team)
         done = call(c, "POST", "/v1/completions", "/v1/completions", 200, json=text)
         assert done["choices"][0]["text"] == " ok"
         call(posing, "POST", "/v1/completions", "/v1/completions", 403, json=text)
+        # the Anthropic Messages and OpenAI Responses doors: the same, in their formats
+        question = chat["messages"]
+        claude = {"model": "claude-x", "max_tokens": 50, "messages": question}
+        call(c, "POST", "/v1/messages", "/v1/messages", 200, json=claude)
+        no_trace(team.upstream.requests[-1]["messages"])
+        call(posing, "POST", "/v1/messages", "/v1/messages", 403, json=claude)
+        call(c, "POST", "/v1/messages/count_tokens", "/v1/messages/count_tokens", 200,
+             json=claude)
+        codex = {"model": "gpt-x", "input": question}
+        call(c, "POST", "/v1/responses", "/v1/responses", 200, json=codex)
+        no_trace(team.upstream.requests[-1]["input"])
+        call(posing, "POST", "/v1/responses", "/v1/responses", 403, json=codex)
         call(c, "GET", "/v1/calls/{call_id}", f"/v1/calls/{bob['call']}", 404)
         call(c, "DELETE", "/v1/calls/{call_id}", f"/v1/calls/{bob['call']}", 404)
         call(c, "DELETE", "/v1/calls/{call_id}", f"/v1/calls/{bob['call']}?user_id=bob", 403)
