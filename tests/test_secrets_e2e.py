@@ -295,9 +295,9 @@ def test_serve_logs_the_upstream_without_credentials(
 ) -> None:
     import signal
 
-    import uvicorn
+    from memd.server import listen
 
-    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
+    monkeypatch.setattr(listen, "run", lambda *a, **kw: None)
     monkeypatch.setattr(gc, "freeze", lambda: None)
     monkeypatch.setattr(signal, "signal", lambda *a: None)
     caplog.set_level(logging.INFO)
