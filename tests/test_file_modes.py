@@ -121,3 +121,17 @@ def test_private_helpers_keep_owner_bits_and_only_tighten(tmp_path: Path) -> Non
     assert mode(folder) == 0o750
     private_dir(folder)
     assert mode(folder) == 0o700
+
+
+def test_the_notes_folder_memd_makes_is_owner_only(tmp_path: Path) -> None:
+    from memd.engine.notes import NotesFolder
+
+    with memd.open(tmp_path / "d") as m:
+        NotesFolder(m).watcher()
+        assert mode(m.settings.notes_path) == 0o700
+    mine = tmp_path / "shared-notes"
+    mine.mkdir(mode=0o755)
+    os.chmod(mine, 0o755)
+    with memd.open(tmp_path / "e", notes_dir=mine) as m:
+        NotesFolder(m).watcher()
+    assert mode(mine) == 0o755  # a folder the user chose keeps its mode

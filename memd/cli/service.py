@@ -269,7 +269,7 @@ class Launchd:
         if done.returncode != 0:
             return f"launchd has no {self.domain} session here (launchctl: {_said(done)})"
         # launchd opens StandardErrorPath but does not create its folder.
-        default_log_file().parent.mkdir(parents=True, exist_ok=True)
+        private_dir(default_log_file().parent, tighten=False)
         return None
 
     def start(self) -> list[Step]:

@@ -42,6 +42,7 @@ from memd.engine.extract import STYLE_TAG
 from memd.engine.write import NOTE_TAG, content_hash
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text
+from memd.private import private_dir
 from memd.types import Memory, MemoryFilter, Provenance, Scope, Tier
 
 if TYPE_CHECKING:
@@ -143,7 +144,7 @@ class NotesFolder:
         """A watcher that syncs on every change under the folder (made if missing)."""
         from memd.server.watch import FileWatcher
 
-        self.root.mkdir(parents=True, exist_ok=True)
+        private_dir(self.root, tighten=False)  # the user's notes: 0700 when memd makes it
         roots = (self.root, self.root.resolve())  # events may name either
 
         def accept(path: Path) -> bool:

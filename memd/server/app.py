@@ -34,6 +34,7 @@ from memd.config import Settings
 from memd.engine.memory import Memd
 from memd.engine.validate import ID_PATTERN, MAX_DEPTH, check_id, clean_chars
 from memd.errors import InvalidInput, MemdError
+from memd.private import private_dir
 from memd.server.failures import RETRY_AFTER_SECONDS, reply_for
 from memd.server.failures import public_message as public_message  # callers import it here
 from memd.server.health import StoreHealth
@@ -278,7 +279,7 @@ def _watchers(app: FastAPI, config: ConfigSource | None,
 
     watchers: list[FileWatcher] = []
     if config is not None:
-        config.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(config.path.parent, tighten=False)
         watchers.append(LiveConfig(app, config).watcher())
     if watch_notes:
         watchers.append(NotesFolder(app.state.engine).watcher())
