@@ -42,6 +42,7 @@ ROUTE_BODIES: dict[str, dict[str, Any]] = {
                      "messages": [{"role": "user", "content": "hi"}]},
     "/v1/messages/count_tokens": {"model": "m",
                                   "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/responses": {"model": "m", "input": "hi"},
     "/v1/memories": {"text": "I deploy on Fridays"},
     "/v1/memories/{memory_id}": {"text": "I deploy on Mondays"},
     "/v1/search": {"query": "deploy"},

@@ -77,7 +77,7 @@ def test_memory_crud_round_trip(client: TestClient) -> None:
     assert patched["text"] == mem["text"]
     assert ok(client.get(f"/v1/memories/{mem['id']}"))["tags"] == ["style", "editor"]
 
-    assert ok(client.delete(f"/v1/memories/{mem['id']}")) == {"deleted": mem["id"]}
+    assert ok(client.delete(f"/v1/memories/{mem['id']}")) == {"deleted": mem["id"], "pruned": []}
     err(client.get(f"/v1/memories/{mem['id']}"), 404, "not_found_error")
     err(client.delete(f"/v1/memories/{mem['id']}"), 404, "not_found_error")
     assert memory_ids(client) == []

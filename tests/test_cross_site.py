@@ -211,7 +211,7 @@ def test_bodyless_delete_from_another_site_is_refused(client: TestClient,
     mid = engine.add("The boat is moored at pier 4", "local").memory.id
     refused(client.delete(f"/v1/memories/{mid}", headers=FROM_EVIL), 403, "cross_site_request")
     assert client.get(f"/v1/memories/{mid}").status_code == 200
-    assert client.delete(f"/v1/memories/{mid}").json() == {"deleted": mid}
+    assert client.delete(f"/v1/memories/{mid}").json() == {"deleted": mid, "pruned": []}
     assert client.get(f"/v1/memories/{mid}").status_code == 404
 
 

@@ -15,6 +15,7 @@ import openai
 import pytest
 from responses_upstream import ENCRYPTED, FakeResponses
 from servers import FakeUpstream, memd_in_front, wait_for_messages
+from starlette.routing import Route
 
 from memd.engine.chains import content_text
 from memd.engine.inject import USER_CLOSE, USER_OPEN
@@ -49,7 +50,9 @@ class Stack:
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Stack]:
     upstream, chat = FakeResponses(), FakeUpstream()
-    chat.app.add_route("/v1/responses", upstream.handle, methods=["POST"])
+    # ahead of the fake's own "ok" answer to the same path
+    chat.app.router.routes.insert(0, Route("/v1/responses", upstream.handle,
+                                           methods=["POST"]))
     with memd_in_front(chat.app, tmp_path / "d") as (base, engine):
         yield Stack(base, upstream, chat, engine)
 

@@ -335,14 +335,25 @@ MESSAGES_REQUEST: dict[str, Any] = {
     },
 }
 
+# An input item as memd reads it: a message item says something; an item that answers a
+# tool call names it.
+_RESPONSES_ITEM: dict[str, Any] = {"type": "object", "allOf": [
+    {"anyOf": [{"not": {"required": ["role"], "properties": {
+                   "role": {"enum": ["user", "system", "developer"]}}}},
+               {"required": ["content"],
+                "properties": {"content": {"type": ["string", "array"]}}}]},
+    {"anyOf": [{"not": {"required": ["type"], "properties": {
+                   "type": {"type": "string", "pattern": "_output$"}}}},
+               {"required": ["call_id"], "properties": {"call_id": {"type": "string"}}}]},
+]}
+
 # The OpenAI Responses request, as memd reads it (every other field goes upstream as
 # sent).
 RESPONSES_REQUEST: dict[str, Any] = {
     "type": "object", "required": ["input"], "additionalProperties": True,
     "properties": {
         "input": {"anyOf": [{"type": "string", "minLength": 1},
-                            {"type": "array", "minItems": 1,
-                             "items": {"type": "object"},
+                            {"type": "array", "minItems": 1, "items": _RESPONSES_ITEM,
                              "contains": {"required": ["role"],
                                           "properties": {"role": {"const": "user"}}}}],
                   "description": "A string, or input items of which at least one is a "
