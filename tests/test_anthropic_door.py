@@ -221,3 +221,10 @@ def test_bad_bodies_are_400(stack: Stack) -> None:
         assert r.json()["error"]["message"]
     assert stack.upstream.requests == []
     assert stack.engine.store.list_sessions("local") == []
+
+
+def test_the_base_url_answers_a_pre_connect(stack: Stack) -> None:
+    # Claude Code opens its connection with HEAD / before the first call
+    assert httpx.head(stack.base + "/").status_code == 200
+    root = httpx.get(stack.base + "/")
+    assert root.status_code == 200 and root.json()["name"] == "memd"

@@ -356,6 +356,13 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
         return JSONResponse(error_body(kind, str(exc.detail)), status_code=exc.status_code,
                             headers=headers)
 
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
+    def root() -> dict[str, str]:
+        """What answers at the base URL: clients open a connection with a request here
+        before their first call (Claude Code sends ``HEAD /``)."""
+        return {"name": "memd", "version": memd.__version__, "api": "/v1",
+                "openapi": "/openapi.json"}
+
     @app.get("/health")
     def health() -> JSONResponse:
         """The daemon's state; 503 while the store is out of reach (the last known
