@@ -30,7 +30,6 @@ from starlette.routing import Route
 
 import memd
 from memd import pgserver
-from memd.auth import hash_key, key_id_of, new_key
 from memd.config import load_settings
 from memd.server.app import create_app
 
@@ -70,11 +69,8 @@ def run(mode: str, tmp: Path) -> list[tuple[str, str, int, float]]:
     engine = memd.open(settings=settings)
     headers = {}
     if mode == "team":
-        engine.store.create_user("alice", "Alice", time.time())
-        key = new_key()
-        engine.store.add_api_key(key_id_of(hash_key(key)), "alice", hash_key(key), "b",
-                                 time.time())
-        headers["Authorization"] = f"Bearer {key}"
+        engine.accounts.add_user("alice", "Alice")
+        headers["Authorization"] = f"Bearer {engine.accounts.create_key('alice').secret}"
     upstream = Starlette(routes=[Route("/v1/models", _models)])
     app = create_app(engine, settings, run_jobs=False,
                      upstream_transport=httpx.ASGITransport(app=upstream))

@@ -19,7 +19,6 @@ from servers import FakeUpstream
 import memd
 from bench.bench_outage import ROUTE_BODIES, ROUTE_PARAMS
 from memd import pgserver
-from memd.auth import hash_key, key_id_of, new_key
 from memd.config import load_settings
 from memd.errors import InvalidInput, StoreUnavailable
 from memd.server.app import create_app
@@ -110,11 +109,8 @@ def test_every_route_answers_a_json_503_while_postgresql_is_stopped(
         assert {p.kwargs["connect_timeout"] for p in pools} == {2}
         headers = {}
         if mode == "team":
-            engine.store.create_user("alice", "Alice", time.time())
-            key = new_key()
-            engine.store.add_api_key(key_id_of(hash_key(key)), "alice", hash_key(key), "t",
-                                     time.time())
-            headers["Authorization"] = f"Bearer {key}"
+            engine.accounts.add_user("alice", "Alice")
+            headers["Authorization"] = f"Bearer {engine.accounts.create_key('alice').secret}"
         app = create_app(engine, settings, run_jobs=False,
                          upstream_transport=httpx.ASGITransport(app=FakeUpstream().app))
         client = TestClient(app, base_url=BASE, headers=headers)
