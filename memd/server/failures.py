@@ -30,22 +30,15 @@ log = logging.getLogger("memd.server")
 RETRY_AFTER_SECONDS = 5  # what a 503 for a store out of reach tells a client to wait
 
 
+# The HTTP status of each memd error, most specific first (TooLarge is an InvalidInput).
+_STATUSES: tuple[tuple[type[MemdError], int], ...] = (
+    (TooLarge, 413), (InvalidInput, 400), (NotFound, 404), (Conflict, 409),
+    (Unauthorized, 401), (Forbidden, 403), (StoreUnavailable, 503),
+)
+
+
 def status_for(exc: MemdError) -> int:
-    if isinstance(exc, TooLarge):
-        return 413
-    if isinstance(exc, InvalidInput):
-        return 400
-    if isinstance(exc, NotFound):
-        return 404
-    if isinstance(exc, Conflict):
-        return 409
-    if isinstance(exc, Unauthorized):
-        return 401
-    if isinstance(exc, Forbidden):
-        return 403
-    if isinstance(exc, StoreUnavailable):
-        return 503
-    return 500
+    return next((status for kind, status in _STATUSES if isinstance(exc, kind)), 500)
 
 
 # What a client is told instead of a driver's own words (SQL, constraint and table
