@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memd.engine.sse import DataEvents, json_event
-from memd.engine.validate import sanitized
+from memd.engine.validate import is_count, sanitized
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,8 +166,7 @@ def usage(value: Any) -> dict[str, Any] | None:
     token, cached or not."""
     if not isinstance(value, Mapping):
         return None
-    counts = {k: n for k, n in value.items()
-              if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**31}
+    counts = {k: n for k, n in value.items() if is_count(n)}
     prompt = sum(counts.get(k, 0) for k in ("input_tokens", "cache_creation_input_tokens",
                                             "cache_read_input_tokens"))
     return {**counts, "prompt_tokens": prompt,

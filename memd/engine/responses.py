@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memd.engine.sse import DataEvents, json_event
-from memd.engine.validate import sanitized
+from memd.engine.validate import is_count, sanitized
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
@@ -179,11 +179,10 @@ def usage(value: Any) -> dict[str, Any] | None:
     """A Responses usage object with memd's own counts and the cache figure added."""
     if not isinstance(value, Mapping):
         return None
-    out = {k: n for k, n in value.items()
-           if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 2**31}
+    out = {k: n for k, n in value.items() if is_count(n)}
     details = value.get("input_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
-    if isinstance(cached, int) and not isinstance(cached, bool):
+    if is_count(cached):
         out["cache_read_input_tokens"] = cached
     return {**out, "prompt_tokens": out.get("input_tokens", 0),
             "completion_tokens": out.get("output_tokens", 0)}

@@ -156,6 +156,12 @@ _MESSAGE_COUNTS = ("prompt_tokens", "completion_tokens", "latency_ms")
 _MAX_COUNT = 2**31  # stored as a 32-bit integer by PostgreSQL
 
 
+def is_count(value: Any) -> bool:
+    """Whether ``value`` is a token or latency count memd can store: a non-negative
+    integer (not a bool) that fits the store's 32-bit column."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _MAX_COUNT
+
+
 def _has_bad_chars(value: str) -> bool:
     """Whether ``value`` holds a character of ``_BAD_CHARS``, found without scanning it
     in Python's regex engine (a few hundred microseconds for an agent's 100 KB tool
@@ -247,8 +253,7 @@ def check_message(raw: Any, index: int | None = None) -> dict[str, Any]:
         item = raw.get(name)
         if isinstance(item, float) and item.is_integer():  # JSON does not tell 3.0 from 3
             item = message[name] = int(item)
-        if item is not None and (isinstance(item, bool) or not isinstance(item, int)
-                                 or not 0 <= item < _MAX_COUNT):
+        if item is not None and not is_count(item):
             raise InvalidInput(f"{where}.{name} must be a non-negative integer or null, "
                                f"not {item!r}")
     calls = raw.get("tool_calls")

@@ -273,8 +273,7 @@ def _usage(value: Any) -> dict[str, Any] | None:
     usage = validate.sanitized(dict(value))
     for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
         n = usage.get(key)
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int)
-                              or not 0 <= n < 2**31):
+        if n is not None and not validate.is_count(n):
             del usage[key]
     return dict(usage)
 
