@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memd.engine.sse import DataEvents, json_event
-from memd.engine.validate import is_count, sanitized
+from memd.engine.validate import clean_chars, is_count, sanitized
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +171,14 @@ def usage(value: Any) -> dict[str, Any] | None:
                                             "cache_read_input_tokens"))
     return {**counts, "prompt_tokens": prompt,
             "completion_tokens": counts.get("output_tokens", 0)}
+
+
+def whole(data: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None,
+                                             dict[str, Any] | None]:
+    """A whole Messages answer's (reply, stop reason, usage)."""
+    content, stop = data.get("content"), data.get("stop_reason")
+    return (dict(sanitized(assistant(content))) if isinstance(content, list) else None,
+            clean_chars(stop) if isinstance(stop, str) else None, usage(data.get("usage")))
 
 
 class StreamReply(DataEvents):

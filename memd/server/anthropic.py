@@ -24,7 +24,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from memd.engine import anthropic as a
-from memd.engine import validate
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text
 from memd.server import schemas as s
@@ -66,16 +65,6 @@ def _anthropic_headers(request: Request) -> dict[str, str]:
     return out
 
 
-def _whole(data: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None,
-                                          dict[str, Any] | None]:
-    """A whole Messages answer's (reply, stop reason, usage)."""
-    stop = data.get("stop_reason")
-    reply = a.assistant(data["content"]) if isinstance(data.get("content"), list) else None
-    return (validate.sanitized(reply) if reply is not None else None,
-            validate.clean_chars(stop) if isinstance(stop, str) else None,
-            a.usage(data.get("usage")))
-
-
 def _path(request: Request, path: str, suffix: str = "") -> str:
     """The upstream path with the client's query string (Claude Code sends
     ``?beta=true``)."""
@@ -99,7 +88,7 @@ async def messages(request: Request) -> Response:
         return JSONResponse(error_body("upstream_not_configured", NO_UPSTREAM),
                             status_code=503)
     seen = a.view(body)
-    door = Door(_path(request, path), a.StreamReply, _whole, _anthropic_headers)
+    door = Door(_path(request, path), a.StreamReply, a.whole, _anthropic_headers)
     return await converse(request, client, door, body, model=model, messages=seen.messages,
                           shape=a.side_body(body, seen),
                           put_back=lambda placed: a.forward(body, seen, placed),
