@@ -215,7 +215,10 @@ def test_a_fact_told_to_claude_reaches_a_chat_completions_client(stack: Stack) -
 def test_bad_bodies_are_400(stack: Stack) -> None:
     url = f"{stack.base}/v1/messages"
     for body in ({"model": "m"}, {"messages": "x"}, {"messages": [], "stream": "yes"},
-                 {"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}):
+                 {"messages": [{"role": "user", "content": "x"}], "max_tokens": -1},
+                 {"messages": [{"role": "user", "content": [{"text": "no type"}]}]},
+                 {"messages": [{"role": "user"}]}, {"messages": [None]},
+                 {"messages": [{"role": "user", "content": "x"}], "system": None}):
         r = httpx.post(url, json=body)
         assert r.status_code == 400, (body, r.text)
         assert r.json()["error"]["message"]

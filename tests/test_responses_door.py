@@ -162,7 +162,8 @@ def test_previous_response_id_goes_as_sent_without_memory(stack: Stack) -> None:
 
 def test_bad_bodies_are_400(stack: Stack) -> None:
     for body in ({"model": "m"}, {"input": []}, {"input": "x", "stream": "yes"},
-                 {"input": "x", "max_output_tokens": -1}, {"input": 5}):
+                 {"input": "x", "max_output_tokens": -1}, {"input": 5},
+                 {"input": [{"role": "user", "content": "x"}, None]}):
         r = httpx.post(f"{stack.base}/v1/responses", json=body)
         assert r.status_code == 400, (body, r.text)
     assert stack.upstream.requests == []

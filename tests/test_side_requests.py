@@ -164,6 +164,13 @@ def test_the_header_turns_memory_off_and_on(proxy: Proxy) -> None:
     assert "x-memd-side" not in resp.headers
     assert "British English" in str(proxy.upstream.requests[-1]["messages"][-1]["content"])
     assert len(proxy.sessions()) == 1
+    # a value other than on/off is refused, also for a call that pins its session
+    before = len(proxy.upstream.requests)
+    for headers in ({"X-Memd-Memory": "maybe"},
+                    {"X-Memd-Memory": "maybe", "X-Memd-Session": "pinned-1"}):
+        bad = proxy.client.post("/v1/chat/completions", json=turn, headers=headers)
+        assert bad.status_code == 400 and "'on' or 'off'" in bad.json()["error"]["message"]
+    assert len(proxy.upstream.requests) == before
 
 
 def test_a_single_turn_quoting_the_conversation_under_another_prompt_is_a_side_request(

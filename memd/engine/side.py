@@ -155,15 +155,22 @@ def _answer_limit(body: Mapping[str, Any]) -> int | None:
     return None
 
 
+def memory_flag(header: str | None) -> str:
+    """The request's ``X-Memd-Memory`` as "on", "off" or "" (not sent); any other value
+    is refused."""
+    flag = (header or "").strip().lower()
+    if header is not None and flag not in ("on", "off"):
+        raise InvalidInput(f"X-Memd-Memory must be 'on' or 'off', not {header!r}")
+    return flag
+
+
 def side_reason(body: Mapping[str, Any], header: str | None, *, user_id: str = "",
                 client: str = "", recent: RecentTurns | None = None,
                 now: float = 0.0) -> str | None:
     """Why the chat request ``body`` is a side request (see the module docstring), or
     None when it is a turn of the user's conversation. ``header``: the request's
     ``X-Memd-Memory``."""
-    flag = (header or "").strip().lower()
-    if header is not None and flag not in ("on", "off"):
-        raise InvalidInput(f"X-Memd-Memory must be 'on' or 'off', not {header!r}")
+    flag = memory_flag(header)
     if flag == "on":
         return None
     if flag == "off":

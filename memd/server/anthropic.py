@@ -72,14 +72,36 @@ def _path(request: Request, path: str, suffix: str = "") -> str:
     return path + suffix + ("?" + query if query else "")
 
 
+def _blocks_or_text(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, list) and all(
+        isinstance(b, dict) and isinstance(b.get("type"), str) for b in value))
+
+
+def _check_shape(body: dict[str, Any]) -> None:
+    """What this door reads of a Messages request is what the API defines: a list of
+    messages, each with a role and content (text or blocks), and a system prompt of text
+    or blocks (schemas.MESSAGES_REQUEST says the same)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidInput("'messages' is required and must be a non-empty list")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant", "system"):
+            raise InvalidInput(f"messages[{i}] must be an object with a role of user, "
+                               "assistant or system")
+        if not _blocks_or_text(m.get("content")):
+            raise InvalidInput(f"messages[{i}].content must be text or a list of blocks, "
+                               "each with a type")
+    if "system" in body and not _blocks_or_text(body["system"]):
+        raise InvalidInput("'system' must be text or a list of blocks")
+
+
 @router.post("/v1/messages", responses=DOOR_RESPONSES, openapi_extra={
     "requestBody": {"required": True, "content": {"application/json": {
         "schema": s.MESSAGES_REQUEST}}}})
 async def messages(request: Request) -> Response:
     """Anthropic Messages through memd: memory in, the model's answer out."""
     body = await body_of(request)
-    if not isinstance(body.get("messages"), list):
-        raise InvalidInput("'messages' is required and must be a list")
+    _check_shape(body)
     model = checked_model(body)
     max_tokens = token_field(body, "max_tokens")
     try:

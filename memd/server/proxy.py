@@ -395,6 +395,7 @@ async def chat_completions(request: Request) -> Response:
         raise InvalidInput("'stream' must be a boolean")
     if "model" in body and not isinstance(body["model"], str):
         raise InvalidInput(f"'model' must be a string, not {type(body['model']).__name__}")
+    side.memory_flag(request.headers.get(side.HEADER))  # refused even with a pinned session
     user = user_of(request)
     workspace = workspace_of(request)
     # the body goes upstream as sent; memd's own records take a cleaned model name

@@ -43,6 +43,8 @@ async def responses(request: Request) -> Response:
     body = await body_of(request)
     if not isinstance(body.get("input"), str | list) or not body["input"]:
         raise InvalidInput("'input' is required: a string or a non-empty list of items")
+    if isinstance(body["input"], list) and not all(isinstance(i, dict) for i in body["input"]):
+        raise InvalidInput("'input' items must be objects")
     model = checked_model(body)
     max_tokens = token_field(body, "max_output_tokens")
     try:

@@ -331,17 +331,19 @@ MESSAGES_REQUEST: dict[str, Any] = {
         "system": {"anyOf": [{"type": "string"}, _BLOCKS]},
         "model": {"type": "string"},
         "stream": {"type": "boolean"},
-        "max_tokens": {"type": "integer", "minimum": 0},
+        "max_tokens": {"type": ["integer", "null"], "minimum": 0},
     },
 }
 
-# An input item as memd reads it: a message item says something; an item that answers a
-# tool call names it.
+# An input item as memd reads it: a message item says something, its parts objects; an
+# item that answers a tool call names it.
 _RESPONSES_ITEM: dict[str, Any] = {"type": "object", "allOf": [
     {"anyOf": [{"not": {"required": ["role"], "properties": {
                    "role": {"enum": ["user", "system", "developer"]}}}},
                {"required": ["content"],
                 "properties": {"content": {"type": ["string", "array"]}}}]},
+    {"properties": {"content": {"anyOf": [{"not": {"type": "array"}},
+                                          {"type": "array", "items": {"type": "object"}}]}}},
     {"anyOf": [{"not": {"required": ["type"], "properties": {
                    "type": {"type": "string", "pattern": "_output$"}}}},
                {"required": ["call_id"], "properties": {"call_id": {"type": "string"}}}]},
