@@ -142,16 +142,17 @@ def _embedder_dim(settings: Settings) -> int | None:
 def _schema(applied: set[int], meta: dict[str, str], dialect: str, where: str,
             dim: int | None) -> tuple[str, str, str | None]:
     """(status, what the schema is, fix) of a store's recorded migrations and meta."""
-    from memd.backends.common.migrations import DEFERRED_INDEX_KEY, pending
+    from memd.backends.common.migrations import COPYING_KEY, DEFERRED_INDEX_KEY, pending
 
+    version = max(applied, default=0)
+    # a killed memd migrate: what memd serve refuses to open
+    if COPYING_KEY in meta or any(k.startswith(DEFERRED_INDEX_KEY) for k in meta):
+        return FAIL, f"schema v{version}, an unfinished memd migrate", \
+            "run the same memd migrate again to finish it"
     try:
         todo = pending(dialect, applied, where)
     except MemdError as exc:
         return FAIL, str(exc), "pip install --upgrade memd"
-    version = max(applied, default=0)
-    if any(k.startswith(DEFERRED_INDEX_KEY) for k in meta):
-        return FAIL, f"schema v{version}, an unfinished memd migrate", \
-            "run the same memd migrate again to finish it"
     if dim is not None and meta.get("dim") not in (None, str(dim)):
         return FAIL, f"schema v{version} holds {meta['dim']}-dim vectors, the embedder " \
                      f"makes {dim}-dim ones", "use the original embedder, or a new --data-dir"
@@ -246,7 +247,7 @@ def postgres_check(settings: Settings) -> Check:
                      "install pgvector on the database server "
                      "(https://github.com/pgvector/pgvector#installation)")
     found += f", pgvector {vector[0]}" if vector else ", pgvector available"
-    if not applied:
+    if not applied and not meta:
         return Check("store", OK, f"{found}; no memd tables yet (the first start makes "
                                   "them)")
     status, schema, fix = _schema(applied, meta, "postgres", where, _embedder_dim(settings))

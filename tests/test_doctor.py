@@ -229,6 +229,20 @@ def test_postgresql_with_pgvector_and_the_current_schema_passes(hermetic_env: Pa
     assert empty.startswith("ok    store: PostgreSQL") and "no memd tables yet" in empty
 
 
+def test_a_database_a_killed_migrate_left_fails_with_the_fix(hermetic_env: Path) -> None:
+    """memd serve refuses such a database; doctor says why before anyone tries."""
+    from pg import database
+
+    from memd.migrate.target import mark_copying
+
+    target = database()
+    assert mark_copying(target, ["memories"])
+    found, fix = line(doctor("--db", target), "store").splitlines()
+    assert found.startswith("FAIL  store: PostgreSQL")
+    assert found.endswith("an unfinished memd migrate")
+    assert fix == "      fix: run the same memd migrate again to finish it"
+
+
 def test_an_installed_service_of_another_data_dir_warns(hermetic_env: Path,
                                                         tmp_path: Path) -> None:
     from memd.cli.service import manager, render_plist, render_unit

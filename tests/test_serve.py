@@ -96,6 +96,7 @@ def test_listening_is_said_only_once_the_port_is_bound(tmp_path: Path) -> None:
     assert refused.returncode != 0
     assert "address already in use" in refused.stderr.lower()
     assert "listening on" not in refused.stderr
+    assert not (tmp_path / "data" / "daemon.json").exists()  # no daemon to point at
     # --port 0: the line names the port the system gave, which answers
     proc = subprocess.Popen([*MEMD, "serve", "--port", "0", "--no-log-file"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -107,6 +108,11 @@ def test_listening_is_said_only_once_the_port_is_bound(tmp_path: Path) -> None:
         url = line.split("listening on ", 1)[1].split()[0].removesuffix("/v1")
         assert not url.endswith(":0")
         assert httpx.get(f"{url}/health").status_code == 200
+        # and daemon.json, what the CLI finds the daemon by, names that port too
+        marker = json.loads((tmp_path / "data" / "daemon.json").read_text())
+        assert f"http://127.0.0.1:{marker['port']}" == url
+        status = run("status", env=env)
+        assert f"daemon:    answers at {url}" in status.stdout, status.stderr
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)

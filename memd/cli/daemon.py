@@ -358,18 +358,26 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     gc.collect()
     gc.freeze()
 
-    marker = write_daemon_file(settings.data_dir, settings.host, settings.port, place)
     # uvicorn drains on SIGTERM (what systemd and launchd send) and SIGINT, then sends the
     # signal again to the handler it found: this one ends the process through the
     # finally below (store closed, daemon.json removed) with status 0, not killed by it.
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _exit_cleanly)
+    markers: list[Path] = []
+
+    def bound(port: int) -> None:
+        # daemon.json names the port the socket got (``--port 0`` leaves it to the
+        # system), and only once it is bound: a CLI that finds the file can reach it.
+        markers.append(write_daemon_file(settings.data_dir, settings.host, port, place))
+        log.info("memd %s listening on http://%s:%d/v1", memd.__version__, settings.host,
+                 port)
+
     try:
         listen.run(app, host=settings.host, port=settings.port, log_level=log_level,
-                   on_bound=lambda bound: log.info("memd %s listening on http://%s:%d/v1",
-                                                   memd.__version__, settings.host, bound))
+                   on_bound=bound)
     finally:
-        remove_daemon_file(marker)
+        for marker in markers:
+            remove_daemon_file(marker)
         engine.close()
         os.close(lock)  # the lock goes last: the store is closed
 
