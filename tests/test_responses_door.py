@@ -167,3 +167,27 @@ def test_bad_bodies_are_400(stack: Stack) -> None:
         r = httpx.post(f"{stack.base}/v1/responses", json=body)
         assert r.status_code == 400, (body, r.text)
     assert stack.upstream.requests == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_refusal_as_too_long_goes_again_without_memory(stack: Stack, stream: bool) -> None:
+    stack.engine.add(f"the staging host is {HOST}", "local")
+    stack.upstream.refuse_memory = True
+    sent = [DEVELOPER, {"role": "user", "content": "Which staging host do we deploy to?"}]
+    raw = stack.client().responses.with_raw_response.create(
+        model="gpt-5-codex", input=sent, stream=stream)
+    assert raw.http_response.status_code == 200
+    if stream:
+        done = [e for e in raw.parse() if e.type == "response.completed"]
+        assert done[0].response.output_text.startswith("ok: ")
+    else:
+        assert raw.parse().output_text.startswith("ok: ")
+    first, second = stack.upstream.requests
+    assert first["input"][1]["content"].startswith(USER_OPEN) and HOST in \
+        first["input"][1]["content"]
+    assert second["input"] == sent
+    call = httpx.get(f"{stack.base}/v1/calls/{raw.headers['x-memd-call']}").json()
+    assert call["metadata"]["retried"] is True and call["status"] == 200
+    assert call["report"]["injected"] is None
+    assert call["report"]["window"] == {"tokens": 400000, "source": "builtin",
+                                        "detail": "gpt-5*"}

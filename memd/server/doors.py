@@ -9,7 +9,7 @@ upstream and its answer is relayed and stored (:func:`memd.server.proxy.relay`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -48,14 +48,16 @@ async def converse(
     model: str | None, messages: list[dict[str, Any]], shape: dict[str, Any],
     put_back: Callable[[Sequence[Mapping[str, Any]]], Any], max_tokens: int | None,
     side_because: str | None = None,
+    count: Callable[[str], Awaitable[int | None]] | None = None,
 ) -> Response:
     """One call through memd: ``messages`` is the request in the conversation model,
     ``shape`` what :func:`side_reason` reads of it, ``put_back`` gives the door's own
     ``door.field`` with the block the engine placed in the messages (None: it cannot),
-    ``side_because`` makes it a side request whatever its shape."""
+    ``side_because`` makes it a side request whatever its shape, ``count`` is the model
+    server's own token count of a text, where the door has one (it calibrates memd's)."""
     engine = engine_of(request)
     user, workspace = user_of(request), workspace_of(request)
-    window = await window_of(request, model)
+    window = await window_of(request, model, count)
     agent = request.headers.get("user-agent")
     reason = side_because or side_reason(
         shape, request.headers.get(side.HEADER), user_id=user,
