@@ -280,11 +280,14 @@ def usage(value: Any) -> dict[str, Any] | None:
 
 def whole(data: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None,
                                              dict[str, Any] | None]:
-    """A response object's (reply, status, usage)."""
+    """A response object's (reply, status, usage); the reply names the response's id
+    as ``response_id``, which a later request continues it by."""
     output = data.get("output")
     status = data.get("status")
-    return (dict(sanitized(reply(output))) if isinstance(output, list) else None,
-            status if isinstance(status, str) else None, usage(data.get("usage")))
+    got = dict(sanitized(reply(output))) if isinstance(output, list) else None
+    if got is not None and isinstance(data.get("id"), str):
+        got["response_id"] = data["id"]
+    return (got, status if isinstance(status, str) else None, usage(data.get("usage")))
 
 
 class StreamReply(DataEvents):
@@ -298,6 +301,7 @@ class StreamReply(DataEvents):
         self.finish_reason: str | None = None
         self.model: str | None = None
         self.usage: dict[str, Any] | None = None
+        self.response_id: str | None = None
         self.done = False
 
     def _data(self, payload: bytes) -> None:
@@ -305,6 +309,9 @@ class StreamReply(DataEvents):
         if event is None:
             return
         kind = event.get("type")
+        response = event.get("response")
+        if isinstance(response, Mapping) and isinstance(response.get("id"), str):
+            self.response_id = response["id"]
         if kind == "response.output_item.done" and isinstance(event.get("item"), Mapping):
             self.items.append(event["item"])
         elif kind in ("response.completed", "response.incomplete", "response.failed") \
@@ -319,4 +326,7 @@ class StreamReply(DataEvents):
             self.done = True
 
     def reply(self) -> dict[str, Any]:
-        return dict(sanitized(reply(self.items)))
+        out = dict(sanitized(reply(self.items)))
+        if self.response_id is not None:
+            out["response_id"] = self.response_id
+        return out
