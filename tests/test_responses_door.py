@@ -228,7 +228,9 @@ def test_a_previous_response_of_another_workspace_is_unknown(stack: Stack) -> No
 def test_bad_bodies_are_400(stack: Stack) -> None:
     for body in ({"model": "m"}, {"input": []}, {"input": "x", "stream": "yes"},
                  {"input": "x", "max_output_tokens": -1}, {"input": 5},
-                 {"input": [{"role": "user", "content": "x"}, None]}):
+                 {"input": [{"role": "user", "content": "x"}, None]},
+                 {"input": [{"type": "w", "role": "user", "content": [None]}]},
+                 {"input": "x", "previous_response_id": 5}):
         r = httpx.post(f"{stack.base}/v1/responses", json=body)
         assert r.status_code == 400, (body, r.text)
     assert stack.upstream.requests == []

@@ -59,6 +59,10 @@ async def responses(request: Request) -> Response:
         raise InvalidInput("'input' is required: a string or a non-empty list of items")
     if isinstance(body["input"], list) and not all(isinstance(i, dict) for i in body["input"]):
         raise InvalidInput("'input' items must be objects")
+    for i, item in enumerate(body["input"] if isinstance(body["input"], list) else ()):
+        content = item.get("content")
+        if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
+            raise InvalidInput(f"input[{i}].content parts must be objects")
     model = checked_model(body)
     max_tokens = token_field(body, "max_output_tokens")
     try:
