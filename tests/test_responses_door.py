@@ -171,13 +171,15 @@ def test_previous_response_id_goes_as_sent_without_memory(stack: Stack) -> None:
 @pytest.mark.parametrize("stream", [False, True])
 def test_previous_response_id_continues_its_session(stack: Stack, stream: bool) -> None:
     """A request that names a response memd stored is a turn of that response's
-    session: its new items are stored once after the session's turns, and get memory."""
+    session: its new items are stored once after the session's turns, and get memory.
+    (Streamed, the user's items hold input_text parts, as Codex sends them.)"""
     client = stack.client()
 
     def ask(text: str, previous: str | None = None) -> tuple[str, str]:
         extra = {"previous_response_id": previous} if previous else {}
+        content: Any = [{"type": "input_text", "text": text}] if stream else text
         raw = client.responses.with_raw_response.create(
-            model="gpt-5", input=[{"role": "user", "content": text}], stream=stream,
+            model="gpt-5", input=[{"role": "user", "content": content}], stream=stream,
             store=True, **extra)
         if stream:
             (done,) = [e for e in raw.parse() if e.type == "response.completed"]
@@ -192,8 +194,10 @@ def test_previous_response_id_continues_its_session(stack: Stack, stream: bool) 
     sent = stack.upstream.requests[-1]
     assert sent["previous_response_id"] == first
     (item,) = sent["input"]  # only the new item goes, the block in it
-    assert item["content"].startswith(USER_OPEN) and HOST in item["content"]
-    assert item["content"].endswith("Which staging host again?")
+    said = item["content"] if isinstance(item["content"], str) else "".join(
+        p["text"] for p in item["content"])
+    assert said.startswith(USER_OPEN) and HOST in said
+    assert said.endswith("Which staging host again?")
     wait_for_messages(stack.engine, 4)
     third, _ = ask("Thanks.", second)
     wait_for_messages(stack.engine, 6)

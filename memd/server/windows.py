@@ -295,7 +295,9 @@ class WindowResolver:
         return _Probed(count / counter_for("gpt-4").count(CALIBRATION_TEXT))
 
     async def _probe_counted(self, model: str) -> _Probed[float]:
-        count = self._count_with[model]
+        count = self._count_with.pop(model, None)  # the caller's, not kept past its use
+        if count is None:
+            return _Probed(None, final=False)
         try:
             async with asyncio.timeout(self._timeout):
                 whole = await count(CALIBRATION_TEXT)
