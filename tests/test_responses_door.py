@@ -219,6 +219,17 @@ def test_previous_response_id_continues_its_session(stack: Stack, stream: bool) 
         True, True, False]
 
 
+def test_a_continuation_the_client_marks_as_a_side_request_is_one(stack: Stack) -> None:
+    first = stack.client().responses.create(model="gpt-5", input="Hello there.")
+    wait_for_messages(stack.engine, 2)
+    r = httpx.post(f"{stack.base}/v1/responses", headers={"X-Memd-Memory": "off"}, json={
+        "model": "gpt-5", "previous_response_id": first.id, "input": "Summarize."})
+    assert r.status_code == 200 and r.headers["x-memd-side"] == "true"
+    assert stack.upstream.requests[-1]["input"] == "Summarize."
+    (session,) = stack.engine.store.list_sessions("local")
+    assert len(stack.engine.messages(session.id, "local")) == 2
+
+
 def test_a_previous_response_of_another_workspace_is_unknown(stack: Stack) -> None:
     first = stack.client().responses.create(model="gpt-5", input="Hello there.")
     wait_for_messages(stack.engine, 2)

@@ -66,11 +66,14 @@ async def converse(
     user, workspace = user_of(request), workspace_of(request)
     window = await window_of(request, model, count)
     agent = request.headers.get("user-agent")
+    header = request.headers.get(side.HEADER)
     reason = side_because
-    if reason is None and session_id is None:
+    if reason is None and session_id is not None:  # a turn of that session, unless told
+        reason = "X-Memd-Memory: off" if side.memory_flag(header) == "off" else None
+    elif reason is None:
         reason = side_reason(
-            shape, request.headers.get(side.HEADER), user_id=user,
-            client=client_family(agent) or "", recent=engine.recent_turns, now=engine.now())
+            shape, header, user_id=user, client=client_family(agent) or "",
+            recent=engine.recent_turns, now=engine.now())
     if reason is not None:
         call = await run_in_threadpool(prepare_side, engine, user, workspace, model,
                                        messages, reason, window, note)
