@@ -49,6 +49,8 @@ class FakeAnthropic:
         self.raw: list[bytes] = []
         self.paths: list[str] = []
         self.headers: list[dict[str, str]] = []
+        # refuse, as too long for the window, every request that holds memd's block
+        self.refuse_memory = False
         self.app = Starlette(routes=[
             Route("/v1/messages", self.messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", self.count, methods=["POST"]),
@@ -88,6 +90,11 @@ class FakeAnthropic:
         self.headers.append(dict(request.headers))
         body = json.loads(raw)
         self.requests.append(body)
+        if self.refuse_memory and b'<memory source=\\"memd\\">' in raw:
+            return JSONResponse({"type": "error", "error": {
+                "type": "invalid_request_error",
+                "message": "prompt is too long: 208110 tokens > 200000 maximum"}},
+                status_code=400)
         content = self._content(body)
         stop = "tool_use" if content[-1]["type"] == "tool_use" else "end_turn"
         usage = {"input_tokens": len(raw) // 4, "output_tokens": 9,

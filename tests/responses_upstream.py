@@ -40,11 +40,20 @@ class FakeResponses:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        # refuse, as too long for the window, every request that holds memd's block
+        self.refuse_memory = False
 
     async def handle(self, request: Request) -> Response:
-        body = json.loads(await request.body())
+        raw = await request.body()
+        body = json.loads(raw)
         self.requests.append(body)
         self.headers.append(dict(request.headers))
+        if self.refuse_memory and b'<memory source=\\"memd\\">' in raw:
+            return JSONResponse({"error": {
+                "message": "Your input exceeds the context window of this model. Please "
+                           "adjust your input and try again.",
+                "type": "invalid_request_error", "param": "input",
+                "code": "context_length_exceeded"}}, status_code=400)
         output = self._output(body)
         response = {"id": f"resp_{len(self.requests)}", "object": "response",
                     "created_at": 1, "status": "completed", "model": body.get("model"),

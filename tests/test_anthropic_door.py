@@ -5,6 +5,7 @@ driven by the official ``anthropic`` client, streaming and not."""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ from servers import FakeUpstream, memd_in_front, serve, wait_for_messages
 from memd.engine.chains import content_text
 from memd.engine.inject import USER_CLOSE, USER_OPEN
 from memd.engine.memory import Memd
+from memd.models.tokens import calibrated_scale, counter_for
+from memd.server.windows import CALIBRATION_TEXT
 
 HOST = "staging.rocket.internal"
 SYSTEM = [{"type": "text", "text": "You are a coding agent.",
@@ -231,3 +234,49 @@ def test_the_base_url_answers_a_pre_connect(stack: Stack) -> None:
     assert httpx.head(stack.base + "/").status_code == 200
     root = httpx.get(stack.base + "/")
     assert root.status_code == 200 and root.json()["name"] == "memd"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_refusal_as_too_long_goes_again_without_memory(stack: Stack, stream: bool) -> None:
+    stack.engine.add(f"the staging host is {HOST}", "local")
+    stack.upstream.refuse_memory = True
+    sent = [{"role": "user", "content": [REMINDER, {
+        "type": "text", "text": "Which staging host do we deploy to?"}]}]
+    raw = stack.client().messages.with_raw_response.create(
+        model="claude-sonnet-5", max_tokens=100, messages=sent, stream=stream)
+    assert raw.http_response.status_code == 200
+    if stream:
+        text = "".join(e.delta.text for e in raw.parse() if e.type == "content_block_delta"
+                       and e.delta.type == "text_delta")
+    else:
+        text = raw.parse().content[0].text
+    assert text.startswith("ok: ")
+    first, second = stack.upstream.requests
+    assert HOST in block_of(first) and second["messages"] == sent
+    call = httpx.get(f"{stack.base}/v1/calls/{raw.headers['x-memd-call']}").json()
+    assert call["metadata"]["retried"] is True and call["status"] == 200
+    assert call["report"]["injected"] is None
+
+
+def test_count_tokens_calibrates_memds_counts(stack: Stack) -> None:
+    """The model server's count of a sample text, asked once per model, scales memd's
+    own token counts for that model."""
+    client = stack.client()
+    for _ in range(2):
+        client.messages.create(model="claude-opus-4-1", max_tokens=100, messages=[
+            {"role": "user", "content": "hello"}])
+    counts = [p for p in stack.upstream.paths if p.endswith("/count_tokens")]
+    assert len(counts) == 2  # the sample, and the framing alone: once for the model
+    call = stack.engine.store.list_calls("local")[0]
+    report = stack.engine.call("local", call["id"])["report"]
+    assert report["window"] == {"tokens": 200000, "source": "builtin", "detail": "claude-*"}
+    # the fake counts a token per four bytes of the request
+    def counted(text: str) -> int:
+        return len(json.dumps({"model": "claude-opus-4-1", "messages": [
+            {"role": "user", "content": text}]})) // 4
+
+    ratio = (counted(CALIBRATION_TEXT) - counted(".") + 1) / counter_for("gpt-4").count(
+        CALIBRATION_TEXT)
+    assert report["token_scale"] == pytest.approx(
+        calibrated_scale("claude-opus-4-1", ratio), rel=0.02)
+    assert report["token_scale"] != 1.0

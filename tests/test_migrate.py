@@ -138,6 +138,8 @@ def build(data_dir: Path, n_sessions: int, per_session: int, n_memories: int) ->
             # long paragraphs seen in two sessions (memd.engine.recurring)
             for sid in (sessions[0].id, sessions[1].id):
                 store.see_paragraphs(user, sid, f"m-{sid}", [f"p-{user}"], clock())
+            # the sessions of answers kept upstream (memd.server.responses)
+            store.link_response(user, f"resp-{user}", sessions[0].id, clock())
     db = apsw.Connection(str(data_dir / "memd.db"))  # auth rows: no engine API yet
     with db:
         db.execute("INSERT INTO users VALUES ('alice', 'Alice Ünver', ?), ('bob', '', ?)",

@@ -13,13 +13,16 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from click.testing import CliRunner
 from responses_upstream import ENCRYPTED, FakeResponses
 from servers import FakeUpstream, memd_in_front, wait_for_messages
 from starlette.routing import Route
 
+from memd.cli import main
 from memd.engine.chains import content_text
 from memd.engine.inject import USER_CLOSE, USER_OPEN
 from memd.engine.memory import Memd
+from memd.server.doors import NO_PLACE
 
 HOST = "staging.rocket.internal"
 TOOLS = [{"type": "function", "name": "read_file", "description": "Read a file",
@@ -157,13 +160,140 @@ def test_previous_response_id_goes_as_sent_without_memory(stack: Stack) -> None:
     assert r.headers["x-memd-side"] == "true"
     assert stack.upstream.requests[-1]["input"] == [
         {"role": "user", "content": "And the staging host?"}]
+    assert stack.upstream.requests[-1]["previous_response_id"] == "resp_9"
     assert stack.engine.store.list_sessions("local") == []
+    report = httpx.get(f"{stack.base}/v1/calls/{r.headers['x-memd-call']}").json()["report"]
+    assert report["mode"] == "side"
+    assert report["previous_response"] == {
+        "id": "resp_9", "outcome": "without memory: previous response unknown"}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_previous_response_id_continues_its_session(stack: Stack, stream: bool) -> None:
+    """A request that names a response memd stored is a turn of that response's
+    session: its new items are stored once after the session's turns, and get memory.
+    (Streamed, the user's items hold input_text parts, as Codex sends them.)"""
+    client = stack.client()
+
+    def ask(text: str, previous: str | None = None) -> tuple[str, str]:
+        extra = {"previous_response_id": previous} if previous else {}
+        content: Any = [{"type": "input_text", "text": text}] if stream else text
+        raw = client.responses.with_raw_response.create(
+            model="gpt-5", input=[{"role": "user", "content": content}], stream=stream,
+            store=True, **extra)
+        if stream:
+            (done,) = [e for e in raw.parse() if e.type == "response.completed"]
+            return done.response.id, raw.headers["x-memd-call"]
+        return raw.parse().id, raw.headers["x-memd-call"]
+
+    stack.engine.add(f"the staging host is {HOST}", "local")
+    first, _ = ask("We deploy on Fridays.")
+    wait_for_messages(stack.engine, 2)
+    (session,) = stack.engine.store.list_sessions("local")
+    second, call = ask("Which staging host again?", first)
+    sent = stack.upstream.requests[-1]
+    assert sent["previous_response_id"] == first
+    (item,) = sent["input"]  # only the new item goes, the block in it
+    said = item["content"] if isinstance(item["content"], str) else "".join(
+        p["text"] for p in item["content"])
+    assert said.startswith(USER_OPEN) and HOST in said
+    assert said.endswith("Which staging host again?")
+    wait_for_messages(stack.engine, 4)
+    third, _ = ask("Thanks.", second)
+    wait_for_messages(stack.engine, 6)
+    assert [x.id for x in stack.engine.store.list_sessions("local")] == [session.id]
+    said = [content_text(m.content) for m in stack.engine.messages(session.id, "local")]
+    assert said[0::2] == ["We deploy on Fridays.", "Which staging host again?", "Thanks."]
+    # the fake answers "ok: " and what it was sent, the block included
+    assert all(a.startswith("ok: ") and a.endswith(q) for q, a in zip(
+        said[0::2], said[1::2], strict=True))
+    report = httpx.get(f"{stack.base}/v1/calls/{call}").json()["report"]
+    assert report["previous_response"] == {"id": first,
+                                           "outcome": f"continued session {session.id}"}
+    assert third != second != first
+    out = CliRunner().invoke(main, ["calls", "--data-dir",
+                                    str(stack.engine.settings.data_dir)])
+    assert out.exit_code == 0, out.output
+    lines = out.output.strip().splitlines()
+    assert [f"continued session {session.id}" in line for line in lines] == [
+        True, True, False]
+
+
+def test_a_continuation_the_client_marks_as_a_side_request_is_one(stack: Stack) -> None:
+    first = stack.client().responses.create(model="gpt-5", input="Hello there.")
+    wait_for_messages(stack.engine, 2)
+    r = httpx.post(f"{stack.base}/v1/responses", headers={"X-Memd-Memory": "off"}, json={
+        "model": "gpt-5", "previous_response_id": first.id, "input": "Summarize."})
+    assert r.status_code == 200 and r.headers["x-memd-side"] == "true"
+    assert stack.upstream.requests[-1]["input"] == "Summarize."
+    (session,) = stack.engine.store.list_sessions("local")
+    assert len(stack.engine.messages(session.id, "local")) == 2
+
+
+def test_a_previous_response_of_another_workspace_is_unknown(stack: Stack) -> None:
+    first = stack.client().responses.create(model="gpt-5", input="Hello there.")
+    wait_for_messages(stack.engine, 2)
+    r = httpx.post(f"{stack.base}/w/other/v1/responses", json={
+        "model": "gpt-5", "previous_response_id": first.id, "input": "Go on."})
+    assert r.status_code == 200 and r.headers["x-memd-side"] == "true"
+    assert stack.upstream.requests[-1]["input"] == "Go on."
+    assert len(stack.engine.store.list_sessions("local")) == 1
 
 
 def test_bad_bodies_are_400(stack: Stack) -> None:
     for body in ({"model": "m"}, {"input": []}, {"input": "x", "stream": "yes"},
                  {"input": "x", "max_output_tokens": -1}, {"input": 5},
-                 {"input": [{"role": "user", "content": "x"}, None]}):
+                 {"input": [{"role": "user", "content": "x"}, None]},
+                 {"input": [{"type": "w", "role": "user", "content": [None]}]},
+                 {"input": "x", "previous_response_id": 5}):
         r = httpx.post(f"{stack.base}/v1/responses", json=body)
         assert r.status_code == 400, (body, r.text)
     assert stack.upstream.requests == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_refusal_as_too_long_goes_again_without_memory(stack: Stack, stream: bool) -> None:
+    stack.engine.add(f"the staging host is {HOST}", "local")
+    stack.upstream.refuse_memory = True
+    sent = [DEVELOPER, {"role": "user", "content": "Which staging host do we deploy to?"}]
+    raw = stack.client().responses.with_raw_response.create(
+        model="gpt-5-codex", input=sent, stream=stream)
+    assert raw.http_response.status_code == 200
+    if stream:
+        done = [e for e in raw.parse() if e.type == "response.completed"]
+        assert done[0].response.output_text.startswith("ok: ")
+    else:
+        assert raw.parse().output_text.startswith("ok: ")
+    first, second = stack.upstream.requests
+    assert first["input"][1]["content"].startswith(USER_OPEN) and HOST in \
+        first["input"][1]["content"]
+    assert second["input"] == sent
+    call = httpx.get(f"{stack.base}/v1/calls/{raw.headers['x-memd-call']}").json()
+    assert call["metadata"]["retried"] is True and call["status"] == 200
+    assert call["report"]["injected"] is None
+    assert call["report"]["window"] == {"tokens": 400000, "source": "builtin",
+                                        "detail": "gpt-5*"}
+
+
+def test_a_continued_tool_loop_is_stored_once_and_sent_as_is(stack: Stack) -> None:
+    """After a function call, the continuing request holds only its output: no message
+    of the user's to put the block in (the prompt is the model server's to keep), so it
+    goes as sent, and its report says so."""
+    stack.engine.add(f"the staging host is {HOST}", "local")
+    client = stack.client()
+    first = client.responses.create(model="gpt-5", tools=TOOLS, input=[
+        {"role": "user", "content": "Deploy to the staging host."}])
+    (call,) = [i for i in first.output if i.type == "function_call"]
+    wait_for_messages(stack.engine, 2)
+    output = [{"type": "function_call_output", "call_id": call.call_id, "output": "done"}]
+    raw = client.responses.with_raw_response.create(
+        model="gpt-5", tools=TOOLS, previous_response_id=first.id, input=output)
+    assert raw.parse().output_text == "ok: done"
+    assert stack.upstream.requests[-1]["input"] == output
+    wait_for_messages(stack.engine, 4)
+    (session,) = stack.engine.store.list_sessions("local")
+    roles = [m.role for m in stack.engine.messages(session.id, "local")]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    report = httpx.get(f"{stack.base}/v1/calls/{raw.headers['x-memd-call']}").json()["report"]
+    assert report["injected"] is None and report["tokens"]["memory"] == 0
+    assert report["reason"] == NO_PLACE and report["dropped"]["tokens"] > 0

@@ -569,6 +569,16 @@ def test_paragraphs_count_the_sessions_they_are_seen_in_per_user(store: Store) -
     assert store.see_paragraphs("bob", "s9", "m9", ["p1"], 5.0)[0].sessions == 1
 
 
+def test_a_response_names_its_session_per_user(store: Store) -> None:
+    assert store.response_session("alice", "resp_1") is None
+    store.link_response("alice", "resp_1", "s1", 1.0)
+    store.link_response("alice", "resp_1", "s2", 2.0)  # linked already: keeps its session
+    store.link_response("alice", "resp_2", "s2", 3.0)
+    assert store.response_session("alice", "resp_1") == "s1"
+    assert store.response_session("alice", "resp_2") == "s2"
+    assert store.response_session("bob", "resp_1") is None
+
+
 def test_a_store_no_migrate_copied_into_has_no_unfinished_copy(store: Store) -> None:
     assert store.unfinished_copy() == []
 
@@ -1008,6 +1018,8 @@ def _everything_of(store: Store, user: str, prompt: str) -> dict[str, str]:
     store.add_forgotten(user, ["d1"], 3.0)
     store.see_paragraphs(user, s.id, said[0].id, ["p1"], 3.0)
     store.see_paragraphs(user, t.id, f"other-{user}", ["p2"], 3.0)
+    store.link_response(user, f"resp-{user}", s.id, 3.0)
+    store.link_response(user, f"resp2-{user}", t.id, 3.0)
     job = store.enqueue_job("ingest", {"session_id": s.id, "text": "x"}, user, 3.0)
     store.fail_job(job, "planted", None)
     store.enqueue_job("access", {"hits": []}, user, 3.0)
@@ -1028,7 +1040,7 @@ def test_erase_user_removes_every_row_of_the_user_and_no_other(store: Store) -> 
     assert (counts["users"], counts["api_keys"], counts["workspace_members"]) == (1, 1, 1)
     assert (counts["forgotten"], counts["memory_entities"], counts["embedding_cache"]) \
         == (1, 2, 1)
-    assert counts["paragraphs_seen"] == 2
+    assert counts["paragraphs_seen"] == 2 and counts["response_sessions"] == 2
     assert counts["system_prompts"] == 1  # the shared one stays: bob's session uses it
     store.scrub()
     assert store.get_session("alice", mine["session"]) is None
@@ -1036,6 +1048,8 @@ def test_erase_user_removes_every_row_of_the_user_and_no_other(store: Store) -> 
     assert list(store.iter_memories("alice")) == []
     assert store.get_facts("alice", active_only=False) == []
     assert store.forgotten("alice", ["d1"]) == set()
+    assert store.response_session("alice", "resp-alice") is None
+    assert store.response_session("bob", "resp-bob") == bobs["session"]
     assert store.list_jobs("dead", "alice") == store.list_jobs("pending", "alice") == []
     assert store.list_calls("alice") == [] and store.list_usage("alice") == []
     assert store.get_user("alice") is None and store.list_api_keys("alice") == []
@@ -1065,6 +1079,9 @@ def test_erase_session_removes_it_and_what_derives_from_it(store: Store) -> None
     assert (counts["jobs"], counts["calls"], counts["usage_log"]) == (1, 1, 1)
     assert counts["system_prompts"] == 1 and counts["embedding_cache"] == 1
     assert counts["paragraphs_seen"] == 1  # the one first seen in the erased session
+    assert counts["response_sessions"] == 1
+    assert store.response_session("alice", "resp-alice") is None
+    assert store.response_session("alice", "resp2-alice") == mine["kept_session"]
     assert store.see_paragraphs("alice", "s3", "m3", ["p2"], 9.0)[0].sessions == 2
     assert "users" not in counts and store.get_user("alice") is not None
     assert store.get_session("alice", mine["session"]) is None

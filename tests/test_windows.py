@@ -331,6 +331,11 @@ def test_config_pattern_specificity(model: str, tokens: int) -> None:
     ("gpt-4.1", 1047576), ("o1", 200000), ("o3-mini", 200000), ("o4-mini", 200000),
     ("gpt-5", 400000), ("claude-3-5-sonnet-20241022", 200000),
     ("anthropic/claude-sonnet-4-20250514", 200000), ("gemini-1.5-pro", 2097152),
+    ("claude-opus-4-1-20250805", 200000), ("claude-haiku-4-5", 200000),
+    ("claude-3-7-sonnet-latest", 200000), ("claude-instant-1.2", 100000),
+    ("gpt-5-codex", 400000), ("gpt-5.1-codex-max", 400000), ("gpt-5-mini", 400000),
+    ("gpt-5.1-chat-latest", 128000), ("codex-mini-latest", 200000), ("o3-pro", 200000),
+    ("o4-mini-deep-research", 200000),
     ("gemini-2.0-flash", 1048576), ("llama3", 8192), ("llama3:70b", 8192),
     ("ollama/llama3.1:8b", 131072), ("meta-llama/Llama-3.3-70B-Instruct", 131072),
     ("meta-llama/Meta-Llama-3-8B-Instruct", 8192), ("qwen2.5:7b", 32768),
@@ -650,3 +655,47 @@ def test_calibration_text_is_mixed_and_about_2000_chars() -> None:
     assert 1500 <= len(CALIBRATION_TEXT) <= 2500
     assert "def " in CALIBRATION_TEXT and '{"id":' in CALIBRATION_TEXT
     assert 1.0 < EXPECTED_RATIO < 2.0  # a sanity check of the fake tokenizer's premise
+
+
+def test_a_counted_ratio_is_asked_once_and_a_failure_again_later(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model server's own count (Anthropic's count_tokens) calibrates memd's counts:
+    asked once per model; a server without one is not asked again, a failure is."""
+    asked: list[str] = []
+
+    async def count(text: str) -> int | None:
+        asked.append(text)
+        return 1 if text == "." else 2 * counter_for("gpt-4").count(text)
+
+    async def none(text: str) -> int | None:
+        asked.append(text)
+        return None
+
+    async def fails(text: str) -> int | None:
+        asked.append(text)
+        raise httpx.ConnectError("refused")
+
+    async def scenario() -> list[float | None]:
+        resolver = windows.WindowResolver(Settings(), None)
+        return [await resolver.counted_ratio("claude-x", count),
+                await resolver.counted_ratio("claude-x", count),
+                await resolver.counted_ratio("claude-y", none),
+                await resolver.counted_ratio("claude-y", none),
+                await resolver.counted_ratio("claude-z", fails),
+                await resolver.counted_ratio(None, count)]
+
+    ratios = asyncio.run(scenario())
+    assert ratios == [2.0, 2.0, None, None, None, None]
+    assert asked == [windows.CALIBRATION_TEXT, ".", windows.CALIBRATION_TEXT,
+                     windows.CALIBRATION_TEXT]
+    monkeypatch.setattr(windows, "RETRY_SECONDS", 0.0)
+
+    async def again() -> None:
+        resolver = windows.WindowResolver(Settings(), None)
+        assert await resolver.counted_ratio("claude-z", fails) is None
+        assert await resolver.counted_ratio("claude-z", fails) is None  # asked anew
+        await asyncio.sleep(0.01)
+
+    asked.clear()
+    asyncio.run(again())
+    assert asked == [windows.CALIBRATION_TEXT, windows.CALIBRATION_TEXT]

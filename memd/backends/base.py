@@ -359,6 +359,21 @@ class ParagraphStore(Protocol):
         ...
 
 
+class ResponseStore(Protocol):
+    """The session of each answer a model server keeps by its id (an OpenAI Responses
+    ``resp_…``): a request that continues it names only the id."""
+
+    def link_response(self, user_id: str, response_id: str, session_id: str,
+                      now: float) -> None:
+        """Remember that ``response_id`` answered a turn of ``session_id`` (an id linked
+        already keeps its session)."""
+        ...
+
+    def response_session(self, user_id: str, response_id: str) -> str | None:
+        """The session ``response_id`` answered a turn of, or None."""
+        ...
+
+
 class CallStore(Protocol):
     """Calls (what the proxy injected into each chat call) and token usage."""
 
@@ -553,15 +568,16 @@ class EmbeddingCache(Protocol):
 
 @runtime_checkable
 class Store(Lifecycle, SessionStore, MessageStore, MemoryStore, FactStore, ForgottenStore,
-            ParagraphStore, CallStore, AccountStore, JobQueue, ErasureStore, EmbeddingCache,
-            Protocol):
+            ParagraphStore, ResponseStore, CallStore, AccountStore, JobQueue, ErasureStore,
+            EmbeddingCache, Protocol):
     """Storage for sessions, messages, memories, facts, entities, usage and jobs: every
     role above, over one database."""
 
 __all__ = [
     "KEYWORD_INDEX_CHARS", "AccessHit", "AccountStore", "CallStore", "EmbeddingCache",
     "ErasureStore", "FactStore", "ForgottenStore", "JobQueue", "Lifecycle", "MemoryStore",
-    "MessageStore", "ParagraphStore", "QueuedJob", "SessionStore", "Store", "Vector",
+    "MessageStore", "ParagraphStore", "QueuedJob", "ResponseStore", "SessionStore", "Store",
+    "Vector",
     "access_totals",
     "compose_candidates", "keyword_part",
 ]

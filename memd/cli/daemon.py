@@ -66,6 +66,9 @@ def _call_line(call: dict[str, Any]) -> str:
     report = report if isinstance(report, dict) else {}
     if report.get("mode") == "side":
         parts.append("side request" + (f" ({report['reason']})" if report.get("reason") else ""))
+    previous = report.get("previous_response")  # a Responses request continuing one
+    if isinstance(previous, dict) and report.get("mode") != "side" and previous.get("outcome"):
+        parts.append(str(previous["outcome"]))
     window = report.get("window")
     if isinstance(window, dict) and window.get("tokens") is not None:
         source = window.get("source")

@@ -16,7 +16,11 @@ is lost:
   the user message holds (the user's text, images, a client's reminders) a user message
   of its own: after a tool call the newest user message holds only results, which are not
   the user's words, so the memory block stays in the user's typed turn, byte for byte,
-  through the whole tool loop, as on the Chat Completions door.
+  through the whole tool loop, as on the Chat Completions door; what else the block
+  holds (``is_error``, ``cache_control``) is kept as the tool message's ``block``.
+
+:func:`unview` is the way back, which shows that the view loses nothing: it gives the
+request's ``system`` and ``messages`` as the client sent them.
 
 What goes upstream is the client's request, never the view converted back:
 :func:`forward` takes the client's messages and only inserts the memory block the engine
@@ -107,8 +111,10 @@ def view(body: Mapping[str, Any]) -> View:
                 b.get("type") == "tool_result" for b in blocks):
             for b in blocks:
                 if b.get("type") == "tool_result":
-                    messages.append({"role": "tool", "tool_call_id": _text(b.get("tool_use_id")),
-                                     "content": _result(b.get("content"))})
+                    messages.append({
+                        "role": "tool", "tool_call_id": _text(b.get("tool_use_id")),
+                        "content": _result(b.get("content")),
+                        "block": {k: x for k, x in b.items() if k not in _RESULT_KEYS}})
                     origin.append(i)
             rest = [b for b in blocks if b.get("type") != "tool_result"]
             if rest:
@@ -118,6 +124,43 @@ def view(body: Mapping[str, Any]) -> View:
             messages.append({"role": role, "content": content})
             origin.append(i)
     return View(messages, origin)
+
+
+_RESULT_KEYS = ("tool_use_id", "content")
+
+
+def _tool_result(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool message of the view as the ``tool_result`` block it came from."""
+    block = dict(message.get("block") or {"type": "tool_result"})
+    block["tool_use_id"] = message.get("tool_call_id")
+    if message.get("content") is not None:
+        block["content"] = message["content"]
+    return block
+
+
+def unview(seen: View) -> dict[str, Any]:
+    """The request fields ``seen`` was made of (``system`` when there was one, and
+    ``messages``), rebuilt from the view alone: ``unview(view(body))`` equals them."""
+    out: dict[str, Any] = {}
+    messages: list[Any] = []
+    last = -1
+    for message, at in zip(seen.messages, seen.origin, strict=True):
+        if at < 0:
+            out["system"] = message["content"]
+        elif not isinstance(message, Mapping):
+            messages.append(message)
+        elif message.get("role") == "tool" or (at == last and message.get("role") == "user"):
+            part = [_tool_result(message)] if message.get("role") == "tool" \
+                else list(message["content"])
+            if at == last:  # the results and the rest of one user message
+                messages[-1]["content"].extend(part)
+            else:
+                messages.append({"role": "user", "content": part})
+        else:
+            messages.append({"role": message.get("role"), "content": message.get("content")})
+        last = at
+    out["messages"] = messages
+    return out
 
 
 def forward(body: Mapping[str, Any], seen: View,

@@ -74,6 +74,9 @@ class PreparedCall:
     # ``plain`` is the client's own messages: its request, without memory, goes upstream
     # as the client's own bytes (a side request's, or a history memd adds nothing to)
     plain_as_sent: bool = False
+    # why the block the engine placed was not sent (a door had no place for it in the
+    # client's own format); None: it was, or there was none
+    dropped: str | None = None
 
     @property
     def memory_added(self) -> bool:
@@ -190,12 +193,13 @@ def prepare_chat(
     *, session_id: str | None = None, model: str | None = None,
     max_response_tokens: int | None = None, tools: Any = None,
     window: WindowInfo | None = None, placement: str | None = None,
-    client: str | None = None,
+    client: str | None = None, note: Mapping[str, Any] | None = None,
 ) -> PreparedCall:
     """Resolve the session, store the new messages, and build what to forward.
     ``client`` names the caller (its User-Agent, or a client family's name): with the
     model and the system prompt, it tells apart conversations that open with the same
-    words (memd.engine.identity).
+    words (memd.engine.identity). ``note`` is added to the call's report (a door's word
+    on how it read the request).
 
     A client that sends its history gets it forwarded unchanged plus one memory block
     within the window's headroom (:mod:`memd.engine.inject`); a client that sends only its
@@ -259,6 +263,7 @@ def prepare_chat(
         forward = plain = ctx.messages
         report = {"mode": "compiled", **ctx.report.to_dict()}
     report["window"] = window_report
+    report.update(note or {})
     engine.store.record_call(call_id, uid, session.id, session.workspace, model,
                              engine.now(), report)
     return PreparedCall(call_id, session, forward, plain, report, store_reply=not retry,
@@ -267,8 +272,8 @@ def prepare_chat(
 
 
 def prepare_side(engine: Memd, user_id: str, workspace: str | None, model: str | None,
-                 messages: list[Any] | None, reason: str, window: WindowInfo | None = None
-                 ) -> PreparedCall:
+                 messages: list[Any] | None, reason: str, window: WindowInfo | None = None,
+                 note: Mapping[str, Any] | None = None) -> PreparedCall:
     """A side request (:mod:`memd.engine.side`): forwarded as sent, of no session, with
     nothing stored or retrieved; only its call record (and later its usage) is kept.
     ``messages`` None: a call that has none (a text completion)."""
@@ -283,7 +288,7 @@ def prepare_side(engine: Memd, user_id: str, workspace: str | None, model: str |
     window = window or WindowInfo(None)
     report = {"mode": "side", "reason": reason,
               "window": {"tokens": window.tokens, "source": window.source,
-                         "detail": window.detail}}
+                         "detail": window.detail}, **(note or {})}
     call_id = "call-" + uuid.uuid4().hex
     engine.store.record_call(call_id, uid, None, ws,
                              None if model is None else v.clean_chars(model), engine.now(),
@@ -412,6 +417,12 @@ def finish_chat(
         if session is not None:
             _store_reply(engine, call, session, reply, finish_reason, model, incomplete,
                          latency, prompt, completion)
+            # an answer the model server keeps by its id (an OpenAI Responses one) is
+            # continued by naming the id alone: the session of the turn it answers
+            answered = (reply or {}).get("response_id")
+            if isinstance(answered, str) and 0 < len(answered) <= 256:
+                engine.store.link_response(session.user_id, v.clean_chars(answered),
+                                           session.id, engine.now())
         if usage:
             cost = cost_microcents(engine.settings.prices, model, prompt, completion)
             engine.store.record_usage(Usage(
@@ -426,18 +437,19 @@ def finish_chat(
         engine.store.finish_call(call.call_id, status, {
             "latency_ms": latency, "finish_reason": finish_reason, "incomplete": incomplete,
             "retried": retried, "usage": dict(usage or {}),
-        }, without_memory(call.report) if retried else None)
+        }, without_memory(call.report) if retried
+            else without_memory(call.report, call.dropped) if call.dropped else None)
 
 
-def without_memory(report: dict[str, Any]) -> dict[str, Any]:
-    """The report of a call sent again without its memory block (the model server
-    refused it as too long): what the forwarded request carried, the block it dropped
-    kept apart under ``dropped``."""
+def without_memory(report: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
+    """The report of a call sent without its memory block (by default: the model server
+    refused it as too long, and it went again without): what the forwarded request
+    carried, the block it dropped kept apart under ``dropped``."""
     tokens = report.get("tokens") or {}
     return {
         **report, "injected": None, "blocks": [], "items": [],
-        "reason": "the model server refused the request with memory as too long; "
-                  "it was sent again without",
+        "reason": reason or "the model server refused the request with memory as too "
+                            "long; it was sent again without",
         "tokens": {**tokens, "memory": 0, "total": tokens.get("request")},
         "dropped": {"tokens": tokens.get("memory"), "items": report.get("items", [])},
     }

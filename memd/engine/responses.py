@@ -14,6 +14,12 @@ one memory serves every door:
   content part: a reply stored whole is matched whole when the client resends it;
 - each ``function_call_output`` (any ``*_output`` item) a tool message.
 
+Text parts of any kind (``input_text``, ``output_text``) become ``text`` parts that keep
+their kind as ``native``; what an item holds besides its content (its type, role, id,
+status) is kept as ``item``, on the message or on each text part of a reply. So nothing
+is lost, and :func:`unview`, the way back, gives the ``instructions`` and ``input`` the
+client sent.
+
 What goes upstream is the client's request, never the view converted back:
 :func:`forward` only inserts the memory block, as an ``input_text`` part, into the user
 message item the engine placed it in.
@@ -42,13 +48,41 @@ class View:
     origin: list[int]
 
 
-def _parts(content: Any) -> Any:
+def _part(part: Any, item: Mapping[str, Any] | None = None) -> Any:
+    """A message item's content part in the conversation model: a text part of any kind
+    becomes a ``text`` part that keeps its own kind as ``native`` (and every other field);
+    a part of a reply's message item also names the item it came from (``item``)."""
+    if not isinstance(part, Mapping):
+        return part
+    out = dict(part)
+    if part.get("type") in _TEXT_PARTS:
+        out["type"], out["native"] = "text", part["type"]
+    elif item is None:
+        return part
+    if item is not None:
+        out["item"] = item
+    return out
+
+
+def _parts(content: Any, item: Mapping[str, Any] | None = None) -> Any:
     """A message item's content with its text parts as ``text`` parts."""
     if not isinstance(content, list):
         return content
-    return [{"type": "text", "text": p.get("text")}
-            if isinstance(p, Mapping) and p.get("type") in _TEXT_PARTS else p
-            for p in content]
+    return [_part(p, item) for p in content]
+
+
+def _native(part: Any) -> Any:
+    """A content part of the conversation model as the client sent it."""
+    if not isinstance(part, Mapping) or not ("native" in part or "item" in part):
+        return part
+    out = {k: v for k, v in part.items() if k not in ("native", "item")}
+    if "native" in part:
+        out["type"] = part["native"]
+    return out
+
+
+def _natives(content: Any) -> Any:
+    return [_native(p) for p in content] if isinstance(content, list) else content
 
 
 def _kind(item: Mapping[str, Any]) -> str:
@@ -65,9 +99,14 @@ def _kind(item: Mapping[str, Any]) -> str:
     return "model"
 
 
+def _without(item: Mapping[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in item.items() if k != key}
+
+
 def reply(items: Sequence[Any]) -> dict[str, Any]:
     """The output items of one reply as one assistant message (see the module
-    docstring)."""
+    docstring): its function calls are also its ``tool_calls``, the text of its message
+    items ``text`` parts that name their item."""
     content: list[Any] = []
     calls: list[dict[str, Any]] = []
     for item in items:
@@ -76,16 +115,38 @@ def reply(items: Sequence[Any]) -> dict[str, Any]:
         if item.get("type") == "function_call":
             calls.append({"id": item.get("call_id"), "type": "function", "function": {
                 "name": item.get("name"), "arguments": item.get("arguments")}})
+            content.append(item)
         elif isinstance(item.get("content"), list) and item.get("role") == "assistant":
-            content.extend(_parts(item["content"]))
+            content.extend(_parts(item["content"], _without(item, "content")))
         elif isinstance(item.get("content"), str) and item.get("role") == "assistant":
-            content.append({"type": "text", "text": item["content"]})
+            content.append({"type": "text", "text": item["content"],
+                            "item": _without(item, "content")})
         else:
             content.append(item)
     message: dict[str, Any] = {"role": "assistant", "content": content or None}
     if calls:
         message["tool_calls"] = calls
     return message
+
+
+def _items(content: Any) -> list[Any]:
+    """An assistant message of the view as the reply items it came from."""
+    out: list[Any] = []
+    owner: Any = None  # the item the parts being gathered belong to
+    for part in content if isinstance(content, list) else ():
+        item = part.get("item") if isinstance(part, Mapping) else None
+        if item is None:
+            out.append(part)
+            owner = None
+        elif "native" not in part and part.get("type") == "text":  # a string content
+            out.append({**item, "content": part["text"]})
+            owner = None
+        elif item is owner:
+            out[-1]["content"].append(_native(part))
+        else:
+            out.append({**item, "content": [_native(part)]})
+            owner = item
+    return out
 
 
 def _output(value: Any) -> Any:
@@ -123,14 +184,43 @@ def view(body: Mapping[str, Any]) -> View:
         if kind == "tool":
             messages.append({"role": "tool", "tool_call_id": item.get("call_id")
                              if isinstance(item.get("call_id"), str) else None,
-                             "content": _output(item.get("output"))})
+                             "content": _output(item.get("output")),
+                             "item": _without(item, "output")})
         else:
-            messages.append({"role": kind, "content": _parts(item.get("content"))})
+            messages.append({"role": kind, "content": _parts(item.get("content")),
+                             "item": _without(item, "content")})
         origin.append(i)
     if pending:
         messages.append(reply(pending))
         origin.append(first)
     return View(messages, origin)
+
+
+def unview(seen: View) -> dict[str, Any]:
+    """The request fields ``seen`` was made of (``instructions`` when there were some,
+    and ``input``), rebuilt from the view alone: ``unview(view(body))`` equals them."""
+    out: dict[str, Any] = {}
+    items: list[Any] = []
+    for message, at in zip(seen.messages, seen.origin, strict=True):
+        if at == -1:
+            out["instructions"] = message["content"]
+        elif at == -2:
+            out["input"] = message["content"]
+            return out
+        elif message.get("role") == "assistant":
+            items.extend(_items(message.get("content")))
+        elif message.get("role") == "tool":
+            item = dict(message.get("item") or {})
+            if message.get("content") is not None:
+                item["output"] = _natives(message["content"])
+            items.append(item)
+        else:
+            item = dict(message.get("item") or {})
+            if message.get("content") is not None:
+                item["content"] = _natives(message["content"])
+            items.append(item)
+    out["input"] = items
+    return out
 
 
 def forward(body: Mapping[str, Any], seen: View,
@@ -190,11 +280,14 @@ def usage(value: Any) -> dict[str, Any] | None:
 
 def whole(data: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None,
                                              dict[str, Any] | None]:
-    """A response object's (reply, status, usage)."""
+    """A response object's (reply, status, usage); the reply names the response's id
+    as ``response_id``, which a later request continues it by."""
     output = data.get("output")
     status = data.get("status")
-    return (dict(sanitized(reply(output))) if isinstance(output, list) else None,
-            status if isinstance(status, str) else None, usage(data.get("usage")))
+    got = dict(sanitized(reply(output))) if isinstance(output, list) else None
+    if got is not None and isinstance(data.get("id"), str):
+        got["response_id"] = data["id"]
+    return (got, status if isinstance(status, str) else None, usage(data.get("usage")))
 
 
 class StreamReply(DataEvents):
@@ -208,6 +301,7 @@ class StreamReply(DataEvents):
         self.finish_reason: str | None = None
         self.model: str | None = None
         self.usage: dict[str, Any] | None = None
+        self.response_id: str | None = None
         self.done = False
 
     def _data(self, payload: bytes) -> None:
@@ -215,6 +309,9 @@ class StreamReply(DataEvents):
         if event is None:
             return
         kind = event.get("type")
+        response = event.get("response")
+        if isinstance(response, Mapping) and isinstance(response.get("id"), str):
+            self.response_id = response["id"]
         if kind == "response.output_item.done" and isinstance(event.get("item"), Mapping):
             self.items.append(event["item"])
         elif kind in ("response.completed", "response.incomplete", "response.failed") \
@@ -229,4 +326,7 @@ class StreamReply(DataEvents):
             self.done = True
 
     def reply(self) -> dict[str, Any]:
-        return dict(sanitized(reply(self.items)))
+        out = dict(sanitized(reply(self.items)))
+        if self.response_id is not None:
+            out["response_id"] = self.response_id
+        return out

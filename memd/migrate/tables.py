@@ -61,6 +61,7 @@ TABLES: tuple[Table, ...] = (
     Table("facts", ("user_id", "fact_id")),
     Table("forgotten", ("user_id", "digest")),
     Table("paragraphs_seen", ("user_id", "paragraph_hash")),
+    Table("response_sessions", ("user_id", "response_id")),
     Table("memory_entities", ("user_id", "entity", "memory_id")),
     Table("usage_log", ("user_id", "usage_id")),
     Table("calls", ("call_id",)),

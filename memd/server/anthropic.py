@@ -17,6 +17,7 @@ own it goes as ``x-api-key``; otherwise, in local mode, the client's credentials
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -24,6 +25,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from memd.engine import anthropic as a
+from memd.engine.validate import is_count
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text
 from memd.server import schemas as s
@@ -114,7 +116,27 @@ async def messages(request: Request) -> Response:
     return await converse(request, client, door, body, model=model, messages=seen.messages,
                           shape=a.side_body(body, seen),
                           put_back=lambda placed: a.forward(body, seen, placed),
-                          max_tokens=max_tokens)
+                          max_tokens=max_tokens, count=_counter(request, client, path, model))
+
+
+def _counter(request: Request, client: httpx.AsyncClient, path: str,
+             model: str | None) -> Callable[[str], Awaitable[int | None]]:
+    """The model server's count of the prompt tokens of one user message holding a
+    text, asked with this request's credentials: None when it has no count_tokens
+    route or gives no count; an error status past 499 raises, to be asked again later."""
+    async def count(text: str) -> int | None:
+        resp = await client.post(
+            path + "/count_tokens", headers=_anthropic_headers(request),
+            json={"model": model, "messages": [{"role": "user", "content": text}]})
+        if resp.status_code >= 500:
+            resp.raise_for_status()
+        try:
+            n = resp.json().get("input_tokens") if resp.is_success else None
+        except (ValueError, AttributeError):
+            return None
+        return n if is_count(n) else None
+
+    return count
 
 
 @router.post("/v1/messages/count_tokens", responses={

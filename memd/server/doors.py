@@ -9,7 +9,7 @@ upstream and its answer is relayed and stored (:func:`memd.server.proxy.relay`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +33,10 @@ DOOR_RESPONSES: dict[int | str, dict[str, Any]] = {
     **CHAT_ERRORS}
 
 
+NO_PLACE = ("the block has no place in what this request sends (no message of the user's "
+            "own); it was sent without")
+
+
 def checked_model(body: Mapping[str, Any]) -> str | None:
     """The request's model as memd records it, after the checks every door makes of the
     fields it reads (the body itself goes upstream as sent)."""
@@ -48,27 +52,39 @@ async def converse(
     model: str | None, messages: list[dict[str, Any]], shape: dict[str, Any],
     put_back: Callable[[Sequence[Mapping[str, Any]]], Any], max_tokens: int | None,
     side_because: str | None = None,
+    count: Callable[[str], Awaitable[int | None]] | None = None,
+    session_id: str | None = None, note: Mapping[str, Any] | None = None,
 ) -> Response:
     """One call through memd: ``messages`` is the request in the conversation model,
     ``shape`` what :func:`side_reason` reads of it, ``put_back`` gives the door's own
     ``door.field`` with the block the engine placed in the messages (None: it cannot),
-    ``side_because`` makes it a side request whatever its shape."""
+    ``side_because`` makes it a side request whatever its shape, ``count`` is the model
+    server's own token count of a text, where the door has one (it calibrates memd's);
+    ``session_id`` names the session the call is a turn of (no inference, and no side
+    request), ``note`` goes into the call's report."""
     engine = engine_of(request)
     user, workspace = user_of(request), workspace_of(request)
-    window = await window_of(request, model)
+    window = await window_of(request, model, count)
     agent = request.headers.get("user-agent")
-    reason = side_because or side_reason(
-        shape, request.headers.get(side.HEADER), user_id=user,
-        client=client_family(agent) or "", recent=engine.recent_turns, now=engine.now())
+    header = request.headers.get(side.HEADER)
+    reason = side_because
+    if reason is None and session_id is not None:  # a turn of that session, unless told
+        reason = "X-Memd-Memory: off" if side.memory_flag(header) == "off" else None
+    elif reason is None:
+        reason = side_reason(
+            shape, header, user_id=user, client=client_family(agent) or "",
+            recent=engine.recent_turns, now=engine.now())
     if reason is not None:
         call = await run_in_threadpool(prepare_side, engine, user, workspace, model,
-                                       messages, reason, window)
+                                       messages, reason, window, note)
     else:
         call = await run_in_threadpool(
             prepare_chat, engine, user, workspace, messages, model=model,
             max_response_tokens=max_tokens, tools=body.get("tools"), window=window,
-            placement="user", client=agent)
+            placement="user", client=agent, session_id=session_id, note=note)
     plain = body[door.field]
     placed = put_back(call.forward) if call.memory_added else None
-    call = replace(call, forward=placed if placed is not None else plain, plain=plain)
+    dropped = NO_PLACE if call.memory_added and placed is None else None
+    call = replace(call, forward=placed if placed is not None else plain, plain=plain,
+                   dropped=dropped)
     return await relay(request, client, call, body, model, door)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, Protocol
@@ -96,11 +96,18 @@ def _windows(request: Request) -> WindowResolver:
     return resolver
 
 
-async def window_of(request: Request, model: str | None) -> WindowInfo:
-    """The window of the request's model and the factor to its own token counts."""
+async def window_of(request: Request, model: str | None,
+                    count: Callable[[str], Awaitable[int | None]] | None = None,
+                    ) -> WindowInfo:
+    """The window of the request's model and the factor to its own token counts,
+    measured with ``count`` when the door has the model server's own count
+    (:meth:`WindowResolver.counted_ratio`)."""
     resolver = _windows(request)
     found = await resolver.resolve(model, request.headers.get("x-memd-context-window"))
-    ratio = await resolver.token_ratio(model) if found.tokens is not None else None
+    ratio = None
+    if found.tokens is not None:
+        ratio = await (resolver.counted_ratio(model, count) if count is not None
+                       else resolver.token_ratio(model))
     return WindowInfo(found.tokens, found.source, found.detail,
                       calibrated_scale(model, ratio))
 

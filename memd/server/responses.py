@@ -6,20 +6,33 @@ as the client sent it (``instructions``, ``input`` items, ``tools``, ``reasoning
 ``include``, ``store``, ``prompt_cache_key``, unknown fields), plus one memory block in
 the user's newest message item (:mod:`memd.engine.responses` converts to and from the
 one conversation model); the event stream is relayed as it arrives, and the final
-``response.completed`` event gives the reply memd stores. A request that continues a
-response stored upstream (``previous_response_id``) carries only its new items: memd
-cannot see the conversation it continues, so it forwards it as sent, as a side request,
-and its call record says so.
+``response.completed`` event gives the reply memd stores.
+
+A request that continues a response kept upstream (``previous_response_id``) carries
+only its new items. memd remembers the session of every answer it stored by the
+answer's id, so such a request is a turn of that session: its new items are stored
+once after the session's stored turns, recall sees those turns, and the block goes into
+its newest user message item, if it has one (memd cannot write into what the model
+server keeps). A response memd never saw (stored before memd, by another workspace, or
+erased) is forwarded as sent, as a side request without memory. The call report says
+which (``previous_response``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from memd.engine import responses as r
+from memd.engine.memory import Memd
 from memd.errors import InvalidInput
 from memd.server import schemas as s
+from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.doors import DOOR_RESPONSES, checked_model, converse
 from memd.server.proxy import (
     Door,
@@ -30,6 +43,7 @@ from memd.server.proxy import (
     upstream_client,
 )
 from memd.server.security import error_body
+from memd.types import Session
 
 router = APIRouter()
 RESPONSES = Door("responses", r.StreamReply, r.whole, forward_headers, field="input")
@@ -45,6 +59,10 @@ async def responses(request: Request) -> Response:
         raise InvalidInput("'input' is required: a string or a non-empty list of items")
     if isinstance(body["input"], list) and not all(isinstance(i, dict) for i in body["input"]):
         raise InvalidInput("'input' items must be objects")
+    for i, item in enumerate(body["input"] if isinstance(body["input"], list) else ()):
+        content = item.get("content")
+        if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
+            raise InvalidInput(f"input[{i}].content parts must be objects")
     model = checked_model(body)
     max_tokens = token_field(body, "max_output_tokens")
     try:
@@ -52,9 +70,53 @@ async def responses(request: Request) -> Response:
     except NoUpstream as exc:
         return JSONResponse(error_body("upstream_not_configured", str(exc)), status_code=503)
     seen = r.view(body)
+    previous = body.get("previous_response_id")
+    if previous is not None and not isinstance(previous, str):
+        raise InvalidInput("'previous_response_id' must be a string")
+    if previous:
+        return await _continued(request, client, body, seen, previous, model, max_tokens)
     return await converse(
         request, client, RESPONSES, body, model=model, messages=seen.messages,
         shape=r.side_body(body, seen), put_back=lambda placed: r.forward(body, seen, placed),
-        max_tokens=max_tokens,
-        side_because="continues a response stored upstream (previous_response_id)"
-        if body.get("previous_response_id") else None)
+        max_tokens=max_tokens)
+
+
+async def _continued(request: Request, client: httpx.AsyncClient, body: dict[str, Any],
+                     seen: r.View, previous: str, model: str | None,
+                     max_tokens: int | None) -> Response:
+    """A request that continues the response ``previous``: a turn of its session, after
+    the session's stored turns, or a side request when memd does not know it."""
+    engine = engine_of(request)
+    user = user_of(request)
+    session = await run_in_threadpool(_session_of, engine, user, workspace_of(request),
+                                      previous)
+    if session is None:
+        outcome = "without memory: previous response unknown"
+        return await converse(
+            request, client, RESPONSES, body, model=model, messages=seen.messages,
+            shape=r.side_body(body, seen), put_back=lambda placed: None,
+            max_tokens=max_tokens, side_because=outcome,
+            note={"previous_response": {"id": previous, "outcome": outcome}})
+    stored = [m.to_openai() for m in await run_in_threadpool(
+        engine.store.get_messages, user, session.id)]
+
+    def put_back(placed: Sequence[Mapping[str, Any]]) -> Any:
+        # the stored turns are the model server's to keep: the block goes only into
+        # this request's own items
+        if any(mine is not theirs for mine, theirs in zip(placed, stored, strict=False)):
+            return None
+        return r.forward(body, seen, placed[len(stored):])
+
+    return await converse(
+        request, client, RESPONSES, body, model=model, messages=[*stored, *seen.messages],
+        shape=r.side_body(body, seen), put_back=put_back, max_tokens=max_tokens,
+        session_id=session.id, note={"previous_response": {
+            "id": previous, "outcome": f"continued session {session.id}"}})
+
+
+def _session_of(engine: Memd, user: str, workspace: str | None,
+                response_id: str) -> Session | None:
+    """The session of the answer ``response_id``, when it is this workspace's."""
+    found = engine.store.response_session(user, response_id)
+    session = engine.store.get_session(user, found) if found is not None else None
+    return session if session is not None and session.workspace == workspace else None

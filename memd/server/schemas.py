@@ -364,5 +364,9 @@ RESPONSES_REQUEST: dict[str, Any] = {
         "model": {"type": "string"},
         "stream": {"type": "boolean"},
         "max_output_tokens": {"type": ["integer", "null"], "minimum": 0},
+        "previous_response_id": {
+            "type": ["string", "null"],
+            "description": "The answer this request continues: a turn of the session "
+                           "memd stored it in, or, if memd never saw it, a side request."},
     },
 }

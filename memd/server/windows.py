@@ -200,6 +200,8 @@ class WindowResolver:
         self._detecting = asyncio.Lock()
         self._windows = _OncePerKey(self._probe_window)
         self._ratios = _OncePerKey(self._probe_ratio)
+        self._counted = _OncePerKey(self._probe_counted)
+        self._count_with: dict[str, Callable[[str], Awaitable[int | None]]] = {}
         self._warned: set[tuple[str, str]] = set()
 
     async def resolve(self, model: str | None, header: str | None) -> Window:
@@ -230,6 +232,17 @@ class WindowResolver:
             return None
         return await self._ratios.get(model)
 
+    async def counted_ratio(self, model: str | None,
+                            count: Callable[[str], Awaitable[int | None]]) -> float | None:
+        """:meth:`token_ratio` measured with ``count``, a model server's own count of
+        the prompt tokens of one user message holding a text (Anthropic's
+        ``count_tokens``), once per model; ``count`` gives None when the server has no
+        such count, and raises httpx errors when asking failed (asked again later)."""
+        if not model:
+            return None
+        self._count_with[model] = count
+        return await self._counted.get(model)
+
     def learn(self, model: str | None, refusal: bytes) -> int | None:
         """Take the window a refusal of ``model``'s request as too long states, for the
         calls after it; the window, or None when the refusal names none."""
@@ -243,6 +256,7 @@ class WindowResolver:
         """Drop every cached answer and failure (tests, a config reload)."""
         self._windows.clear()
         self._ratios.clear()
+        self._counted.clear()
         self._server = None
         self._detecting = asyncio.Lock()
         self._warned.clear()
@@ -279,6 +293,22 @@ class WindowResolver:
         if not count:
             return _Probed(None)
         return _Probed(count / counter_for("gpt-4").count(CALIBRATION_TEXT))
+
+    async def _probe_counted(self, model: str) -> _Probed[float]:
+        count = self._count_with.pop(model, None)  # the caller's, not kept past its use
+        if count is None:
+            return _Probed(None, final=False)
+        try:
+            async with asyncio.timeout(self._timeout):
+                whole = await count(CALIBRATION_TEXT)
+                # the message's own framing, counted alone, is not the text's
+                least = await count(".") if whole else None
+        except (httpx.HTTPError, TimeoutError) as exc:
+            self._warn(f"a token count for model {model!r}", ("count", model), exc)
+            return _Probed(None, final=False)
+        if not whole or least is None or whole <= least:
+            return _Probed(None)
+        return _Probed((whole - least + 1) / counter_for("gpt-4").count(CALIBRATION_TEXT))
 
     async def _detected(self) -> _Server:
         """What the upstream is, found out by the first probe that needs it, within that

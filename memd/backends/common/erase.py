@@ -31,7 +31,7 @@ from memd.types import Message
 #: of the user; the account tables and the shared ones are :data:`ACCOUNT_TABLES` and
 #: :data:`SHARED_TABLES`. tests/test_erase.py checks this against the schema.
 USER_TABLES = ("memory_entities", "memories", "facts", "forgotten", "paragraphs_seen",
-               "jobs", "calls", "usage_log", "messages", "sessions")
+               "response_sessions", "jobs", "calls", "usage_log", "messages", "sessions")
 ACCOUNT_TABLES = ("workspace_members", "api_keys", "users")  # keys and members first
 SHARED_TABLES = ("system_prompts", "embedding_cache")
 
@@ -84,6 +84,7 @@ def erase_plan(user_id: str, session_id: str | None, json_text: str,
         ("memories", memories, (*us, *us)),
         ("facts", f"user_id = ? AND source_message_id IN ({messages})", (user_id, *us)),
         ("paragraphs_seen", "user_id = ? AND first_session_id = ?", us),
+        ("response_sessions", "user_id = ? AND session_id = ?", us),
         ("jobs", jobs, (*us, *us)),
         ("calls", "user_id = ? AND session_id = ?", us),
         ("usage_log", "user_id = ? AND session_id = ?", us),

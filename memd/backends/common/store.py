@@ -407,6 +407,20 @@ class PortableStore(ErasureMixin):
             f"AND sessions > 1 AND {test}", (user_id, *values))
         return {str(r[0]) for r in rows}
 
+    # -- the sessions of answers kept upstream ----------------------------------------
+    def link_response(self, user_id: str, response_id: str, session_id: str,
+                      now: float) -> None:
+        d = self._dialect
+        self._write(d.sql(f"{d.ignore_prefix} response_sessions (user_id, response_id, "
+                          f"session_id, created_at) VALUES (?, ?, ?, ?){d.ignore_suffix}"),
+                    (user_id, response_id, session_id, now))
+
+    def response_session(self, user_id: str, response_id: str) -> str | None:
+        rows = self._rows(self._sql(
+            "SELECT session_id FROM response_sessions WHERE user_id = ? AND response_id = ?"),
+            (user_id, response_id))
+        return str(rows[0][0]) if rows else None
+
     # -- calls and usage -------------------------------------------------------------
     def record_call(
         self, call_id: str, user_id: str, session_id: str | None, workspace: str | None,
