@@ -21,7 +21,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ from memd import registry
 from memd.backends.base import Store
 from memd.errors import Conflict, NotFound
 from memd.types import (
+    ContextObject,
+    FidelityTransition,
     MemoryFilter,
     NewMessage,
     Provenance,
@@ -567,6 +569,48 @@ def test_paragraphs_count_the_sessions_they_are_seen_in_per_user(store: Store) -
     assert store.recurring_paragraphs("alice", []) == set()
     assert store.recurring_paragraphs("bob", ["p1"]) == set()
     assert store.see_paragraphs("bob", "s9", "m9", ["p1"], 5.0)[0].sessions == 1
+
+
+def _context_object(oid: str, user: str = "alice", sid: str = "s1",
+                    key: str | None = "src/app.py") -> ContextObject:
+    return ContextObject(
+        object_id=oid, user_id=user, session_id=sid, content_hash="h-" + oid,
+        object_type="file_context", source_tool="read", source_key=key,
+        tool_call_id="tc-" + oid, turn_start=1, turn_end=1, content="line 1\nline 2",
+        compact="[extractive] line 1", stub="[stub] " + oid, tokens_l0=10, tokens_l2=4,
+        tokens_l3=3, created_at=1.0, updated_at=1.0)
+
+
+def test_context_objects_are_kept_once_per_session_with_their_transitions(
+        store: Store) -> None:
+    assert store.add_context_objects([]) == 0
+    a, b = _context_object("o1"), _context_object("o2", key=None)
+    assert store.add_context_objects([a, b, a]) == 2
+    # a resent history brings the same objects again: nothing new, nothing changed
+    assert store.add_context_objects([replace(a, content="changed"), b]) == 0
+    assert store.add_context_objects([_context_object("o1", sid="s2")]) == 1
+    got = store.context_objects("alice", "s1")
+    assert [o.object_id for o in got] == ["o1", "o2"]
+    assert got[0] == a and got[1].source_key is None and got[0].pinned is False
+    assert store.context_objects("bob", "s1") == []
+    store.apply_transitions("alice", "s1", [
+        FidelityTransition("o1", 0, 3, "supersede", "warning", 900, "call-1"),
+        FidelityTransition("o2", 0, 2, "pressure", "warning", 900, "call-1"),
+    ], {"o1": "o2"}, 5.0)
+    store.apply_transitions("alice", "s1", [
+        FidelityTransition("o2", 2, 3, "pressure", "critical", 950, None)], {}, 6.0)
+    store.apply_transitions("alice", "s1", [], {}, 7.0)
+    held = {o.object_id: o for o in store.context_objects("alice", "s1")}
+    assert (held["o1"].fidelity, held["o1"].superseded_by) == (3, "o2")
+    assert (held["o2"].fidelity, held["o2"].updated_at) == (3, 6.0)
+    assert store.context_objects("alice", "s2")[0].fidelity == 0
+    steps = store.fidelity_transitions("alice", "s1")
+    assert [(t.object_id, t.from_fidelity, t.to_fidelity, t.trigger, t.call_id,
+             t.created_at) for t in steps] == [
+        ("o1", 0, 3, "supersede", "call-1", 5.0), ("o2", 0, 2, "pressure", "call-1", 5.0),
+        ("o2", 2, 3, "pressure", None, 6.0)]
+    assert store.fidelity_transitions("alice", "s2") == []
+    assert store.fidelity_transitions("bob", "s1") == []
 
 
 def test_a_store_no_migrate_copied_into_has_no_unfinished_copy(store: Store) -> None:

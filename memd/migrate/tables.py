@@ -61,6 +61,8 @@ TABLES: tuple[Table, ...] = (
     Table("facts", ("user_id", "fact_id")),
     Table("forgotten", ("user_id", "digest")),
     Table("paragraphs_seen", ("user_id", "paragraph_hash")),
+    Table("context_objects", ("user_id", "session_id", "object_id")),
+    Table("fidelity_transitions", ("user_id", "transition_id")),
     Table("memory_entities", ("user_id", "entity", "memory_id")),
     Table("usage_log", ("user_id", "usage_id")),
     Table("calls", ("call_id",)),
