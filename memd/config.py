@@ -93,14 +93,16 @@ class VirtualZones:
     model's window that a request (with its response reserve) passes: ``caution`` is the
     line past which mode "auto" engages and tool results start to degrade; degrading
     goes on until the request is under ``target`` (well under the line, so that the
-    prompt's prefix changes rarely). The newest tool results, up to ``keep_recent`` of
-    the window, stay whole while the older ones are enough."""
+    prompt's prefix changes rarely), and evicting, which changes the prompt from near its
+    start, until it is under ``evict_target``. The newest tool results, up to
+    ``keep_recent`` of the window, stay whole while the older ones are enough."""
 
     caution: float = 0.70
     warning: float = 0.80
     critical: float = 0.90
     emergency: float = 0.95
-    target: float = 0.50
+    target: float = 0.40
+    evict_target: float = 0.30
     keep_recent: float = 0.20
 
 
@@ -426,10 +428,10 @@ def _zones(value: Any) -> VirtualZones:
         raise InvalidInput("config: [virtual_zones] values must be fractions of the window, "
                            "more than 0 and at most 1")
     zones = VirtualZones(**{k: float(v) for k, v in value.items()})
-    if not (zones.target < zones.caution <= zones.warning <= zones.critical
-            <= zones.emergency):
-        raise InvalidInput("config: [virtual_zones] must hold target < caution <= warning "
-                           "<= critical <= emergency")
+    if not (zones.evict_target <= zones.target < zones.caution <= zones.warning
+            <= zones.critical <= zones.emergency):
+        raise InvalidInput("config: [virtual_zones] must hold evict_target <= target < "
+                           "caution <= warning <= critical <= emergency")
     return zones
 
 

@@ -22,7 +22,8 @@ from memd.engine.virtual.segment import segment, source_key
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text
 
-ZONES = VirtualZones()
+ZONES = VirtualZones(caution=0.7, warning=0.8, critical=0.9, emergency=0.95, target=0.5,
+                     evict_target=0.3, keep_recent=0.2)
 
 
 def call(cid: str, name: str, **args: Any) -> dict[str, Any]:
@@ -183,6 +184,21 @@ def test_pinned_ones_stay_and_only_an_exchange_with_its_call_is_evicted() -> Non
     assert [h.fidelity for h in objects] == [FULL, EVICTED, STUB, EVICTED]
     # the newest one went too: the request does not fit the window otherwise
     assert after == 10_000 - 1020 - 970 - 1020
+
+
+def test_evicting_goes_on_to_its_own_lower_line_and_only_when_stubs_are_not_enough() -> None:
+    def exchanges() -> list[Held]:
+        return [Held(f"o{k}", {FULL: 30, COMPACT: 30, STUB: 30}, 70, STUB) for k in range(60)]
+
+    zones = replace(ZONES, keep_recent=0.01)
+    objects = exchanges()
+    steps, after = plan(objects, 7400, 10_000, zones)  # over the line, stubs already
+    assert {s.to_fidelity for s in steps} == {EVICTED}
+    assert after <= zones.evict_target * 10_000 < after + 100
+    assert [s.object_id for s in steps] == [f"o{k}" for k in range(len(steps))]  # oldest
+    objects = [held("big", full=3000), *exchanges()]
+    steps, after = plan(objects, 7400, 10_000, zones)  # the big one's stub is enough
+    assert [s.object_id for s in steps] == ["big"] and after > zones.evict_target * 10_000
 
 
 # -- one call over a real store ----------------------------------------------------------

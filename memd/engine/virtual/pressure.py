@@ -9,7 +9,9 @@ evicted: the tool call and its result leave the request together (each still cos
 call's arguments and a stub, and a long session has hundreds). Degrading goes on
 until the request is under the target, well under the line, so that it happens in large
 steps and rarely: each step changes the prompt from the first degraded object on, and the
-model server re-reads everything after it. What degraded stays degraded on later calls
+model server re-reads everything after it. Evicting goes further, down to
+``evict_target``: the oldest stubs sit near the start of the prompt, so each eviction
+makes the model server re-read nearly all of it. What degraded stays degraded on later calls
 (the caller starts from the fidelities held before), so consecutive requests share their
 prefix. The newest results, up to ``keep_recent`` of the window, stay whole unless the
 request would not fit the window otherwise.
@@ -107,8 +109,11 @@ def plan(held: Sequence[Held], tokens: int, window: int, zones: VirtualZones,
     for group, line in ((older, target), ([h for h in held if h.object_id in recent],
                                           fit_line(window))):
         for to in (COMPACT, STUB, EVICTED):
+            # evicting, once stubs are not enough, goes on to the lower line
+            stop = (zones.evict_target * window
+                    if to == EVICTED and group is older and total > line else line)
             for h in group:
-                if total <= line:
+                if total <= stop:
                     break
                 if worth(h, to):
                     degrade(h, to, "pressure")
