@@ -1059,6 +1059,10 @@ def _everything_of(store: Store, user: str, prompt: str) -> dict[str, str]:
     store.record_call(f"call2-{user}", user, t.id, None, "m", 3.0, {})
     store.record_usage(Usage(id=f"u-{user}", user_id=user, session_id=s.id, created_at=3.0))
     store.put_cached_embeddings("m", [(f"h-{user}", b"\x01")])
+    for sid in (s.id, t.id):
+        store.add_context_objects([_context_object(f"ctx-{sid}", user, sid)])
+        store.apply_transitions(user, sid, [FidelityTransition(
+            f"ctx-{sid}", 0, 3, "pressure", "warning", 10)], {}, 3.0)
     return {"session": s.id, "kept_session": t.id, "memory": made.id, "kept": kept.id}
 
 
@@ -1073,6 +1077,7 @@ def test_erase_user_removes_every_row_of_the_user_and_no_other(store: Store) -> 
     assert (counts["forgotten"], counts["memory_entities"], counts["embedding_cache"]) \
         == (1, 2, 1)
     assert counts["paragraphs_seen"] == 2
+    assert counts["context_objects"] == counts["fidelity_transitions"] == 2
     assert counts["system_prompts"] == 1  # the shared one stays: bob's session uses it
     store.scrub()
     assert store.get_session("alice", mine["session"]) is None
@@ -1109,6 +1114,10 @@ def test_erase_session_removes_it_and_what_derives_from_it(store: Store) -> None
     assert (counts["jobs"], counts["calls"], counts["usage_log"]) == (1, 1, 1)
     assert counts["system_prompts"] == 1 and counts["embedding_cache"] == 1
     assert counts["paragraphs_seen"] == 1  # the one first seen in the erased session
+    assert counts["context_objects"] == counts["fidelity_transitions"] == 1
+    assert store.context_objects("alice", mine["session"]) == []
+    assert store.fidelity_transitions("alice", mine["session"]) == []
+    assert len(store.context_objects("alice", mine["kept_session"])) == 1
     assert store.see_paragraphs("alice", "s3", "m3", ["p2"], 9.0)[0].sessions == 2
     assert "users" not in counts and store.get_user("alice") is not None
     assert store.get_session("alice", mine["session"]) is None
@@ -1150,6 +1159,17 @@ def test_erase_message_removes_it_and_what_derives_from_it(store: Store) -> None
     store.insert_fact(fact("Porto", user_id="alice", key="city", source_message_id=first.id))
     store.enqueue_job("llm_extract", {"message_id": first.id}, "alice", 4.0)
     store.see_paragraphs("alice", s.id, first.id, ["p-first"], 4.0)
+    # a tool result's context objects go with its message, by the tool call id
+    tool, = store.append_messages("alice", s.id, [NewMessage(
+        "tool", "file text", tool_call_id="tc-o1")], [3], [None], 4.0)
+    store.add_context_objects([_context_object("o1", "alice", s.id),
+                               _context_object("o2", "alice", s.id)])
+    store.apply_transitions("alice", s.id, [
+        FidelityTransition("o1", 0, 3, "pressure", "warning", 10),
+        FidelityTransition("o2", 0, 3, "pressure", "warning", 10)], {}, 4.0)
+    assert store.erase_message("alice", s.id, tool.id)["context_objects"] == 1
+    assert [o.object_id for o in store.context_objects("alice", s.id)] == ["o2"]
+    assert [t.object_id for t in store.fidelity_transitions("alice", s.id)] == ["o2"]
     summary = store.insert_memory(memory("alice moved", user="alice", session_id=s.id), vec(6))
     store.mark_compressed("alice", s.id, [first.id], summary.id)
     store.update_session("alice", s.id, summary_text="alice moved", summary_token_count=2)

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
-from servers import memd_in_front
+from servers import FakeUpstream, memd_in_front
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -181,3 +182,21 @@ def test_a_bad_virtualize_header_is_refused_saying_so(tmp_path: Path) -> None:
         assert report["virtual"]["zone"] == "normal"
         assert report["virtual"]["transitions"] == []
     assert upstream.requests == [hi]  # the refused one never went upstream
+
+
+def test_a_streamed_call_of_the_official_client_is_virtualized_too(tmp_path: Path) -> None:
+    session = agent_session(turns=2)
+    at = session.calls[-2]  # the last tool result is the newest message
+    upstream = FakeUpstream()
+    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, _):
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0)
+        stream = client.chat.completions.create(
+            model=MODEL, messages=session.messages[:at],  # type: ignore[arg-type]
+            tools=session.tools, max_tokens=RESERVE, stream=True)  # type: ignore[arg-type]
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    sent = upstream.requests[-1]
+    assert WindowedUpstream.tokens(sent) <= WINDOW < WindowedUpstream.tokens(
+        {**sent, "messages": session.messages[:at]})
+    assert orphans(sent["messages"]) == []
+    assert sent["messages"][-1] == session.messages[at - 1]
+    assert text == f"ok: {session.messages[at - 1]['content']}"
