@@ -41,11 +41,12 @@ QUERY_PRECISIONS = ("int8", "float32")  # see memd.models.onnx_embedder
 SANITIZE_MODES = ("off", "secrets", "secrets+pii")  # see memd.privacy.Mode
 ENCRYPTION_MODES = ("off", "env", "keyring")  # see memd.backends.sqlite.cipher
 ERASE_USAGE_MODES = ("delete", "anonymize")  # see memd.backends.common.erase
+VIRTUALIZE_MODES = ("auto", "on", "off")  # see memd.engine.virtual
 # The settings that take one of a few words, and those words.
 CHOICES: dict[str, tuple[str, ...]] = {
     "memory_placement": MEMORY_PLACEMENTS, "query_precision": QUERY_PRECISIONS,
     "sanitize": SANITIZE_MODES, "encryption": ENCRYPTION_MODES,
-    "erase_usage": ERASE_USAGE_MODES,
+    "erase_usage": ERASE_USAGE_MODES, "virtualize": VIRTUALIZE_MODES,
 }
 
 
@@ -84,6 +85,25 @@ class Maintenance:
     # threshold lowered, a job lost); each append queues its own
     compaction: float = 3600.0
     consolidation: float = 6 * 3600.0  # alike episodes folded into pattern memories
+
+
+@dataclass(frozen=True)
+class VirtualZones:
+    """Context virtualization's pressure zones (memd.engine.virtual), as fractions of the
+    model's window that a request (with its response reserve) passes: ``caution`` is the
+    line past which mode "auto" engages and tool results start to degrade; degrading
+    goes on until the request is under ``target`` (well under the line, so that the
+    prompt's prefix changes rarely), and evicting, which changes the prompt from near its
+    start, until it is under ``evict_target``. The newest tool results, up to
+    ``keep_recent`` of the window, stay whole while the older ones are enough."""
+
+    caution: float = 0.70
+    warning: float = 0.80
+    critical: float = 0.90
+    emergency: float = 0.95
+    target: float = 0.40
+    evict_target: float = 0.30
+    keep_recent: float = 0.20
 
 
 # Named weight sets (docs/design.md, "Retrieval score"). "default" is hybrid: cosine and
@@ -250,6 +270,13 @@ class Settings:
     # "delete" them, or "anonymize" them (kept for the totals, with no user, session,
     # workspace or metadata: the user id becomes ERASED_USER, which no real id can be)
     erase_usage: str = "delete"
+    # context virtualization (memd.engine.virtual) of a client's own history when it
+    # grows past the model's window: "auto" (when the request passes the caution line),
+    # "on" or "off"; virtualize_workspaces maps a workspace to its own mode; the request
+    # header X-Memd-Virtualize overrides both. The zones are a [virtual_zones] table.
+    virtualize: str = "auto"
+    virtualize_workspaces: dict[str, str] = field(default_factory=dict)
+    virtual_zones: VirtualZones = field(default_factory=VirtualZones)
     # the notes folder (memd.engine.notes): each Markdown file a standing instruction of
     # the default user, or of a workspace in a subfolder named after it; None is
     # ``notes`` in the data dir
@@ -330,6 +357,14 @@ def _coerce(name: str, value: Any) -> Any:
         raise InvalidInput(f"sanitizer must be a name, not {value!r}")
     if name == "maintenance":
         return _maintenance(value)
+    if name == "virtualize_workspaces":
+        if not isinstance(value, dict) or not all(
+                isinstance(v, str) and v in VIRTUALIZE_MODES for v in value.values()):
+            raise InvalidInput("config: [virtualize_workspaces] must map workspaces to "
+                               f"{', '.join(VIRTUALIZE_MODES)}")
+        return dict(value)
+    if name == "virtual_zones":
+        return _zones(value)
     if name in ("compact_after_tokens", "compact_every_turns", "compact_keep_turns"):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0 \
                 or (name == "compact_keep_turns" and value < 1):
@@ -382,6 +417,22 @@ def _maintenance(value: Any) -> Maintenance:
     if out.get("tick") == 0:
         raise InvalidInput("config: [maintenance] tick must be more than 0")
     return Maintenance(**out)
+
+
+def _zones(value: Any) -> VirtualZones:
+    if isinstance(value, VirtualZones):
+        return value
+    _check_table(value, VirtualZones, "[virtual_zones]", "a table of window fractions")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) and 0 < v <= 1
+               for v in value.values()):
+        raise InvalidInput("config: [virtual_zones] values must be fractions of the window, "
+                           "more than 0 and at most 1")
+    zones = VirtualZones(**{k: float(v) for k, v in value.items()})
+    if not (zones.evict_target <= zones.target < zones.caution <= zones.warning
+            <= zones.critical <= zones.emergency):
+        raise InvalidInput("config: [virtual_zones] must hold evict_target <= target < "
+                           "caution <= warning <= critical <= emergency")
+    return zones
 
 
 def config_path(config: str | os.PathLike[str] | None = None) -> Path:
@@ -440,7 +491,8 @@ def load_settings_with_sources(config: str | os.PathLike[str] | None = None,
             sources["weights"] = f"{sources['preset']} (preset {settings.preset})"
     for f in fields(Settings):
         sources.setdefault(f.name, "default")
-    for table, cls in (("weights", Weights), ("maintenance", Maintenance)):
+    for table, cls in (("weights", Weights), ("maintenance", Maintenance),
+                       ("virtual_zones", VirtualZones)):
         raw = values.get(table)
         given = set(raw) if isinstance(raw, dict) else set()
         # weights from a preset, or a whole Maintenance passed in, cover every key

@@ -421,3 +421,50 @@ class ApiKey:
     created_at: float
     last_used_at: float | None = None
     revoked_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextObject:
+    """A piece of a long session's context held as an object of context virtualization
+    (memd.engine.virtual): a tool result the client sent, with its full text (L0), the
+    texts memd made of it at lower fidelities, its size at each, and the fidelity it is
+    held at. ``object_id`` is derived from the session, the tool call and the content
+    hash, so a resent history brings back the same object."""
+
+    object_id: str
+    user_id: str
+    session_id: str
+    content_hash: str
+    object_type: str  # tool_result, file_context, error_context, ... (seed types)
+    source_tool: str | None  # the tool that produced it (read, bash, ...)
+    source_key: str | None  # what it is of: a read's path, a run's command
+    tool_call_id: str | None
+    turn_start: int  # the user turns (counted from 1) it came in
+    turn_end: int
+    content: str  # L0, exactly as the client sent it
+    compact: str  # L2, an extractive excerpt (flagged as such in its text)
+    stub: str  # L3, one line that names the object and how to get it back
+    tokens_l0: int
+    tokens_l2: int
+    tokens_l3: int
+    fidelity: int = 0  # 0 full, 2 compact, 3 stub (1 detailed and 4 evicted: later)
+    pinned: bool = False
+    superseded_by: str | None = None  # a later object of the same source_key
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class FidelityTransition:
+    """One change of a context object's fidelity: why (``trigger``: pressure,
+    supersede), the pressure zone and the request's tokens when it happened, and the
+    call it happened in."""
+
+    object_id: str
+    from_fidelity: int
+    to_fidelity: int
+    trigger: str
+    zone: str
+    tokens: int
+    call_id: str | None = None
+    created_at: float = 0.0

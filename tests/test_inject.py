@@ -165,8 +165,10 @@ def test_a_transparent_call_forwards_the_client_messages_plus_one_block(
     assert [m.role for m in stored] == ["user", "assistant", "tool", "user", "assistant",
                                         "tool", "assistant"]
     # a small window with no headroom: the request goes out as sent, and the report says
+    # (without context virtualization, which takes a request past the window's caution
+    # line: tests/test_virtual.py)
     tight = prepare_chat(engine, "local", None, sent, model="gpt-4o",
-                         window=WindowInfo(300, "header"))
+                         window=WindowInfo(300, "header"), virtualize="off")
     assert not tight.memory_added and tight.forward == sent
     assert tight.report["reason"] and tight.report["tokens"]["memory"] == 0
     engine.close()

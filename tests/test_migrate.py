@@ -32,7 +32,16 @@ from memd.cli import main
 from memd.config import Settings
 from memd.engine.memory import Memd
 from memd.models.embedder import FakeEmbedder
-from memd.types import Memory, MemoryFilter, Provenance, Scope, Tier, Usage
+from memd.types import (
+    ContextObject,
+    FidelityTransition,
+    Memory,
+    MemoryFilter,
+    Provenance,
+    Scope,
+    Tier,
+    Usage,
+)
 
 DIM = 384
 PARTITIONS = (4, 4, 4)
@@ -140,6 +149,18 @@ def build(data_dir: Path, n_sessions: int, per_session: int, n_memories: int) ->
                 store.see_paragraphs(user, sid, f"m-{sid}", [f"p-{user}"], clock())
             # the sessions of answers kept upstream (memd.server.responses)
             store.link_response(user, f"resp-{user}", sessions[0].id, clock())
+            # a long session's tool results as context objects (memd.engine.virtual)
+            now = clock()
+            store.add_context_objects([ContextObject(
+                object_id=f"ctx-{user}-{k}", user_id=user, session_id=sessions[0].id,
+                content_hash=f"h{k}", object_type="file_context", source_tool="read",
+                source_key=f"src/ü{k}.py" if k else None, tool_call_id=f"tc{k}",
+                turn_start=1, turn_end=1, content=f"{TEXT} {k}", compact="excerpt",
+                stub="stub", tokens_l0=12, tokens_l2=3, tokens_l3=2, pinned=k == 1,
+                created_at=now, updated_at=now) for k in range(3)])
+            store.apply_transitions(user, sessions[0].id, [FidelityTransition(
+                f"ctx-{user}-0", 0, 3, "supersede", "warning", 5000, "call-x")],
+                {f"ctx-{user}-0": f"ctx-{user}-2"}, clock())
     db = apsw.Connection(str(data_dir / "memd.db"))  # auth rows: no engine API yet
     with db:
         db.execute("INSERT INTO users VALUES ('alice', 'Alice Ünver', ?), ('bob', '', ?)",

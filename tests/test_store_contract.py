@@ -21,7 +21,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ from memd import registry
 from memd.backends.base import Store
 from memd.errors import Conflict, NotFound
 from memd.types import (
+    ContextObject,
+    FidelityTransition,
     MemoryFilter,
     NewMessage,
     Provenance,
@@ -577,6 +579,46 @@ def test_a_response_names_its_session_per_user(store: Store) -> None:
     assert store.response_session("alice", "resp_1") == "s1"
     assert store.response_session("alice", "resp_2") == "s2"
     assert store.response_session("bob", "resp_1") is None
+def _context_object(oid: str, user: str = "alice", sid: str = "s1",
+                    key: str | None = "src/app.py") -> ContextObject:
+    return ContextObject(
+        object_id=oid, user_id=user, session_id=sid, content_hash="h-" + oid,
+        object_type="file_context", source_tool="read", source_key=key,
+        tool_call_id="tc-" + oid, turn_start=1, turn_end=1, content="line 1\nline 2",
+        compact="[extractive] line 1", stub="[stub] " + oid, tokens_l0=10, tokens_l2=4,
+        tokens_l3=3, created_at=1.0, updated_at=1.0)
+
+
+def test_context_objects_are_kept_once_per_session_with_their_transitions(
+        store: Store) -> None:
+    assert store.add_context_objects([]) == 0
+    a, b = _context_object("o1"), _context_object("o2", key=None)
+    assert store.add_context_objects([a, b, a]) == 2
+    # a resent history brings the same objects again: nothing new, nothing changed
+    assert store.add_context_objects([replace(a, content="changed"), b]) == 0
+    assert store.add_context_objects([_context_object("o1", sid="s2")]) == 1
+    got = store.context_objects("alice", "s1")
+    assert [o.object_id for o in got] == ["o1", "o2"]
+    assert got[0] == a and got[1].source_key is None and got[0].pinned is False
+    assert store.context_objects("bob", "s1") == []
+    store.apply_transitions("alice", "s1", [
+        FidelityTransition("o1", 0, 3, "supersede", "warning", 900, "call-1"),
+        FidelityTransition("o2", 0, 2, "pressure", "warning", 900, "call-1"),
+    ], {"o1": "o2"}, 5.0)
+    store.apply_transitions("alice", "s1", [
+        FidelityTransition("o2", 2, 3, "pressure", "critical", 950, None)], {}, 6.0)
+    store.apply_transitions("alice", "s1", [], {}, 7.0)
+    held = {o.object_id: o for o in store.context_objects("alice", "s1")}
+    assert (held["o1"].fidelity, held["o1"].superseded_by) == (3, "o2")
+    assert (held["o2"].fidelity, held["o2"].updated_at) == (3, 6.0)
+    assert store.context_objects("alice", "s2")[0].fidelity == 0
+    steps = store.fidelity_transitions("alice", "s1")
+    assert [(t.object_id, t.from_fidelity, t.to_fidelity, t.trigger, t.call_id,
+             t.created_at) for t in steps] == [
+        ("o1", 0, 3, "supersede", "call-1", 5.0), ("o2", 0, 2, "pressure", "call-1", 5.0),
+        ("o2", 2, 3, "pressure", None, 6.0)]
+    assert store.fidelity_transitions("alice", "s2") == []
+    assert store.fidelity_transitions("bob", "s1") == []
 
 
 def test_a_store_no_migrate_copied_into_has_no_unfinished_copy(store: Store) -> None:
@@ -1027,6 +1069,10 @@ def _everything_of(store: Store, user: str, prompt: str) -> dict[str, str]:
     store.record_call(f"call2-{user}", user, t.id, None, "m", 3.0, {})
     store.record_usage(Usage(id=f"u-{user}", user_id=user, session_id=s.id, created_at=3.0))
     store.put_cached_embeddings("m", [(f"h-{user}", b"\x01")])
+    for sid in (s.id, t.id):
+        store.add_context_objects([_context_object(f"ctx-{sid}", user, sid)])
+        store.apply_transitions(user, sid, [FidelityTransition(
+            f"ctx-{sid}", 0, 3, "pressure", "warning", 10)], {}, 3.0)
     return {"session": s.id, "kept_session": t.id, "memory": made.id, "kept": kept.id}
 
 
@@ -1041,6 +1087,8 @@ def test_erase_user_removes_every_row_of_the_user_and_no_other(store: Store) -> 
     assert (counts["forgotten"], counts["memory_entities"], counts["embedding_cache"]) \
         == (1, 2, 1)
     assert counts["paragraphs_seen"] == 2 and counts["response_sessions"] == 2
+    assert counts["paragraphs_seen"] == 2
+    assert counts["context_objects"] == counts["fidelity_transitions"] == 2
     assert counts["system_prompts"] == 1  # the shared one stays: bob's session uses it
     store.scrub()
     assert store.get_session("alice", mine["session"]) is None
@@ -1082,6 +1130,10 @@ def test_erase_session_removes_it_and_what_derives_from_it(store: Store) -> None
     assert counts["response_sessions"] == 1
     assert store.response_session("alice", "resp-alice") is None
     assert store.response_session("alice", "resp2-alice") == mine["kept_session"]
+    assert counts["context_objects"] == counts["fidelity_transitions"] == 1
+    assert store.context_objects("alice", mine["session"]) == []
+    assert store.fidelity_transitions("alice", mine["session"]) == []
+    assert len(store.context_objects("alice", mine["kept_session"])) == 1
     assert store.see_paragraphs("alice", "s3", "m3", ["p2"], 9.0)[0].sessions == 2
     assert "users" not in counts and store.get_user("alice") is not None
     assert store.get_session("alice", mine["session"]) is None
@@ -1123,6 +1175,17 @@ def test_erase_message_removes_it_and_what_derives_from_it(store: Store) -> None
     store.insert_fact(fact("Porto", user_id="alice", key="city", source_message_id=first.id))
     store.enqueue_job("llm_extract", {"message_id": first.id}, "alice", 4.0)
     store.see_paragraphs("alice", s.id, first.id, ["p-first"], 4.0)
+    # a tool result's context objects go with its message, by the tool call id
+    tool, = store.append_messages("alice", s.id, [NewMessage(
+        "tool", "file text", tool_call_id="tc-o1")], [3], [None], 4.0)
+    store.add_context_objects([_context_object("o1", "alice", s.id),
+                               _context_object("o2", "alice", s.id)])
+    store.apply_transitions("alice", s.id, [
+        FidelityTransition("o1", 0, 3, "pressure", "warning", 10),
+        FidelityTransition("o2", 0, 3, "pressure", "warning", 10)], {}, 4.0)
+    assert store.erase_message("alice", s.id, tool.id)["context_objects"] == 1
+    assert [o.object_id for o in store.context_objects("alice", s.id)] == ["o2"]
+    assert [t.object_id for t in store.fidelity_transitions("alice", s.id)] == ["o2"]
     summary = store.insert_memory(memory("alice moved", user="alice", session_id=s.id), vec(6))
     store.mark_compressed("alice", s.id, [first.id], summary.id)
     store.update_session("alice", s.id, summary_text="alice moved", summary_token_count=2)

@@ -15,7 +15,7 @@ outside one runs in its own transaction. Driver errors leave a backend as
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -27,7 +27,9 @@ from memd.backends.common.candidates import access_totals, compose_candidates
 from memd.backends.common.fulltext import KEYWORD_INDEX_CHARS, keyword_part
 from memd.types import (
     ApiKey,
+    ContextObject,
     Fact,
+    FidelityTransition,
     Found,
     Job,
     Memory,
@@ -374,6 +376,32 @@ class ResponseStore(Protocol):
         ...
 
 
+class ContextObjectStore(Protocol):
+    """The objects of context virtualization (``memd.engine.virtual``): a session's tool
+    results held at a fidelity, and every change of fidelity."""
+
+    def add_context_objects(self, objects: Sequence[ContextObject]) -> int:
+        """Store these objects; one already stored (same user, session and object id)
+        stays as it is. Returns how many were new."""
+        ...
+
+    def context_objects(self, user_id: str, session_id: str) -> list[ContextObject]:
+        """The session's objects, oldest first."""
+        ...
+
+    def apply_transitions(self, user_id: str, session_id: str,
+                          transitions: Sequence[FidelityTransition],
+                          superseded: Mapping[str, str], now: float) -> None:
+        """Hold each transition's object at its ``to_fidelity`` and record the
+        transition; ``superseded`` maps an object id to the id of the later object of
+        the same source that supersedes it."""
+        ...
+
+    def fidelity_transitions(self, user_id: str, session_id: str) -> list[FidelityTransition]:
+        """The session's transitions, oldest first."""
+        ...
+
+
 class CallStore(Protocol):
     """Calls (what the proxy injected into each chat call) and token usage."""
 
@@ -568,13 +596,14 @@ class EmbeddingCache(Protocol):
 
 @runtime_checkable
 class Store(Lifecycle, SessionStore, MessageStore, MemoryStore, FactStore, ForgottenStore,
-            ParagraphStore, ResponseStore, CallStore, AccountStore, JobQueue, ErasureStore,
-            EmbeddingCache, Protocol):
+            ParagraphStore, ResponseStore, ContextObjectStore, CallStore, AccountStore,
+            JobQueue, ErasureStore, EmbeddingCache, Protocol):
     """Storage for sessions, messages, memories, facts, entities, usage and jobs: every
     role above, over one database."""
 
 __all__ = [
-    "KEYWORD_INDEX_CHARS", "AccessHit", "AccountStore", "CallStore", "EmbeddingCache",
+    "KEYWORD_INDEX_CHARS", "AccessHit", "AccountStore", "CallStore", "ContextObjectStore",
+    "EmbeddingCache",
     "ErasureStore", "FactStore", "ForgottenStore", "JobQueue", "Lifecycle", "MemoryStore",
     "MessageStore", "ParagraphStore", "QueuedJob", "ResponseStore", "SessionStore", "Store",
     "Vector",

@@ -51,6 +51,8 @@ from memd.engine.inject import Anchored, build, newest_user, place_all, room
 from memd.engine.resend import Resent
 from memd.engine.retrieve import SIDE
 from memd.engine.side import system_hash
+from memd.engine.virtual import Virtualized
+from memd.engine.virtual.call import for_call
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text
 from memd.types import Message, Session, Usage
@@ -194,12 +196,14 @@ def prepare_chat(
     max_response_tokens: int | None = None, tools: Any = None,
     window: WindowInfo | None = None, placement: str | None = None,
     client: str | None = None, note: Mapping[str, Any] | None = None,
+    virtualize: str | None = None,
 ) -> PreparedCall:
     """Resolve the session, store the new messages, and build what to forward.
     ``client`` names the caller (its User-Agent, or a client family's name): with the
     model and the system prompt, it tells apart conversations that open with the same
     words (memd.engine.identity). ``note`` is added to the call's report (a door's word
-    on how it read the request).
+    on how it read the request). ``virtualize``: the mode the request's
+    ``X-Memd-Virtualize`` header asks for (memd.engine.virtual).
 
     A client that sends its history gets it forwarded unchanged plus one memory block
     within the window's headroom (:mod:`memd.engine.inject`); a client that sends only its
@@ -248,11 +252,19 @@ def prepare_chat(
     call_id = "call-" + uuid.uuid4().hex
     window_report = {"tokens": window.tokens, "source": window.source,
                      "detail": window.detail}
+    virtual = None
     if client_owns:
         # _augment hands ``plain`` itself back when it adds nothing (memory_added)
         plain = list(messages)
+        virtual = for_call(engine, session, plain,
+                           resent.tokens(model) + tool_tokens(tools, model), window,
+                           max_response_tokens, virtualize, model, call_id)
+        if virtual is not None:
+            plain = virtual.messages
         forward, report = _augment(engine, uid, session, plain, resent, query, model,
-                                   max_response_tokens, tools, window, placement)
+                                   max_response_tokens, tools, window, placement, virtual)
+        if virtual is not None:
+            report["virtual"] = virtual.report
     else:
         ctx = engine.context(
             uid, session_id=session.id, messages=system, model=model,
@@ -268,7 +280,7 @@ def prepare_chat(
                              engine.now(), report)
     return PreparedCall(call_id, session, forward, plain, report, store_reply=not retry,
                         turn=session.turn_count, user_id=uid, workspace=session.workspace,
-                        plain_as_sent=client_owns)
+                        plain_as_sent=client_owns and virtual is None)
 
 
 def prepare_side(engine: Memd, user_id: str, workspace: str | None, model: str | None,
@@ -301,12 +313,18 @@ def _augment(
     engine: Memd, user_id: str, session: Session, messages: list[dict[str, Any]],
     resent: Resent, query: str | None, model: str | None,
     max_response_tokens: int | None, tools: Any, window: WindowInfo, placement: str | None,
+    virtual: Virtualized | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The client's messages plus a memory block where there is room, and the report."""
+    """The client's messages plus a memory block where there is room, and the report;
+    ``virtual``: how memd rewrote them (memd.engine.virtual)."""
     settings = engine.settings
     placement = placement or settings.memory_placement
-    hashes = resent.hashes
-    counted = resent.tokens(model) + tool_tokens(tools, model)
+    if virtual is None:
+        hashes = resent.hashes
+        counted = resent.tokens(model) + tool_tokens(tools, model)
+    else:
+        hashes = [resent.hashes[i] for i in virtual.kept]
+        counted = virtual.tokens
     scaled = math.ceil(counted * window.token_scale)
     reserve = (max_response_tokens if max_response_tokens is not None
                else settings.default_max_response_tokens)

@@ -31,7 +31,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from memd.engine import side, validate
+from memd.engine import side, validate, virtual
 from memd.engine.chat import (
     PreparedCall,
     WindowInfo,
@@ -387,6 +387,12 @@ def token_field(body: Mapping[str, Any], name: str) -> int | None:
                            "nothing learned. 'on': a turn of the conversation, whatever "
                            "its shape.",
             "schema": {"type": "string", "pattern": r"^\s*([oO][nN]|[oO][fF][fF])\s*$"},
+        }, {
+            "name": "X-Memd-Virtualize", "in": "header", "required": False,
+            "description": "Context virtualization of this call: 'auto' (when the request "
+                           "passes the caution line of the model's window), 'on' or 'off'.",
+            "schema": {"type": "string",
+                       "pattern": r"^\s*([aA][uU][tT][oO]|[oO][nN]|[oO][fF][fF])\s*$"},
         }],
         "requestBody": {"required": True,
                         "content": {"application/json": {"schema": s.CHAT_REQUEST}}},
@@ -403,6 +409,7 @@ async def chat_completions(request: Request) -> Response:
     if "model" in body and not isinstance(body["model"], str):
         raise InvalidInput(f"'model' must be a string, not {type(body['model']).__name__}")
     side.memory_flag(request.headers.get(side.HEADER))  # refused even with a pinned session
+    virtualize = virtual.header_mode(request.headers.get(virtual.HEADER))
     user = user_of(request)
     workspace = workspace_of(request)
     # the body goes upstream as sent; memd's own records take a cleaned model name
@@ -429,6 +436,7 @@ async def chat_completions(request: Request) -> Response:
                 prepare_chat, engine, user, workspace, body["messages"],
                 session_id=pinned, model=model, max_response_tokens=max_tokens,
                 tools=body.get("tools"), window=window, client=request.headers.get("user-agent"),
+                virtualize=virtualize,
             )
     except Conflict as exc:
         if not pinned:

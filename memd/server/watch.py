@@ -42,7 +42,7 @@ LIVE_KEYS = frozenset({
     "memory_unknown_window_tokens", "memory_placement", "default_context_window",
     "default_max_response_tokens", "context_windows", "context_window", "upstream_url",
     "upstream_anthropic_url", "upstream_api_key", "upstream_timeout", "upstream_probe_timeout",
-    "prices",
+    "prices", "virtualize", "virtualize_workspaces", "virtual_zones",
 })
 UPSTREAM_KEYS = frozenset({"upstream_url", "upstream_anthropic_url", "upstream_api_key",
                            "upstream_timeout"})

@@ -31,7 +31,8 @@ from memd.types import Message
 #: of the user; the account tables and the shared ones are :data:`ACCOUNT_TABLES` and
 #: :data:`SHARED_TABLES`. tests/test_erase.py checks this against the schema.
 USER_TABLES = ("memory_entities", "memories", "facts", "forgotten", "paragraphs_seen",
-               "response_sessions", "jobs", "calls", "usage_log", "messages", "sessions")
+               "response_sessions", "fidelity_transitions", "context_objects", "jobs",
+               "calls", "usage_log", "messages", "sessions")
 ACCOUNT_TABLES = ("workspace_members", "api_keys", "users")  # keys and members first
 SHARED_TABLES = ("system_prompts", "embedding_cache")
 
@@ -59,6 +60,11 @@ def erase_plan(user_id: str, session_id: str | None, json_text: str,
     of = "user_id = ? AND memory_id IN (SELECT memory_id FROM memories WHERE {})".format
     if message_id is not None:
         um = (user_id, message_id)
+        # the context objects made of it: a tool result, by its tool call
+        held = ("SELECT object_id FROM context_objects WHERE user_id = ? AND session_id = ? "
+                "AND tool_call_id IN (SELECT tool_call_id FROM messages WHERE user_id = ? "
+                "AND message_id = ?)")
+        held_by = (user_id, session_id, *um)
         # the memories made from it, and the summary its turn was compacted into
         memories = ("user_id = ? AND (provenance_message_id = ? OR memory_id IN (SELECT "
                     "compressed_summary_id FROM messages WHERE user_id = ? AND message_id = ?))")
@@ -68,6 +74,9 @@ def erase_plan(user_id: str, session_id: str | None, json_text: str,
             ("memories", memories, (*um, *um)),
             ("facts", "user_id = ? AND source_message_id = ?", um),
             ("paragraphs_seen", "user_id = ? AND first_message_id = ?", um),
+            ("fidelity_transitions", f"user_id = ? AND object_id IN ({held})",
+             (user_id, *held_by)),
+            ("context_objects", f"user_id = ? AND object_id IN ({held})", (user_id, *held_by)),
             ("jobs", f"user_id = ? AND {field(column='payload', key='message_id')} = ?", um),
             ("messages", "user_id = ? AND session_id = ? AND message_id = ?",
              (user_id, session_id, message_id)),
@@ -85,6 +94,8 @@ def erase_plan(user_id: str, session_id: str | None, json_text: str,
         ("facts", f"user_id = ? AND source_message_id IN ({messages})", (user_id, *us)),
         ("paragraphs_seen", "user_id = ? AND first_session_id = ?", us),
         ("response_sessions", "user_id = ? AND session_id = ?", us),
+        ("fidelity_transitions", "user_id = ? AND session_id = ?", us),
+        ("context_objects", "user_id = ? AND session_id = ?", us),
         ("jobs", jobs, (*us, *us)),
         ("calls", "user_id = ? AND session_id = ?", us),
         ("usage_log", "user_id = ? AND session_id = ?", us),

@@ -21,6 +21,7 @@ from memd.backends.common.columns import (
     USAGE_COLUMNS,
     marks,
 )
+from memd.backends.common.context_objects import ContextObjectsMixin
 from memd.backends.common.erase import ErasureMixin
 from memd.backends.common.migrations import (
     COPYING_KEY,
@@ -76,7 +77,7 @@ def message_params(m: Message, json: Callable[[Any], Any]) -> tuple[Any, ...]:
             m.chain_hash, m.sanitized)
 
 
-class PortableStore(ErasureMixin):
+class PortableStore(ContextObjectsMixin, ErasureMixin):
     """Sessions, facts, calls, usage, jobs, erasure and the plain reads of messages and
     memories.
     ``_map`` holds the backend's row mappers, ``_json`` makes a JSON parameter,

@@ -1,0 +1,222 @@
+"""One call's virtualization: segment the history, store the new objects, degrade under
+pressure, record every transition, and rewrite the request.
+
+The rewritten request stays valid for the API: a degraded tool result is the same
+message (role, ``tool_call_id``, name) with its content replaced by the text of its
+fidelity, so no tool message loses its call and no call its result. An evicted one leaves
+with its call: the call goes from its assistant message, and an assistant message left
+with no call and no text goes too. The system prompt and the user's messages are the
+client's own objects, unchanged, and so is every other message.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from memd.config import VirtualZones
+from memd.engine.virtual.fidelity import (
+    COMPACT,
+    EVICTED,
+    FULL,
+    LOSSES,
+    NAMES,
+    STUB,
+    extractive,
+    stub,
+)
+from memd.engine.virtual.pressure import Held, fit_line, plan, zone
+from memd.engine.virtual.segment import Segment, segment
+from memd.models.tokens import MESSAGE_OVERHEAD, count_text
+from memd.types import ContextObject, FidelityTransition
+
+if TYPE_CHECKING:
+    from memd.backends.base import Store
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """What a call's request is measured against, in memd's token counts: the model's
+    window and the response reserve (both divided by the factor from memd's counts to
+    the model's), and the request's own tokens (messages and tool definitions)."""
+
+    window: int
+    reserve: int
+    request: int
+
+    @classmethod
+    def of(cls, window: int, reserve: int, request: int, token_scale: float) -> Budget:
+        return cls(math.floor(window / token_scale), math.ceil(reserve / token_scale),
+                   request)
+
+
+@dataclass(frozen=True, slots=True)
+class Virtualized:
+    """The request as it goes upstream, its tokens (messages and tools, memd's counts),
+    the call report's ``virtual`` section, and where each of its messages was in the
+    client's request (evicted exchanges are not there)."""
+
+    messages: list[dict[str, Any]]
+    tokens: int
+    report: dict[str, Any]
+    kept: list[int]  # the index in the client's messages of each message in ``messages``
+
+
+def engages(mode: str, budget: Budget, zones: VirtualZones) -> bool:
+    """Whether a call in ``mode`` is virtualized: "on" always, "auto" when the request
+    and its reserve pass the caution line."""
+    if mode == "on":
+        return True
+    return mode == "auto" and budget.request + budget.reserve > zones.caution * budget.window
+
+
+def virtualize(store: Store, user_id: str, session_id: str,
+               messages: Sequence[Mapping[str, Any]], budget: Budget, zones: VirtualZones,
+               *, mode: str, model: str | None, call_id: str, now: float) -> Virtualized:
+    """The call's request with its tool results at the fidelities pressure leaves them
+    (see the package docstring)."""
+    segments = segment(session_id, messages)
+    with store.transaction():
+        stored = {o.object_id: o for o in store.context_objects(user_id, session_id)}
+        new = [_new_object(user_id, session_id, s, model, now) for s in segments
+               if s.object_id not in stored]
+        store.add_context_objects(new)
+        objects = {**stored, **{o.object_id: o for o in new}}
+        superseded = _superseded(segments, objects)
+        calls = _calls(messages)
+        held = [_held(s, objects[s.object_id], _frame(s, calls, model),
+                      s.object_id in superseded) for s in segments]
+        before = budget.request + budget.reserve
+        tokens = before - sum(h.cost(FULL) - h.cost(h.fidelity) for h in held)
+        steps, after = plan(held, tokens, budget.window, zones)
+        zone_before, zone_after = (zone(before, budget.window, zones),
+                                   zone(after, budget.window, zones))
+        transitions = [FidelityTransition(st.object_id, st.from_fidelity, st.to_fidelity,
+                                          st.trigger, zone_before, before, call_id, now)
+                       for st in steps]
+        store.apply_transitions(user_id, session_id, transitions, superseded, now)
+    out, kept = _rewrite(messages, segments, held, objects, calls)
+    report = {
+        "mode": mode, "engaged": True, "window": budget.window, "reserve": budget.reserve,
+        "zone": zone_before, "zone_after": zone_after,
+        "tokens": {"request": before, "forwarded": after, "saved": before - after},
+        "fits": after <= fit_line(budget.window),
+        "objects": {"total": len(held), "new": len(new),
+                    **{NAMES[f]: sum(1 for h in held if h.fidelity == f)
+                       for f in (FULL, COMPACT, STUB, EVICTED)}},
+        "held": [_held_report(objects[h.object_id], h) for h in held if h.fidelity != FULL],
+        "transitions": [{"object_id": t.object_id, "from": NAMES[t.from_fidelity],
+                         "to": NAMES[t.to_fidelity], "trigger": t.trigger}
+                        for t in transitions],
+    }
+    return Virtualized(out, after - budget.reserve, report, kept)
+
+
+def _new_object(user_id: str, session_id: str, s: Segment, model: str | None,
+                now: float) -> ContextObject:
+    tokens = count_text(s.text, model)
+    lines = len(s.text.splitlines())
+    compact = extractive(s.object_id, s.source_tool, s.source_key, s.text, tokens,
+                         lambda t: count_text(t, model))
+    short = stub(s.object_id, s.source_tool, s.source_key, lines, tokens)
+    return ContextObject(
+        object_id=s.object_id, user_id=user_id, session_id=session_id,
+        content_hash=s.content_hash, object_type=s.object_type, source_tool=s.source_tool,
+        source_key=s.source_key, tool_call_id=s.tool_call_id, turn_start=s.turn,
+        turn_end=s.turn, content=s.text, compact=compact, stub=short, tokens_l0=tokens,
+        tokens_l2=count_text(compact, model), tokens_l3=count_text(short, model),
+        created_at=now, updated_at=now)
+
+
+def _superseded(segments: Sequence[Segment], objects: Mapping[str, ContextObject],
+                ) -> dict[str, str]:
+    """Objects a later one of the same source supersedes, and by which, where the
+    store does not say so yet."""
+    newest: dict[tuple[str | None, str], str] = {}
+    for s in segments:
+        if s.source_key is not None:
+            newest[(s.source_tool, s.source_key)] = s.object_id
+    out: dict[str, str] = {}
+    for s in segments:
+        later = newest.get((s.source_tool, s.source_key or ""))
+        if s.source_key is not None and later is not None and later != s.object_id \
+                and objects[s.object_id].superseded_by != later:
+            out[s.object_id] = later
+    return out
+
+
+def _held(s: Segment, o: ContextObject, frame: int | None, superseded: bool) -> Held:
+    """``o`` in this call, at the fidelity held before (an object evicted before whose
+    call the client no longer sends is held as a stub: it cannot leave alone)."""
+    fidelity = STUB if o.fidelity == EVICTED and frame is None else o.fidelity
+    return Held(s.object_id, _sizes(o), frame, fidelity, o.pinned,
+                superseded or o.superseded_by is not None)
+
+
+def _calls(messages: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int, Mapping[str, Any]]]:
+    """Each tool call id of the assistant messages: its message's index, and the call."""
+    out: dict[str, tuple[int, Mapping[str, Any]]] = {}
+    for i, m in enumerate(messages):
+        if m.get("role") == "assistant":
+            for call in m.get("tool_calls") or ():
+                if isinstance(call, Mapping) and isinstance(call.get("id"), str):
+                    out[call["id"]] = (i, call)
+    return out
+
+
+def _frame(s: Segment, calls: Mapping[str, tuple[int, Mapping[str, Any]]],
+           model: str | None) -> int | None:
+    """What the exchange of ``s`` costs besides its content (its message's overhead and
+    id, its call in the assistant message), or None when its call is not in the
+    history: then it cannot be evicted."""
+    if s.tool_call_id is None or s.tool_call_id not in calls:
+        return None
+    call = calls[s.tool_call_id][1]
+    return (MESSAGE_OVERHEAD + count_text(s.tool_call_id, model)
+            + count_text(json.dumps(call, sort_keys=True), model))
+
+
+def _rewrite(messages: Sequence[Mapping[str, Any]], segments: Sequence[Segment],
+             held: Sequence[Held], objects: Mapping[str, ContextObject],
+             calls: Mapping[str, tuple[int, Mapping[str, Any]]],
+             ) -> tuple[list[dict[str, Any]], list[int]]:
+    """The messages with each object at its fidelity (see the module docstring), and
+    the index in ``messages`` of each one kept."""
+    out: list[dict[str, Any] | None] = list(messages)  # type: ignore[arg-type]
+    evicted: dict[int, set[str]] = {}
+    for s, h in zip(segments, held, strict=True):
+        if h.fidelity == EVICTED and s.tool_call_id is not None:
+            out[s.index] = None
+            evicted.setdefault(calls[s.tool_call_id][0], set()).add(s.tool_call_id)
+        elif h.fidelity != FULL:
+            out[s.index] = {**messages[s.index],
+                            "content": _text(objects[s.object_id], h.fidelity)}
+    for i, ids in evicted.items():
+        m = messages[i]
+        left = [c for c in m.get("tool_calls") or () if c.get("id") not in ids]
+        if left:
+            out[i] = {**m, "tool_calls": left}
+        elif m.get("content"):
+            out[i] = {k: v for k, v in m.items() if k != "tool_calls"}
+        else:
+            out[i] = None
+    kept = [i for i, m in enumerate(out) if m is not None]
+    return [m for m in out if m is not None], kept
+
+
+def _sizes(o: ContextObject) -> dict[int, int]:
+    return {FULL: o.tokens_l0, COMPACT: o.tokens_l2, STUB: o.tokens_l3}
+
+
+def _text(o: ContextObject, fidelity: int) -> str:
+    return {FULL: o.content, COMPACT: o.compact, STUB: o.stub}[fidelity]
+
+
+def _held_report(o: ContextObject, h: Held) -> dict[str, Any]:
+    return {"object_id": o.object_id, "type": o.object_type, "tool": o.source_tool,
+            "key": o.source_key, "fidelity": NAMES[h.fidelity], "tokens": h.cost(h.fidelity),
+            "tokens_full": o.tokens_l0, "loss": LOSSES[h.fidelity],
+            "superseded_by": o.superseded_by}
