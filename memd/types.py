@@ -421,3 +421,13 @@ class ApiKey:
     created_at: float
     last_used_at: float | None = None
     revoked_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A job as the queue lists it: ``state`` is ``pending`` or ``dead``; ``updated_at``
+    is when it last changed (enqueued, claimed for an attempt, or retried)."""
+
+    job: Job
+    state: str
+    updated_at: float
