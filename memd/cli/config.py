@@ -16,7 +16,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from memd.cli import handles_errors, main
+from memd.cli.common import handles_errors, main
 
 _SECRET_WORDS = {"key", "password", "passwd", "secret", "token", "credentials"}
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")

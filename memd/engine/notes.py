@@ -47,7 +47,7 @@ from memd.types import Memory, MemoryFilter, Provenance, Scope, Tier
 
 if TYPE_CHECKING:
     from memd.engine.memory import Memd
-    from memd.server.watch import FileWatcher
+    from memd.watching import FileWatcher
 
 log = logging.getLogger("memd.notes")
 
@@ -142,7 +142,7 @@ class NotesFolder:
 
     def watcher(self) -> FileWatcher:
         """A watcher that syncs on every change under the folder (made if missing)."""
-        from memd.server.watch import FileWatcher
+        from memd.watching import FileWatcher
 
         private_dir(self.root, tighten=False)  # the user's notes: 0700 when memd makes it
         roots = (self.root, self.root.resolve())  # events may name either

@@ -144,7 +144,7 @@ def served_store(data_dir: Path) -> StorePlace | None:
         return None
 
 
-def find_daemon(data_dir: Path, timeout: float = 30.0) -> Any:
+def find_daemon(data_dir: Path, timeout: float = 30.0) -> httpx.Client | None:
     """An ``httpx.Client`` for the live daemon of ``data_dir``, or None."""
     record = daemon_record(data_dir)
     if record is None or not alive(record[0]):

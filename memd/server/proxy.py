@@ -47,7 +47,8 @@ from memd.errors import Conflict, InvalidInput
 from memd.models.tokens import calibrated_scale
 from memd.server import schemas as s
 from memd.server.deps import engine_of, user_of, workspace_of
-from memd.server.security import PARSED_BODY, error_body, strict_parse
+from memd.server.failures import error_body
+from memd.server.security import PARSED_BODY, strict_parse
 from memd.server.windows import WindowResolver
 
 log = logging.getLogger("memd.proxy")

@@ -21,6 +21,7 @@ from memd.engine import responses as r
 from memd.errors import InvalidInput
 from memd.server import schemas as s
 from memd.server.doors import DOOR_RESPONSES, checked_model, converse
+from memd.server.failures import error_body
 from memd.server.proxy import (
     Door,
     NoUpstream,
@@ -29,7 +30,6 @@ from memd.server.proxy import (
     token_field,
     upstream_client,
 )
-from memd.server.security import error_body
 
 router = APIRouter()
 RESPONSES = Door("responses", r.StreamReply, r.whole, forward_headers, field="input")

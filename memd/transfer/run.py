@@ -65,7 +65,7 @@ def _is_sqlite(settings: Any) -> bool:
 
 def _reader(settings: Any) -> Side:
     if _is_sqlite(settings):
-        from memd.backends.sqlite.cipher import key_for
+        from memd.keys import key_for
         from memd.transfer.sqlite import SQLiteSide
 
         return SQLiteSide.reader(Path(settings.db_path),
@@ -128,7 +128,9 @@ def _open_target(settings: Any, checked: Checked) -> Side:
     from memd.registry import store_for
 
     store = store_for(settings.db).from_settings(settings, checked.dim)
-    if _is_sqlite(settings):
+    from memd.backends.sqlite import SQLiteStore
+
+    if isinstance(store, SQLiteStore):
         from memd.transfer.sqlite import SQLiteSide
 
         return SQLiteSide.writer(store)
