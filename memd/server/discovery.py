@@ -21,11 +21,14 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from memd.private import private_dir, private_file, write_private
+
+if TYPE_CHECKING:
+    from memd.config import Settings
 
 FILENAME = "daemon.json"
 LOCKNAME = "daemon.lock"
@@ -43,7 +46,7 @@ class StorePlace:
     key: str
 
 
-def store_place(settings: Any) -> StorePlace:
+def store_place(settings: Settings) -> StorePlace:
     """The store ``settings.db`` names (raises as opening it would for a database no
     installed store opens)."""
     from memd.registry import store_class, store_for
