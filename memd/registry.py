@@ -53,6 +53,7 @@ def store_for(db: str) -> StoreClass:
     for cls in classes:
         if cls.opens(db):
             return cls
+    # each is a class, but a protocol cannot require __name__ of one: getattr reads it
     forms = "; ".join(f"{cls.db_forms} ({getattr(cls, '__name__', cls)})" for cls in classes)
     if absent:  # the database is most likely one of theirs: say how to install it
         raise MissingExtra(f"no installed store opens this database (installed: {forms}); "
