@@ -328,7 +328,7 @@ def test_keys_users_and_workspaces_from_the_cli(tmp_path: Path) -> None:
     assert refused.exit_code == 2 and "without --auth" in refused.output
 
 
-@pytest.mark.parametrize("team", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("backend", ["sqlite"])
 def test_the_cli_talks_to_an_auth_daemon_with_its_key(team: Team, tmp_path: Path) -> None:
     from memd.server.discovery import remove_daemon_file, write_daemon_file
 
