@@ -60,7 +60,7 @@ from bench.agent_traffic import AgentSession, ScriptedUpstream, generate
 from bench.output import emit
 from memd.config import load_settings
 from memd.engine.memory import Memd
-from memd.engine.sessions import last_user_text
+from memd.engine.turns import last_user_text
 from memd.models.tokens import counter_for
 from memd.server.app import create_app
 

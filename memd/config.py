@@ -39,7 +39,7 @@ APP = "memd"
 MEMORY_PLACEMENTS = ("user", "before-user", "system")
 QUERY_PRECISIONS = ("int8", "float32")  # see memd.models.onnx_embedder
 SANITIZE_MODES = ("off", "secrets", "secrets+pii")  # see memd.privacy.Mode
-ENCRYPTION_MODES = ("off", "env", "keyring")  # see memd.backends.sqlite.cipher
+ENCRYPTION_MODES = ("off", "env", "keyring")  # see memd.keys
 ERASE_USAGE_MODES = ("delete", "anonymize")  # see memd.backends.common.erase
 VIRTUALIZE_MODES = ("auto", "on", "off")  # see memd.engine.virtual
 # The settings that take one of a few words, and those words.
@@ -262,7 +262,7 @@ class Settings:
     sanitize: str = "secrets"
     sanitize_patterns: tuple[CustomPattern, ...] = ()
     sanitizer: str = "regex"
-    # encryption at rest of the SQLite store (memd.backends.sqlite.cipher): "off", "env"
+    # encryption at rest of the SQLite store (memd.keys): "off", "env"
     # (the key is MEMD_DB_KEY) or "keyring" (the OS keyring holds it; memd encrypt puts
     # it there). The key is never a setting, so no config file or listing holds it.
     encryption: str = "off"

@@ -171,13 +171,14 @@ def sqlite_check(settings: Settings) -> Check:
     except ImportError as exc:
         return Check("store", FAIL, f"SQLite at {path}: {exc}",
                      "pip install --force-reinstall apsw-sqlite3mc sqlite-vec==0.1.9")
-    from memd.backends.sqlite import cipher
+    from memd.backends.sqlite import connect
+    from memd.keys import key_for
 
     exists = path.is_file()
     try:
-        key = cipher.key_for(settings.encryption, path) if exists else None
-        db = cipher.connect(str(path) if exists else ":memory:", key,
-                            flags=apsw.SQLITE_OPEN_READONLY)
+        key = key_for(settings.encryption, path) if exists else None
+        db = connect(str(path) if exists else ":memory:", key,
+                     flags=apsw.SQLITE_OPEN_READONLY)
     except MemdError as exc:
         return Check("store", FAIL, f"SQLite at {path}: {exc}",
                      "set encryption and its key as the message says (memd config show "

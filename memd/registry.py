@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from functools import cache
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from memd.errors import InvalidInput, MissingExtra
+
+if TYPE_CHECKING:
+    from memd.backends.base import StoreClass
 
 
 @cache
@@ -31,23 +34,27 @@ def load(group: str, name: str) -> Any:
     return eps[name].load()
 
 
-def store_class(name: str) -> Any:
-    return load("memd.stores", name)
+def store_class(name: str) -> StoreClass:
+    """The store class registered as ``name``; each backend checks its class against
+    :class:`memd.backends.base.StoreClass` where it defines it."""
+    return cast("StoreClass", load("memd.stores", name))
 
 
-def store_for(db: str) -> Any:
+def store_for(db: str) -> StoreClass:
     """The registered store class that opens the ``db`` setting (each says which it opens:
     ``opens(db)``; ``db_forms`` for this error)."""
-    classes, absent = [], []
+    classes: list[StoreClass] = []
+    absent: list[str] = []
     for name in names("memd.stores"):
         try:
-            classes.append(load("memd.stores", name))
+            classes.append(store_class(name))
         except ImportError as exc:  # its extra is not installed: the message says how
             absent.append(str(exc))
     for cls in classes:
         if cls.opens(db):
             return cls
-    forms = "; ".join(f"{cls.db_forms} ({cls.__name__})" for cls in classes)
+    # each is a class, but a protocol cannot require __name__ of one: getattr reads it
+    forms = "; ".join(f"{cls.db_forms} ({getattr(cls, '__name__', cls)})" for cls in classes)
     if absent:  # the database is most likely one of theirs: say how to install it
         raise MissingExtra(f"no installed store opens this database (installed: {forms}); "
                            + "; ".join(absent))

@@ -468,3 +468,25 @@ class FidelityTransition:
     tokens: int
     call_id: str | None = None
     created_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A job as the queue lists it: ``state`` is ``pending`` or ``dead``; ``updated_at``
+    is when it last changed (enqueued, claimed for an attempt, or retried)."""
+
+    job: Job
+    state: str
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class WindowInfo:
+    """The model's context window as the caller resolved it (None: unknown), the source
+    that gave it, for the call report, and the factor from memd's token counts to the
+    model's own where it was measured."""
+
+    tokens: int | None
+    source: str = "unknown"
+    detail: str = ""
+    token_scale: float = 1.0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from pg import pg_cleanup, pg_session  # noqa: F401  (autouse: per-test databases, one server)
+from pg import BACKENDS, pg_cleanup, pg_session  # noqa: F401  (autouse: per-test databases)
 
 import memd
 from memd.engine.memory import Memd
@@ -39,6 +39,13 @@ def hermetic_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     return data_dir
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The name of a registered store (memd.registry): a test or fixture that takes it
+    runs once on each backend."""
+    return str(request.param)
 
 
 @pytest.fixture

@@ -27,6 +27,12 @@ from typing import Any
 
 import pytest
 
+from memd import registry
+
+#: Every registered store, by name: the tests that concern a backend run on each (the
+#: ``backend`` fixture of conftest.py, or ``parametrize(..., BACKENDS)``).
+BACKENDS: tuple[str, ...] = tuple(registry.names("memd.stores"))
+
 _SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 
 

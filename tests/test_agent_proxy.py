@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from pg import BACKENDS
 from servers import memd_in_front, serve
 
 import memd
@@ -173,7 +174,7 @@ def test_a_message_over_max_message_chars_is_a_clear_413_and_stores_nothing(
         engine.close()
 
 
-@pytest.mark.parametrize("stack", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.parametrize("stack", BACKENDS, indirect=True)
 def test_official_clients_sync_async_stream_and_not(stack: Stack) -> None:
     session = generate("continue-like", seed=4, target_tokens=8_000)
     stack.upstream.script([s.reply for s in session.steps] * 2)
@@ -225,7 +226,7 @@ def test_regenerate_retry_and_same_first_message_forward_only_the_client_message
                       ("user", "Why that colour?"), ("assistant", "Because it is calm.")]
 
 
-@pytest.mark.parametrize("stack", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.parametrize("stack", BACKENDS, indirect=True)
 def test_a_2mb_result_of_distinct_words_is_stored_and_searchable(stack: Stack) -> None:
     """A log of 2 MB of distinct words (hashes, ids): the keyword index takes a bounded
     part of it (PostgreSQL's tsvector holds at most 1 MB), the message is stored whole."""

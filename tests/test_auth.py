@@ -40,14 +40,14 @@ class Team:
         return httpx.Client(base_url=self.base, headers=headers, timeout=30)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def team(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Team]:
+@pytest.fixture
+def team(tmp_path: Path, backend: str) -> Iterator[Team]:
     upstream = FakeUpstream()
     with serve(upstream.app) as up:
         settings = replace(load_settings(data_dir=tmp_path / "d"), upstream_url=f"{up}/v1",
                            job_interval=0.05, auth=True)
         dsn = None
-        if request.param == "postgres":
+        if backend == "postgres":
             dsn = postgres_url()
             settings = replace(settings, db=dsn, pg_partitions=(4, 4, 4))
         engine = memd.open(settings=settings)
@@ -328,7 +328,7 @@ def test_keys_users_and_workspaces_from_the_cli(tmp_path: Path) -> None:
     assert refused.exit_code == 2 and "without --auth" in refused.output
 
 
-@pytest.mark.parametrize("team", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("backend", ["sqlite"])
 def test_the_cli_talks_to_an_auth_daemon_with_its_key(team: Team, tmp_path: Path) -> None:
     from memd.server.discovery import remove_daemon_file, write_daemon_file
 

@@ -73,18 +73,18 @@ class Api:
         assert self.calls(user) == []
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
+@pytest.fixture
+def api(backend: str, tmp_path: Path) -> Iterator[Api]:
     upstream = FakeUpstream()
     settings = replace(load_settings(data_dir=tmp_path / "d"),
                        upstream_url="http://upstream/v1", embedder="fake")
-    if request.param == "postgres":
+    if backend == "postgres":
         settings = replace(settings, db=postgres_url(), pg_partitions=(4, 4, 4))
     engine = memd.open(settings=settings)
     app = create_app(engine, settings, run_jobs=False,
                      upstream_transport=httpx.ASGITransport(app=upstream.app))
     with TestClient(app, base_url="http://127.0.0.1") as client:
-        yield Api(client, engine, upstream, request.param)
+        yield Api(client, engine, upstream, backend)
     engine.close()
 
 

@@ -74,12 +74,12 @@ def sample_window(turns: int = 10) -> compact.Window:
     return window_of(msgs)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def m(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[memd.Memd]:
+@pytest.fixture
+def m(backend: str, tmp_path: Path) -> Iterator[memd.Memd]:
     """An engine on each backend that compacts every 20 turns, keeping the last 10."""
     import pg
 
-    engine = pg.open_engine(request.param, tmp_path / "d", compact_every_turns=20)
+    engine = pg.open_engine(backend, tmp_path / "d", compact_every_turns=20)
     yield engine
     engine.close()
 

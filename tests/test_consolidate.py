@@ -36,11 +36,11 @@ def patterns(m: memd.Memd) -> list[Memory]:
     return m.store.list_memories("alice", MemoryFilter(tags=(consolidate.TAG,)))
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def m(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[memd.Memd]:
+@pytest.fixture
+def m(backend: str, tmp_path: Path) -> Iterator[memd.Memd]:
     import pg
 
-    engine = pg.open_engine(request.param, tmp_path / "d")
+    engine = pg.open_engine(backend, tmp_path / "d")
     yield engine
     engine.close()
 

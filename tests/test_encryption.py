@@ -18,9 +18,9 @@ from keyring.backend import KeyringBackend
 
 import memd
 from memd.backends.sqlite import fts_query
-from memd.backends.sqlite.cipher import KEYRING_SERVICE, keyring_user
 from memd.cli import main
 from memd.errors import StorageError
+from memd.keys import KEYRING_SERVICE, keyring_user
 
 SECRET_TEXT = "Quillfeather keeps the marmalade ledger in the attic"
 # Words of it as they could reach the file: the row's text, its FTS5 terms.

@@ -334,12 +334,12 @@ def test_message_search_runs_keyword_channel_beside_the_embedding_as_the_same_us
         assert seen == [("u", seen[0][1])] and seen[0][1].startswith("memd-side")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def engine_on(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+@pytest.fixture
+def engine_on(backend: str, tmp_path: Path) -> Any:
     """An engine with the fake embedder on each backend (a new PostgreSQL database)."""
     import pg
 
-    engine = pg.open_engine(request.param, tmp_path / "d")
+    engine = pg.open_engine(backend, tmp_path / "d")
     yield engine
     engine.close()
 
@@ -403,7 +403,7 @@ def test_context_reads_history_only_as_far_back_as_any_split_could_keep(
     split could give the history (85 % of what the window leaves after the reply's
     reserve), not at the whole window: the compiled context is the same as with a
     whole-window read, from fewer messages."""
-    from memd.engine import sessions
+    from memd.engine import context
 
     m = engine_on
     s = m.create_session("u", context_window=2000, max_response_tokens=400)
@@ -422,7 +422,7 @@ def test_context_reads_history_only_as_far_back_as_any_split_could_keep(
     ctx = m.context("u", session_id=s.id, query="otters")
     bounded = list(read)
     read.clear()
-    monkeypatch.setattr(sessions, "history_budget_bound", lambda window, *_: window)
+    monkeypatch.setattr(context, "history_budget_bound", lambda window, *_: window)
     whole = m.context("u", session_id=s.id, query="otters")
     assert ctx.messages == whole.messages and ctx.report == whole.report
     assert ctx.report.history_cut and len(bounded) < len(read)

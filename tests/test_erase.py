@@ -42,9 +42,9 @@ SAYS = {
 }
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Memd]:
-    m = open_memd(tmp_path / "d", request.param)
+@pytest.fixture
+def engine(backend: str, tmp_path: Path) -> Iterator[Memd]:
+    m = open_memd(tmp_path / "d", backend)
     yield m
     m.close()
 

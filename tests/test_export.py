@@ -138,7 +138,6 @@ def test_postgres_full_export_has_migrates_checksums(source_dir: Path, tmp_path:
                                        "checksum": t["target_checksum"]}, name
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_secrets_only_with_originals(backend: str, source_dir: Path, pg_source: str,
                                      tmp_path: Path) -> None:
     src = (("--data-dir", str(source_dir)) if backend == "sqlite"
@@ -161,7 +160,6 @@ def test_stdout_export_is_the_file_export(source_dir: Path, tmp_path: Path) -> N
     assert res.stdout_bytes == export(tmp_path, "a.jsonl", "--data-dir", str(source_dir))
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_search_works_after_import(backend: str, source_dir: Path, pg_source: str,
                                    tmp_path: Path) -> None:
     src: tuple[str, ...] = ("--data-dir", str(source_dir))

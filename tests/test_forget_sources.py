@@ -26,9 +26,9 @@ REPLY = "Nice to meet you, Zorblax! Flying the Quasar rocket sounds fun."
 QUESTION = "Who flies the Quasar rocket to Mars?"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Memd]:
-    m = open_memd(tmp_path / "d", request.param)
+@pytest.fixture
+def engine(backend: str, tmp_path: Path) -> Iterator[Memd]:
+    m = open_memd(tmp_path / "d", backend)
     yield m
     m.close()
 
@@ -128,7 +128,6 @@ def test_a_summary_of_a_pruned_message_goes(engine: Memd) -> None:
     assert engine.store.get_session("alice", sid).summary_text is None
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_a_later_chat_through_the_proxy_gets_no_block_with_it(backend: str,
                                                                tmp_path: Path) -> None:
     """What the issue saw: forget the fact, then a new chat through the proxy."""

@@ -15,10 +15,10 @@ from memd.engine.memory import Memd
 from memd.types import Message
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def two_engines(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+@pytest.fixture
+def two_engines(backend: str, tmp_path: Path) -> Any:
     """Two engines over one store, as two processes would be (the fake embedder)."""
-    if request.param == "sqlite":
+    if backend == "sqlite":
         opened = [memd.open(tmp_path / "d", embedder="fake") for _ in range(2)]
     else:
         import pg

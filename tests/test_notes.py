@@ -162,7 +162,6 @@ def test_startup_sync_catches_what_changed_while_the_daemon_was_down(tmp_path: P
             "Keep answers very short."]
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_the_notes_channel_and_write_path_on_each_backend(tmp_path: Path,
                                                          backend: str) -> None:
     notes = tmp_path / "notes"

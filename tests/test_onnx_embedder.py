@@ -21,9 +21,9 @@ import pytest
 import memd
 from memd.errors import ModelError
 from memd.models.embedder import MiniLMEmbedder
-from memd.models.onnx_embedder import OnnxMiniLMEmbedder, default_model_dir
+from memd.models.onnx_embedder import OnnxMiniLMEmbedder
 from memd.models.onnx_graph import read_safetensors
-from memd.models.onnx_model import installed_dir
+from memd.models.onnx_model import default_model_dir, installed_dir
 
 pytestmark = pytest.mark.real_model
 

@@ -953,7 +953,7 @@ def test_pg_row_security_check_fails_without_the_policies(pg_store: Any) -> None
         s.check_row_security()
 
 
-@pytest.mark.parametrize("team", ["postgres"], indirect=True)
+@pytest.mark.parametrize("backend", ["postgres"])
 def test_row_level_security_holds_for_raw_sql(team: Team) -> None:
     """Under the application role, with memd.user_id naming alice, no statement reaches
     bob's rows, whatever its WHERE clause; without the setting it reaches nothing."""

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from pg import BACKENDS
 from servers import FakeUpstream, memd_in_front
 
 from memd.engine.inject import USER_CLOSE, USER_OPEN
@@ -79,7 +80,7 @@ def stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Stack]:
         yield Stack(base, upstream, engine)
 
 
-@pytest.mark.parametrize("stack", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.parametrize("stack", BACKENDS, indirect=True)
 def test_memory_crosses_sessions_and_history_is_stored_once(stack: Stack) -> None:
     client = stack.client()
     first = [SYSTEM, {"role": "user", "content": "My name is Priya and I deploy with Kubernetes"}]
@@ -150,7 +151,7 @@ def test_edited_history_branches_a_new_session(stack: Stack) -> None:
     assert session.parent_session_id == s1.headers["x-memd-session"]
 
 
-@pytest.mark.parametrize("stack", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.parametrize("stack", BACKENDS, indirect=True)
 def test_streaming_is_incremental(stack: Stack) -> None:
     stack.upstream.gate = threading.Event()
     stream = stack.client().chat.completions.create(
@@ -192,7 +193,7 @@ def test_async_client_streaming_and_not(stack: Stack) -> None:
     assert len(usage) == 2 and all(u.prompt_tokens == 11 for u in usage)
 
 
-@pytest.mark.parametrize("stack", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.parametrize("stack", BACKENDS, indirect=True)
 def test_tool_calls_round_trip(stack: Stack) -> None:
     client = stack.client()
     tools = [{"type": "function", "function": {
@@ -230,7 +231,7 @@ def test_streamed_tool_calls_are_reassembled(stack: Stack) -> None:
     assert reply.finish_reason == "tool_calls"
 
 
-@pytest.mark.parametrize("stack", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.parametrize("stack", BACKENDS, indirect=True)
 def test_workspaces_scope_injected_memory(stack: Stack) -> None:
     httpx.post(f"{stack.v1('projA')}/memories",
                json={"text": "In projA we deploy with Nomad"}).raise_for_status()

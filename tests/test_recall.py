@@ -22,11 +22,11 @@ STATEMENT = ("Before I forget: the staging host is staging.rocket.internal, and 
              "goes through the argo pipeline.")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def proxy(tmp_path: Path, request: pytest.FixtureRequest
+@pytest.fixture
+def proxy(tmp_path: Path, backend: str
           ) -> Iterator[tuple[str, FakeUpstream, Memd]]:
     upstream = FakeUpstream()
-    with memd_in_front(upstream.app, tmp_path / "d", request.param,
+    with memd_in_front(upstream.app, tmp_path / "d", backend,
                        embedder="minilm-onnx") as (base, engine):
         yield base, upstream, engine
 

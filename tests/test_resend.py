@@ -158,10 +158,10 @@ def test_the_query_is_the_newest_user_words_and_resent_messages_are_read_once(
     """A tool loop whose results come as user messages (as Cline sends them) keeps the
     query of the user's request; each message is read for user words once per
     conversation, not at every step."""
-    from memd.engine import resend, sessions
+    from memd.engine import resend, turns
 
     read: list[str] = []
-    real = sessions.message_words
+    real = turns.message_words
 
     def counting(raw: Any, max_chars: int, redact: Any = None) -> str:
         read.append(str(raw.get("content")))
@@ -176,7 +176,7 @@ def test_the_query_is_the_newest_user_words_and_resent_messages_are_read_once(
         resent = cache.read("u", copy.deepcopy(messages))
         got = resent.query(100_000, None)
         assert resent.previous_query == (None if i == 0 else got)  # nothing to embed again
-        assert got == sessions.last_user_text(messages, 100_000)
+        assert got == turns.last_user_text(messages, 100_000)
         assert got == "Fix the failing deploy script please"
         messages += [{"role": "assistant", "content": f"<read_file>f{i}.py</read_file>"},
                      {"role": "user", "content": f"[read_file for 'f{i}.py'] Result:\nx = {i}"}]

@@ -50,11 +50,6 @@ def m(tmp_path: Path, clock: Clock) -> Iterator[Memd]:
         yield engine
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 def _drain(m: Memd) -> int:
     ran = 0
     while n := m.run_jobs():

@@ -106,11 +106,6 @@ def settle(engine: Memd) -> None:
             time.sleep(0.01)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 @pytest.fixture
 def conversation(tmp_path: Path, backend: str, recorded: dict[str, list[Any]],
                  caplog: pytest.LogCaptureFixture) -> Iterator[dict[str, Any]]:

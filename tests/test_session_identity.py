@@ -22,9 +22,9 @@ from memd.engine.memory import Memd
 WINDOW = WindowInfo(128_000, "config")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def engine(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Memd]:
-    m = open_memd(tmp_path / "d", request.param)
+@pytest.fixture
+def engine(tmp_path: Path, backend: str) -> Iterator[Memd]:
+    m = open_memd(tmp_path / "d", backend)
     yield m
     m.close()
 

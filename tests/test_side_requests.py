@@ -64,9 +64,9 @@ def make_proxy(tmp_path: Path, backend: str, **overrides: Any) -> Iterator[Proxy
     engine.close()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def proxy(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Proxy]:
-    yield from make_proxy(tmp_path, request.param)
+@pytest.fixture
+def proxy(backend: str, tmp_path: Path) -> Iterator[Proxy]:
+    yield from make_proxy(tmp_path, backend)
 
 
 TITLE = {"messages": [

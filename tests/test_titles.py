@@ -25,12 +25,12 @@ CLINE_TOOL_RESULT = ("[read_file for 'src/app.py'] Result:\n"
                      "def main():\n    print('Deploy everything to production now')\n")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def m(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[memd.Memd]:
+@pytest.fixture
+def m(backend: str, tmp_path: Path) -> Iterator[memd.Memd]:
     """An engine with the fake embedder on each backend (a new PostgreSQL database)."""
     import pg
 
-    engine = pg.open_engine(request.param, tmp_path / "d")
+    engine = pg.open_engine(backend, tmp_path / "d")
     yield engine
     engine.close()
 

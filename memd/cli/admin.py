@@ -6,7 +6,7 @@ import json
 
 import click
 
-from memd.cli import (
+from memd.cli.common import (
     handles_errors,
     main,
     open_engine,

@@ -11,12 +11,15 @@ import json
 import re
 from dataclasses import fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
 
-from memd.cli import handles_errors, main
+from memd.cli.common import handles_errors, main
+
+if TYPE_CHECKING:
+    from memd.config import Settings
 
 _SECRET_WORDS = {"key", "password", "passwd", "secret", "token", "credentials"}
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -59,7 +62,7 @@ def _shown(name: str, value: Any) -> Any:
     return value
 
 
-def _entries(settings: Any, sources: dict[str, str]) -> list[tuple[str, Any, str]]:
+def _entries(settings: Settings, sources: dict[str, str]) -> list[tuple[str, Any, str]]:
     """(name, value as shown, source) of every setting, the keys of the weights and
     maintenance tables as ``weights.similarity``; tables of names (context windows,
     prices, custom patterns) stay one value, a dict."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from memd.cli import (
+from memd.cli.common import (
     daemon_call,
     daemon_for,
     handles_errors,

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from memd.cli import KEY_ENV, daemon_call, daemon_for, main
+from memd.cli.common import KEY_ENV, daemon_call, daemon_for, main
 from memd.config import Settings
 from memd.doctor import (
     FAIL,

@@ -1,4 +1,5 @@
-"""Encryption at rest: ``memd encrypt`` (see :mod:`memd.backends.sqlite.cipher`)."""
+"""Encryption at rest: ``memd encrypt`` (see :mod:`memd.keys` and
+:mod:`memd.backends.sqlite.cipher`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import secrets
 
 import click
 
-from memd.cli import daemon_for, handles_errors, main, settings_for
+from memd.cli.common import daemon_for, handles_errors, main, settings_for
 from memd.errors import InvalidInput
 
 
@@ -23,7 +24,8 @@ def encrypt(ctx: click.Context, key_from: str | None, yes: bool) -> None:
     first. Afterwards memd opens the store only with `encryption` set to the same
     source (config file, or env MEMD_ENCRYPTION) and the key there: a lost key cannot be
     recovered, and neither can the store."""
-    from memd.backends.sqlite.cipher import KEY_ENV, encrypt, env_key, is_encrypted, store_key
+    from memd.backends.sqlite import encrypt, is_encrypted
+    from memd.keys import KEY_ENV, env_key, store_key
     from memd.server.discovery import store_place
 
     settings = settings_for(ctx)

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from memd.cli import daemon_call, daemon_for, handles_errors, main, open_engine
+from memd.cli.common import daemon_call, daemon_for, handles_errors, main, open_engine
 
 
 @main.command()

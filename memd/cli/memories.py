@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from memd.cli import (
+from memd.cli.common import (
     KEY_ENV,
     daemon_call,
     daemon_for,

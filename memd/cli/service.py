@@ -35,7 +35,7 @@ from typing import Any, Protocol, TextIO
 import click
 import platformdirs
 
-from memd.cli import handles_errors, main, settings_for
+from memd.cli.common import handles_errors, main, settings_for
 from memd.config import APP, Settings
 from memd.errors import InvalidInput, MemdError
 from memd.private import private_dir, private_file, write_private

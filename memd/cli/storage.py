@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from memd.cli import (
+from memd.cli.common import (
     handles_errors,
     main,
     progressbar,
@@ -49,17 +49,18 @@ def migrate(ctx: click.Context, target: str, source: Path | None, batch_size: in
             raise InvalidInput("the configured store is PostgreSQL: name the SQLite file "
                                "with --from PATH")
         source = settings.db_path
-    layout = tuple(settings.pg_partitions)
+    layout = settings.pg_partitions
     if partitions is not None:
         try:
-            layout = tuple(int(p) for p in partitions.split(","))
+            counts = [int(p) for p in partitions.split(",")]
         except ValueError:
-            layout = ()
-        if len(layout) != 3 or not all(1 <= p <= 1000 for p in layout):
+            counts = []
+        if len(counts) != 3 or not all(1 <= p <= 1000 for p in counts):
             raise InvalidInput("--partitions takes three counts from 1 to 1000, e.g. 4,4,4")
+        layout = (counts[0], counts[1], counts[2])
     if not as_json:
         click.echo(f"copying {source} into PostgreSQL", err=True)
-    from memd.backends.sqlite.cipher import key_for
+    from memd.keys import key_for
 
     result = run_migration(source, target, partitions=layout, batch_size=batch_size,
                            progress=progressbar, key=key_for(settings.encryption, source))

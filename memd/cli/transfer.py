@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from memd.cli import daemon_for, handles_errors, main, own_store_settings, progressbar
+from memd.cli.common import daemon_for, handles_errors, main, own_store_settings, progressbar
 from memd.errors import InvalidInput, StorageError
 from memd.private import private_file
 

@@ -55,7 +55,7 @@ from memd.engine.virtual import Virtualized
 from memd.engine.virtual.call import for_call
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text
-from memd.types import Message, Session, Usage
+from memd.types import Message, Session, Usage, WindowInfo
 
 if TYPE_CHECKING:
     from memd.backends.base import Store
@@ -87,18 +87,6 @@ class PreparedCall:
     @property
     def side(self) -> bool:
         return self.session is None
-
-
-@dataclass(frozen=True, slots=True)
-class WindowInfo:
-    """The model's context window as the caller resolved it (None: unknown), the source
-    that gave it, for the call report, and the factor from memd's token counts to the
-    model's own where it was measured."""
-
-    tokens: int | None
-    source: str = "unknown"
-    detail: str = ""
-    token_scale: float = 1.0
 
 
 def _resolve(

@@ -65,7 +65,7 @@ from memd.privacy.sanitizer import PLACEHOLDER as _PLACEHOLDER
 from memd.types import Memory, MemoryFilter, Message, Provenance, Scope, Session, Tier
 
 if TYPE_CHECKING:
-    from memd.backends.base import Store
+    from memd.backends.base import JobQueue, MemoryStore, Store
     from memd.config import Settings
     from memd.models.embedder import CachedEmbedder
     from memd.models.helper import ChatMessage, HelperModel
@@ -167,7 +167,7 @@ def check_due(before: int, after: int) -> bool:
     return before // CHECK_EVERY != after // CHECK_EVERY
 
 
-def enqueue(store: Store, user_id: str, session_id: str, now: float,
+def enqueue(store: JobQueue, user_id: str, session_id: str, now: float,
             closing: bool = False) -> bool:
     """Queue the session's ``compact`` job (a ``closing`` one for a session that ended)
     unless one is queued already (a fixed id per session); whether it was queued."""
@@ -359,7 +359,7 @@ def summarize(helper: HelperModel | None, window: Window) -> Summary:
     return Summary(text, False, helper.name)
 
 
-def existing_summary(store: Store, user_id: str, session_id: str,
+def existing_summary(store: MemoryStore, user_id: str, session_id: str,
                      window: Window) -> Memory | None:
     """The summary memory already stored for exactly this window, if any."""
     flt = MemoryFilter(tags=(TAG, f"session:{session_id}"), include_expired=True)
@@ -426,7 +426,7 @@ def compact_session(store: Store, embedder: CachedEmbedder, settings: Settings,
     return found
 
 
-def _insert(store: Store, embedder: CachedEmbedder, session: Session, window: Window,
+def _insert(store: MemoryStore, embedder: CachedEmbedder, session: Session, window: Window,
             summary: Summary, now: float) -> Memory:
     """The summary as an L2 episodic memory. Inserted as it is, not through the write
     path's merge: each window's summary is its own record of its turns."""

@@ -43,7 +43,7 @@ from memd.models.tokens import count_text
 from memd.types import Memory, MemoryFilter, Provenance, Scope, Tier
 
 if TYPE_CHECKING:
-    from memd.backends.base import Store
+    from memd.backends.base import JobQueue, Store
     from memd.models.embedder import CachedEmbedder
     from memd.models.helper import ChatMessage, HelperModel
 
@@ -78,7 +78,7 @@ class Group:
     central: Memory
 
 
-def enqueue(store: Store, user_id: str, now: float) -> bool:
+def enqueue(store: JobQueue, user_id: str, now: float) -> bool:
     """Queue the user's ``consolidate`` job unless one is queued already."""
     return store.enqueue_job_once(f"{JOB}-{user_id}", JOB, {}, user_id, now)
 

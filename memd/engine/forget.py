@@ -35,7 +35,7 @@ from memd.errors import NotFound
 from memd.types import Fact, Memory, MemoryFilter, Message
 
 if TYPE_CHECKING:
-    from memd.backends.base import Store
+    from memd.backends.base import MessageStore, Store
     from memd.engine.history import HistoryCache
     from memd.engine.inject import StableBlocks
 
@@ -198,7 +198,7 @@ class ForgetMixin:
             self.history.clear()  # keyed by (user, session); a forget is rare
 
 
-def _copies(store: Store, user_id: str, msg: Message) -> builtins.list[Message]:
+def _copies(store: MessageStore, user_id: str, msg: Message) -> builtins.list[Message]:
     """The user's other messages with the same text as user message ``msg`` (a branch of
     its session, or a client that resent it in a new chat, stores it again), as far as
     the keyword channel finds them: its best :data:`COPIES` matches."""
@@ -209,7 +209,7 @@ def _copies(store: Store, user_id: str, msg: Message) -> builtins.list[Message]:
             if m.content_hash == msg.content_hash and m.id != msg.id]
 
 
-def _replies(store: Store, user_id: str, msg: Message) -> builtins.list[str]:
+def _replies(store: MessageStore, user_id: str, msg: Message) -> builtins.list[str]:
     """The ids of the messages that answer user message ``msg``: those after it in its
     session, up to the user's next message."""
     if msg.role != "user":

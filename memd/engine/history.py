@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING
 from memd.types import Message, Session
 
 if TYPE_CHECKING:
-    from memd.backends.base import Store
+    from memd.backends.base import MessageStore, Store
 
 HISTORY_SCAN = 512  # newest messages the first history query looks at
 
 
-def recent_history(store: Store, user_id: str, session: Session, reach: int) -> list[Message]:
+def recent_history(store: MessageStore, user_id: str, session: Session,
+                   reach: int) -> list[Message]:
     """The newest active messages back to the first one that crosses ``reach`` tokens,
     the most history the compile could keep (older ones could never fit), oldest first:
     usually one query."""
@@ -144,7 +145,7 @@ class HistoryCache:
         return read
 
     @staticmethod
-    def _extend(store: Store, user_id: str, session: Session, kept: _Kept
+    def _extend(store: MessageStore, user_id: str, session: Session, kept: _Kept
                 ) -> list[Message] | None:
         """``kept`` with the turns appended since it was read (kept.turns + 1 to the
         session's turn_count), trimmed to its reach; None when that cannot be told from

@@ -55,7 +55,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from memd.auth import acting_as, current_actor
-from memd.backends.base import AccessHit, QueuedJob, access_totals
+from memd.backends.base import AccessHit, access_totals
 from memd.engine import compact, consolidate, recurring
 from memd.engine.extract import extract
 from memd.engine.extract.llm import (
@@ -81,7 +81,7 @@ from memd.engine.write import (
     upsert_fact,
 )
 from memd.errors import Conflict, InvalidInput, NotFound
-from memd.types import Job, Provenance, Scope, Tier
+from memd.types import Job, Provenance, QueuedJob, Scope, Tier
 
 if TYPE_CHECKING:
     from memd.backends.base import Store

@@ -33,7 +33,7 @@ import logging
 import math
 from dataclasses import dataclass
 
-from memd.backends.base import Store
+from memd.backends.base import MemoryStore, MessageStore, Store
 from memd.types import Memory, Provenance, Scope, SessionStatus, Tier
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def end_session(store: Store, user_id: str, session_id: str, now: float) -> int:
     return removed
 
 
-def _active(store: Store, user_id: str | None) -> list[Memory]:
+def _active(store: MemoryStore, user_id: str | None) -> list[Memory]:
     return [m for m in store.iter_memories(user_id)
             if m.is_active and m.superseded_by is None]
 
@@ -157,7 +157,7 @@ def prune_sweep(store: Store, now: float, user_id: str | None = None) -> int:
     return pruned
 
 
-def retention_sweep(store: Store, now: float, days: float, user_id: str) -> dict[str, int]:
+def retention_sweep(store: MessageStore, now: float, days: float, user_id: str) -> dict[str, int]:
     """Delete the messages (with their vectors and full-text rows) of ``user_id``'s
     sessions whose newest message is more than ``days`` old; logs the counts, never any
     content. ``days`` of 0 or less keeps everything."""

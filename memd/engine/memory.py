@@ -19,6 +19,7 @@ from memd.backends.base import Store
 from memd.config import Settings, load_settings
 from memd.engine import validate as v
 from memd.engine.accounts import Accounts
+from memd.engine.context import ContextMixin
 from memd.engine.erase import ErasureMixin
 from memd.engine.extract import extract, extract_entities
 from memd.engine.forget import ForgetMixin
@@ -70,7 +71,7 @@ def _check_text_options(options: Mapping[str, Any], *names: str) -> None:
             v.check_chars(value, name)
 
 
-class Memd(SessionsMixin, ErasureMixin, ForgetMixin):
+class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
     """A memory engine over one store. Thread-safe as far as its store is."""
 
     def __init__(

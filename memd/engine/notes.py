@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memd.backends.base import Store
+from memd.backends.base import MemoryStore, Store
 from memd.engine import validate as v
 from memd.engine.compile import NOTE_KIND, STYLE_RULE, Candidate
 from memd.engine.extract import STYLE_TAG
@@ -47,7 +47,7 @@ from memd.types import Memory, MemoryFilter, Provenance, Scope, Tier
 
 if TYPE_CHECKING:
     from memd.engine.memory import Memd
-    from memd.server.watch import FileWatcher
+    from memd.watching import FileWatcher
 
 log = logging.getLogger("memd.notes")
 
@@ -142,7 +142,7 @@ class NotesFolder:
 
     def watcher(self) -> FileWatcher:
         """A watcher that syncs on every change under the folder (made if missing)."""
-        from memd.server.watch import FileWatcher
+        from memd.watching import FileWatcher
 
         private_dir(self.root, tighten=False)  # the user's notes: 0700 when memd makes it
         roots = (self.root, self.root.resolve())  # events may name either
@@ -239,7 +239,7 @@ def _standing(mem: Memory) -> bool:
             and mem.expires_at is None)
 
 
-def stored_notes(store: Store, user_id: str,
+def stored_notes(store: MemoryStore, user_id: str,
                  workspaces: tuple[str, ...] | None = None) -> list[Memory]:
     """The user's notes (with ``workspaces``, those of these workspaces; ``""`` stands
     for the user's own), whatever their state."""
@@ -248,7 +248,7 @@ def stored_notes(store: Store, user_id: str,
     return store.list_memories(user_id, flt, limit=MAX_NOTES)
 
 
-def note_candidates(store: Store, user_id: str,
+def note_candidates(store: MemoryStore, user_id: str,
                     visible: tuple[str, ...]) -> list[Candidate]:
     """The notes a call in scope ``visible`` gets, as memory-block candidates, in the
     order of their paths."""
@@ -260,7 +260,7 @@ def note_candidates(store: Store, user_id: str,
     return [Candidate(NOTE_KIND, m.id, m.text, m.token_count, 1.0) for m in notes]
 
 
-def style_rule_candidates(store: Store, user_id: str,
+def style_rule_candidates(store: MemoryStore, user_id: str,
                           visible: tuple[str, ...]) -> list[Candidate]:
     """The user's global style and format rules in scope ``visible`` (memories tagged
     :data:`~memd.engine.extract.STYLE_TAG`): like notes, they apply to every request,

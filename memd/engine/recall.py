@@ -57,7 +57,7 @@ from memd.models.tokens import count_text
 from memd.types import Message, Session
 
 if TYPE_CHECKING:
-    from memd.backends.base import Store
+    from memd.backends.base import MessageStore, Store
     from memd.config import Weights
     from memd.models.embedder import CachedEmbedder
 
@@ -173,7 +173,7 @@ def same_text(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def neighbour(store: Store, user_id: str, msg: Message) -> Message | None:
+def neighbour(store: MessageStore, user_id: str, msg: Message) -> Message | None:
     """The assistant's answer to a user message, or the user message an answer answers."""
     if msg.role == "user":
         found = store.get_messages(user_id, msg.session_id, after_turn=msg.turn_index,

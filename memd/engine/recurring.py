@@ -30,7 +30,7 @@ from memd.engine.templates import user_words
 from memd.engine.write import content_hash
 
 if TYPE_CHECKING:
-    from memd.backends.base import Store
+    from memd.backends.base import ParagraphStore, Store
 
 MIN_CHARS = 200  # normalized characters: a paragraph no user retypes
 RETIRED_TAG = "client-text"
@@ -86,7 +86,7 @@ def without(text: str, keys: Collection[str]) -> str:
     return "\n\n".join(p for p in paragraphs(text) if paragraph_key(p) not in keys)
 
 
-def user_text(store: Store, user_id: str, text: str) -> str:
+def user_text(store: ParagraphStore, user_id: str, text: str) -> str:
     """The user's words in a stored message's ``text``: without client templates and
     without the paragraphs known to recur (read only: nothing is recorded)."""
     words = user_words(text)

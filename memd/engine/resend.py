@@ -29,7 +29,7 @@ from typing import Any
 
 from memd.engine import chains
 from memd.engine import validate as v
-from memd.engine.sessions import message_words, query_of
+from memd.engine.turns import message_words, query_of
 from memd.models.tokens import message_tokens
 
 
@@ -69,7 +69,7 @@ class Resent:
         return known
 
     def query(self, max_chars: int, redact: Callable[[str], str] | None) -> str | None:
-        """:func:`memd.engine.sessions.last_user_text` of the non-system messages: the
+        """:func:`memd.engine.turns.last_user_text` of the non-system messages: the
         user's words in the newest user message that has any, as the retrieval query."""
         key = ("words", max_chars, redact)
         known = self._get(key)

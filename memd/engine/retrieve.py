@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from memd.backends.base import Store
+from memd.backends.base import Lifecycle, MemoryStore, MessageStore, Store
 from memd.config import Weights
 from memd.engine.extract import extract_entities
 from memd.engine.score import Signals, score
@@ -51,7 +51,7 @@ SIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memd-side")
 T = TypeVar("T")
 
 
-def aside(store: Store, fn: Callable[..., T], *args: Any) -> Future[T]:
+def aside(store: Lifecycle, fn: Callable[..., T], *args: Any) -> Future[T]:
     """``fn(*args)`` in a SIDE worker, as the same acting user (PostgreSQL's row-level
     security reads it from the context), its reads marked as side reads
     (``Store.side_reads``: the caller may hold a connection while it waits)."""
@@ -85,7 +85,7 @@ def _hours(now: float, then: float | None) -> float:
 
 
 def score_memories(
-    store: Store, user_id: str, query: str, qvec: np.ndarray, flt: MemoryFilter,
+    store: MemoryStore, user_id: str, query: str, qvec: np.ndarray, flt: MemoryFilter,
     weights: Weights, now: float, channels: Channels = Channels(),
     shared: Sequence[tuple[str, MemoryFilter]] = (),
 ) -> list[ScoredMemory]:
@@ -127,7 +127,7 @@ KeywordMessages = list[tuple[Message, float, np.ndarray | None]]
 
 
 def keyword_messages(
-    store: Store, user_id: str, query: str, k: int, session_id: str | None = None,
+    store: MessageStore, user_id: str, query: str, k: int, session_id: str | None = None,
     embedder: CachedEmbedder | None = None,
 ) -> KeywordMessages:
     """The keyword channel over messages: (message, relevance, its cached vector or None).
@@ -140,7 +140,7 @@ def keyword_messages(
 
 
 def score_messages(
-    store: Store, user_id: str, query: str, qvec: np.ndarray, weights: Weights, now: float,
+    store: MessageStore, user_id: str, query: str, qvec: np.ndarray, weights: Weights, now: float,
     k: int, session_id: str | None = None, embedder: CachedEmbedder | None = None,
     keyword_hits: KeywordMessages | None = None,
 ) -> list[tuple[Message, float, dict[str, float]]]:

@@ -42,7 +42,7 @@ from memd.engine import maintenance as mt
 from memd.types import SessionStatus
 
 if TYPE_CHECKING:
-    from memd.backends.base import Store
+    from memd.backends.base import MemoryStore, SessionStore, Store
     from memd.config import Settings
     from memd.types import Job
 
@@ -67,11 +67,11 @@ class Task:
     scrub: bool = False
 
 
-def _memory_users(store: Store) -> list[str]:
+def _memory_users(store: MemoryStore) -> list[str]:
     return store.memory_users()
 
 
-def _session_users(store: Store) -> list[str]:
+def _session_users(store: SessionStore) -> list[str]:
     return store.session_users()
 
 

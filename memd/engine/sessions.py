@@ -1,4 +1,5 @@
-"""Sessions, the append-only message log and context compilation, as ``Memd`` methods.
+"""Sessions and the append-only message log, as ``Memd`` methods (the context of a
+call: :mod:`memd.engine.context`).
 
 The synchronous part of appending a turn is cheap and model-free, so a chat call never
 waits for a model (docs/design.md, "Appending a turn"): validate, count tokens, store the
@@ -10,128 +11,57 @@ ingesting the extracted memories (which needs an embedding for dedup) are durabl
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from memd.engine import compact, recurring
 from memd.engine import validate as v
 from memd.engine.chains import chain_hashes
-from memd.engine.compile import (
-    RECALL_KIND,
-    STYLE_RULE,
-    TOPIC_RULE,
-    Candidate,
-    CompileInput,
-    compile_context,
-    history_budget_bound,
-)
-from memd.engine.extract import STYLE_TAG, Extraction, extract
+from memd.engine.extract import Extraction, extract
 from memd.engine.extract.llm import worth_asking
-from memd.engine.notes import NoteCache, with_notes
-from memd.engine.privacy import REDACT_MARGIN, redacted
-from memd.engine.recall import RecallScope, recall_candidates, same_text
-from memd.engine.relevance import content_words, related
-from memd.engine.retrieve import ScoredMemory, aside, score_memories
+from memd.engine.privacy import redacted
 from memd.engine.templates import user_words
 from memd.engine.titles import rule_title
+from memd.engine.turns import as_openai, checked_message
 from memd.engine.write import (
     fact_item,
     fact_tag,
     forgotten_items,
     memory_item,
 )
-from memd.errors import InvalidInput, NotFound, TooLarge
-from memd.models.tokens import count_text, message_tokens
+from memd.errors import InvalidInput, NotFound
+from memd.models.tokens import message_tokens
 from memd.types import (
-    Context,
-    Fact,
-    MemoryFilter,
     Message,
-    NewMessage,
-    Scope,
     Session,
-    Tier,
-    openai_message,
 )
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from memd.backends.base import Store
     from memd.config import Settings
-    from memd.engine.history import HistoryCache
-    from memd.engine.inject import StableBlocks
     from memd.engine.jobs import JobRunner
     from memd.engine.privacy import SessionPlaceholders
     from memd.engine.write import FactResult
-    from memd.models.embedder import CachedEmbedder
     from memd.privacy import Sanitizer
+
 
 MAX_MESSAGES_PER_CALL = 1000
 MAX_WINDOW = 100_000_000  # tokens; far above any model, far below SQLite's int64
-FACT_MIN_IMPORTANCE = 0.5  # facts this important are candidates for every context
-
-
-def _message(raw: Any, max_chars: int) -> NewMessage:
-    if isinstance(raw, NewMessage):
-        raw = asdict(raw)
-    if not isinstance(raw, Mapping):
-        raise InvalidInput("each message must be an object with a role")
-    role = v.check_role(raw.get("role"))
-    content = raw.get("content")
-    metadata = dict(v.check_metadata(raw.get("metadata")))
-    if isinstance(content, list):  # multimodal parts: keep them, index their text
-        if not all(isinstance(p, Mapping) for p in content):
-            raise InvalidInput("content parts must be objects")
-        metadata["content_parts"] = content
-        content = "\n".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
-    if content is not None and not isinstance(content, str):
-        raise InvalidInput(f"content must be a string, a list of parts or null, not "
-                           f"{type(content).__name__}")
-    if content is not None and len(content) > max_chars:
-        raise TooLarge(f"message content is too long: {len(content)} characters (limit "
-                       f"{max_chars}, the max_message_chars setting)")
-    tool_calls = raw.get("tool_calls")
-    if tool_calls is not None and (
-        not isinstance(tool_calls, list) or not all(isinstance(t, Mapping) for t in tool_calls)
-    ):
-        raise InvalidInput("tool_calls must be a list of objects")
-    if role == "tool" and not isinstance(raw.get("tool_call_id"), str):
-        raise InvalidInput("a tool message needs a tool_call_id")
-    if content is None and not tool_calls and role != "assistant":
-        raise InvalidInput(f"a {role} message needs content")
-    name = raw.get("name")
-    if name is not None and not isinstance(name, str):
-        raise InvalidInput("name must be a string")
-    return NewMessage(
-        role=role, content=content, name=name, tool_calls=tool_calls,
-        tool_call_id=raw.get("tool_call_id"), metadata=metadata, model=raw.get("model"),
-        finish_reason=raw.get("finish_reason"), prompt_tokens=raw.get("prompt_tokens"),
-        completion_tokens=raw.get("completion_tokens"), latency_ms=raw.get("latency_ms"),
-    )
 
 
 class SessionsMixin:
-    """Session, message and context methods of :class:`memd.engine.memory.Memd`."""
+    """Session and message methods of :class:`memd.engine.memory.Memd`."""
 
     if TYPE_CHECKING:  # provided by Memd
         store: Store
         settings: Settings
-        embedder: CachedEmbedder
         jobs: JobRunner
-        history: HistoryCache
-        blocks: StableBlocks
-        notes_cache: NoteCache
         sanitizer: Sanitizer
         placeholders: SessionPlaceholders
 
         def now(self) -> float: ...
         def new_id(self) -> str: ...
-        def visible_workspaces(self, workspace: str | None) -> tuple[str, ...]: ...
-        def shared_owners(self, user_id: str,
-                          workspace: str | None) -> list[tuple[str, MemoryFilter]]: ...
         def set_fact(self, user_id: str, category: str, key: str, value: str, *,
                      workspace: str | None = None, confidence: float = 1.0,
                      importance: float = 0.8, is_correction: bool = False,
@@ -188,7 +118,7 @@ class SessionsMixin:
         """Append messages to a session (OpenAI dicts or NewMessage), atomically."""
         if isinstance(messages, Mapping | str) or not 1 <= len(messages) <= MAX_MESSAGES_PER_CALL:
             raise InvalidInput(f"messages must be a list of 1-{MAX_MESSAGES_PER_CALL} messages")
-        news = [_message(m, self.settings.max_message_chars) for m in messages]
+        news = [checked_message(m, self.settings.max_message_chars) for m in messages]
         # The stored copy everything derived reads (memd.engine.privacy); placeholders
         # are numbered per session, so the same key is the same placeholder throughout.
         placeholders = self.placeholders.get(v.check_id(user_id, "user_id"),
@@ -204,8 +134,8 @@ class SessionsMixin:
         # BEGIN/COMMIT for the whole append on PostgreSQL, not a checkout of its own.
         with self.store.transaction():
             session = self.session(session_id, user_id)
-            counts = [message_tokens(_as_dict(m), session.model) for m in news]
-            chains = chain_hashes([_as_dict(m) for m in news],
+            counts = [message_tokens(as_openai(m), session.model) for m in news]
+            chains = chain_hashes([as_openai(m) for m in news],
                                   self.store.last_chain_hash(session.user_id, session.id))
             # activity keeps the session alive: it expires session_ttl_hours after its
             # last append, not after its start
@@ -317,345 +247,3 @@ class SessionsMixin:
     ) -> list[Message]:
         session = self.session(session_id, user_id)
         return self.store.get_messages(session.user_id, session.id, active_only=active_only)
-
-    def context(
-        self, user_id: str, *, session_id: str | None = None,
-        messages: Sequence[Any] | None = None, workspace: str | None = None,
-        query: str | None = None, context_window: int | None = None,
-        max_response_tokens: int | None = None, tool_tokens: int = 0,
-        model: str | None = None, task_type: str | None = None,
-        use_session_prompt: bool = True, original_history: bool = False,
-    ) -> Context:
-        """Compile a token-budgeted OpenAI message list for the next call.
-
-        History is the session's stored active messages (then ``messages``, if given,
-        as not-yet-stored turns); the client's system messages come first, unchanged;
-        memory is retrieved for ``query`` (default: the last user message). Its reads
-        share one unit of work (``Store.read_batch``). The stored history is given in
-        its sanitized text (memd.engine.privacy); ``original_history``: as the client
-        sent it (the proxy forwarding a client's own conversation to its model)."""
-        with self.store.read_batch():
-            return self._context(
-                user_id, session_id, messages, workspace, query, context_window,
-                max_response_tokens, tool_tokens, model, task_type, use_session_prompt,
-                original_history,
-            )
-
-    def memory_candidates(
-        self, user_id: str, query: str, *, session: Session | None = None,
-        workspace: str | None = None, exclude_session: bool = False,
-        sent_chains: Iterable[str] | None = None,
-    ) -> tuple[list[Candidate], list[Candidate]]:
-        """The facts and scored memories a memory block for ``query`` may hold (the
-        session's own memories left out with ``exclude_session``), in one read batch;
-        the caller records which ones it used with :meth:`record_used`. With
-        ``sent_chains`` (the chain hashes of the messages the client sent) past messages
-        are recalled too (:mod:`memd.engine.recall`), after the memories."""
-        uid = v.check_id(user_id, "user_id")
-        ws = v.check_optional_id(workspace, "workspace")
-        if session is not None and ws is None:
-            ws = session.workspace
-        now = self.now()
-        visible = self.visible_workspaces(ws)
-        with self.store.read_batch():
-            all_facts = self.store.get_facts(uid, workspaces=visible)
-            scored = self._score(uid, query, session, ws, visible, now)
-            facts, mems = _candidates(
-                all_facts, scored, self._floor(query),
-                self._fact_similarity(query, all_facts, scored),
-                session.id if session is not None else None, exclude_session)
-            mems = with_notes(self.notes_cache.candidates(self.store, uid, visible), mems)
-            if sent_chains is None or not query:
-                return facts, mems
-            recalled = self._recall(uid, query, scored, visible, now,
-                                    sent_chains=sent_chains)
-        return facts, mems + recalled
-
-    def _recall(self, user_id: str, query: str, scored: Sequence[ScoredMemory],
-                visible: tuple[str, ...], now: float, *,
-                sent_chains: Iterable[str] = (), history: Iterable[str] = (),
-                ) -> list[Candidate]:
-        """Past messages for ``query`` (:mod:`memd.engine.recall`), except those the
-        memories at hand say word for word."""
-        known = frozenset(same_text(s.memory.text) for s in scored)
-        scope = RecallScope(frozenset(sent_chains), known, visible, frozenset(history))
-        return recall_candidates(self.store, self.embedder, user_id, query,
-                                 self.query_vector(query), self.settings.weights,
-                                 self.settings.recall_min_similarity, now, scope,
-                                 keyword=self.settings.recall_keyword,
-                                 sure=self.settings.sure_similarity)
-
-    def _floor(self, query: str | None) -> Floor:
-        """The relevance test of facts and memories for ``query``."""
-        return Floor(content_words(query or ""), self.settings.min_similarity,
-                     self.settings.sure_similarity)
-
-    def _fact_similarity(self, query: str | None, facts: Sequence[Fact],
-                         scored: Sequence[ScoredMemory]) -> dict[str, float]:
-        """Each important fact's cosine with ``query``: the better of its own text's
-        (``key: value``, embedded once and cached) and that of the memory it was
-        extracted with, when retrieval found it (a sentence in the user's words)."""
-        wanted = [f for f in facts if f.importance >= FACT_MIN_IMPORTANCE]
-        if not query or not wanted:
-            return {}
-        by_tag: dict[str, float] = {}
-        for s in scored:
-            for tag in s.memory.tags:
-                by_tag[tag] = max(by_tag.get(tag, 0.0), s.similarity)
-        vecs = self.embedder.embed([f.text for f in wanted])
-        cosines = vecs @ self.query_vector(query)
-        return {f.id: max(float(c), by_tag.get(fact_tag(f.category, f.key), 0.0))
-                for f, c in zip(wanted, cosines, strict=True)}
-
-    def _score(self, user_id: str, query: str | None, session: Session | None,
-               workspace: str | None, visible: tuple[str, ...], now: float
-               ) -> list[ScoredMemory]:
-        """The memories retrieved and scored for ``query`` (none without a query)."""
-        if not query:
-            return []
-        qvec = self.query_vector(query)
-        # Without a session, no conversation's own directives ("answer in French here")
-        # apply: only the user's standing memories do.
-        flt = MemoryFilter(workspaces=visible, now=now,
-                           session_id=session.id if session else None,
-                           scope=None if session else Scope.GLOBAL)
-        return score_memories(self.store, user_id, query, qvec, flt, self.settings.weights,
-                              now, shared=self.shared_owners(user_id, workspace))
-
-    def query_vector(self, query: str) -> np.ndarray:
-        """The vector of ``query`` as retrieval embeds it: its first and last
-        ``QUERY_EMBED_CHARS`` characters (from the embedder's query cache when seen),
-        its secrets replaced as in what it is compared with."""
-        return self.embedder.embed_query(v.excerpt(self.redact(query), v.QUERY_EMBED_CHARS))
-
-    def redact(self, text: str) -> str:
-        """``text`` with its secrets replaced by placeholders (numbered afresh)."""
-        return self.sanitizer.sanitize(text).text
-
-    def record_used(self, user_id: str, used: Sequence[Candidate]) -> None:
-        """Access statistics of the memories a call injected, written by a background
-        job so the call does not wait for them (docs/design.md, "Access statistics")."""
-        hits = [(c.id, c.score) for c in used if c.kind not in ("fact", RECALL_KIND)]
-        if hits:
-            self.jobs.record_access(hits, user_id, self.now())
-
-    def _context(
-        self, user_id: str, session_id: str | None, messages: Sequence[Any] | None,
-        workspace: str | None, query: str | None, context_window: int | None,
-        max_response_tokens: int | None, tool_tokens: int, model: str | None,
-        task_type: str | None, use_session_prompt: bool, original_history: bool = False,
-    ) -> Context:
-        uid = v.check_id(user_id, "user_id")
-        session = self.session(session_id, uid) if session_id else None
-        ws = v.check_optional_id(workspace, "workspace")
-        if session is not None and ws is None:
-            ws = session.workspace
-        model = model or (session.model if session else None)
-        window = context_window or (session.context_window if session
-                                    else self.settings.default_context_window)
-        system: list[dict[str, Any]] = []
-        if use_session_prompt and session is not None and session.system_prompt_hash:
-            text = self.store.get_system_prompt(session.system_prompt_hash)
-            if text:
-                system.append({"role": "system", "content": text})
-        pending: list[tuple[int, NewMessage]] = []  # not-yet-stored turns, by position
-        for i, raw in enumerate(messages or ()):
-            new = _message(raw, self.settings.max_message_chars)
-            if new.role in ("system", "developer"):
-                system.append(_as_dict(new))
-            else:
-                pending.append((i, new))
-        if query is None:
-            query = _last_user_text((m for _, m in reversed(pending)), self.redact)
-        now = self.now()
-        visible = self.visible_workspaces(ws)
-        reserve = (max_response_tokens if max_response_tokens is not None
-                   else (session.max_response_tokens if session
-                         else self.settings.default_max_response_tokens))
-        reach = history_budget_bound(window, reserve, tool_tokens)
-        stored: list[Message] = []
-        all_facts: list[Fact] = []
-        side: Future[tuple[list[Message], list[Fact]]] | None = None
-        if (session is not None and query is not None and self.store.concurrent_reads
-                and not self.store.in_transaction()):
-            # The query is known already: the history and the facts are read in a side
-            # thread (on a connection of its own) while this one embeds the query and
-            # gathers memories. (Not on SQLite: its reads take turns on one connection,
-            # and handing the GIL back and forth costs more than the overlap saves.)
-            side = aside(self.store, _history_and_facts, self, uid, session, reach, visible)
-        else:
-            if session is not None:
-                stored = self.history.read(self.store, uid, session, reach)
-                if query is None:
-                    query = _last_user_text(reversed(stored))
-            all_facts = self.store.get_facts(uid, workspaces=visible)
-        scored = self._score(uid, query, session, ws, visible, now)
-        if session is not None and session.summary_text:
-            # the session's own episodes are in its summary, given before its history
-            scored = [s for s in scored if s.memory.kind != "summary"
-                      or s.memory.session_id != session.id]
-        if side is not None:
-            stored, all_facts = side.result()
-        fact_cands, mem_cands = _candidates(
-            all_facts, scored, self._floor(query),
-            self._fact_similarity(query, all_facts, scored),
-            session.id if session is not None else None)
-        mem_cands = with_notes(self.notes_cache.candidates(self.store, uid, visible),
-                               mem_cands)
-        if query and self.settings.memory_recall:
-            # Past messages, but for the history's own (this session's turns that fell
-            # out of the history's reach are recalled like any other).
-            mem_cands += self._recall(uid, query, scored, visible, now,
-                                      history=(m.id for m in stored))
-        if not original_history:
-            stored = [m if m.sanitized is None else replace(m, content=m.sanitized)
-                      for m in stored]
-        history = stored + [_transient(m, uid, session, len(stored) + i, model)
-                            for i, m in pending]
-        ctx = compile_context(CompileInput(
-            system=system, history=history, facts=fact_cands, memories=mem_cands,
-            context_window=window, max_response_tokens=reserve, tool_tokens=tool_tokens,
-            session_summary=session.summary_text if session else None,
-            session_summary_tokens=session.summary_token_count if session else 0,
-            compressed_before=bool(session and session.summary_text),
-            task_type=task_type, model=model,
-            instruction_share=self.settings.instruction_share,
-        ))
-        used = [(i.id, i.score or 0.0) for i in ctx.report.items
-                if i.section == "memory" and i.kind != RECALL_KIND]
-        if used:  # access statistics are written by a job, off the request's path
-            self.jobs.record_access(used, uid, now)
-        return ctx
-
-
-@dataclass(frozen=True, slots=True)
-class Floor:
-    """Which items are about a query: its content words and the two cosine floors
-    (:func:`memd.engine.relevance.related`)."""
-
-    words: frozenset[str]
-    floor: float
-    sure: float
-
-    def passes(self, similarity: float, text: str) -> bool:
-        return related(similarity, self.words, text, self.floor, self.sure)
-
-
-def _candidates(
-    all_facts: Sequence[Fact], scored: Sequence[ScoredMemory], floor: Floor,
-    fact_similarity: Mapping[str, float], session_id: str | None = None,
-    exclude_session: bool = False,
-) -> tuple[list[Candidate], list[Candidate]]:
-    """What may go into a memory block for a query: what is about it, and the rules that
-    apply to every query. Precision comes before recall: an item unrelated to the query
-    is noise the model reads as knowledge, so a block for an unrelated question is empty.
-
-    - facts that are important and related to the query (``floor``), by their cosine with
-      it (``fact_similarity``, by fact id);
-    - memories related to the query, but those a fact says already; a procedural one
-      (an instruction about a topic) too, like any memory, and a style rule
-      (``STYLE_TAG``) whatever the query;
-    - a session-local memory only in its own session (``session_id``).
-
-    ``exclude_session``: leave out what was drawn from the messages of the session
-    ``session_id`` (a client resending its history has them)."""
-    mine = session_id if exclude_session else None
-    facts = [f for f in all_facts if f.importance >= FACT_MIN_IMPORTANCE
-             and (mine is None or f.metadata.get("session_id") != mine)]
-    fact_tags = {fact_tag(f.category, f.key) for f in facts}
-    fact_cands = [
-        Candidate("fact", f.id, f.text, count_text(f.text), f.importance * f.confidence,
-                  fact_similarity.get(f.id, 0.0))
-        for f in facts if floor.passes(fact_similarity.get(f.id, 0.0), f.text)
-    ]
-    mem_cands = []
-    for s in scored:
-        m = s.memory
-        style = STYLE_TAG in m.tags
-        if (fact_tags.intersection(m.tags) or (mine is not None and m.session_id == mine)
-                or (m.scope == Scope.LOCAL and m.session_id != session_id)
-                or not style and not floor.passes(s.similarity, m.text)):
-            continue
-        rule = STYLE_RULE if style else TOPIC_RULE if m.tier == Tier.PROCEDURAL else ""
-        mem_cands.append(Candidate(m.kind, m.id, m.text, m.token_count, s.score,
-                                   s.similarity, rule))
-    return fact_cands, mem_cands
-
-
-def _history_and_facts(
-    engine: SessionsMixin, user_id: str, session: Session, reach: int,
-    visible: Sequence[str],
-) -> tuple[list[Message], list[Fact]]:
-    with engine.store.read_batch():  # one connection for both reads
-        return (engine.history.read(engine.store, user_id, session, reach),
-                engine.store.get_facts(user_id, workspaces=tuple(visible)))
-
-
-def _last_user_text(newest_first: Iterable[NewMessage | Message],
-                    redact: Callable[[str], str] | None = None) -> str | None:
-    """The user's own words in the newest user message that has any (see
-    :mod:`memd.engine.templates`): a tool result or a file the client added is not what
-    the user asked, so an agent's tool loop keeps the query of the user's last request."""
-    for m in newest_first:
-        words = _user_words(m, redact)
-        if words:
-            return words
-    return None
-
-
-def _user_words(m: NewMessage | Message, redact: Callable[[str], str] | None) -> str:
-    """The user's own words in one message, "" when it has none. A huge message is read
-    in part (its head and tail), as extraction reads it. A stored message is read in its
-    sanitized text; another one through ``redact``, before it is cut (a secret cut in two
-    is no longer recognized)."""
-    limit = 4 * v.QUERY_CHARS
-    text = m.safe_text if isinstance(m, Message) else m.content
-    if m.role != "user" or not text:
-        return ""
-    if redact is not None and not isinstance(m, Message):
-        # Only the part read is redacted (a tool result can be megabytes), cut wider by a
-        # margin that holds any secret the final cut could split.
-        text = redact(v.excerpt(text, limit + 2 * REDACT_MARGIN))
-    return user_words(v.excerpt(text, limit)).strip()
-
-
-def message_words(raw: Any, max_chars: int,
-                  redact: Callable[[str], str] | None = None) -> str:
-    """The user's words in one OpenAI-style message, as :func:`last_user_text` reads
-    them ("" for none: not a user message, or only the client's text)."""
-    return _user_words(_message(raw, max_chars), redact)
-
-
-def last_user_text(messages: Sequence[Any], max_chars: int,
-                   redact: Callable[[str], str] | None = None) -> str | None:
-    """The user's words in the last user message among OpenAI-style ``messages`` that
-    has any (multimodal parts joined as they are stored), or None: what ``context`` would
-    take as the query once they are stored (its secrets replaced by ``redact``)."""
-    for raw in reversed(messages):
-        words = message_words(raw, max_chars, redact)
-        if words:
-            return query_of(words)
-    return None
-
-
-def query_of(words: str) -> str:
-    """The retrieval query a user message's words make: their head and tail."""
-    return v.excerpt(words, v.QUERY_CHARS)
-
-
-def _as_dict(m: NewMessage) -> dict[str, Any]:
-    return openai_message(m.role, m.content, m.name, m.tool_calls, m.tool_call_id)
-
-
-def _transient(
-    m: NewMessage, user_id: str, session: Session | None, turn: int, model: str | None
-) -> Message:
-    """A not-yet-stored message in Message form, so the compiler treats it like history."""
-    body = _as_dict(m)
-    return Message(
-        id=f"pending-{turn}", session_id=session.id if session else "", user_id=user_id,
-        turn_index=10**9 + turn, role=m.role, content=m.content,
-        token_count=message_tokens(body, model), created_at=0.0, name=m.name,
-        tool_calls=m.tool_calls, tool_call_id=m.tool_call_id,
-        metadata={"pending": True},
-    )

@@ -24,7 +24,7 @@ environment message (qwen-code), its memory, compaction and summary requests (qw
 opencode, Continue), its resumption notices (Cline). Their only
 user words are the replies the client quotes in them (``<feedback>``, ``<answer>``,
 ``<user_message>``); the rest is a tool's output, whatever it says. The retrieval query of
-a call is the user's words too (:func:`memd.engine.sessions.last_user_text`): during an
+a call is the user's words too (:func:`memd.engine.turns.last_user_text`): during an
 agent's tool loop it stays the user's last request, not the file the tool just read.
 """
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from memd.backends.base import Store
+from memd.backends.base import ForgottenStore, MemoryStore, Store
 from memd.config import Settings
 from memd.engine.score import AUTHORITY
 from memd.models.embedder import CachedEmbedder
@@ -75,7 +75,7 @@ def forgotten_digest(source_hash: str, item: str) -> str:
     return hashlib.sha256(f"{source_hash}\x1f{item}".encode()).hexdigest()
 
 
-def forgotten_items(store: Store, user_id: str, source_hash: str | None,
+def forgotten_items(store: ForgottenStore, user_id: str, source_hash: str | None,
                     items: Iterable[str]) -> set[str]:
     """Those of ``items`` (``memory_item`` / ``fact_item``) that the user made memd forget
     when they were extracted from a message whose content hash is ``source_hash``."""
@@ -222,7 +222,7 @@ def _build(draft: MemoryDraft, chash: str, now: float, **overrides: Any) -> Memo
 
 
 def _merge(
-    store: Store, draft: MemoryDraft, chash: str, vector: np.ndarray, old: Memory, now: float
+    store: MemoryStore, draft: MemoryDraft, chash: str, vector: np.ndarray, old: Memory, now: float
 ) -> WriteResult:
     importance = min(1.0, max(old.importance, draft.importance) + REINFORCEMENT)
     if specificity(draft.text) > specificity(old.text):
@@ -250,7 +250,7 @@ def _merge(
 
 
 def _supersede(
-    store: Store, draft: MemoryDraft, chash: str, vector: np.ndarray, losers: list[Memory],
+    store: MemoryStore, draft: MemoryDraft, chash: str, vector: np.ndarray, losers: list[Memory],
     now: float,
 ) -> WriteResult:
     new = store.insert_memory(_build(draft, chash, now), vector)
@@ -263,7 +263,7 @@ def _supersede(
 
 
 def _reject(
-    store: Store, draft: MemoryDraft, chash: str, vector: np.ndarray, winner: Memory,
+    store: MemoryStore, draft: MemoryDraft, chash: str, vector: np.ndarray, winner: Memory,
     now: float,
 ) -> WriteResult:
     store.insert_memory(

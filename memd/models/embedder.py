@@ -35,7 +35,8 @@ def _normalize(rows: np.ndarray) -> np.ndarray:
     rows = np.asarray(rows, dtype=np.float32)
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return rows / norms
+    unit: np.ndarray = rows / norms
+    return unit
 
 
 class MiniLMEmbedder:
@@ -197,7 +198,7 @@ class CachedEmbedder:
                 self._queries.move_to_end(text)
                 return hit
         embed_queries = getattr(self.inner, "embed_queries", None)  # a faster query model
-        vec = (embed_queries or self.inner.embed)([text])[0]
+        vec: np.ndarray = (embed_queries or self.inner.embed)([text])[0]
         self.calls += 1
         with self._lock:
             self._queries[text] = vec

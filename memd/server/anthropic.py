@@ -30,6 +30,7 @@ from memd.errors import InvalidInput
 from memd.models.tokens import count_text
 from memd.server import schemas as s
 from memd.server.doors import DOOR_RESPONSES, checked_model, converse
+from memd.server.failures import error_body
 from memd.server.proxy import (
     CHAT_ERRORS,
     NO_UPSTREAM,
@@ -42,7 +43,6 @@ from memd.server.proxy import (
     token_field,
     upstream_client,
 )
-from memd.server.security import error_body
 
 router = APIRouter()
 

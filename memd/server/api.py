@@ -20,14 +20,13 @@ from typing import Any, Literal
 import numpy as np
 from fastapi import APIRouter, Path, Query, Request
 
-from memd.backends.base import QueuedJob
 from memd.engine import validate as v
 from memd.engine.write import FactResult, WriteResult
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text
 from memd.server import schemas as s
 from memd.server.deps import engine_of, user_of, workspace_of
-from memd.types import Fact, Hit, Memory, Message, Session
+from memd.types import Fact, Hit, Memory, Message, QueuedJob, Session
 
 MAX_EMBEDDING_INPUTS = 2048
 

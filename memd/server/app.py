@@ -35,7 +35,7 @@ from memd.engine.memory import Memd
 from memd.engine.validate import ID_PATTERN, MAX_DEPTH, check_id, clean_chars
 from memd.errors import InvalidInput, MemdError
 from memd.private import private_dir
-from memd.server.failures import RETRY_AFTER_SECONDS, reply_for
+from memd.server.failures import RETRY_AFTER_SECONDS, error_body, reply_for
 from memd.server.failures import public_message as public_message  # callers import it here
 from memd.server.health import StoreHealth
 from memd.server.security import (
@@ -48,14 +48,14 @@ from memd.server.security import (
     Scope,
     Send,
     cross_site_refusal,
-    error_body,
     is_json,
     nesting,
     scope_headers,
     send_error,
     strict_parse,
 )
-from memd.server.watch import ConfigSource, FileWatcher, LiveConfig
+from memd.server.watch import ConfigSource, LiveConfig
+from memd.watching import FileWatcher
 
 log = logging.getLogger("memd.server")
 
@@ -292,7 +292,7 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
     """The daemon's ASGI app over ``engine``. ``upstream_transport`` (an httpx transport)
     replaces the network for the upstream model server, for in-process tests. While it
     runs, changes to the ``config`` file apply live and, with ``watch_notes``, the notes
-    folder is kept in step (:mod:`memd.server.watch`)."""
+    folder is kept in step (:mod:`memd.server.watch`, :mod:`memd.watching`)."""
     from memd.server import anthropic, api, proxy, responses, status
 
     settings = settings or engine.settings

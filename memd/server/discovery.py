@@ -21,11 +21,14 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from memd.private import private_dir, private_file, write_private
+
+if TYPE_CHECKING:
+    from memd.config import Settings
 
 FILENAME = "daemon.json"
 LOCKNAME = "daemon.lock"
@@ -43,7 +46,7 @@ class StorePlace:
     key: str
 
 
-def store_place(settings: Any) -> StorePlace:
+def store_place(settings: Settings) -> StorePlace:
     """The store ``settings.db`` names (raises as opening it would for a database no
     installed store opens)."""
     from memd.registry import store_class, store_for
@@ -144,7 +147,7 @@ def served_store(data_dir: Path) -> StorePlace | None:
         return None
 
 
-def find_daemon(data_dir: Path, timeout: float = 30.0) -> Any:
+def find_daemon(data_dir: Path, timeout: float = 30.0) -> httpx.Client | None:
     """An ``httpx.Client`` for the live daemon of ``data_dir``, or None."""
     record = daemon_record(data_dir)
     if record is None or not alive(record[0]):

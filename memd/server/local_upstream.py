@@ -45,7 +45,7 @@ import httpx
 from memd.errors import InvalidInput, ModelError
 from memd.models.helper import ChatMessage, HelperModel, PromptTooLong
 from memd.models.tokens import MESSAGE_OVERHEAD
-from memd.server.security import error_body
+from memd.server.failures import error_body
 
 DEFAULT_MAX_TOKENS = 512
 DEFAULT_TEMPERATURE = 0.7

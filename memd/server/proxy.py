@@ -34,7 +34,6 @@ from starlette.concurrency import run_in_threadpool
 from memd.engine import side, validate, virtual
 from memd.engine.chat import (
     PreparedCall,
-    WindowInfo,
     finish_chat,
     prepare_chat,
     prepare_side,
@@ -47,8 +46,10 @@ from memd.errors import Conflict, InvalidInput
 from memd.models.tokens import calibrated_scale
 from memd.server import schemas as s
 from memd.server.deps import engine_of, user_of, workspace_of
-from memd.server.security import PARSED_BODY, error_body, strict_parse
+from memd.server.failures import error_body
+from memd.server.security import PARSED_BODY, strict_parse
 from memd.server.windows import WindowResolver
+from memd.types import WindowInfo
 
 log = logging.getLogger("memd.proxy")
 router = APIRouter()

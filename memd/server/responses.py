@@ -34,6 +34,7 @@ from memd.errors import InvalidInput
 from memd.server import schemas as s
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.doors import DOOR_RESPONSES, checked_model, converse
+from memd.server.failures import error_body
 from memd.server.proxy import (
     Door,
     NoUpstream,
@@ -42,7 +43,6 @@ from memd.server.proxy import (
     token_field,
     upstream_client,
 )
-from memd.server.security import error_body
 from memd.types import Session
 
 router = APIRouter()

@@ -1,11 +1,8 @@
 """Files the daemon watches while it runs: its config file and the notes folder.
 
-A watcher is a thread running :func:`watchfiles.watch` over one directory, filtered to
-the files it cares about, until its stop event is set. Events are grouped (an editor's
-save is often several writes and a rename) and each group triggers one full re-read: the
-file or folder is read again whole and compared with what the daemon holds, so a
-coalesced event never leaves the daemon out of step. The first re-read happens as soon
-as the watch is in place, which catches what changed while the daemon was starting.
+Each is watched by a :class:`memd.watching.FileWatcher`; each group of changes triggers
+one full re-read: the file or folder is read again whole and compared with what the
+daemon holds, so a coalesced event never leaves the daemon out of step.
 
 **Live config.** The config file is loaded again with the precedence the daemon started
 with (its environment and ``memd serve`` flags still win over the file). A key the
@@ -21,7 +18,6 @@ The last outcome is in ``GET /health`` under ``config``.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
@@ -30,6 +26,7 @@ from typing import Any
 
 from memd.config import Settings
 from memd.errors import MemdError
+from memd.watching import FileWatcher
 
 log = logging.getLogger("memd.watch")
 
@@ -49,66 +46,6 @@ UPSTREAM_KEYS = frozenset({"upstream_url", "upstream_anthropic_url", "upstream_a
 WINDOW_KEYS = UPSTREAM_KEYS | {"context_windows", "context_window", "upstream_probe_timeout"}
 _SECRET_KEYS = frozenset({"upstream_api_key", "helper_api_key", "sanitize_patterns"})
 _URL_KEYS = frozenset({"upstream_url", "upstream_anthropic_url", "helper_url", "db"})
-
-# watchfiles: yield a group once no event came for STEP_MS, or after DEBOUNCE_MS at most;
-# READY_MS is how soon an idle watch reports that it is in place
-DEBOUNCE_MS = 400
-STEP_MS = 50
-READY_MS = 200
-
-
-class FileWatcher:
-    """Calls ``on_change`` in a thread of its own once the watch over ``directory`` is
-    in place, then after each group of changes to a path ``accept`` takes."""
-
-    def __init__(self, name: str, directory: Path, accept: Callable[[Path], bool],
-                 on_change: Callable[[], object], *, recursive: bool = False) -> None:
-        self.name = name
-        self.directory = directory
-        self.accept = accept
-        self.on_change = on_change
-        self.recursive = recursive
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"memd-watch-{name}",
-                                        daemon=True)
-
-    def start(self, timeout: float = 10.0) -> None:
-        """Start watching; returns once the watch is in place (or after ``timeout``)."""
-        self._thread.start()
-        self._ready.wait(timeout)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        import watchfiles
-
-        try:
-            for changes in watchfiles.watch(
-                self.directory, watch_filter=lambda _, path: self.accept(Path(path)),
-                stop_event=self._stop, debounce=DEBOUNCE_MS, step=STEP_MS,
-                rust_timeout=READY_MS, yield_on_timeout=True, raise_interrupt=False,
-                recursive=self.recursive,
-            ):
-                first = not self._ready.is_set()
-                self._ready.set()
-                if changes or first:
-                    self._changed()
-        except (OSError, RuntimeError) as exc:  # the directory went away, inotify ran out
-            log.warning("%s: stopped watching %s: %s", self.name, self.directory, exc)
-        finally:
-            self._ready.set()
-
-    def _changed(self) -> None:
-        try:
-            self.on_change()
-        # The handler reports its own failures; anything else is a bug, which must not
-        # end the watch for the daemon's lifetime with no one told but this log.
-        except Exception:
-            log.exception("%s: unexpected error while applying a change", self.name)
-
 
 @dataclass(frozen=True)
 class ConfigSource:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from memd.errors import Conflict, InvalidInput, StorageError
 from memd.migrate import Progress
@@ -16,6 +16,9 @@ from memd.migrate.canon import checksum
 from memd.migrate.run import _no_progress
 from memd.transfer import lines
 from memd.transfer.lines import Checked, Layout
+
+if TYPE_CHECKING:
+    from memd.config import Settings
 
 
 class Side(Protocol):
@@ -57,15 +60,15 @@ class Summary:
         return sum(t.written for t in self.tables)
 
 
-def _is_sqlite(settings: Any) -> bool:
+def _is_sqlite(settings: Settings) -> bool:
     from memd.registry import store_class, store_for
 
     return store_for(settings.db) is store_class("sqlite")
 
 
-def _reader(settings: Any) -> Side:
+def _reader(settings: Settings) -> Side:
     if _is_sqlite(settings):
-        from memd.backends.sqlite.cipher import key_for
+        from memd.keys import key_for
         from memd.transfer.sqlite import SQLiteSide
 
         return SQLiteSide.reader(Path(settings.db_path),
@@ -84,7 +87,7 @@ def _file_rows(layout: Layout, raw: Iterator[list[Any]], originals: bool,
         yield row if originals else lines.redact(layout, row)
 
 
-def export_store(settings: Any, out: TextIO, *, originals: bool = False,
+def export_store(settings: Settings, out: TextIO, *, originals: bool = False,
                  progress: Progress = _no_progress) -> Summary:
     """Write the configured store to ``out`` as an export file (messages' sanitized text
     in place of their original content unless ``originals``)."""
@@ -122,13 +125,15 @@ def _stored(side: Side, layout: Layout, keys: dict[tuple[Any, ...], bytes],
     return out
 
 
-def _open_target(settings: Any, checked: Checked) -> Side:
+def _open_target(settings: Settings, checked: Checked) -> Side:
     """The configured store, created or migrated as ``memd serve`` would, with the
     history partitions of the file's months (PostgreSQL)."""
     from memd.registry import store_for
 
     store = store_for(settings.db).from_settings(settings, checked.dim)
-    if _is_sqlite(settings):
+    from memd.backends.sqlite import SQLiteStore
+
+    if isinstance(store, SQLiteStore):
         from memd.transfer.sqlite import SQLiteSide
 
         return SQLiteSide.writer(store)
@@ -152,7 +157,7 @@ def _matching(side: Side, checked: Checked) -> dict[str, Layout]:
     return have
 
 
-def import_store(settings: Any, path: Path, *,
+def import_store(settings: Settings, path: Path, *,
                  progress: Progress = _no_progress) -> Summary:
     """Import the export file at ``path`` into the configured store: the whole file is
     checked first, then the store's rows with the same keys (a different row stops the

@@ -12,11 +12,11 @@ import numpy as np
 from memd.types import Found, Memory, MemoryFilter, Scope
 
 if TYPE_CHECKING:
-    from memd.backends.base import AccessHit, Store, Vector
+    from memd.backends.roles import AccessHit, MemoryStore, Vector
 
 
 def compose_candidates(
-    store: Store, user_id: str, query: str, vector: Vector, flt: MemoryFilter, *,
+    store: MemoryStore, user_id: str, query: str, vector: Vector, flt: MemoryFilter, *,
     knn_k: int, keyword_k: int, entities: Sequence[str] = (), entity_k: int = 0,
     frequent_k: int = 0,
     keyword_hits: Callable[[], Sequence[tuple[Memory, float]]] | None = None,

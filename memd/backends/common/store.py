@@ -8,7 +8,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from memd.backends.base import QueuedJob
 from memd.backends.common.columns import (
     CALL_COLUMNS,
     FACT_COLUMNS,
@@ -38,6 +37,7 @@ from memd.types import (
     Message,
     NewMessage,
     ParagraphSeen,
+    QueuedJob,
     Session,
     SessionStatus,
     Usage,

@@ -12,7 +12,9 @@ vector caches (:mod:`.vectors`), messages, memories, and the store itself; the S
 backends share is in :mod:`memd.backends.common`.
 """
 
+from memd.backends.sqlite.cipher import connect, encrypt, is_encrypted
 from memd.backends.sqlite.fulltext import fts_query, fts_text, user_mark
 from memd.backends.sqlite.store import SQLiteStore
 
-__all__ = ["SQLiteStore", "fts_query", "fts_text", "user_mark"]
+__all__ = ["SQLiteStore", "connect", "encrypt", "fts_query", "fts_text", "is_encrypted",
+           "user_mark"]

@@ -10,9 +10,8 @@ from memd.engine.virtual.engage import Budget, Virtualized, engages, virtualize
 from memd.engine.virtual.modes import call_mode
 
 if TYPE_CHECKING:
-    from memd.engine.chat import WindowInfo
     from memd.engine.memory import Memd
-    from memd.types import Session
+    from memd.types import Session, WindowInfo
 
 
 def for_call(engine: Memd, session: Session, messages: Sequence[Mapping[str, Any]],
