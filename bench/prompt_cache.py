@@ -6,8 +6,10 @@ messages. A request writes the prefix ending at each of its breakpoints (a block
 carries ``cache_control``); the next request reads the longest of those prefixes that it
 starts with, at one of its block boundaries up to its last breakpoint, and writes what
 lies between that and its last breakpoint. The breakpoint markers are not part of the
-prefix: a client moves them forward every turn, and that keeps the cache. Sizes are in
-bytes, a stand-in for tokens.
+prefix: a client moves them forward every turn, and that keeps the cache. Nor are the
+JSON's key order and spelling: a provider caches the prompt it renders, so a string
+content is the one text block it stands for. Sizes are in bytes of that rendering (each
+block as JSON with sorted keys), a stand-in for tokens.
 
 Used by ``bench.bench_doors`` and by the tests that replay recorded Claude Code traffic.
 """
@@ -23,28 +25,31 @@ from typing import Any
 def _canon(value: Any) -> bytes:
     if isinstance(value, dict):
         value = {k: v for k, v in value.items() if k != "cache_control"}
-    return json.dumps(value, ensure_ascii=False).encode()
+    return json.dumps(value, ensure_ascii=False, sort_keys=True).encode()
 
 
 def prompt_blocks(body: dict[str, Any]) -> list[tuple[bytes, bool]]:
-    """The request's prompt in cache order, block by block: each tool, each system block
-    (a string system is one block), each message's role then each of its content blocks
-    (a string content is one block); with whether the block carries a breakpoint."""
+    """The request's prompt in cache order, block by block: each tool, each system block,
+    each message's role then each of its content blocks (a string is one text block);
+    with whether the block carries a breakpoint."""
     out: list[tuple[bytes, bool]] = []
 
     def add(value: Any) -> None:
         marked = isinstance(value, dict) and "cache_control" in value
         out.append((_canon(value), marked))
 
+    def blocks(content: Any) -> list[Any]:  # a string is one text block, as the API reads it
+        if isinstance(content, list):
+            return content
+        return [{"type": "text", "text": content}] if isinstance(content, str) else []
+
     for tool in body.get("tools") or ():
         add(tool)
-    system = body.get("system")
-    for block in system if isinstance(system, list) else ([system] if system else []):
+    for block in blocks(body.get("system")):
         add(block)
     for message in body.get("messages") or ():
         out.append((f'<{message.get("role")}>'.encode(), False))
-        content = message.get("content")
-        for block in content if isinstance(content, list) else [content]:
+        for block in blocks(message.get("content")):
             add(block)
     return out
 
