@@ -326,6 +326,7 @@ def replay_doors(base: str, up: str, upstream: DoorUpstream, target_tokens: int,
         cpu_added: list[float] = []  # the process's CPU time through memd less directly
         large: list[float] = []
         loop: list[float] = []
+        loop_cpu: list[float] = []
         memd_share: list[float] = []
         client_share: list[float] = []
         tokens: list[int] = []
@@ -351,6 +352,7 @@ def replay_doors(base: str, up: str, upstream: DoorUpstream, target_tokens: int,
                     large.append(times[1] - times[0])
                 if not step.new_words:
                     loop.append(times[1] - times[0])
+                    loop_cpu.append(cpu[1] - cpu[0])
             via_memd = upstream.requests[first + 1::2]
             memd_share.append(prefix_share([prompt(b) for b in via_memd]))
             client_share.append(prefix_share([prompt(s.body) for s in steps]))
@@ -361,6 +363,7 @@ def replay_doors(base: str, up: str, upstream: DoorUpstream, target_tokens: int,
             "large_calls": len(large),
             "large_added_ms": summary(large) if large else None,
             "tool_loop_calls": len(loop), "tool_loop_added_ms": summary(loop),
+            "tool_loop_cpu_ms": summary(loop_cpu),
             "prefix_share_memd": round(sum(memd_share) / len(memd_share), 4),
             "prefix_share_client": round(sum(client_share) / len(client_share), 4),
         }
