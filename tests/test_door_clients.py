@@ -82,9 +82,11 @@ def gpt(base: str) -> openai.OpenAI:
 def has_block(items: list[dict[str, Any]]) -> bool:
     """Whether memd's block is in a forwarded conversation (a text part, or the start
     of a string content)."""
-    texts = [str(p.get("text", "")) if isinstance(p, dict) else ""
-             for item in items for p in (item.get("content") if isinstance(
-                 item.get("content"), list) else [{"text": item.get("content")}])]
+    texts: list[str] = []
+    for item in items:
+        content = item.get("content")
+        parts = content if isinstance(content, list) else [{"text": content}]
+        texts += [str(p.get("text", "")) for p in parts if isinstance(p, dict)]
     return any(t.startswith(USER_OPEN) for t in texts)
 
 
@@ -104,11 +106,11 @@ def anthropic_loop(client: anthropic.Anthropic, *, stream: bool) -> list[Any]:
             seen.append(reply.model_dump())
         messages = [*messages, {"role": "assistant", "content": [
             b.model_dump(exclude_none=True) for b in reply.content]}]
-        if reply.stop_reason != "tool_use":
+        use = reply.content[-1]
+        if reply.stop_reason != "tool_use" or not isinstance(use, anthropic.types.ToolUseBlock):
             break
         messages.append({"role": "user", "content": [{
-            "type": "tool_result", "tool_use_id": reply.content[-1].id,
-            "content": "make; pytest"}]})
+            "type": "tool_result", "tool_use_id": use.id, "content": "make; pytest"}]})
     return seen
 
 
