@@ -119,14 +119,15 @@ async def _responses_events(response: dict[str, Any]) -> AsyncIterator[bytes]:
 class DoorUpstream:
     """Both APIs on one server, answering at once with scripted replies in order (a
     Messages reply is its content blocks, a Responses reply its output items), streamed
-    when asked. Every request body is kept. With ``cache`` set, Messages usage comes from
-    a :class:`PromptCache` of the requests in arrival order."""
+    when asked. Every request body is kept. With ``cache`` set, the usage comes from a
+    :class:`PromptCache` of the requests in arrival order (breakpoints for Messages, the
+    automatic prefix for Responses), each kept in ``usages``."""
 
     def __init__(self) -> None:
         self.replies: deque[list[dict[str, Any]]] = deque()
         self.requests: list[dict[str, Any]] = []
         self.cache: PromptCache | None = None
-        self.usages: list[dict[str, int]] = []  # per Messages request, when ``cache``
+        self.usages: list[dict[str, int]] = []  # per request, when ``cache``
         self.app = Starlette(routes=[
             Route("/v1/messages", self.messages, methods=["POST"]),
             Route("/v1/responses", self.responses, methods=["POST"])])
@@ -159,11 +160,15 @@ class DoorUpstream:
     async def responses(self, request: Request) -> Response:
         body = json.loads(await request.body())
         output = self._next(body)
+        cached = 0
+        if self.cache:
+            cached = self.cache.automatic(responses_prompt_bytes(body))
+            self.usages.append({"cache_read_input_tokens": cached})
         response = {"id": f"resp_{len(self.requests)}", "object": "response",
                     "created_at": 1, "status": "completed", "model": body.get("model"),
                     "output": output, "usage": {
                         "input_tokens": 10, "output_tokens": 9, "total_tokens": 19,
-                        "input_tokens_details": {"cached_tokens": 0}}}
+                        "input_tokens_details": {"cached_tokens": cached}}}
         if not body.get("stream"):
             return JSONResponse(response)
         return StreamingResponse(_responses_events(response),
@@ -370,22 +375,45 @@ def replay_doors(base: str, up: str, upstream: DoorUpstream, target_tokens: int,
     return out
 
 
-def replay_recorded(base: str, upstream: DoorUpstream, http: httpx.Client,
+def _replies(door: str, bodies: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Each recorded request's reply, as the next request holds it: the assistant
+    message after its messages (Messages), or the output items after its input, up to
+    the client's next item (Responses)."""
+    if door == "anthropic_messages":
+        return [nxt["messages"][len(cur["messages"])]["content"]
+                for cur, nxt in zip(bodies, bodies[1:], strict=False)]
+    out = []
+    for cur, nxt in zip(bodies, bodies[1:], strict=False):
+        items = []
+        for item in nxt["input"][len(cur["input"]):]:
+            if item.get("type") == "function_call_output" or item.get("role") == "user":
+                break
+            items.append(item)
+        out.append(items)
+    return out
+
+
+RECORDED = {"anthropic_messages": ("claude-code.jsonl", MESSAGES_PATH),
+            "openai_responses": ("codex.jsonl", RESPONSES_PATH)}
+
+
+def replay_recorded(door: str, base: str, upstream: DoorUpstream, http: httpx.Client,
                     settle: Callable[[], None]) -> dict[str, Any]:
-    """The recorded Claude Code session through memd to an upstream that computes its
-    prompt cache from what arrives, each reply the one the recording's next request
-    holds: the prefix share and the cache figures per call, and whether memd's call log
-    holds the same figures."""
-    records = recorded("claude-code.jsonl")
+    """A recorded session (Claude Code's or Codex's) through memd to an upstream that
+    computes its prompt cache from what arrives, each reply the one the recording's next
+    request holds: the prefix share and the cache read per call, and whether memd's call
+    log holds the figures the upstream reported."""
+    name, path = RECORDED[door]
+    records = recorded(name)
     bodies = [r["body"] for r in records]
     upstream.cache, upstream.usages = PromptCache(), []
-    upstream.script([nxt["messages"][len(cur["messages"])]["content"]
-                     for cur, nxt in zip(bodies, bodies[1:], strict=False)])
+    upstream.script(_replies(door, bodies))
     first = len(upstream.requests)
     ids = []
     for record in records:
-        r = http.post(base + MESSAGES_PATH, content=json.dumps(record["body"]), headers={
-            **record["headers"], "x-api-key": "sk-ant-bench"})
+        r = http.post(base + path, content=json.dumps(record["body"]), headers={
+            **record["headers"], "x-api-key": "sk-ant-bench",
+            "authorization": "Bearer sk-bench"})
         r.raise_for_status()
         ids.append(r.headers["x-memd-call"])
         settle()

@@ -281,7 +281,8 @@ def measure_doors(engine: Memd, settings: Any, tokens: int, sessions: int
                   ) -> dict[str, Any]:
     """The Anthropic Messages and OpenAI Responses doors on the same memd, in front of a
     scripted upstream serving both (:mod:`bench.bench_doors`): the latency each adds to
-    sessions of about ``tokens``, and the replayed Claude Code session's prompt cache."""
+    sessions of about ``tokens``, and the prompt cache of the recorded Claude Code and
+    Codex sessions replayed."""
     from bench import bench_doors  # it builds on this module's helpers
 
     upstream = bench_doors.DoorUpstream()
@@ -292,7 +293,9 @@ def measure_doors(engine: Memd, settings: Any, tokens: int, sessions: int
             out = bench_doors.replay_doors(base, up, upstream, tokens, sessions, http,
                                            lambda: settle(engine), summary)
             out["claude_code_replay"] = bench_doors.replay_recorded(
-                base, upstream, http, lambda: settle(engine))
+                "anthropic_messages", base, upstream, http, lambda: settle(engine))
+            out["codex_replay"] = bench_doors.replay_recorded(
+                "openai_responses", base, upstream, http, lambda: settle(engine))
     for door, figures in out.items():
         print(f"door {door}: {figures}", file=sys.stderr)
     return out

@@ -107,6 +107,13 @@ class PromptCache:
                 "cache_read_input_tokens": read,
                 "cache_creation_input_tokens": max(0, last_mark - read)}
 
+    def automatic(self, prompt: bytes) -> int:
+        """What an automatic prefix cache (OpenAI's: no breakpoints) reads of ``prompt``:
+        the bytes it shares with the previous prompt from the start."""
+        self.shared.append((common_prefix(self.previous, prompt), len(prompt)))
+        self.previous = prompt
+        return self.shared[-1][0]
+
 
 def responses_prompt_bytes(body: dict[str, Any]) -> bytes:
     """A Responses request's prompt as OpenAI's automatic prefix cache sees it (no

@@ -233,7 +233,8 @@ def door_targets(doors: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     """The Anthropic Messages and OpenAI Responses doors, measured in the same run as the
     Chat Completions door: the latency each adds to sessions of Claude Code- and
     Codex-shaped requests (~100k tokens), and the prompt-prefix stability of the recorded
-    Claude Code session replayed through memd, with its cache figures logged per call."""
+    Claude Code and Codex sessions replayed through memd, with the cache read logged per
+    call."""
     for key, name in DOOR_NAMES.items():
         if key not in doors:
             continue
@@ -243,13 +244,15 @@ def door_targets(doors: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
                    f"~{max(d['last_request_tokens'])} tokens "
                    f"(CPU {d['cpu_added_ms']['p50']} ms)", p50,
                    f"<= {PROXY_ADDED_P50_MS:g} ms", p50 <= PROXY_ADDED_P50_MS)
-    replay = doors.get("claude_code_replay")
-    if replay:
+    for key, client in (("claude_code_replay", "Claude Code"), ("codex_replay", "Codex")):
+        replay = doors.get(key)
+        if not replay:
+            continue
         low = replay["prefix_share_min"]
-        yield _row(f"recorded Claude Code session ({replay['turns']} turns, {replay['calls']} "
+        yield _row(f"recorded {client} session ({replay['turns']} turns, {replay['calls']} "
                    f"calls): each call's share that is the previous call's prefix, lowest",
                    low, f">= {PREFIX_SHARE}", low >= PREFIX_SHARE)
-        yield _row("recorded Claude Code session: cache_read_input_tokens logged per call",
+        yield _row(f"recorded {client} session: the cache read logged per call",
                    str(replay["cache_logged_every_call"]).lower(), "true",
                    bool(replay["cache_logged_every_call"]))
 

@@ -139,6 +139,11 @@ def test_door_targets_judge_each_door_and_the_recorded_replay(run_all: ModuleTyp
     assert "~104000 tokens (CPU 9.0 ms)" in rows[1]["target"] and rows[1]["measured"] == 16.0
     replay.update(prefix_share_min=0.94, cache_logged_every_call=False)
     assert [r["met"] for r in run_all.proxy_targets(result)][2:] == [False, False]
+    result["doors"]["codex_replay"] = {**replay, "prefix_share_min": 0.98,
+                                       "cache_logged_every_call": True}
+    rows = list(run_all.proxy_targets(result))
+    assert [r["met"] for r in rows][4:] == [True, True]
+    assert rows[4]["target"].startswith("recorded Codex session (3 turns, 6 calls)")
 
 
 def test_recall_and_query_precision_targets(run_all: ModuleType) -> None:

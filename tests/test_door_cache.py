@@ -25,11 +25,7 @@ from servers import memd_in_front, serve
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from bench.prompt_cache import (
-    PromptCache,
-    common_prefix,
-    responses_prompt_bytes,
-)
+from bench.prompt_cache import PromptCache, responses_prompt_bytes
 from memd.cli import main as cli
 from memd.engine.inject import USER_OPEN
 from memd.engine.memory import Memd
@@ -62,16 +58,13 @@ class CachingCodex(CodexSession):
 
     def __init__(self) -> None:
         super().__init__()
-        self.previous = b""
-        self.shared: list[tuple[int, int]] = []
+        self.cache = PromptCache()
 
     def _usage(self, body: dict[str, Any]) -> dict[str, Any]:
-        prompt = responses_prompt_bytes(body)
-        self.shared.append((common_prefix(self.previous, prompt), len(prompt)))
-        self.previous = prompt
-        return {"input_tokens": len(prompt), "output_tokens": 9,
-                "total_tokens": len(prompt) + 9,
-                "input_tokens_details": {"cached_tokens": self.shared[-1][0]}}
+        cached = self.cache.automatic(responses_prompt_bytes(body))
+        return {"input_tokens": self.cache.shared[-1][1], "output_tokens": 9,
+                "total_tokens": self.cache.shared[-1][1] + 9,
+                "input_tokens_details": {"cached_tokens": cached}}
 
 
 def settle(engine: Memd) -> None:
@@ -157,7 +150,7 @@ def test_replayed_codex_session_keeps_the_prompt_cache(tmp_path: Path) -> None:
         len(r["body"]["input"]) for r in records]
     assert [has_block(r["input"]) for r in model.requests] == [True] * len(records)
     assert len({c["session_id"] for c in calls}) == 1
-    shares = [shared / size for shared, size in model.shared[1:]]
+    shares = [shared / size for shared, size in model.cache.shared[1:]]
     assert min(shares) >= SHARE, shares
     assert [c["metadata"]["usage"]["cache_read_input_tokens"] for c in calls] == [
-        shared for shared, _ in model.shared]
+        shared for shared, _ in model.cache.shared]
