@@ -66,6 +66,7 @@ from memd.server.app import create_app
 
 AGENT_KINDS = ("opencode-like", "cline-like", "aider-like")
 AGENT_SIZES = (10_000, 50_000, 100_000)
+DOOR_TOKENS = 100_000
 
 TOPICS = ("deploy", "database", "editor", "testing", "python", "rust", "docker", "cache",
           "logging", "auth", "frontend", "api", "queue", "backup", "monitoring", "ci")
@@ -276,6 +277,30 @@ class ToolLoopReplay:
         return times[1] - times[0] if loop else None
 
 
+def measure_doors(engine: Memd, settings: Any, tokens: int, sessions: int
+                  ) -> dict[str, Any]:
+    """The Anthropic Messages and OpenAI Responses doors on the same memd, in front of a
+    scripted upstream serving both (:mod:`bench.bench_doors`): the latency each adds to
+    sessions of about ``tokens``, and the prompt cache of the recorded Claude Code and
+    Codex sessions replayed."""
+    from bench import bench_doors  # it builds on this module's helpers
+
+    upstream = bench_doors.DoorUpstream()
+    with serve(upstream.app) as up:
+        door_settings = replace(settings, upstream_url=f"{up}/v1", upstream_anthropic_url=up)
+        with serve(create_app(engine, door_settings)) as base, \
+                httpx.Client(timeout=120) as http:
+            out = bench_doors.replay_doors(base, up, upstream, tokens, sessions, http,
+                                           lambda: settle(engine), summary)
+            out["claude_code_replay"] = bench_doors.replay_recorded(
+                "anthropic_messages", base, upstream, http, lambda: settle(engine))
+            out["codex_replay"] = bench_doors.replay_recorded(
+                "openai_responses", base, upstream, http, lambda: settle(engine))
+    for door, figures in out.items():
+        print(f"door {door}: {figures}", file=sys.stderr)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--memories", type=int, default=1000)
@@ -285,10 +310,15 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes, for CI")
     ap.add_argument("--agent-sizes", type=int, nargs="*", default=list(AGENT_SIZES),
                     help="approximate tokens of the replayed agent sessions' last requests")
+    ap.add_argument("--door-tokens", type=int, default=DOOR_TOKENS,
+                    help="approximate tokens of the door sessions' last requests")
+    ap.add_argument("--door-sessions", type=int, default=3,
+                    help="sessions per door (Anthropic Messages, OpenAI Responses)")
     ap.add_argument("--out", type=Path, help="also write the figures to this JSON file")
     args = ap.parse_args()
     if args.quick:
         args.memories, args.calls, args.agent_sizes = 50, 20, [6_000]
+        args.door_tokens, args.door_sessions = 34_000, 1
     rng = random.Random(3)
     agents = ScriptedUpstream()
     with tempfile.TemporaryDirectory() as tmp, serve(UPSTREAM) as up, \
@@ -325,11 +355,12 @@ def main() -> int:
                 httpx.Client(timeout=120) as http:
             agent = replay_agents(base, agent_up, agents, tuple(args.agent_sizes),
                                   AGENT_KINDS, http, engine)
+        doors = measure_doors(engine, settings, args.door_tokens, args.door_sessions)
         engine.close()
     overhead = [p - d for p, d in zip(proxied, direct, strict=True)]
     result = {"embedder": args.embedder, "memories": args.memories, "calls": args.calls,
               "direct_ms": summary(direct), "via_memd_ms": summary(proxied),
-              "overhead_ms": summary(overhead), "agent": agent}
+              "overhead_ms": summary(overhead), "agent": agent, "doors": doors}
     emit(result, args.out)
     return 0
 

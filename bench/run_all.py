@@ -183,15 +183,22 @@ PREFIX_SHARE = 0.95
 
 
 def proxy_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    """The replayed agent sessions of the largest size (requests of ~100k tokens, where a
-    cache miss costs most): memd's added latency, and how much of each request is the
-    previous one's prefix. Beside it the client's own figure, the most any proxy could
-    keep (every new message lowers it), and the mean over all sizes: in short sessions
-    one file read is a large part of every request, so no proxy reaches the target
-    there."""
+    """The Chat Completions door's (below) and the other doors' (:func:`door_targets`).
+
+    Chat Completions: the replayed agent sessions of the largest size (requests of ~100k
+    tokens, where a cache miss costs most): memd's added latency, and how much of each
+    request is the previous one's prefix. Beside it the client's own figure, the most any
+    proxy could keep (every new message lowers it), and the mean over all sizes: in short
+    sessions one file read is a large part of every request, so no proxy reaches the
+    target there."""
     agent = r.get("agent") or {}
-    if not agent:
-        return
+    if agent:
+        yield from agent_targets(agent)
+    yield from door_targets(r.get("doors") or {})
+
+
+def agent_targets(agent: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The Chat Completions door's figures of :func:`proxy_targets`."""
     size = max(agent, key=int)
     largest = agent[size]
     p50 = largest["added_ms"]["p50"]
@@ -216,6 +223,38 @@ def proxy_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     kept = sum(reused) / len(reused)
     yield _row("prompt cache kept: share of each request that the next one starts with",
                round(kept, 3), f">= {PREFIX_SHARE}", kept >= PREFIX_SHARE)
+
+
+DOOR_NAMES = {"anthropic_messages": "Anthropic Messages",
+              "openai_responses": "OpenAI Responses"}
+
+
+def door_targets(doors: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The Anthropic Messages and OpenAI Responses doors, measured in the same run as the
+    Chat Completions door: the latency each adds to sessions of Claude Code- and
+    Codex-shaped requests (~100k tokens), and the prompt-prefix stability of the recorded
+    Claude Code and Codex sessions replayed through memd, with the cache read logged per
+    call."""
+    for key, name in DOOR_NAMES.items():
+        if key not in doors:
+            continue
+        d = doors[key]
+        p50 = d["added_ms"]["p50"]
+        yield _row(f"{name} door added latency p50, requests of "
+                   f"~{max(d['last_request_tokens'])} tokens "
+                   f"(CPU {d['cpu_added_ms']['p50']} ms)", p50,
+                   f"<= {PROXY_ADDED_P50_MS:g} ms", p50 <= PROXY_ADDED_P50_MS)
+    for key, client in (("claude_code_replay", "Claude Code"), ("codex_replay", "Codex")):
+        replay = doors.get(key)
+        if not replay:
+            continue
+        low = replay["prefix_share_min"]
+        yield _row(f"recorded {client} session ({replay['turns']} turns, {replay['calls']} "
+                   f"calls): each call's share that is the previous call's prefix, lowest",
+                   low, f">= {PREFIX_SHARE}", low >= PREFIX_SHARE)
+        yield _row(f"recorded {client} session: the cache read logged per call",
+                   str(replay["cache_logged_every_call"]).lower(), "true",
+                   bool(replay["cache_logged_every_call"]))
 
 
 def recall_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:

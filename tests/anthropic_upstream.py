@@ -68,6 +68,11 @@ class FakeAnthropic:
             return 0
         return len(os.path.commonprefix([prompt_bytes(b) for b in self.requests[-2:]]))
 
+    def _usage(self, raw: bytes, body: dict[str, Any]) -> dict[str, int]:
+        """The input side of the reply's ``usage``."""
+        return {"input_tokens": len(raw) // 4, "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": self._cached()}
+
     def _content(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         if (body.get("thinking") or {}).get("type") == "enabled":
@@ -97,10 +102,10 @@ class FakeAnthropic:
                 status_code=400)
         content = self._content(body)
         stop = "tool_use" if content[-1]["type"] == "tool_use" else "end_turn"
-        usage = {"input_tokens": len(raw) // 4, "output_tokens": 9,
-                 "cache_creation_input_tokens": 0,
-                 "cache_read_input_tokens": self._cached()}
-        message = {"id": "msg_1", "type": "message", "role": "assistant",
+        usage = {"output_tokens": 9, **self._usage(raw, body)}
+        # a message id of its own per reply: Claude Code merges replies that share one
+        message = {"id": f"msg_{len(self.requests):04d}", "type": "message",
+                   "role": "assistant",
                    "model": body.get("model", "claude-test"), "content": content,
                    "stop_reason": stop, "stop_sequence": None, "usage": usage}
         if not body.get("stream"):

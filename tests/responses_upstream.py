@@ -57,13 +57,15 @@ class FakeResponses:
         output = self._output(body)
         response = {"id": f"resp_{len(self.requests)}", "object": "response",
                     "created_at": 1, "status": "completed", "model": body.get("model"),
-                    "output": output, "usage": {
-                        "input_tokens": 100, "output_tokens": 9, "total_tokens": 109,
-                        "input_tokens_details": {"cached_tokens": 64},
-                        "output_tokens_details": {"reasoning_tokens": 3}}}
+                    "output": output, "usage": self._usage(body)}
         if not body.get("stream"):
             return JSONResponse(response)
         return StreamingResponse(self._events(response), media_type="text/event-stream")
+
+    def _usage(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {"input_tokens": 100, "output_tokens": 9, "total_tokens": 109,
+                "input_tokens_details": {"cached_tokens": 64},
+                "output_tokens_details": {"reasoning_tokens": 3}}
 
     def _output(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         raw = body["input"]

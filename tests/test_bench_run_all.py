@@ -124,6 +124,28 @@ def test_proxy_targets_judge_prefix_stability_by_tokens_when_measured(
                                    "client's own 0.965)")
 
 
+def test_door_targets_judge_each_door_and_the_recorded_replay(run_all: ModuleType) -> None:
+    def door(p50: float) -> dict[str, Any]:
+        return {"added_ms": {"p50": p50}, "cpu_added_ms": {"p50": 9.0},
+                "last_request_tokens": [101000, 104000]}
+
+    replay = {"turns": 3, "calls": 6, "prefix_share_min": 0.96,
+              "cache_logged_every_call": True}
+    result = {"doors": {"anthropic_messages": door(12.0), "openai_responses": door(16.0),
+                        "claude_code_replay": replay}}
+    rows = list(run_all.proxy_targets(result))  # no Chat Completions figures: doors only
+    assert [r["met"] for r in rows] == [True, False, True, True]
+    assert rows[0]["target"].startswith("Anthropic Messages door added latency")
+    assert "~104000 tokens (CPU 9.0 ms)" in rows[1]["target"] and rows[1]["measured"] == 16.0
+    replay.update(prefix_share_min=0.94, cache_logged_every_call=False)
+    assert [r["met"] for r in run_all.proxy_targets(result)][2:] == [False, False]
+    result["doors"]["codex_replay"] = {**replay, "prefix_share_min": 0.98,
+                                       "cache_logged_every_call": True}
+    rows = list(run_all.proxy_targets(result))
+    assert [r["met"] for r in rows][4:] == [True, True]
+    assert rows[4]["target"].startswith("recorded Codex session (3 turns, 6 calls)")
+
+
 def test_recall_and_query_precision_targets(run_all: ModuleType) -> None:
     rows = list(run_all.recall_targets({"block_recall": {"1000": 0.8, "2000": 0.86},
                                         "search_recall_any_at_5": 0.93}))

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from anthropic_upstream import FakeAnthropic
-from responses_upstream import FakeResponses, message
+from anthropic_upstream import SIGNATURE, FakeAnthropic
+from responses_upstream import ENCRYPTED, FakeResponses, message
 from starlette.applications import Starlette
 from starlette.routing import Route
 
@@ -85,6 +85,38 @@ class CodexModel(FakeResponses):
                  "call_id": f"call_{len(self.requests):04d}", "name": CODEX.read_tool,
                  "arguments": json.dumps(CODEX.read_args(self.workfile)),
                  "status": "completed"}]
+
+
+class ClaudeSession(ClaudeModel):
+    """The scripted model of a conversation continued over several runs: it answers once
+    its newest tool call has its result (a continued conversation puts the earlier turn's
+    tool result and the new prompt in one user message, and each new prompt starts a tool
+    step of its own), each reply after a signed thinking block when thinking is on."""
+
+    pending = ""  # the id of the tool call not yet answered
+
+    def _content(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        last = body["messages"][-1]["content"]
+        results = {b.get("tool_use_id") for b in last if isinstance(b, dict)} if isinstance(
+            last, list) else set()
+        thinking = [{"type": "thinking", "thinking": f"Step {len(self.requests)}.",
+                     "signature": SIGNATURE}] if (body.get("thinking") or {}).get(
+                         "type") in ("enabled", "adaptive") else []
+        if self.pending and self.pending in results:
+            self.pending = ""
+            return [*thinking, {"type": "text", "text": FINAL_ANSWER}]
+        self.pending = f"toolu_{len(self.requests):04d}"
+        return [*thinking, {"type": "tool_use", "id": self.pending,
+                            "name": CLAUDE.read_tool, "input": CLAUDE.read_args(self.workfile)}]
+
+
+class CodexSession(CodexModel):
+    """:class:`CodexModel` with a reasoning item (encrypted content) before each reply,
+    as a reasoning model sends with ``store: false``."""
+
+    def _output(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"type": "reasoning", "id": f"rs_{len(self.requests)}", "summary": [],
+                 "encrypted_content": ENCRYPTED}, *super()._output(body)]
 
 
 class Models:
