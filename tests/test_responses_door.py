@@ -15,7 +15,7 @@ import openai
 import pytest
 from click.testing import CliRunner
 from responses_upstream import ENCRYPTED, FakeResponses
-from servers import FakeUpstream, memd_in_front, wait_for_messages
+from servers import FakeUpstream, memd_in_front, poll, wait_for_messages
 from starlette.routing import Route
 
 from memd.cli import main
@@ -145,6 +145,9 @@ def test_a_fact_told_to_codex_reaches_a_chat_completions_client(stack: Stack) ->
     stack.client().responses.create(model="gpt-5-codex", input=[
         ENVIRONMENT, {"role": "user", "content": f"Remember: the staging host is {HOST}."}])
     wait_for_messages(stack.engine, 3)
+    # the memory is written by a queued job (the full write path), off the chat path
+    poll(lambda: any(HOST in m.text for m in stack.engine.store.iter_memories("local")),
+         "the memory of the Codex turn")
     stack.client().chat.completions.create(model="gpt-4o", messages=[
         {"role": "user", "content": "What is the staging host again?"}])
     forwarded = stack.chat.requests[-1]["messages"][-1]["content"]
