@@ -36,6 +36,7 @@ A client pinning ``X-Memd-Session`` names its session: no inference, no identity
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -43,6 +44,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from memd.engine import validate as v
 from memd.engine.chains import SYSTEM_ROLES
@@ -173,9 +176,32 @@ def _keep(engine: Memd, session: Session, identity: Identity) -> Session:
     return session
 
 
+#: Token counts of tool definitions by (digest, model): an agent sends the same tools,
+#: often tens of KB of JSON, with every step of its loop.
+_TOOL_COUNTS: dict[tuple[bytes, str | None], int] = {}
+_TOOL_COUNTS_MAX = 256
+
+
 def tool_tokens(tools: Any, model: str | None) -> int:
-    """What a request's tool definitions cost in its prompt."""
-    return count_text(json.dumps(tools, sort_keys=True), model) if tools else 0
+    """What a request's tool definitions cost in its prompt. Counting them means
+    writing them as JSON, which for an agent's tools takes longer than the rest of a
+    tool-loop step's token counts: a count is kept by a digest of their compact JSON
+    (several times faster to make) and used again while the tools stay the same."""
+    if not tools:
+        return 0
+    try:
+        digest = hashlib.sha1(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS),
+                              usedforsecurity=False).digest()
+    except TypeError:  # what orjson cannot write (integers past 64 bits): counted anew
+        return count_text(json.dumps(tools, sort_keys=True), model)
+    key = (digest, model)
+    counted = _TOOL_COUNTS.get(key)
+    if counted is None:
+        counted = count_text(json.dumps(tools, sort_keys=True), model)
+        if len(_TOOL_COUNTS) >= _TOOL_COUNTS_MAX:
+            _TOOL_COUNTS.clear()
+        _TOOL_COUNTS[key] = counted
+    return counted
 
 
 def prepare_chat(

@@ -1,0 +1,37 @@
+"""Token counts of a request's tool definitions, kept while the tools stay the same."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from memd.engine.chat import tool_tokens
+from memd.models.tokens import count_text
+
+
+def _tools(description: str) -> list[dict[str, Any]]:
+    return [{"type": "function", "function": {
+        "name": "read_file", "description": description,
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
+
+
+def test_a_count_is_the_count_of_the_tools_json_and_follows_a_change() -> None:
+    short, long = _tools("Read a file."), _tools("Read a file. " * 50)
+    for model in (None, "gpt-4o"):
+        direct = count_text(json.dumps(short, sort_keys=True), model)
+        assert tool_tokens(short, model) == direct
+        assert tool_tokens(short, model) == direct  # kept: the same answer again
+        # another description is another prompt: never the count kept for the first
+        assert tool_tokens(long, model) == count_text(json.dumps(long, sort_keys=True),
+                                                      model) > direct
+        # the same tools with keys in another order are the same tools
+        reordered = [{"function": dict(reversed(list(short[0]["function"].items()))),
+                      "type": "function"}]
+        assert tool_tokens(reordered, model) == direct
+    assert tool_tokens(None, None) == tool_tokens([], None) == 0
+
+
+def test_tools_orjson_cannot_write_are_still_counted() -> None:
+    tools = _tools("Read a file.")
+    tools[0]["function"]["parameters"]["maximum"] = 2 ** 70
+    assert tool_tokens(tools, None) == count_text(json.dumps(tools, sort_keys=True), None)
