@@ -159,7 +159,8 @@ class Settings:
     # user's stored messages, at most one of them only in the assistant's replies: a
     # question about something the user never mentioned gets no block. A history too
     # short to judge so (under 20 conversations) gets floors 0.1 higher (0.05 for
-    # sure_similarity) instead (memd.engine.vocabulary)
+    # sure_similarity) instead (memd.engine.vocabulary); with known_words = false the
+    # floors are as set here for every history
     known_words: bool = True
     default_context_window: int = 8192
     default_max_response_tokens: int = 1024

@@ -395,13 +395,16 @@ class SessionsMixin:
         the user's history (its messages, but those for which ``sent`` is true, the
         request's own; the memories and facts at hand) does not know its words
         (:mod:`memd.engine.vocabulary`). The cosine floors were chosen with that gate:
-        where it cannot judge (a short history), they are higher, as before it."""
-        said = [*(f.text for f in facts),
-                *(s.memory.text for s in scored if s.memory.kind != "summary")]
-        gated = (self.settings.known_words and bool(query)
-                 and has_vocabulary(self.store, user_id))
-        known = not gated or knows(self.store, user_id, query or "", sent, said).passes
-        up, sure_up = (0.0, 0.0) if gated else (UNGATED_FLOOR, UNGATED_SURE)
+        where it cannot judge (a short history), they are higher, as before it; with
+        the gate turned off (``known_words``) they are as configured."""
+        known, up, sure_up = True, 0.0, 0.0
+        if self.settings.known_words and query:
+            if has_vocabulary(self.store, user_id):
+                said = [*(f.text for f in facts),
+                        *(s.memory.text for s in scored if s.memory.kind != "summary")]
+                known = knows(self.store, user_id, query, sent, said).passes
+            else:
+                up, sure_up = UNGATED_FLOOR, UNGATED_SURE
         st = self.settings
         return Floor(content_words(query or ""), st.min_similarity + up,
                      st.sure_similarity + sure_up, known, st.recall_min_similarity + up)
