@@ -106,3 +106,20 @@ def test_a_short_history_is_not_gated_but_judged_on_higher_floors(tmp_path: Path
     settings = engine.settings
     assert floor.floor > settings.min_similarity and floor.sure > settings.sure_similarity
     assert floor.recall > settings.recall_min_similarity
+
+
+def test_the_request_does_not_teach_the_history_its_own_words(tmp_path: Path) -> None:
+    engine = Memd.open(tmp_path / "m", embedder="fake")
+    history(engine, "u", MIN_SESSIONS)
+    unrelated = "How old is my dog Rex's puppy Biscuit?"
+    chat = engine.create_session("u")
+    [asked] = engine.append(chat.id, "u", [{"role": "user", "content": unrelated}])
+    # the proxy stores the turn before it builds the block: the turn's session is left out
+    _, mems = engine.memory_candidates("u", unrelated, session=chat, exclude_session=True,
+                                       sent_chains=())
+    assert counted(mems) == []
+    _, mems = engine.memory_candidates("u", unrelated, sent_chains=[asked.chain_hash or ""])
+    assert counted(mems) == []
+    # counted as the user's words, the stored question would let the block through
+    _, mems = engine.memory_candidates("u", unrelated, sent_chains=())
+    assert any("dog Rex" in c.text for c in counted(mems))
