@@ -10,7 +10,15 @@ import pytest
 
 from memd.engine.compile import NOTE_KIND, STYLE_RULE, Candidate
 from memd.engine.memory import Memd
-from memd.engine.vocabulary import MIN_SESSIONS, REPLY_ONLY, Known, forms, has_vocabulary, knows
+from memd.engine.vocabulary import (
+    FRAME,
+    MIN_SESSIONS,
+    REPLY_ONLY,
+    Known,
+    forms,
+    has_vocabulary,
+    knows,
+)
 
 FILLER = [
     ("I went hiking in the mountains with my sister last weekend.",
@@ -62,6 +70,8 @@ def test_a_word_never_said_fails_and_one_the_user_said_passes(engine: Memd) -> N
     store = engine.store
     said = knows(store, "u", "Where do I walk Rex?")
     assert said == Known(frozenset(), frozenset()) and said.passes
+    # a word the question is framed with need not be in the history
+    assert "often" in FRAME and knows(store, "u", "How often do I walk Rex?").passes
     never = knows(store, "u", "Which Converse sneakers do I wear to walk Rex?")
     assert never.absent == {"conve", "sneak", "wear"} and not never.passes
     # "love" is only in the assistant's reply: one such word is allowed, not two

@@ -32,6 +32,13 @@ if TYPE_CHECKING:
     from memd.backends.base import Store
     from memd.types import Message
 
+#: Words a question is framed with rather than about (how much, how often, when, what
+#: was said): a history need not hold them for the question to be about it. Whole
+#: words: "conversation" is one, "Converse" is not.
+FRAME: Final = frozenset("""day days week weeks month months year years time times often
+total number many much first last ago recent recently usually spend spent pass passed
+spending happen happened percentage percent average previous conversation conversations
+mention mentioned remind said""".split())
 #: Content words of a request that may be found only in the assistant's replies.
 REPLY_ONLY: Final = 1
 #: Messages read per word: the user's own use of a word ranks high among them (a user
@@ -88,7 +95,7 @@ def knows(store: Store, user_id: str, query: str,
     itself, once stored, knows its own words). A word of ``said`` (the texts of the
     user's memories and facts at hand, which may have been added without a message) is
     known as the user's without a look-up."""
-    words = {w[:STEM]: w for w in sorted(content_words(query))}
+    words = {w[:STEM]: w for w in sorted(content_words(query)) if w not in FRAME}
     have = frozenset(w[:STEM] for t in said for w in content_words(t))
     absent: set[str] = set()
     reply_only: set[str] = set()
