@@ -8,14 +8,16 @@ whatever the cosine finds for it is about a neighbouring topic ("I bought new ru
 shoes"): read as memory, it misleads. So before the relevance rule of each item
 (:mod:`memd.engine.relevance`), the request as a whole must pass :func:`knows`: every
 content word of it occurs in some stored message of the user (the full-text index,
-replies included: a word only the assistant wrote is common enough to be a word of any
-topic), and at most ``REPLY_ONLY`` of them occurs only in the assistant's replies, never
-in the user's own words. A short history has no vocabulary to speak of (a user of a few
+replies included), and at most ``REPLY_ONLY`` of them occurs only in the assistant's
+replies, never in the user's own words (a word the assistant used but the user never
+did is usually a common word, such as a question's verb, not the thing asked about).
+Words a question is framed with (``FRAME``: "how often", "how many days") are not
+looked up. A short history has no vocabulary to speak of (a user of a few
 conversations has not yet said most of the words of the things they will ask about), so
 the gate holds only from ``MIN_SESSIONS`` conversations on (:func:`has_vocabulary`).
 
-The figures this was chosen on (LongMemEval_S, 40 users, another 40 kept for checking)
-are in bench/README.md, "bench_precision.py".
+The figures this was chosen on (LongMemEval_S, 40 users) and checked on (other sets of
+questions) are in bench/README.md, "bench_precision.py".
 """
 
 from __future__ import annotations
