@@ -357,6 +357,14 @@ def dump(users: Sequence[User], path: Path) -> None:
                         "text": i.text[:400]}) + "\n")
 
 
+def _setting(value: str) -> Any:
+    """A ``--set`` value: a number or a JSON literal as such, else the string."""
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=None, help="LongMemEval_S .json(.gz)")
@@ -395,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     floors: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="memd-precision-") as tmp:
         longest = max(len(t.content) for q in questions for s in q.sessions for t in s.turns)
-        opened: dict[str, Any] = dict(kv.split("=", 1) for kv in args.set)
+        opened: dict[str, Any] = {k: _setting(v) for k, v in
+                                  (kv.split("=", 1) for kv in args.set)}
         if args.sweep:  # gather with no floor; each grid point filters again
             opened |= {"min_similarity": -1.0, "recall_min_similarity": -1.0,
                       "sure_similarity": -1.0}

@@ -173,8 +173,15 @@ class Settings:
     # cosine with the query reaches min_similarity and it shares content words with the
     # query, or its cosine alone reaches sure_similarity (memd.engine.relevance); style
     # rules and notes apply to every request
-    min_similarity: float = 0.3
-    sure_similarity: float = 0.5
+    min_similarity: float = 0.2
+    sure_similarity: float = 0.45
+    # and, with known_words, only when every content word of the request occurs in the
+    # user's stored messages, at most one of them only in the assistant's replies: a
+    # question about something the user never mentioned gets no block. A history too
+    # short to judge so (under 20 conversations) gets floors 0.1 higher (0.05 for
+    # sure_similarity) instead (memd.engine.vocabulary); with known_words = false the
+    # floors are as set here for every history
+    known_words: bool = True
     default_context_window: int = 8192
     default_max_response_tokens: int = 1024
     # proxy: the model's context window, by the first source that knows it (the request's
@@ -202,7 +209,7 @@ class Settings:
     memory_recall: bool = True
     # a past message is recalled when it is about the request as a memory must be, with
     # this floor for its cosine (bench/README.md, "bench_precision.py")
-    recall_min_similarity: float = 0.3
+    recall_min_similarity: float = 0.2
     # recall also through full text: more of what was said is found, at the cost of a
     # full-text ranking over all the user's messages on each new question
     recall_keyword: bool = True
@@ -339,7 +346,8 @@ def _coerce(name: str, value: Any) -> Any:
     choices = CHOICES.get(name)
     if choices is not None and value not in choices:
         raise InvalidInput(f"{name} must be one of {', '.join(choices)}, not {value!r}")
-    if name in ("auth", "memory_recall", "recall_keyword") and isinstance(value, str):
+    if name in ("auth", "memory_recall", "recall_keyword", "known_words") and isinstance(
+            value, str):
         if value.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             raise InvalidInput(f"{name} must be true or false, not {value!r}")
         return value.lower() in ("1", "true", "yes", "on")

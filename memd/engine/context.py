@@ -7,7 +7,7 @@ while the query is embedded.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -28,6 +28,7 @@ from memd.engine.recall import RecallScope, recall_candidates, same_text
 from memd.engine.relevance import content_words, related
 from memd.engine.retrieve import ScoredMemory, aside, score_memories
 from memd.engine.turns import as_openai, checked_message, newest_user_words
+from memd.engine.vocabulary import UNGATED_FLOOR, UNGATED_SURE, has_vocabulary, knows
 from memd.engine.write import (
     fact_tag,
 )
@@ -115,38 +116,56 @@ class ContextMixin:
             ws = session.workspace
         now = self.now()
         visible = self.visible_workspaces(ws)
+        chains = frozenset(sent_chains or ())
+        own = session.id if session is not None and exclude_session else None
         with self.store.read_batch():
             all_facts = self.store.get_facts(uid, workspaces=visible)
             scored = self._score(uid, query, session, ws, visible, now)
+            floor = self._floor(query, uid, lambda m: m.chain_hash in chains
+                                or m.session_id == own, all_facts, scored)
             facts, mems = _candidates(
-                all_facts, scored, self._floor(query),
+                all_facts, scored, floor,
                 self._fact_similarity(query, all_facts, scored),
                 session.id if session is not None else None, exclude_session)
             mems = with_notes(self.notes_cache.candidates(self.store, uid, visible), mems)
-            if sent_chains is None or not query:
+            if sent_chains is None or not query or not floor.known:
                 return facts, mems
-            recalled = self._recall(uid, query, scored, visible, now,
+            recalled = self._recall(uid, query, scored, visible, now, floor,
                                     sent_chains=sent_chains)
         return facts, mems + recalled
 
     def _recall(self, user_id: str, query: str, scored: Sequence[ScoredMemory],
-                visible: tuple[str, ...], now: float, *,
+                visible: tuple[str, ...], now: float, floor: Floor, *,
                 sent_chains: Iterable[str] = (), history: Iterable[str] = (),
                 ) -> list[Candidate]:
-        """Past messages for ``query`` (:mod:`memd.engine.recall`), except those the
-        memories at hand say word for word."""
+        """Past messages for ``query`` (:mod:`memd.engine.recall`) that pass ``floor``'s
+        recall floors, except those the memories at hand say word for word."""
         known = frozenset(same_text(s.memory.text) for s in scored)
         scope = RecallScope(frozenset(sent_chains), known, visible, frozenset(history))
         return recall_candidates(self.store, self.embedder, user_id, query,
                                  self.query_vector(query), self.settings.weights,
-                                 self.settings.recall_min_similarity, now, scope,
-                                 keyword=self.settings.recall_keyword,
-                                 sure=self.settings.sure_similarity)
+                                 floor.recall, now, scope,
+                                 keyword=self.settings.recall_keyword, sure=floor.sure)
 
-    def _floor(self, query: str | None) -> Floor:
-        """The relevance test of facts and memories for ``query``."""
-        return Floor(content_words(query or ""), self.settings.min_similarity,
-                     self.settings.sure_similarity)
+    def _floor(self, query: str | None, user_id: str, sent: Callable[[Message], bool],
+               facts: Sequence[Fact], scored: Sequence[ScoredMemory]) -> Floor:
+        """The relevance test of facts and memories for ``query``: nothing passes when
+        the user's history (its messages, but those for which ``sent`` is true, the
+        request's own; the memories and facts at hand) does not know its words
+        (:mod:`memd.engine.vocabulary`). The cosine floors were chosen with that gate:
+        where it cannot judge (a short history), they are higher, as before it; with
+        the gate turned off (``known_words``) they are as configured."""
+        known, up, sure_up = True, 0.0, 0.0
+        if self.settings.known_words and query:
+            if has_vocabulary(self.store, user_id):
+                said = [*(f.text for f in facts),
+                        *(s.memory.text for s in scored if s.memory.kind != "summary")]
+                known = knows(self.store, user_id, query, sent, said).passes
+            else:
+                up, sure_up = UNGATED_FLOOR, UNGATED_SURE
+        st = self.settings
+        return Floor(content_words(query or ""), st.min_similarity + up,
+                     st.sure_similarity + sure_up, known, st.recall_min_similarity + up)
 
     def _fact_similarity(self, query: str | None, facts: Sequence[Fact],
                          scored: Sequence[ScoredMemory]) -> dict[str, float]:
@@ -254,16 +273,18 @@ class ContextMixin:
                       or s.memory.session_id != session.id]
         if side is not None:
             stored, all_facts = side.result()
+        history_ids = frozenset(m.id for m in stored)
+        floor = self._floor(query, uid, lambda m: m.id in history_ids, all_facts, scored)
         fact_cands, mem_cands = _candidates(
-            all_facts, scored, self._floor(query),
+            all_facts, scored, floor,
             self._fact_similarity(query, all_facts, scored),
             session.id if session is not None else None)
         mem_cands = with_notes(self.notes_cache.candidates(self.store, uid, visible),
                                mem_cands)
-        if query and self.settings.memory_recall:
+        if query and self.settings.memory_recall and floor.known:
             # Past messages, but for the history's own (this session's turns that fell
             # out of the history's reach are recalled like any other).
-            mem_cands += self._recall(uid, query, scored, visible, now,
+            mem_cands += self._recall(uid, query, scored, visible, now, floor,
                                       history=(m.id for m in stored))
         if not original_history:
             stored = [m if m.sanitized is None else replace(m, content=m.sanitized)
@@ -288,15 +309,19 @@ class ContextMixin:
 
 @dataclass(frozen=True, slots=True)
 class Floor:
-    """Which items are about a query: its content words and the two cosine floors
-    (:func:`memd.engine.relevance.related`)."""
+    """Which items are about a query: its content words, the two cosine floors
+    (:func:`memd.engine.relevance.related`), whether the user's history knows the
+    query's words (memd.engine.vocabulary: nothing passes when not), and the floor of
+    recalled messages."""
 
     words: frozenset[str]
     floor: float
     sure: float
+    known: bool = True
+    recall: float = 0.0
 
     def passes(self, similarity: float, text: str) -> bool:
-        return related(similarity, self.words, text, self.floor, self.sure)
+        return self.known and related(similarity, self.words, text, self.floor, self.sure)
 
 
 def _candidates(
