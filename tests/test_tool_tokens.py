@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from memd.engine.chat import tool_tokens
-from memd.models.tokens import count_text
+from memd.models.tokens import count_text, tool_tokens
 
 
 def _tools(description: str) -> list[dict[str, Any]]:

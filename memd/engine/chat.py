@@ -36,16 +36,12 @@ A client pinning ``X-Memd-Session`` names its session: no inference, no identity
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-
-import orjson
 
 from memd.engine import validate as v
 from memd.engine.chains import SYSTEM_ROLES
@@ -57,7 +53,7 @@ from memd.engine.side import system_hash
 from memd.engine.virtual import Virtualized
 from memd.engine.virtual.call import for_call
 from memd.errors import InvalidInput
-from memd.models.tokens import count_text
+from memd.models.tokens import tool_tokens
 from memd.types import Message, Session, Usage, WindowInfo
 
 if TYPE_CHECKING:
@@ -174,34 +170,6 @@ def _keep(engine: Memd, session: Session, identity: Identity) -> Session:
         engine.store.update_session(session.user_id, session.id, metadata={
             **session.metadata, "identity": newest.to_metadata()})
     return session
-
-
-#: Token counts of tool definitions by (digest, model): an agent sends the same tools,
-#: often tens of KB of JSON, with every step of its loop.
-_TOOL_COUNTS: dict[tuple[bytes, str | None], int] = {}
-_TOOL_COUNTS_MAX = 256
-
-
-def tool_tokens(tools: Any, model: str | None) -> int:
-    """What a request's tool definitions cost in its prompt. Counting them means
-    writing them as JSON, which for an agent's tools takes longer than the rest of a
-    tool-loop step's token counts: a count is kept by a digest of their compact JSON
-    (several times faster to make) and used again while the tools stay the same."""
-    if not tools:
-        return 0
-    try:
-        digest = hashlib.sha1(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS),
-                              usedforsecurity=False).digest()
-    except TypeError:  # what orjson cannot write (integers past 64 bits): counted anew
-        return count_text(json.dumps(tools, sort_keys=True), model)
-    key = (digest, model)
-    counted = _TOOL_COUNTS.get(key)
-    if counted is None:
-        counted = count_text(json.dumps(tools, sort_keys=True), model)
-        if len(_TOOL_COUNTS) >= _TOOL_COUNTS_MAX:
-            _TOOL_COUNTS.clear()
-        _TOOL_COUNTS[key] = counted
-    return counted
 
 
 def prepare_chat(

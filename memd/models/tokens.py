@@ -34,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any, Protocol
 
+import orjson
+
 MESSAGE_OVERHEAD = 4
 SAFETY_MARGIN = 1.15
 IMAGE_TOKENS = 1105  # OpenAI's high-detail price of a 1024x1024 image: 85 + 4 tiles x 255
@@ -205,3 +207,31 @@ def message_tokens(message: Mapping[str, Any], model: str | None = None) -> int:
     if message.get("tool_call_id"):
         n += counter.count(str(message["tool_call_id"]))
     return n
+
+
+#: Token counts of tool definitions by (digest, model): an agent sends the same tools,
+#: often tens of KB of JSON, with every step of its loop.
+_TOOL_COUNTS: dict[tuple[bytes, str | None], int] = {}
+_TOOL_COUNTS_MAX = 256
+
+
+def tool_tokens(tools: Any, model: str | None) -> int:
+    """What a request's tool definitions cost in its prompt. Counting them means
+    writing them as JSON, which for an agent's tools takes longer than the rest of a
+    tool-loop step's token counts: a count is kept by a digest of their compact JSON
+    (several times faster to make) and used again while the tools stay the same."""
+    if not tools:
+        return 0
+    try:
+        digest = hashlib.sha1(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS),
+                              usedforsecurity=False).digest()
+    except TypeError:  # what orjson cannot write (integers past 64 bits): counted anew
+        return count_text(json.dumps(tools, sort_keys=True), model)
+    key = (digest, model)
+    counted = _TOOL_COUNTS.get(key)
+    if counted is None:
+        counted = count_text(json.dumps(tools, sort_keys=True), model)
+        if len(_TOOL_COUNTS) >= _TOOL_COUNTS_MAX:
+            _TOOL_COUNTS.clear()
+        _TOOL_COUNTS[key] = counted
+    return counted
