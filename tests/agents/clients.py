@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -120,5 +121,30 @@ def run(client: Client, bin: Path, home: Path, workdir: Path, base: str,
            "XDG_CONFIG_HOME": str(home / ".config"), "XDG_DATA_HOME": str(home / ".local/share"),
            "XDG_CACHE_HOME": str(home / ".cache"), "XDG_STATE_HOME": str(home / ".local/state"),
            **extra}
-    return subprocess.run(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=180)
+    try:
+        return subprocess.run(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=180)
+    finally:
+        end_leftovers(workdir)
+
+
+def end_leftovers(workdir: Path) -> list[int]:
+    """End what a run left behind in ``workdir`` (Cline starts a hub daemon there that
+    outlives the command and would hold its port and memory after the tests); returns
+    their pids. Linux only (/proc); elsewhere nothing is ended."""
+    proc, mark, ended = Path("/proc"), str(workdir), []
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            here = os.readlink(entry / "cwd") == mark
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        if here or mark in argv:
+            try:
+                os.kill(int(entry.name), signal.SIGTERM)
+                ended.append(int(entry.name))
+            except ProcessLookupError:
+                pass
+    return ended
