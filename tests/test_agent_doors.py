@@ -102,6 +102,14 @@ def without_block(body: dict[str, Any], field: str) -> dict[str, Any]:
     return out
 
 
+def as_blocks(body: dict[str, Any]) -> dict[str, Any]:
+    """A Messages body with each string content as the one text block the API reads it
+    as: memd writes its block beside a string turn's text, as a block of its own."""
+    return {**body, "messages": [
+        {**m, "content": [{"type": "text", "text": m["content"]}]}
+        if isinstance(m.get("content"), str) else m for m in body["messages"]]}
+
+
 def block(body: dict[str, Any], field: str) -> str:
     for item in body[field] if isinstance(body[field], list) else ():
         content = item.get("content")
@@ -127,7 +135,10 @@ def test_what_the_client_sent_reaches_the_model_plus_the_block(
     forwarded = getattr(recorded.models, model).requests
     assert len(sent) == len(forwarded)
     for mine, theirs in zip(sent, forwarded, strict=True):
-        assert without_block(theirs, field) == mine
+        if field == "messages":
+            assert as_blocks(without_block(theirs, field)) == as_blocks(mine)
+        else:
+            assert without_block(theirs, field) == mine
         for name in ("system", "tools", "instructions", "reasoning", "include"):
             assert repr(theirs.get(name)) == repr(mine.get(name))  # order kept too
 

@@ -117,13 +117,14 @@ def test_replayed_claude_code_session_keeps_the_prompt_cache(tmp_path: Path) -> 
     # every call after the first starts with the previous call's prompt
     shares = [shared / size for shared, size in model.cache.shared[1:]]
     assert min(shares) >= SHARE, shares
-    # and reads most of it from the cache. (Not all that the client's own requests
-    # would: Claude Code resends a typed message as a string after sending it as blocks,
-    # and memd's block then goes into the string rather than beside it, so from that
-    # message on the prompt renders differently and the read stops at the system prompt.)
+    # and reads it from the cache: Claude Code resends a typed message as a string after
+    # sending it as blocks, and memd's block stays a block of its own beside the text, so
+    # the message renders the same both times and the read goes on past it
     reads = [u["cache_read_input_tokens"] for u in model.usages]
-    assert reads[0] == 0 and all(n >= 0.9 * size for n, (_, size) in zip(
-        reads[1:], model.cache.shared[1:], strict=True)), reads
+    read = [n / size for n, (_, size) in zip(reads[1:], model.cache.shared[1:], strict=True)]
+    # (the first call's breakpoint ends its first message, before the system message
+    # Claude Code sends after it: the second call reads up to there)
+    assert reads[0] == 0 and read[0] >= 0.9 and min(read[1:]) >= 0.99, read
     # memd logs what the model said of its cache, per call, and `memd calls` shows it
     assert [c["metadata"]["usage"]["cache_read_input_tokens"] for c in calls] == reads
     assert [c["metadata"]["usage"]["cache_creation_input_tokens"] for c in calls] == [

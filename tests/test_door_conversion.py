@@ -150,8 +150,9 @@ def test_anthropic_forward_adds_only_the_block(body: dict[str, Any]) -> None:
     assert [m for i, m in enumerate(out) if i != at] == \
         [m for i, m in enumerate(sent["messages"]) if i != at]
     before, after = sent["messages"][at]["content"], out[at]["content"]
-    if isinstance(before, str):
-        assert after == BLOCK + before
+    if isinstance(before, str):  # a string is one text block: the block goes beside it
+        assert after == [{"type": "text", "text": BLOCK},
+                         *([{"type": "text", "text": before}] if before else [])]
     else:
         first = sum(1 for b in before if b["type"] == "tool_result")
         assert after == [*before[:first], {"type": "text", "text": BLOCK}, *before[first:]]

@@ -179,7 +179,7 @@ def forward(body: Mapping[str, Any], seen: View,
         message = original[at]
         content, added = message.get("content"), mine.get("content")
         if isinstance(content, str) and isinstance(added, str):
-            original[at] = {**message, "content": added}
+            original[at] = {**message, "content": _beside(content, added)}
             continue
         if not isinstance(content, list) or not isinstance(added, list) or not added:
             return None
@@ -188,6 +188,18 @@ def forward(body: Mapping[str, Any], seen: View,
                      len(content))
         original[at] = {**message, "content": [*content[:first], added[0], *content[first:]]}
     return original
+
+
+def _beside(content: str, added: str) -> list[dict[str, Any]] | str:
+    """A string message with the block the engine put before its text, as two text
+    blocks: the block, then the client's text. The API reads a string as one text block,
+    and Claude Code sends a turn as blocks while it is the newest and as a string once it
+    is not: with the block always a block of its own, the turn renders the same both
+    times and the provider's prompt cache goes on past it."""
+    if not added.endswith(content) or len(added) == len(content):
+        return added
+    block = {"type": "text", "text": added[:len(added) - len(content)]}
+    return [block, {"type": "text", "text": content}] if content else [block]
 
 
 def side_body(body: Mapping[str, Any], seen: View) -> dict[str, Any]:
