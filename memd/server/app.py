@@ -293,7 +293,7 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
     replaces the network for the upstream model server, for in-process tests. While it
     runs, changes to the ``config`` file apply live and, with ``watch_notes``, the notes
     folder is kept in step (:mod:`memd.server.watch`, :mod:`memd.watching`)."""
-    from memd.server import anthropic, api, proxy, responses, status
+    from memd.server import anthropic, api, proxy, responses, status, upstream
 
     settings = settings or engine.settings
     store_health = StoreHealth(engine.pending_jobs)
@@ -316,7 +316,7 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
                 await anyio.to_thread.run_sync(watcher.stop)
             if worker is not None:
                 worker.stop()
-            await proxy.close_upstream(app)
+            await upstream.close_upstream(app)
 
     app = FastAPI(title="memd", version=memd.__version__, lifespan=lifespan,
                   description="Local-first memory daemon: OpenAI-compatible proxy and "

@@ -24,7 +24,8 @@ from memd.engine.identity import client_family
 from memd.engine.side import side_reason
 from memd.errors import InvalidInput
 from memd.server.deps import engine_of, user_of, workspace_of
-from memd.server.proxy import CHAT_ERRORS, Door, relay, window_of
+from memd.server.proxy import CHAT_ERRORS, Door, relay
+from memd.server.upstream import window_of
 
 #: The OpenAPI responses of a chat door's route.
 DOOR_RESPONSES: dict[int | str, dict[str, Any]] = {

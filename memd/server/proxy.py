@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, Protocol
 
 import anyio
@@ -31,6 +30,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from memd.engine import completions as c
 from memd.engine import side, validate, virtual
 from memd.engine.chat import (
     PreparedCall,
@@ -41,76 +41,15 @@ from memd.engine.chat import (
 from memd.engine.identity import client_family
 from memd.engine.memory import Memd
 from memd.engine.side import side_reason
-from memd.engine.sse import DataEvents, json_event
 from memd.errors import Conflict, InvalidInput
-from memd.models.tokens import calibrated_scale
 from memd.server import schemas as s
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.failures import error_body
 from memd.server.security import PARSED_BODY, strict_parse
-from memd.server.windows import WindowResolver
-from memd.types import WindowInfo
+from memd.server.upstream import NoUpstream, upstream_client, window_of, windows_of
 
 log = logging.getLogger("memd.proxy")
 router = APIRouter()
-
-
-class NoUpstream(Exception):
-    """No model server is configured."""
-
-
-NO_UPSTREAM = ("no upstream model server is configured: start memd with --upstream-url "
-               "or set MEMD_UPSTREAM_URL")
-
-
-def cached_client(app: Any, name: str, base_url: str) -> httpx.AsyncClient:
-    """The app's client to a model server, made once and kept as ``app.state.<name>``.
-    It keeps no cookies: one client serves every user, and a cookie a model server set
-    for one user's call must never go out with another's."""
-    client: httpx.AsyncClient | None = getattr(app.state, name, None)
-    if client is None:
-        client = httpx.AsyncClient(
-            transport=app.state.upstream_transport, base_url=base_url.rstrip("/") + "/",
-            timeout=httpx.Timeout(app.state.settings.upstream_timeout, connect=10.0),
-            cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
-        )
-        setattr(app.state, name, client)
-    return client
-
-
-def upstream_client(request: Request) -> httpx.AsyncClient:
-    settings = request.app.state.settings
-    if not settings.upstream_url:
-        raise NoUpstream(NO_UPSTREAM)
-    return cached_client(request.app, "upstream", settings.upstream_url)
-
-
-def _windows(request: Request) -> WindowResolver:
-    app = request.app
-    resolver: WindowResolver | None = getattr(app.state, "windows", None)
-    if resolver is None:
-        try:
-            client: httpx.AsyncClient | None = upstream_client(request)
-        except NoUpstream:
-            client = None
-        resolver = app.state.windows = WindowResolver(app.state.settings, client)
-    return resolver
-
-
-async def window_of(request: Request, model: str | None,
-                    count: Callable[[str], Awaitable[int | None]] | None = None,
-                    ) -> WindowInfo:
-    """The window of the request's model and the factor to its own token counts,
-    measured with ``count`` when the door has the model server's own count
-    (:meth:`WindowResolver.counted_ratio`)."""
-    resolver = _windows(request)
-    found = await resolver.resolve(model, request.headers.get("x-memd-context-window"))
-    ratio = None
-    if found.tokens is not None:
-        ratio = await (resolver.counted_ratio(model, count) if count is not None
-                       else resolver.token_ratio(model))
-    return WindowInfo(found.tokens, found.source, found.detail,
-                      calibrated_scale(model, ratio))
 
 
 # What model servers say when a prompt is over the context window (OpenAI's error code,
@@ -125,27 +64,6 @@ def _too_long(status: int, content: bytes) -> bool:
         return False
     text = content[:4096].decode("utf-8", "replace").lower()
     return any(marker in text for marker in _TOO_LONG)
-
-
-def retire_upstream(app: Any) -> None:
-    """Make the next call build the upstream client and window resolver from the
-    settings anew (they changed). The old client may still be serving a call (a long
-    stream): it is closed with the app, not now."""
-    app.state.windows = None
-    for name in ("upstream", "upstream_anthropic"):
-        client = getattr(app.state, name, None)
-        if client is not None:
-            setattr(app.state, name, None)
-            app.state.retired_upstreams = [*getattr(app.state, "retired_upstreams", ()),
-                                           client]
-
-
-async def close_upstream(app: Any) -> None:
-    retire_upstream(app)
-    retired = getattr(app.state, "retired_upstreams", ())
-    app.state.retired_upstreams = []
-    for client in retired:
-        await client.aclose()
 
 
 # Headers that are the connection's, not the request's (hop-by-hop), or that describe
@@ -205,101 +123,6 @@ def _encode(body: dict[str, Any]) -> bytes:
         return json.dumps(body, separators=(",", ":")).encode()
 
 
-class StreamAccumulator(DataEvents):
-    """Rebuilds the assistant message from SSE chunks as they pass through."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.content: list[str] = []
-        self.tool_calls: dict[int, dict[str, Any]] = {}
-        self.finish_reason: str | None = None
-        self.usage: dict[str, Any] | None = None
-        self.model: str | None = None
-        self.done = False
-
-    def _data(self, payload: bytes) -> None:
-        if payload == b"[DONE]":
-            self.done = True
-            return
-        chunk = json_event(payload)
-        if chunk is None:
-            return
-        self.model = _text_or_none(chunk.get("model")) or self.model
-        if chunk.get("usage"):
-            self.usage = _usage(chunk["usage"])
-        for choice in chunk.get("choices") or ():
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            if isinstance(delta.get("content"), str):
-                self.content.append(delta["content"])
-            for tc in delta.get("tool_calls") or ():
-                slot = self.tool_calls.setdefault(
-                    int(tc.get("index", 0)),
-                    {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-                )
-                if tc.get("id"):
-                    slot["id"] = tc["id"]
-                fn = tc.get("function") or {}
-                slot["function"]["name"] += fn.get("name") or ""
-                slot["function"]["arguments"] += fn.get("arguments") or ""
-            if choice.get("finish_reason"):
-                self.finish_reason = _text_or_none(choice["finish_reason"])
-
-    def reply(self) -> dict[str, Any]:
-        calls = [self.tool_calls[i] for i in sorted(self.tool_calls)]
-        return _stored_reply("".join(self.content) or None, calls or None)
-
-
-def _text_or_none(value: Any) -> str | None:
-    return validate.clean_chars(value) if isinstance(value, str) else None
-
-
-def _stored_reply(content: Any, tool_calls: Any) -> dict[str, Any]:
-    """What memd stores of a model's reply: the client already has it as sent, so a
-    field memd cannot store is cleaned (a NUL or lone surrogate becomes U+FFFD) or
-    dropped, never refused."""
-    if not isinstance(content, str | list):
-        content = None
-    if not isinstance(tool_calls, list):
-        tool_calls = None
-    reply = validate.sanitized({"role": "assistant", "content": content,
-                                "tool_calls": tool_calls})
-    if isinstance(reply["content"], list) and not all(isinstance(p, Mapping)
-                                                      for p in reply["content"]):
-        reply["content"] = None
-    if reply["tool_calls"] is not None:
-        reply["tool_calls"] = [c for c in reply["tool_calls"] if isinstance(c, Mapping)]
-    return dict(reply)
-
-
-def _usage(value: Any) -> dict[str, Any] | None:
-    """A reply's usage as memd can store and count it: token counts that are not
-    non-negative integers are dropped."""
-    if not isinstance(value, Mapping):
-        return None
-    usage = validate.sanitized(dict(value))
-    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        n = usage.get(key)
-        if n is not None and not validate.is_count(n):
-            del usage[key]
-    return dict(usage)
-
-
-def _reply_of(data: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None,
-                                             dict[str, Any] | None]:
-    """A whole Chat Completions answer's (reply, finish reason, usage)."""
-    usage = _usage(data.get("usage"))
-    choices = data.get("choices") or []
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-        return None, None, usage
-    message = choices[0].get("message")
-    if not isinstance(message, Mapping):
-        message = {}
-    return (_stored_reply(message.get("content"), message.get("tool_calls")),
-            _text_or_none(choices[0].get("finish_reason")), usage)
-
-
 async def _unreachable(engine: Memd, call: PreparedCall, exc: httpx.HTTPError,
                        headers: dict[str, str], model: str | None) -> JSONResponse:
     """The upstream could not be reached or timed out: close the call, answer 502/504."""
@@ -348,8 +171,8 @@ class Door:
     field: str = "messages"  # the body's field memd adds its block to
 
 
-CHAT = Door("chat/completions", StreamAccumulator, _reply_of, forward_headers)
-COMPLETIONS = Door("completions", StreamAccumulator, _reply_of, forward_headers)
+CHAT = Door("chat/completions", c.StreamReply, c.whole, forward_headers)
+COMPLETIONS = Door("completions", c.StreamReply, c.whole, forward_headers)
 
 CHAT_ERRORS: dict[int | str, dict[str, Any]] = {
     **s.ERRORS,
@@ -527,7 +350,7 @@ async def _send(client: httpx.AsyncClient, request: Request, call: PreparedCall,
         await resp.aclose()
         if not _too_long(resp.status_code, content):
             return resp, False
-        stated = _windows(request).learn(body.get("model"), content)
+        stated = windows_of(request).learn(body.get("model"), content)
         log.info("call %s: the model server refused the request with memory as too long%s; "
                  "sending it without", call.call_id,
                  f" (its window: {stated} tokens)" if stated else "")

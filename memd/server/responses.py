@@ -35,14 +35,8 @@ from memd.server import schemas as s
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.doors import DOOR_RESPONSES, checked_model, converse
 from memd.server.failures import error_body
-from memd.server.proxy import (
-    Door,
-    NoUpstream,
-    body_of,
-    forward_headers,
-    token_field,
-    upstream_client,
-)
+from memd.server.proxy import Door, body_of, forward_headers, token_field
+from memd.server.upstream import NoUpstream, upstream_client
 from memd.types import Session
 
 router = APIRouter()

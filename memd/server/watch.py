@@ -111,7 +111,7 @@ class LiveConfig:
         self._report(applied=sorted(live), needs_restart=restart)
 
     def _rebuild(self, names: Any) -> None:
-        from memd.server.proxy import retire_upstream
+        from memd.server.upstream import retire_upstream
 
         names = set(names)
         if names & UPSTREAM_KEYS:
