@@ -33,9 +33,8 @@ import logging
 import re
 import time
 import tomllib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from functools import cache, lru_cache
 from importlib import resources
 from typing import Any, Generic, TypeVar
@@ -45,6 +44,7 @@ import httpx
 from memd.config import Settings
 from memd.errors import InvalidInput
 from memd.models.tokens import counter_for
+from memd.server import window_fields as wf
 
 log = logging.getLogger("memd.windows")
 
@@ -195,7 +195,7 @@ class WindowResolver:
         self._timeout = settings.upstream_probe_timeout
         key = settings.upstream_api_key
         self._headers = {"authorization": f"Bearer {key}"} if key else {}
-        self._root = _root_url(client.base_url) if client is not None else ""
+        self._root = wf.root_url(client.base_url) if client is not None else ""
         self._server: _Server | None = None
         self._detecting = asyncio.Lock()
         self._windows = _OncePerKey(self._probe_window)
@@ -210,7 +210,7 @@ class WindowResolver:
         if header is not None:
             return Window(_parse_header(header), "header", HEADER)
         if model:
-            found = match_pattern(self._settings.context_windows, model)
+            found = wf.match_pattern(self._settings.context_windows, model)
             if found is not None:
                 return Window(found[1], "config", found[0])
             if self._client is not None:
@@ -284,7 +284,7 @@ class WindowResolver:
                     body = await self._json("POST", f"{self._root}/tokenize", json={
                         "model": model, "prompt": CALIBRATION_TEXT,
                         "add_special_tokens": False})
-                    count = _positive(body.get("count")) if isinstance(body, dict) else None
+                    count = wf.positive(body.get("count")) if isinstance(body, dict) else None
                 else:
                     return _Probed(None)
         except (httpx.HTTPError, TimeoutError) as exc:
@@ -320,12 +320,12 @@ class WindowResolver:
 
     async def _detect(self) -> _Server:
         listing = await self._json("GET", "models")
-        models = _entries(listing)
+        models = wf.entries(listing)
         if any("max_model_len" in m for m in models):
             return _Server("vllm", models)
         if any(m.get("owned_by") == "llamacpp" for m in models):
             return _Server("llama.cpp", models)
-        if any(_context_field(m) for m in models):
+        if any(wf.context_field(m) for m in models):
             return _Server("generic", models)
         props = await self._json("GET", f"{self._root}/props")
         if isinstance(props, dict) and "default_generation_settings" in props:
@@ -338,7 +338,7 @@ class WindowResolver:
         version = await self._json("GET", f"{self._root}/api/version")
         if isinstance(version, dict) and isinstance(version.get("version"), str):
             return _Server("ollama", models, version["version"])
-        if _entries(await self._json("GET", f"{self._root}/api/v0/models")):
+        if wf.entries(await self._json("GET", f"{self._root}/api/v0/models")):
             return _Server("lmstudio", models)
         return _Server("generic", models)
 
@@ -350,22 +350,22 @@ class WindowResolver:
         if server.kind == "llama-cpp-python":
             return await self._llama_cpp_python(model)
         if server.kind == "lmstudio":
-            entry = _find(_entries(await self._json("GET", f"{self._root}/api/v0/models")),
+            entry = wf.find(wf.entries(await self._json("GET", f"{self._root}/api/v0/models")),
                           model)
-            loaded = _positive(entry.get("loaded_context_length"))
+            loaded = wf.positive(entry.get("loaded_context_length"))
             if loaded:
                 return _upstream(loaded, "LM Studio loaded_context_length")
             # not loaded yet: LM Studio loads it on the first request with its own
             # default context, which may be smaller, so this is asked again later
-            most = _positive(entry.get("max_context_length"))
+            most = wf.positive(entry.get("max_context_length"))
             return _upstream(most, "LM Studio max_context_length", final=False)
-        entry = _find(server.models, model)
+        entry = wf.find(server.models, model)
         if not entry:  # a model added since the listing was read (a vLLM LoRA adapter)
-            server.models = _entries(await self._json("GET", "models"))
-            entry = _find(server.models, model)
+            server.models = wf.entries(await self._json("GET", "models"))
+            entry = wf.find(server.models, model)
         if server.kind == "vllm":
-            return _upstream(_positive(entry.get("max_model_len")), "vLLM max_model_len")
-        name, tokens = _context_field(entry) or ("", None)
+            return _upstream(wf.positive(entry.get("max_model_len")), "vLLM max_model_len")
+        name, tokens = wf.context_field(entry) or ("", None)
         return _upstream(tokens, f"/models {name}")
 
     async def _llama_cpp(self, server: _Server, model: str) -> _Probed[Window]:
@@ -375,18 +375,18 @@ class WindowResolver:
         props = await self._json("GET", f"{self._root}/props", params={"model": model})
         if isinstance(props, dict):
             settings = props.get("default_generation_settings")
-            slot = _positive(settings.get("n_ctx")) if isinstance(settings, dict) else None
-            slots = _positive(props.get("total_slots")) or 1
+            slot = wf.positive(settings.get("n_ctx")) if isinstance(settings, dict) else None
+            slots = wf.positive(props.get("total_slots")) or 1
             if slot:
                 return _upstream(slot, f"llama.cpp /props n_ctx ({slots} slots)")
-            total = _positive(props.get("n_ctx"))  # servers that report only the total
+            total = wf.positive(props.get("n_ctx"))  # servers that report only the total
             if total:
                 return _upstream(total // slots, f"llama.cpp /props n_ctx / {slots} slots")
         # /props said nothing about the context: the training length, the most the
         # model can run with, is the best left
-        entry = _find(server.models, model) or (server.models[0] if server.models else {})
+        entry = wf.find(server.models, model) or (server.models[0] if server.models else {})
         meta = entry.get("meta")
-        train = _positive(meta.get("n_ctx_train")) if isinstance(meta, dict) else None
+        train = wf.positive(meta.get("n_ctx_train")) if isinstance(meta, dict) else None
         return _upstream(train, "llama.cpp /v1/models n_ctx_train")
 
     async def _llama_cpp_python(self, model: str) -> _Probed[Window]:
@@ -408,19 +408,19 @@ class WindowResolver:
         if not isinstance(show, dict):
             return _Probed(None)  # not a model this Ollama has
         info = show.get("model_info")
-        train = _train_length(info) if isinstance(info, dict) else None
+        train = wf.train_length(info) if isinstance(info, dict) else None
         ps = await self._json("GET", f"{self._root}/api/ps")
-        wanted = _ollama_name(model)
-        for running in _entries(ps, "models"):
-            if wanted in (_ollama_name(str(running.get(k, ""))) for k in ("name", "model")):
-                loaded = _positive(running.get("context_length"))
+        wanted = wf.ollama_name(model)
+        for running in wf.entries(ps, "models"):
+            if wanted in (wf.ollama_name(str(running.get(k, ""))) for k in ("name", "model")):
+                loaded = wf.positive(running.get("context_length"))
                 if loaded:
                     return _upstream(loaded, "Ollama /api/ps context_length")
         params = show.get("parameters")
-        num_ctx = _num_ctx(params) if isinstance(params, str) else None
+        num_ctx = wf.num_ctx(params) if isinstance(params, str) else None
         if num_ctx:
             return _upstream(min(num_ctx, train or num_ctx), "Ollama num_ctx parameter")
-        old = _version(server.version) < _OLLAMA_DEFAULT_SINCE
+        old = wf.version(server.version) < _OLLAMA_DEFAULT_SINCE
         default = _OLLAMA_OLD_DEFAULT if old else _OLLAMA_DEFAULT
         return _upstream(min(default, train or default), "Ollama default num_ctx",
                          final=False)
@@ -457,26 +457,13 @@ class WindowResolver:
                     RETRY_SECONDS // 60)
 
 
-def match_pattern(table: Mapping[str, int], model: str) -> tuple[str, int] | None:
-    """The (pattern, tokens) of ``table`` that matches ``model`` most specifically: an
-    exact name before any glob, then the longest glob. Patterns are matched without
-    regard to case, against the name and the name without its provider prefix."""
-    names = _names(model)
-    best: tuple[tuple[bool, int, str], str, int] | None = None
-    for pattern, tokens in table.items():
-        lowered = pattern.lower()
-        if any(fnmatchcase(name, lowered) for name in names):
-            rank = (not any(c in lowered for c in "*?["), len(lowered), lowered)
-            if best is None or rank > best[0]:
-                best = (rank, pattern, tokens)
-    return None if best is None else (best[1], best[2])
 
 
 def stated_window(refusal: bytes) -> int | None:
     """The window in tokens that a model server's refusal of a too-long prompt states,
     or None."""
     found = _STATED_WINDOW.search(refusal[:4096])
-    return _positive(int(next(g for g in found.groups() if g))) if found else None
+    return wf.positive(int(next(g for g in found.groups() if g))) if found else None
 
 
 @cache
@@ -488,13 +475,9 @@ def builtin_table() -> dict[str, int]:
 
 @lru_cache(maxsize=1024)
 def builtin_window(model: str) -> tuple[str, int] | None:
-    return match_pattern(builtin_table(), model)
+    return wf.match_pattern(builtin_table(), model)
 
 
-def _names(model: str) -> tuple[str, ...]:
-    name = model.lower()
-    bare = name.rsplit("/", 1)[-1]  # "openai/gpt-4o", "hf.co/org/repo:q4" → the last part
-    return (name,) if bare == name else (name, bare)
 
 
 def _parse_header(value: str) -> int:
@@ -505,71 +488,7 @@ def _parse_header(value: str) -> int:
     return int(text)
 
 
-def _root_url(base: httpx.URL) -> str:
-    path = base.path.rstrip("/")
-    if path.endswith("/v1"):
-        path = path[: -len("/v1")]
-    return str(base.copy_with(path=path or "/")).rstrip("/")
 
 
 def _upstream(tokens: int | None, detail: str, final: bool = True) -> _Probed[Window]:
     return _Probed(Window(tokens, "upstream", detail) if tokens else None, final)
-
-
-def _positive(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    return None
-
-
-def _entries(body: Any, key: str = "data") -> list[dict[str, Any]]:
-    items = body.get(key) if isinstance(body, dict) else None
-    return [m for m in items if isinstance(m, dict)] if isinstance(items, list) else []
-
-
-def _find(models: list[dict[str, Any]], model: str) -> dict[str, Any]:
-    for m in models:
-        if m.get("id") == model:
-            return m
-    lowered = model.lower()
-    return next((m for m in models if str(m.get("id", "")).lower() == lowered), {})
-
-
-def _context_field(entry: Mapping[str, Any]) -> tuple[str, int] | None:
-    for name in ("context_length", "context_window", "max_context_length"):
-        tokens = _positive(entry.get(name))
-        if tokens:
-            return name, tokens
-    return None
-
-
-def _train_length(info: Mapping[str, Any]) -> int | None:
-    arch = info.get("general.architecture")
-    found = _positive(info.get(f"{arch}.context_length"))
-    if found is None:  # an architecture name that does not prefix its keys
-        found = next((_positive(v) for k, v in info.items()
-                      if k.endswith(".context_length") and _positive(v)), None)
-    return found
-
-
-def _num_ctx(parameters: str) -> int | None:
-    """num_ctx from Ollama's parameters block: one "name value" line per parameter."""
-    for line in parameters.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == "num_ctx" and parts[1].isdigit():
-            return int(parts[1]) or None
-    return None
-
-
-def _ollama_name(name: str) -> str:
-    name = name.lower()
-    return name if ":" in name.rsplit("/", 1)[-1] else name + ":latest"
-
-
-def _version(text: str) -> tuple[int, ...]:
-    """(0, 6, 7) of "0.6.7-rc1"; a development build's "0.0.0" counts as new."""
-    parts = []
-    for piece in text.split("-", 1)[0].split("."):
-        digits = "".join(c for c in piece if c.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return (999,) if not any(parts) else tuple(parts)
