@@ -175,7 +175,8 @@ def test_the_server_reaches_no_backend() -> None:
             ] == []
 
 
-@pytest.mark.parametrize("importer", ["memd.cli", "memd.doctor", "memd.server"])
+@pytest.mark.parametrize("importer", ["memd.cli", "memd.doctor", "memd.doctor_store",
+                                      "memd.server"])
 def test_no_backend_internals_from_the_edges(importer: str) -> None:
     """The CLI, doctor and the server use a backend through its package's public names
     (memd.backends.sqlite), encryption keys through memd.keys."""

@@ -29,9 +29,9 @@ from memd.doctor import (
     scrub,
     secrets_of,
     served_upstream_check,
-    store_check,
     upstream_check,
 )
+from memd.doctor_store import store_check
 from memd.errors import MemdError
 
 _SHOWN = {OK: "ok", INFO: "info", WARN: "warn", FAIL: "FAIL"}
