@@ -248,10 +248,18 @@ def test_bad_bodies_are_400(stack: Stack) -> None:
                  {"input": "x", "max_output_tokens": -1}, {"input": 5},
                  {"input": [{"role": "user", "content": "x"}, None]},
                  {"input": [{"type": "w", "role": "user", "content": [None]}]},
-                 {"input": "x", "previous_response_id": 5}):
+                 {"input": "x", "previous_response_id": 5},
+                 # instructions alone, a continuation or not: nothing to answer
+                 {"input": [{"role": "developer", "content": "Be brief."}]},
+                 {"input": [{"role": "system", "content": "x"}],
+                  "previous_response_id": "resp_1"}):
         r = httpx.post(f"{stack.base}/v1/responses", json=body)
         assert r.status_code == 400, (body, r.text)
     assert stack.upstream.requests == []
+    # a tool call's output alone is a turn the model answers
+    r = httpx.post(f"{stack.base}/v1/responses", json={"model": "m", "input": [
+        {"type": "function_call_output", "call_id": "call_1", "output": "done"}]})
+    assert r.status_code == 200, r.text
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -57,6 +57,9 @@ async def responses(request: Request) -> Response:
         content = item.get("content")
         if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
             raise InvalidInput(f"input[{i}].content parts must be objects")
+    if isinstance(body["input"], list) and all(
+            i.get("role") in s.INSTRUCTION_ROLES for i in body["input"]):
+        raise InvalidInput("'input' needs an item that is not a system or developer message")
     model = checked_model(body)
     max_tokens = token_field(body, "max_output_tokens")
     try:

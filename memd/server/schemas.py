@@ -335,6 +335,10 @@ MESSAGES_REQUEST: dict[str, Any] = {
     },
 }
 
+#: The roles of an input item that instruct the model rather than speak in the
+#: conversation: a request needs an item of another kind.
+INSTRUCTION_ROLES = ("system", "developer")
+
 # An input item as memd reads it: a message item says something, its parts objects; an
 # item that answers a tool call names it.
 _RESPONSES_ITEM: dict[str, Any] = {"type": "object", "allOf": [
@@ -356,10 +360,10 @@ RESPONSES_REQUEST: dict[str, Any] = {
     "properties": {
         "input": {"anyOf": [{"type": "string", "minLength": 1},
                             {"type": "array", "minItems": 1, "items": _RESPONSES_ITEM,
-                             "contains": {"required": ["role"],
-                                          "properties": {"role": {"const": "user"}}}}],
-                  "description": "A string, or input items of which at least one is a "
-                                 "user message; forwarded as sent."},
+                             "contains": {"not": {"required": ["role"], "properties": {
+                                 "role": {"enum": list(INSTRUCTION_ROLES)}}}}}],
+                  "description": "A string, or input items of which at least one is not a "
+                                 "system or developer message; forwarded as sent."},
         "instructions": {"type": ["string", "null"]},
         "model": {"type": "string"},
         "stream": {"type": "boolean"},
