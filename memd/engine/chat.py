@@ -238,13 +238,13 @@ def prepare_chat(
     if client_owns:
         # _augment hands ``plain`` itself back when it adds nothing (memory_added)
         plain = list(messages)
-        virtual = for_call(engine, session, plain,
-                           resent.tokens(model) + tool_tokens(tools, model), window,
-                           max_response_tokens, virtualize, model, call_id)
+        counted = resent.tokens(model) + tool_tokens(tools, model)
+        virtual = for_call(engine, session, plain, counted, window, max_response_tokens,
+                           virtualize, model, call_id)
         if virtual is not None:
             plain = virtual.messages
-        forward, report = _augment(engine, uid, session, plain, resent, query, model,
-                                   max_response_tokens, tools, window, placement, virtual)
+        forward, report = _augment(engine, uid, session, plain, resent, counted, query,
+                                   model, max_response_tokens, window, placement, virtual)
         if virtual is not None:
             report["virtual"] = virtual.report
     else:
@@ -293,17 +293,17 @@ def prepare_side(engine: Memd, user_id: str, workspace: str | None, model: str |
 
 def _augment(
     engine: Memd, user_id: str, session: Session, messages: list[dict[str, Any]],
-    resent: Resent, query: str | None, model: str | None,
-    max_response_tokens: int | None, tools: Any, window: WindowInfo, placement: str | None,
+    resent: Resent, counted: int, query: str | None, model: str | None,
+    max_response_tokens: int | None, window: WindowInfo, placement: str | None,
     virtual: Virtualized | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The client's messages plus a memory block where there is room, and the report;
-    ``virtual``: how memd rewrote them (memd.engine.virtual)."""
+    """The client's messages (``counted`` tokens with their tools) plus a memory block
+    where there is room, and the report; ``virtual``: how memd rewrote them
+    (memd.engine.virtual)."""
     settings = engine.settings
     placement = placement or settings.memory_placement
     if virtual is None:
         hashes = resent.hashes
-        counted = resent.tokens(model) + tool_tokens(tools, model)
     else:
         hashes = [resent.hashes[i] for i in virtual.kept]
         counted = virtual.tokens
