@@ -29,9 +29,17 @@ from memd.engine.validate import is_count
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text
 from memd.server import schemas as s
-from memd.server.doors import DOOR_RESPONSES, checked_model, converse
+from memd.server.doors import DOOR_RESPONSES, converse
 from memd.server.failures import error_body
-from memd.server.proxy import CHAT_ERRORS, Door, body_of, forward_headers, out_of_reach, token_field
+from memd.server.proxy import (
+    CHAT_ERRORS,
+    Door,
+    body_of,
+    checked_model,
+    forward_headers,
+    out_of_reach,
+    token_field,
+)
 from memd.server.upstream import NO_UPSTREAM, NoUpstream, cached_client, upstream_client
 
 router = APIRouter()

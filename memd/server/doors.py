@@ -18,11 +18,10 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from memd.engine import side, validate
+from memd.engine import side
 from memd.engine.chat import prepare_chat, prepare_side
 from memd.engine.identity import client_family
 from memd.engine.side import side_reason
-from memd.errors import InvalidInput
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.proxy import CHAT_ERRORS, Door, relay
 from memd.server.upstream import window_of
@@ -36,16 +35,6 @@ DOOR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 NO_PLACE = ("the block has no place in what this request sends (no message of the user's "
             "own); it was sent without")
-
-
-def checked_model(body: Mapping[str, Any]) -> str | None:
-    """The request's model as memd records it, after the checks every door makes of the
-    fields it reads (the body itself goes upstream as sent)."""
-    if "stream" in body and not isinstance(body["stream"], bool):
-        raise InvalidInput("'stream' must be a boolean")
-    if "model" in body and not isinstance(body["model"], str):
-        raise InvalidInput(f"'model' must be a string, not {type(body['model']).__name__}")
-    return validate.clean_chars(body["model"]) if "model" in body else None
 
 
 async def converse(

@@ -182,6 +182,16 @@ CHAT_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+def checked_model(body: Mapping[str, Any]) -> str | None:
+    """The request's model as memd records it, after the checks every door makes of the
+    fields it reads (the body itself goes upstream as sent)."""
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise InvalidInput("'stream' must be a boolean")
+    if "model" in body and not isinstance(body["model"], str):
+        raise InvalidInput(f"'model' must be a string, not {type(body['model']).__name__}")
+    return validate.clean_chars(body["model"]) if "model" in body else None
+
+
 def token_field(body: Mapping[str, Any], name: str) -> int | None:
     value = body.get(name)
     if isinstance(value, float) and value.is_integer():  # JSON does not tell 3.0 from 3
@@ -228,16 +238,11 @@ async def chat_completions(request: Request) -> Response:
     body = await body_of(request)
     if "messages" not in body:
         raise InvalidInput("'messages' is required")
-    if "stream" in body and not isinstance(body["stream"], bool):
-        raise InvalidInput("'stream' must be a boolean")
-    if "model" in body and not isinstance(body["model"], str):
-        raise InvalidInput(f"'model' must be a string, not {type(body['model']).__name__}")
+    model = checked_model(body)
     side.memory_flag(request.headers.get(side.HEADER))  # refused even with a pinned session
     virtualize = virtual.header_mode(request.headers.get(virtual.HEADER))
     user = user_of(request)
     workspace = workspace_of(request)
-    # the body goes upstream as sent; memd's own records take a cleaned model name
-    model = validate.clean_chars(body["model"]) if "model" in body else None
     completion_tokens = token_field(body, "max_completion_tokens")
     legacy_tokens = token_field(body, "max_tokens")
     max_tokens = completion_tokens or legacy_tokens
@@ -285,11 +290,7 @@ async def completions(request: Request) -> Response:
     as sent, a side request of no session (memd learns nothing from code being typed)."""
     engine = engine_of(request)
     body = await body_of(request)
-    if "stream" in body and not isinstance(body["stream"], bool):
-        raise InvalidInput("'stream' must be a boolean")
-    if "model" in body and not isinstance(body["model"], str):
-        raise InvalidInput(f"'model' must be a string, not {type(body['model']).__name__}")
-    model = validate.clean_chars(body["model"]) if "model" in body else None
+    model = checked_model(body)
     try:
         client = upstream_client(request)
     except NoUpstream as exc:

@@ -33,9 +33,9 @@ from memd.engine.memory import Memd
 from memd.errors import InvalidInput
 from memd.server import schemas as s
 from memd.server.deps import engine_of, user_of, workspace_of
-from memd.server.doors import DOOR_RESPONSES, checked_model, converse
+from memd.server.doors import DOOR_RESPONSES, converse
 from memd.server.failures import error_body
-from memd.server.proxy import Door, body_of, forward_headers, token_field
+from memd.server.proxy import Door, body_of, checked_model, forward_headers, token_field
 from memd.server.upstream import NoUpstream, upstream_client
 from memd.types import Session
 
