@@ -29,7 +29,7 @@ from memd.engine.virtual.fidelity import (
     stub,
 )
 from memd.engine.virtual.pressure import Held, fit_line, plan, zone
-from memd.engine.virtual.segment import Segment, segment
+from memd.engine.virtual.segment import Segment, segment, tool_calls
 from memd.models.tokens import MESSAGE_OVERHEAD, count_text
 from memd.types import ContextObject, FidelityTransition
 
@@ -78,7 +78,8 @@ def virtualize(store: Store, user_id: str, session_id: str,
                *, mode: str, model: str | None, call_id: str, now: float) -> Virtualized:
     """The call's request with its tool results at the fidelities pressure leaves them
     (see the package docstring)."""
-    segments = segment(session_id, messages)
+    calls = tool_calls(messages)
+    segments = segment(session_id, messages, calls)
     with store.transaction():
         stored = {o.object_id: o for o in store.context_objects(user_id, session_id)}
         new = [_new_object(user_id, session_id, s, model, now) for s in segments
@@ -86,7 +87,6 @@ def virtualize(store: Store, user_id: str, session_id: str,
         store.add_context_objects(new)
         objects = {**stored, **{o.object_id: o for o in new}}
         superseded = _superseded(segments, objects)
-        calls = _calls(messages)
         held = [_held(s, objects[s.object_id], _frame(s, calls, model),
                       s.object_id in superseded) for s in segments]
         before = budget.request + budget.reserve
@@ -154,17 +154,6 @@ def _held(s: Segment, o: ContextObject, frame: int | None, superseded: bool) -> 
     fidelity = STUB if o.fidelity == EVICTED and frame is None else o.fidelity
     return Held(s.object_id, _sizes(o), frame, fidelity, o.pinned,
                 superseded or o.superseded_by is not None)
-
-
-def _calls(messages: Sequence[Mapping[str, Any]]) -> dict[str, tuple[int, Mapping[str, Any]]]:
-    """Each tool call id of the assistant messages: its message's index, and the call."""
-    out: dict[str, tuple[int, Mapping[str, Any]]] = {}
-    for i, m in enumerate(messages):
-        if m.get("role") == "assistant":
-            for call in m.get("tool_calls") or ():
-                if isinstance(call, Mapping) and isinstance(call.get("id"), str):
-                    out[call["id"]] = (i, call)
-    return out
 
 
 def _frame(s: Segment, calls: Mapping[str, tuple[int, Mapping[str, Any]]],

@@ -46,35 +46,46 @@ class Segment:
     text: str
 
 
-def segment(session_id: str, messages: Sequence[Mapping[str, Any]]) -> list[Segment]:
-    """The tool results of ``messages`` with text content, oldest first."""
-    calls: dict[str, tuple[str | None, Any]] = {}
+def segment(session_id: str, messages: Sequence[Mapping[str, Any]],
+            calls: Mapping[str, tuple[int, Mapping[str, Any]]] | None = None,
+            ) -> list[Segment]:
+    """The tool results of ``messages`` with text content, oldest first (``calls``: their
+    :func:`tool_calls`, when the caller has them already)."""
+    calls = tool_calls(messages) if calls is None else calls
     out: list[Segment] = []
     turn = 0
     for i, m in enumerate(messages):
         role = m.get("role")
         if role == "user":
             turn += 1
-        elif role == "assistant":
-            for call in m.get("tool_calls") or ():
-                if isinstance(call, Mapping) and isinstance(call.get("id"), str):
-                    fn = call.get("function")
-                    fn = fn if isinstance(fn, Mapping) else {}
-                    name = fn.get("name")
-                    calls[call["id"]] = (name if isinstance(name, str) else None,
-                                         fn.get("arguments"))
         elif role == "tool":
             text = text_of(m.get("content"))
             if text is None:
                 continue
             call_id = m.get("tool_call_id")
             call_id = call_id if isinstance(call_id, str) else None
-            tool, arguments = calls.get(call_id or "", (None, None))
+            call = calls[call_id][1] if call_id is not None and call_id in calls else {}
+            fn = call.get("function")
+            fn = fn if isinstance(fn, Mapping) else {}
+            tool = fn.get("name") if isinstance(fn.get("name"), str) else None
+            arguments = fn.get("arguments")
             digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
             oid = hashlib.sha256(
                 f"{session_id}\0{call_id or ''}\0{digest}".encode()).hexdigest()[:16]
             out.append(Segment(i, "ctx-" + oid, digest, kind(tool, text), tool,
                                source_key(arguments), call_id, turn, text))
+    return out
+
+
+def tool_calls(messages: Sequence[Mapping[str, Any]],
+               ) -> dict[str, tuple[int, Mapping[str, Any]]]:
+    """Each tool call id of the assistant messages: its message's index, and the call."""
+    out: dict[str, tuple[int, Mapping[str, Any]]] = {}
+    for i, m in enumerate(messages):
+        if m.get("role") == "assistant":
+            for call in m.get("tool_calls") or ():
+                if isinstance(call, Mapping) and isinstance(call.get("id"), str):
+                    out[call["id"]] = (i, call)
     return out
 
 
