@@ -71,9 +71,6 @@ class Known:
         return not self.absent and len(self.reply_only) <= REPLY_ONLY
 
 
-KNOWN: Final = Known(frozenset(), frozenset())
-
-
 def forms(word: str) -> list[str]:
     """``word`` and the forms the full-text index may hold it in (it matches whole
     words): without a plural, past or -ing ending, and with a plural one."""
