@@ -138,10 +138,10 @@ def _tool_loop(args: argparse.Namespace, stack: ExitStack) -> Callable[[int], fl
     import httpx
 
     import memd
-    from bench.agent_traffic import ScriptedUpstream
     from bench.bench_proxy import TOPICS, ToolLoopReplay, serve
     from memd.config import load_settings
     from memd.server.app import create_app
+    from tests.agent_traffic import ScriptedUpstream
 
     tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="memd-ab-loop-")))
     upstream = ScriptedUpstream()

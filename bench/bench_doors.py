@@ -44,9 +44,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from bench.agent_traffic import _Project as Project
 from bench.prompt_cache import PromptCache, common_prefix, prompt_bytes, responses_prompt_bytes
 from memd.models.tokens import counter_for
+from tests.agent_traffic import Project
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "doors"
 SIGNATURE = "EqQBCkYIBxgCKkD" + "x" * 300 + "=="  # a thinking block's signature

@@ -9,7 +9,7 @@ loopback ports. Two parts, in one run:
 - One-message chats: the same requests go to the upstream directly and through memd;
   each is a fresh conversation with a different question, so every call through memd
   stores a turn, embeds the query, retrieves, forwards and stores the reply.
-- Agent sessions (``bench.agent_traffic``: opencode-, Cline- and Aider-like) whose
+- Agent sessions (``tests.agent_traffic``: opencode-, Cline- and Aider-like) whose
   last request is about 10k, 50k and 100k tokens, replayed step by step: each step sent
   to the upstream directly, then through memd, once memd's background jobs of the
   previous step are done (as the model's answer time lets them finish in real use).
@@ -56,13 +56,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import memd
-from bench.agent_traffic import AgentSession, ScriptedUpstream, generate
 from bench.output import emit
 from memd.config import load_settings
 from memd.engine.memory import Memd
 from memd.engine.turns import last_user_text
 from memd.models.tokens import counter_for
 from memd.server.app import create_app
+from tests.agent_traffic import AgentSession, ScriptedUpstream, generate
 
 AGENT_KINDS = ("opencode-like", "cline-like", "aider-like")
 AGENT_SIZES = (10_000, 50_000, 100_000)

@@ -19,13 +19,13 @@ from pg import BACKENDS
 from servers import memd_in_front, serve
 
 import memd
-from bench.agent_traffic import KINDS, AgentSession, ScriptedUpstream, generate
 from memd.config import load_settings
 from memd.engine.extract import STYLE_TAG
 from memd.engine.inject import USER_CLOSE, USER_OPEN
 from memd.engine.memory import Memd
 from memd.server.app import create_app
 from memd.types import Tier
+from tests.agent_traffic import KINDS, AgentSession, ScriptedUpstream, generate
 
 
 @dataclass

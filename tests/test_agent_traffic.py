@@ -1,4 +1,4 @@
-"""The agent traffic fixtures themselves (``bench/agent_traffic.py``): generated sessions are
+"""The agent traffic fixtures themselves (``tests/agent_traffic.py``): generated sessions are
 valid OpenAI chat requests that grow the way clients grow them, and the scripted upstream
 speaks the protocol the official ``openai`` client expects. Nothing here goes through memd's
 proxy."""
@@ -20,8 +20,8 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 from starlette.testclient import TestClient
 
-from bench import agent_traffic
-from bench.agent_traffic import (
+from tests import agent_traffic
+from tests.agent_traffic import (
     CONTEXT_LENGTH_EXCEEDED,
     KINDS,
     AgentSession,

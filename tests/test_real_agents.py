@@ -32,7 +32,7 @@ from agents.traffic import Exchange, RecordingProxy, ToolLoop, is_side_request, 
 from servers import free_port, serve, wait_healthy
 from test_agent_proxy import without_memory
 
-from bench.agent_traffic import ScriptedUpstream
+from tests.agent_traffic import ScriptedUpstream
 
 pytestmark = pytest.mark.slow
 

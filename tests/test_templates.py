@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 import memd
-from bench.agent_traffic import KINDS, generate
 from memd.engine import compact
 from memd.engine.chat import finish_chat, prepare_chat
 from memd.engine.extract import extract
 from memd.engine.templates import CLIENT_LINES, is_client_line, user_words
 from memd.engine.turns import last_user_text
+from tests.agent_traffic import KINDS, generate
 
 AIDER_FILES = (
     "I switched to a new code base. Please don't consider the above files or try to edit "

@@ -299,7 +299,7 @@ def _py_test(rng: Random, pkg: str, stem: str, module: str) -> str:
     return "\n".join(out) + "\n"
 
 
-class _Project:
+class Project:
     """A small repository the agent reads, searches, edits and tests; edits are real."""
 
     def __init__(self, rng: Random) -> None:
@@ -521,7 +521,7 @@ _XML_TOOLS: list[tuple[str, str, list[tuple[str, str]]]] = [
 ]
 
 
-def _cline_system(rng: Random, project: _Project, model: str, tokens: int) -> str:
+def _cline_system(rng: Random, project: Project, model: str, tokens: int) -> str:
     out = ["You are Atlas, a highly skilled software engineer with extensive knowledge in "
            "many programming languages, frameworks, design patterns, and best practices.",
            "", "====", "", "TOOL USE", "",
@@ -612,7 +612,7 @@ def _pad(text: str, rng: Random, tokens: int, model: str) -> str:
     return text + "\n" + "\n".join(extra) + "\n"
 
 
-def _env_details(project: _Project, step: int, files: list[str], listing: bool) -> str:
+def _env_details(project: Project, step: int, files: list[str], listing: bool) -> str:
     out = ["<environment_details>", "# VSCode Visible Files", files[0] if files else
            "(No visible files)", "", "# VSCode Open Tabs", ", ".join(files) or "(No open tabs)",
            "", "# Current Time", f"3/14/2025, {9 + step // 60}:{step % 60:02d}:17 AM "
@@ -732,7 +732,7 @@ class _Agent:
 
     def __init__(self, rng: Random, model: str, stream: bool, target: int) -> None:
         self.rng, self.model, self.stream, self.target = rng, model, stream, target
-        self.project = _Project(rng)
+        self.project = Project(rng)
         noun = rng.choice(_NOUNS)
         self.task = rng.choice(_TASKS).format(noun=noun, nouns=_plural(noun),
                                               field=rng.choice(_FIELDS))
