@@ -41,7 +41,7 @@ def _tag(obj: Any) -> Any:
     return None
 
 
-def _canon_json(text: str | None) -> Any:
+def canon_json(text: str | None) -> Any:
     if text is None:
         return None
     if text == "{}":
@@ -49,14 +49,14 @@ def _canon_json(text: str | None) -> Any:
     return _tag(json.loads(text, parse_float=Decimal, parse_int=Decimal))
 
 
-def _vector_digest(raw: bytes) -> str:
+def vector_digest(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
-def _row_digest(values: list[Any]) -> bytes:
+def row_digest(values: list[Any]) -> bytes:
     return hashlib.sha256(_ENCODER.encode(values).encode("utf-8", "surrogatepass")).digest()
 
 
@@ -70,7 +70,7 @@ def checksum(digests: Iterable[bytes]) -> str:
 
 # -- columns -----------------------------------------------------------------------------
 @dataclass(frozen=True)
-class _Column:
+class Column:
     name: str
     oid: int
     kind: str
@@ -78,7 +78,7 @@ class _Column:
     vectors: VectorSource | None = None
 
 
-def _kind(pg_type: str, where: str) -> str:
+def column_kind(pg_type: str, where: str) -> str:
     if pg_type.startswith("vector("):
         return "vector"
     if pg_type not in _KINDS:
@@ -86,20 +86,20 @@ def _kind(pg_type: str, where: str) -> str:
     return _KINDS[pg_type]
 
 
-def _columns(spec: Table, source_cols: list[str], target: list[tuple[str, int, str, bool]],
-             ) -> list[_Column]:
+def match_columns(spec: Table, source_cols: list[str], target: list[tuple[str, int, str, bool]],
+                  ) -> list[Column]:
     """The target columns this table copies, in target order, with their sources."""
-    cols: list[_Column] = []
+    cols: list[Column] = []
     for name, oid, pg_type, generated in target:
         if generated:
             continue
         where = f"{spec.name}.{name}"
         if name in spec.vectors:
-            cols.append(_Column(name, oid, _kind(pg_type, where), None, spec.vectors[name]))
+            cols.append(Column(name, oid, column_kind(pg_type, where), None, spec.vectors[name]))
         elif name in spec.exprs:
-            cols.append(_Column(name, oid, _kind(pg_type, where), spec.exprs[name]))
+            cols.append(Column(name, oid, column_kind(pg_type, where), spec.exprs[name]))
         elif name in source_cols:
-            cols.append(_Column(name, oid, _kind(pg_type, where), f't."{name}"'))
+            cols.append(Column(name, oid, column_kind(pg_type, where), f't."{name}"'))
     mapped = {c.name for c in cols} | set(spec.skip)
     lost = [c for c in source_cols if c not in mapped]
     if lost and spec.source is None:
@@ -115,7 +115,7 @@ def _columns(spec: Table, source_cols: list[str], target: list[tuple[str, int, s
     return cols
 
 
-def _to_pg(kind: str, raw: Any) -> Any:
+def to_pg(kind: str, raw: Any) -> Any:
     """A source value as the target column's COPY value."""
     if raw is None:
         return None
@@ -140,17 +140,17 @@ def _same(text: Any) -> str:
     return str(text)
 
 
-def _canon_source(kind: str, raw: Any) -> Any:
+def canon_source(kind: str, raw: Any) -> Any:
     if raw is None:
         return None
     if kind == "bool":
         return bool(raw)
     if kind == "json":
-        return _canon_json(raw)
+        return canon_json(raw)
     if kind == "array":
         return json.loads(raw)
     if kind == "vector":
-        return _vector_digest(raw)
+        return vector_digest(raw)
     if kind == "bytes":
         return bytes(raw).hex()
     if kind == "float":
@@ -158,16 +158,16 @@ def _canon_source(kind: str, raw: Any) -> Any:
     return raw
 
 
-def _canon_target(kind: str, value: Any) -> Any:
+def canon_target(kind: str, value: Any) -> Any:
     if value is None:
         return None
     if kind == "json":
-        return _canon_json(value)  # selected as ::text
+        return canon_json(value)  # selected as ::text
     if kind == "vector":
         import numpy as np
 
         arr = value.to_numpy() if hasattr(value, "to_numpy") else value
-        return _vector_digest(np.asarray(arr, dtype="<f4").tobytes())
+        return vector_digest(np.asarray(arr, dtype="<f4").tobytes())
     if kind == "bytes":
         return bytes(value).hex()
     return value

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memd.errors import Conflict, InvalidInput, MigrationError, StorageError
-from memd.migrate.canon import _canon_source, _Column, _columns, _row_digest, _to_pg, checksum
+from memd.migrate.canon import Column, canon_source, checksum, match_columns, row_digest, to_pg
 from memd.migrate.source import _Source
 from memd.migrate.tables import TABLES, Table
-from memd.migrate.target import _Target, _translate, mark_copying
+from memd.migrate.target import Target, mark_copying, translate_error
 from memd.privacy.urls import redact_dsn
 
 
@@ -38,7 +38,7 @@ def _ignore(n: int, item: str | None = None) -> None:
 
 
 @contextmanager
-def _no_progress(label: str, total: int) -> Iterator[Advance]:
+def no_progress(label: str, total: int) -> Iterator[Advance]:
     yield _ignore
 
 
@@ -103,7 +103,7 @@ class Result:
 @dataclass
 class _Plan:
     spec: Table
-    cols: list[_Column]
+    cols: list[Column]
     source: dict[tuple[Any, ...], bytes]
     target: dict[tuple[Any, ...], list[bytes]]
 
@@ -126,21 +126,21 @@ class _Plan:
         return len(own)
 
 
-def _digest_source(src: _Source, spec: Table, cols: list[_Column],
+def _digest_source(src: _Source, spec: Table, cols: list[Column],
                    advance: Callable[[int], None]) -> dict[tuple[Any, ...], bytes]:
     kinds = [c.kind for c in cols]
     key_at = [[c.name for c in cols].index(k) for k in spec.key]
     out: dict[tuple[Any, ...], bytes] = {}
     for n, raw in enumerate(src.rows(spec, cols), 1):
-        values = [_canon_source(k, v) for k, v in zip(kinds, raw, strict=True)]
-        out[tuple(raw[i] for i in key_at)] = _row_digest(values)
+        values = [canon_source(k, v) for k, v in zip(kinds, raw, strict=True)]
+        out[tuple(raw[i] for i in key_at)] = row_digest(values)
         if n % 1000 == 0:
             advance(1000)
     advance(len(out) % 1000)
     return out
 
 
-def _check_vectors(spec: Table, cols: list[_Column], raw: list[Any], dim: int) -> None:
+def _check_vectors(spec: Table, cols: list[Column], raw: list[Any], dim: int) -> None:
     for c, v in zip(cols, raw, strict=True):
         if c.kind == "vector" and v is not None and len(v) != 4 * dim:
             raise MigrationError(f"{spec.name}.{c.name}: a {len(v) // 4}-dim vector in a "
@@ -149,7 +149,7 @@ def _check_vectors(spec: Table, cols: list[_Column], raw: list[Any], dim: int) -
 
 def migrate(
     source: Path, dsn: str, *, partitions: tuple[int, int, int] = (256, 256, 512),
-    batch_size: int = 2000, progress: Progress = _no_progress,
+    batch_size: int = 2000, progress: Progress = no_progress,
     tables: Sequence[Table] = TABLES, key: str | None = None,
 ) -> Result:
     """Copy the memd SQLite database at ``source`` (encrypted with ``key``, if given)
@@ -186,7 +186,7 @@ def migrate(
         finally:
             store.close()
         try:
-            tgt = _Target(dsn)
+            tgt = Target(dsn)
         except psycopg.Error as exc:
             raise StorageError(f"cannot connect to {where}: {exc}") from exc
         try:
@@ -195,7 +195,7 @@ def migrate(
             if all(r.matches for r in results):
                 tgt.unmark()
         except psycopg.Error as exc:
-            raise _translate(exc, f"migrating into {where}") from exc
+            raise translate_error(exc, f"migrating into {where}") from exc
         except apsw.Error as exc:
             raise StorageError(f"reading {source}: {exc}") from exc
         finally:
@@ -207,7 +207,7 @@ def migrate(
                   phases)
 
 
-def _run(src: _Source, tgt: _Target, tables: Sequence[Table], batch_size: int,
+def _run(src: _Source, tgt: Target, tables: Sequence[Table], batch_size: int,
          progress: Progress, phases: dict[str, float], marked: bool) -> list[TableResult]:
     """Plan, copy and verify; ``marked``: this run made the target's record of a copy
     under way (:func:`mark_copying`), which a refused plan leaves as it found it."""
@@ -222,7 +222,7 @@ def _run(src: _Source, tgt: _Target, tables: Sequence[Table], batch_size: int,
             target_cols = tgt.columns(spec.name)
             if not target_cols:
                 raise MigrationError(f"the target has no table {spec.name}")
-            cols = _columns(spec, src.columns(spec.origin), target_cols)
+            cols = match_columns(spec, src.columns(spec.origin), target_cols)
             digests = _digest_source(src, spec, cols, _on(advance, spec.name))
             plans.append(_Plan(spec, cols, digests,
                                tgt.digests(spec, cols, list(digests), _ignore)))
@@ -278,7 +278,7 @@ def _run(src: _Source, tgt: _Target, tables: Sequence[Table], batch_size: int,
 
 
 
-def _copy_table(src: _Source, tgt: _Target, p: _Plan, todo: set[tuple[Any, ...]],
+def _copy_table(src: _Source, tgt: Target, p: _Plan, todo: set[tuple[Any, ...]],
                 batch_size: int, advance: Callable[[int], None]) -> int:
     """Copy the rows of ``todo`` in batches of one user each (a batch then routes to
     that user's partitions only); returns how many were copied."""
@@ -302,7 +302,7 @@ def _copy_table(src: _Source, tgt: _Target, p: _Plan, todo: set[tuple[Any, ...]]
         _check_vectors(p.spec, p.cols, raw, src.dim)
         user = None if user_at is None else key[user_at]
         batch = batches.setdefault(user, [])
-        batch.append([_to_pg(k, v) for k, v in zip(kinds, raw, strict=True)])
+        batch.append([to_pg(k, v) for k, v in zip(kinds, raw, strict=True)])
         if len(batch) >= batch_size:
             flush(user)
     for user in list(batches):

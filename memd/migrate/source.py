@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memd.errors import InvalidInput
-from memd.migrate.canon import _Column
+from memd.migrate.canon import Column
 from memd.migrate.tables import Table
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class _Source:
         )
         return [float(calendar.timegm((y, m, 1, 0, 0, 0))) for y, m in rows if y is not None]
 
-    def rows(self, spec: Table, cols: list[_Column]) -> Iterator[list[Any]]:
+    def rows(self, spec: Table, cols: list[Column]) -> Iterator[list[Any]]:
         """The table's rows as raw values in ``cols`` order, vectors merged in."""
         plain = [c for c in cols if c.vectors is None]
         vec = [c for c in cols if c.vectors is not None]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from memd.backends.common.migrations import COPYING_KEY, DEFERRED_INDEX_KEY
 from memd.errors import Conflict, MemdError, MigrationError, StorageError
-from memd.migrate.canon import _canon_target, _Column, _row_digest
+from memd.migrate.canon import Column, canon_target, row_digest
 from memd.migrate.tables import Table
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def mark_copying(dsn: str, tables: Sequence[str]) -> bool:
         raise StorageError(f"cannot open the PostgreSQL store: {exc}") from exc
 
 
-class _Target:
+class Target:
     def __init__(self, dsn: str) -> None:
         import psycopg
         from pgvector.psycopg import register_vector
@@ -67,7 +67,7 @@ class _Target:
         self.conn.commit()
         return [(str(n), int(o), str(t), bool(g)) for n, o, t, g in rows]
 
-    def digests(self, spec: Table, cols: list[_Column], keys: Sequence[tuple[Any, ...]],
+    def digests(self, spec: Table, cols: list[Column], keys: Sequence[tuple[Any, ...]],
                 advance: Callable[[int], None]) -> dict[tuple[Any, ...], list[bytes]]:
         """Digests of the target rows whose keys are in ``keys``, by key. One user at a
         time, each in its own transaction: a query naming its user touches (and locks)
@@ -77,7 +77,7 @@ class _Target:
             self._digest_group(spec, cols, user, group, out, advance)
         return out
 
-    def _digest_group(self, spec: Table, cols: list[_Column], user: str | None,
+    def _digest_group(self, spec: Table, cols: list[Column], user: str | None,
                       keys: Sequence[tuple[Any, ...]], out: dict[tuple[Any, ...], list[bytes]],
                       advance: Callable[[int], None]) -> None:
         from psycopg import sql
@@ -111,8 +111,8 @@ class _Target:
                 cur.execute(query)
                 n = 0
                 for r in cur:
-                    values = [_canon_target(k, v) for k, v in zip(kinds, r, strict=True)]
-                    out.setdefault(tuple(r[i] for i in key_at), []).append(_row_digest(values))
+                    values = [canon_target(k, v) for k, v in zip(kinds, r, strict=True)]
+                    out.setdefault(tuple(r[i] for i in key_at), []).append(row_digest(values))
                     n += 1
                     if n % 1000 == 0:
                         advance(1000)
@@ -175,7 +175,7 @@ class _Target:
                 self.conn.execute(ddl.encode())
                 self.conn.execute("DELETE FROM schema_meta WHERE key = %s", (key,))
 
-    def copy(self, spec: Table, cols: list[_Column], rows: list[list[Any]]) -> None:
+    def copy(self, spec: Table, cols: list[Column], rows: list[list[Any]]) -> None:
         """Copy one batch in one transaction."""
         import psycopg
         from psycopg import sql
@@ -195,10 +195,10 @@ class _Target:
                 row = rows[int(line[1]) - 1]
                 names = [c.name for c in cols]
                 what += f" {dict((k, row[names.index(k)]) for k in spec.key)}"
-            raise _translate(exc, what) from exc
+            raise translate_error(exc, what) from exc
 
 
-def _translate(exc: Exception, what: str) -> MemdError:
+def translate_error(exc: Exception, what: str) -> MemdError:
     import psycopg
 
     if isinstance(exc, psycopg.errors.UniqueViolation):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memd.errors import InvalidInput
-from memd.migrate.canon import _canon_json, _row_digest, _vector_digest, checksum
+from memd.migrate.canon import canon_json, checksum, row_digest, vector_digest
 from memd.migrate.tables import TABLES, Table
 
 FORMAT = "memd-export"
@@ -75,17 +75,17 @@ def _canon(kind: str, value: Any) -> Any:
     if value is None:
         return None
     if kind == "vector":
-        return _vector_digest(raw_bytes(value))
+        return vector_digest(raw_bytes(value))
     if kind == "bytes":
         return raw_bytes(value).hex()
     if kind == "json":
-        return _canon_json(json.dumps(value))
+        return canon_json(json.dumps(value))
     return value
 
 
 def digest(layout: Layout, row: dict[str, Any]) -> bytes:
     """A row's digest: memd migrate's canonical form over the row as the file holds it."""
-    return _row_digest([_canon(kind, row[name]) for name, kind in layout.columns])
+    return row_digest([_canon(kind, row[name]) for name, kind in layout.columns])
 
 
 def redact(layout: Layout, row: dict[str, Any]) -> dict[str, Any]:

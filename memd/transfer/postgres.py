@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from memd.errors import StorageError
-from memd.migrate.canon import _Column, _kind
+from memd.migrate.canon import Column, column_kind
 from memd.migrate.tables import TABLES
 from memd.transfer.lines import Layout, raw_bytes
 
@@ -25,12 +25,12 @@ _BATCH = 2000
 def _translated(what: str) -> Iterator[None]:
     import psycopg
 
-    from memd.migrate.target import _translate
+    from memd.migrate.target import translate_error
 
     try:
         yield
     except psycopg.Error as exc:
-        raise _translate(exc, what) from exc
+        raise translate_error(exc, what) from exc
 
 
 class PostgresSide:
@@ -39,12 +39,12 @@ class PostgresSide:
     def __init__(self, dsn: str) -> None:
         import psycopg
 
-        from memd.migrate.target import _Target
+        from memd.migrate.target import Target
         from memd.privacy.urls import redact_dsn
 
         self.where = redact_dsn(dsn)
         try:
-            self.target = _Target(dsn)
+            self.target = Target(dsn)
         except psycopg.Error as exc:
             raise StorageError(f"cannot connect to {self.where}: {exc}") from exc
         self.oids: dict[tuple[str, str], int] = {}
@@ -70,7 +70,7 @@ class PostgresSide:
         for name, oid, pg_type, generated in self.target.columns(table):
             if generated or pg_type == "tsvector":  # derived by PostgreSQL itself
                 continue
-            cols.append((name, _kind(pg_type, f"{table}.{name}")))
+            cols.append((name, column_kind(pg_type, f"{table}.{name}")))
             self.oids[(table, name)] = oid
         return Layout(spec, tuple(cols)) if cols else None
 
@@ -113,7 +113,7 @@ class PostgresSide:
     def write(self, layout: Layout, rows: Iterable[dict[str, Any]]) -> int:
         """Copy rows (the file's values) in batches of one user's rows; returns how many."""
         spec = layout.spec
-        cols = [_Column(n, self.oids[(spec.name, n)], k, None) for n, k in layout.columns]
+        cols = [Column(n, self.oids[(spec.name, n)], k, None) for n, k in layout.columns]
         self.end_read()
         batches: dict[Any, list[list[Any]]] = {}
         n = 0

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 from memd.errors import Conflict, InvalidInput, StorageError
 from memd.migrate import Progress
 from memd.migrate.canon import checksum
-from memd.migrate.run import _no_progress
+from memd.migrate.run import no_progress
 from memd.transfer import lines
 from memd.transfer.lines import Checked, Layout
 
@@ -88,7 +88,7 @@ def _file_rows(layout: Layout, raw: Iterator[list[Any]], originals: bool,
 
 
 def export_store(settings: Settings, out: TextIO, *, originals: bool = False,
-                 progress: Progress = _no_progress) -> Summary:
+                 progress: Progress = no_progress) -> Summary:
     """Write the configured store to ``out`` as an export file (messages' sanitized text
     in place of their original content unless ``originals``)."""
     side = _reader(settings)
@@ -158,7 +158,7 @@ def _matching(side: Side, checked: Checked) -> dict[str, Layout]:
 
 
 def import_store(settings: Settings, path: Path, *,
-                 progress: Progress = _no_progress) -> Summary:
+                 progress: Progress = no_progress) -> Summary:
     """Import the export file at ``path`` into the configured store: the whole file is
     checked first, then the store's rows with the same keys (a different row stops the
     import before anything is written; an identical one is skipped), then the missing

@@ -58,7 +58,7 @@ from memd.engine.extract.clauses import (
     _sentences,
     _strip_markers,
 )
-from memd.engine.extract.entities import _scan
+from memd.engine.extract.entities import scan_terms
 from memd.engine.extract.results import (
     CATEGORIES,
     HEDGED_CONFIDENCE,
@@ -155,5 +155,5 @@ def _subject(body: str, hits: list[_Hit]) -> tuple[str, bool]:
 def extract_entities(text: str) -> tuple[str, ...]:
     """Lowercase entity names in ``text`` (outside code): known tech terms (canonical:
     "k8s" is "kubernetes"), runs of capitalised words ("new york") and hashtags; sorted."""
-    names = {term.name for line in _prose_lines(text) for term in _scan(line)}
+    names = {term.name for line in _prose_lines(text) for term in scan_terms(line)}
     return tuple(sorted(names))

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from memd.engine.extract.entities import _entities, _is_tech, _scan
+from memd.engine.extract.entities import is_tech, scan_terms, text_entities
 from memd.engine.extract.results import (
     HEDGED_CONFIDENCE,
     MAX_CLAUSE_CHARS,
@@ -243,7 +243,7 @@ def _apply(rule: _Rule, body: str, m: re.Match[str]) -> list[_Hit]:
     at = _AT_ORG.match(after) if rule.read == "role" else None
     if at is not None:  # "I'm a developer at Acme"
         org, _ = _read(after[at.end():], _STRICT_STOPS, 5, _CUT)
-        if org[:1].isupper() and not _is_tech(org):
+        if org[:1].isupper() and not is_tech(org):
             hits.append(_Hit("identity", f"User works at {org}", 0.8, "employer", org,
                              "identity", corrected))
     return hits
@@ -299,7 +299,7 @@ def _fact_of(rule: _Rule, value: str, noun: str, favorite: bool, negated: bool, 
     if key == "@noun":
         key = None if noun in _NOT_FAVORITES else _noun_key(noun, favorite)
         if key is None or (key in _VOCAB and not value[:1].isupper()
-                           and all(t.kind != key for t in _scan(value))):
+                           and all(t.kind != key for t in scan_terms(value))):
             return None  # "my editor is broken"
     if key is not None and not _plausible(key, value, lower):
         return None
@@ -330,7 +330,7 @@ def _finish(hit: _Hit, marks: _Markers, clause: str, renamed: bool) -> Extractio
         scope, tier = Scope.LOCAL, Tier.SESSION
     style = hit.kind in ("instruction", "preference") and bool(_STYLE.search(clause))
     return Extraction(text, provenance, tier, round(importance, 3), confidence,
-                      _entities(clause), fact, is_correction, scope,
+                      text_entities(clause), fact, is_correction, scope,
                       (STYLE_TAG,) if style else ())
 
 

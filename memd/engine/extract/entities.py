@@ -1,7 +1,7 @@
 """Entities: vocabulary terms, runs of capitalised words and hashtags in a text.
 
 Used both for the entities of each memory and to recognise tech terms inside values
-(``_scan``, ``_is_tech``); it needs only the word lists and one pattern, so the value
+(``scan_terms``, ``is_tech``); it needs only the word lists and one pattern, so the value
 readers and the clause code can both build on it.
 """
 
@@ -49,7 +49,7 @@ def _tokens(s: str) -> list[_Tok]:
     return toks
 
 
-def _scan(s: str) -> list[_Term]:
+def scan_terms(s: str) -> list[_Term]:
     """Vocabulary terms, capitalised runs and hashtags in ``s``, in order."""
     toks = _tokens(s)
     out: list[_Term] = []
@@ -106,10 +106,10 @@ def _proper(tok: _Tok) -> bool:
     return w[0].isupper() and w.lower() not in _CAP_STOP and any(c.isalpha() for c in w)
 
 
-def _is_tech(word: str) -> bool:
+def is_tech(word: str) -> bool:
     low = word.lower()
     return low in _TERMS and low not in _CAPITALIZED_ONLY
 
 
-def _entities(text: str) -> tuple[str, ...]:
-    return tuple(sorted({t.name for t in _scan(text)}))
+def text_entities(text: str) -> tuple[str, ...]:
+    return tuple(sorted({t.name for t in scan_terms(text)}))

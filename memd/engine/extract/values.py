@@ -7,7 +7,7 @@ rules that decide which reading applies.
 
 from __future__ import annotations
 
-from memd.engine.extract.entities import _is_tech, _scan
+from memd.engine.extract.entities import is_tech, scan_terms
 from memd.engine.extract.rules import (
     _COMPARATOR,
     _FLAGS,
@@ -84,7 +84,7 @@ def _read_name(s: str, *, lowercase_ok: bool) -> tuple[str, int]:
         token = m.group()
         word = token.rstrip(".,;:!?)\"'”’")
         ok = bool(_NAME_WORD.fullmatch(word)) and word.lower() not in _NOT_NAMES
-        ok = ok and not _is_tech(word)
+        ok = ok and not is_tech(word)
         if ok and not word[0].isupper():
             ok = i == 0 and lowercase_ok
         if ok and len(word) > 1 and word.isupper() and not lowercase_ok:
@@ -131,7 +131,7 @@ def _plausible(key: str, value: str, lower: bool) -> bool:
         return (value[:1].isupper() or first in _DETERMINERS
                 or (lower and first not in _NOT_NAMES and first not in _NOT_PLACES))
     if key == "stack":
-        return bool(_scan(value))
+        return bool(scan_terms(value))
     return True
 
 
@@ -143,7 +143,7 @@ def _keyed(value: str) -> tuple[str, str] | None:
         return None
     cmp = _COMPARATOR.search(value, first.end())
     head = value[: cmp.start()] if cmp else value
-    terms = [t for t in _scan(head) if t.kind]
+    terms = [t for t in scan_terms(head) if t.kind]
     if not terms or terms[0].kind in _KEYLESS:
         return None
     kind, start, end = terms[0].kind, terms[0].start, terms[0].end
@@ -181,7 +181,7 @@ def _third_person(text: str) -> str:
 
 def _order(text: str) -> str:
     """An order in third person, its sentence-initial capital gone: "Use tabs" -> "use tabs"."""
-    if text[:1].isupper() and text[1:2].islower() and not _is_tech(text.split(None, 1)[0]):
+    if text[:1].isupper() and text[1:2].islower() and not is_tech(text.split(None, 1)[0]):
         text = text[0].lower() + text[1:]
     return _third_person(text)
 
