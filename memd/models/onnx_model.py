@@ -20,11 +20,11 @@ from memd.errors import ModelError
 
 # Bump when the written graph changes (ops, opset, optimizer settings): new cache key.
 _EXPORT_FORMAT = 2
-_OPSET = 17
+OPSET = 17
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-def _ort_errors() -> tuple[type[BaseException], ...]:
+def ort_errors() -> tuple[type[BaseException], ...]:
     """onnxruntime's own exception classes (they derive from ``Exception`` directly)."""
     from onnxruntime.capi import onnxruntime_pybind11_state as state
 
@@ -42,7 +42,7 @@ def _version(dist: str) -> str:
         return "absent"
 
 
-class _ModelSpec:
+class ModelSpec:
     """What the sentence-transformers directory says about the pipeline."""
 
     def __init__(self, model_dir: Path) -> None:
@@ -92,7 +92,7 @@ class _ModelSpec:
         return self._json(name) if path.is_file() else {}
 
     def _json(self, name: str) -> Any:
-        return _read_json(self.model_dir / name)
+        return read_json(self.model_dir / name)
 
     def cache_key(self) -> str:
         """Identity of the graph: model files (by stat, cheap) and the tool versions."""
@@ -103,14 +103,14 @@ class _ModelSpec:
                     st = p.stat()
                     files.append([str(p), st.st_size, st.st_mtime_ns])
         ident = {
-            "format": _EXPORT_FORMAT, "opset": _OPSET, "dir": str(self.model_dir),
+            "format": _EXPORT_FORMAT, "opset": OPSET, "dir": str(self.model_dir),
             "files": files, "onnx": _version("onnx"), "onnxruntime": _version("onnxruntime"),
         }
         blob = json.dumps(ident, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:32]
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -118,7 +118,7 @@ def _read_json(path: Path) -> Any:
                          "model directory?") from exc
 
 
-def _unit(rows: np.ndarray) -> np.ndarray:
+def unit_rows(rows: np.ndarray) -> np.ndarray:
     rows = np.asarray(rows, dtype=np.float32)
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     unit: np.ndarray = rows / np.maximum(norms, 1e-12)
@@ -131,7 +131,7 @@ def installed_dir() -> Path:
     return Path(sys.prefix) / "share" / "memd" / "onnx"
 
 
-def _session(path: Path | bytes, threads: int) -> Any:
+def open_session(path: Path | bytes, threads: int) -> Any:
     """An onnxruntime session on the model file ``path`` (or serialized model bytes)."""
     import onnxruntime as ort
 

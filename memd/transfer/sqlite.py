@@ -44,9 +44,9 @@ class SQLiteSide:
     def reader(cls, path: Path, key: str | None = None) -> SQLiteSide:
         """A read snapshot of the memd database at ``path`` (``key``: its key, when it
         is encrypted)."""
-        from memd.migrate.source import _Source
+        from memd.migrate.source import Source
 
-        src = _Source(path, key)
+        src = Source(path, key)
         return cls(src.db, src.dim, close=src.close)
 
     @classmethod
