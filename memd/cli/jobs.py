@@ -46,7 +46,7 @@ def jobs(ctx: click.Context, dead: bool, retry_id: str | None, retry_all: bool,
                 out = daemon_call(daemon, "GET", "/v1/jobs", params={
                     **params, "state": "dead" if dead else "pending", "limit": limit})["data"]
     else:
-        from memd.server.api import job_json
+        from memd.engine.shapes import job_json
 
         with open_engine(ctx) as m:
             if retry_id is not None:

@@ -167,7 +167,7 @@ def _forget(ctx: click.Context, memory_id: str | None, user_id: str | None,
             pruned = daemon_call(daemon, "DELETE", f"/v1/memories/{memory_id}",
                                  params={"user_id": user_id} if user_id else None)["pruned"]
     else:
-        from memd.server.api import pruned_json
+        from memd.engine.shapes import pruned_json
 
         with open_engine(ctx) as m:  # by id alone, unless a user or a key is given
             owner = store_user(m, user_id) if user_id or os.environ.get(KEY_ENV) else None
@@ -256,7 +256,7 @@ def _forget_fact(ctx: click.Context, fact: str, user_id: str | None,
         values = [f["value"] for f in answer["deleted"]]
         pruned = answer["pruned"]
     else:
-        from memd.server.api import pruned_json
+        from memd.engine.shapes import pruned_json
 
         with open_engine(ctx) as m:
             gone = m.forget_fact_with_sources(store_user(m, user_id), category, key,
@@ -279,7 +279,7 @@ def facts(ctx: click.Context, user_id: str | None, workspace: str | None, histor
           as_json: bool) -> None:
     """List a user's facts (one value per category/key; forget one with
     `memd forget --fact CATEGORY/KEY`)."""
-    from memd.server.api import fact_json
+    from memd.engine.shapes import fact_json
 
     daemon = daemon_for(ctx)
     if daemon is not None:
@@ -316,7 +316,7 @@ def facts(ctx: click.Context, user_id: str | None, workspace: str | None, histor
 def list_(ctx: click.Context, user_id: str | None, workspace: str | None, limit: int,
           include_inactive: bool, as_json: bool) -> None:
     """List a user's memories, newest first."""
-    from memd.server.api import memory_json
+    from memd.engine.shapes import memory_json
 
     daemon = daemon_for(ctx)
     if daemon is not None:
