@@ -4,11 +4,15 @@ retired. Short paragraphs a user repeats stay the user's."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Generator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import memd
 from memd.engine import recurring
 from memd.engine.recurring import RETIRED_TAG, paragraph_key
+from memd.models.helper import ChatMessage
 
 # An unknown client's context block: no template, no tag, long and sent in every chat.
 PREAMBLE = (
@@ -80,3 +84,56 @@ def test_the_jobs_read_the_message_without_recurring_paragraphs(tmp_path: Path) 
         chat(engine, preamble("2026-03-04", "rocket"))
         text = preamble("2026-03-05", "rocket") + "\n\nI deploy with Docker."
         assert recurring.user_text(engine.store, "local", text) == "I deploy with Docker."
+
+
+class FactHelper:
+    """A helper model that reads one fact in every message it is given."""
+
+    name = model = "scripted"
+    context_length = 2048
+
+    def __init__(self, category: str, key: str, value: str) -> None:
+        self.answer = json.dumps({"facts": [{"category": category, "key": key,
+                                             "value": value, "confidence": 0.9}]})
+        self.read: list[str] = []
+
+    def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int,
+                 temperature: float = 0.0,
+                 json_schema: Mapping[str, Any] | None = None) -> str:
+        if json_schema is not None and "title" in json_schema.get("properties", {}):
+            return json.dumps({"title": "Untitled"})
+        self.read.append(messages[-1]["content"])
+        return self.answer
+
+    def stream(self, messages: Sequence[ChatMessage], *, max_tokens: int,
+               temperature: float = 0.0) -> Generator[str, None, None]:
+        yield self.complete(messages, max_tokens=max_tokens, temperature=temperature)
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+
+def test_what_the_helper_read_in_a_recurring_paragraph_is_retired(tmp_path: Path) -> None:
+    """The helper's facts are not the rules': re-reading the paragraph with the rules does
+    not find them, so they are judged by their grounding in what the user's words left."""
+    pipeline = " Every build goes through the Halibut pipeline."
+    with memd.open(tmp_path / "store", embedder="fake") as engine:
+        engine.jobs.helper = FactHelper("preference", "build_pipeline", "Halibut")
+        chat(engine, preamble("2026-03-03", "rocket") + pipeline, "I prefer tabs over spaces.")
+        assert {f.value for f in engine.facts("local")} == {"Halibut", "tabs"}
+        assert any("Halibut" in m.text for m in engine.list("local"))  # nobody could tell
+        chat(engine, preamble("2026-03-04", "rocket") + pipeline, "Add a --verbose flag.")
+        assert [f.value for f in engine.facts("local")] == ["tabs"]
+        assert [m.text for m in engine.list("local")] == ["User prefers tabs over spaces"]
+        [gone] = [m for m in engine.store.iter_memories("local") if "Halibut" in m.text]
+        assert not gone.is_active and RETIRED_TAG in gone.tags
+
+
+def test_a_helper_fact_the_users_own_words_still_hold_stays(tmp_path: Path) -> None:
+    pipeline = " Every build goes through the Halibut pipeline."
+    with memd.open(tmp_path / "store", embedder="fake") as engine:
+        engine.jobs.helper = FactHelper("preference", "build_pipeline", "Halibut")
+        chat(engine, preamble("2026-03-03", "rocket") + pipeline,
+             "My builds all go through Halibut, keep it that way.")
+        chat(engine, preamble("2026-03-04", "rocket") + pipeline, "Add a --verbose flag.")
+        assert "Halibut" in {f.value for f in engine.facts("local")}

@@ -26,6 +26,7 @@ from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
 from memd.engine.extract import extract
+from memd.engine.extract.llm import grounded, memory_text
 from memd.engine.templates import user_words
 from memd.engine.write import content_hash
 
@@ -137,4 +138,24 @@ def retire(store: Store, user_id: str, workspace: str | None, message_id: str,
                                                    category=f.category, key=f.key)
                      if x.source_message_id == message_id and x.value == f.value]
             retired += store.delete_facts(user_id, facts)
+    return retired + _retire_helper_facts(store, user_id, workspace, message_id, rest, now)
+
+
+def _retire_helper_facts(store: Store, user_id: str, workspace: str | None, message_id: str,
+                         rest: str, now: float) -> int:
+    """Retire the facts the helper model read in message ``message_id`` (the rules'
+    are handled by re-reading them) whose value its ``rest`` (the user's words left once
+    the recurring paragraphs are out) no longer holds, each with the memory that states
+    it. The helper's reading cannot be repeated here, so its facts are judged by their
+    grounding, as they were when accepted."""
+    retired = 0
+    for fact in store.get_facts(user_id, workspaces=(workspace or "",)):
+        if fact.source_message_id != message_id or grounded(fact.value, rest):
+            continue
+        memory = store.find_by_hash(user_id, workspace, content_hash(memory_text(fact)))
+        if memory is not None and memory.provenance_message_id == message_id:
+            store.update_memory(user_id, memory.id, is_active=False, updated_at=now,
+                                tags=(*memory.tags, RETIRED_TAG))
+            retired += 1
+        retired += store.delete_facts(user_id, [fact.id])
     return retired

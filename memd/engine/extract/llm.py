@@ -48,6 +48,7 @@ from memd.errors import ModelError
 if TYPE_CHECKING:
     from memd.config import Settings
     from memd.models.helper import ChatMessage, HelperModel
+    from memd.types import Fact
 
 HELPER_CATEGORIES = tuple(c for c in CATEGORIES if c != "instruction")
 MIN_CONFIDENCE = 0.4  # below it a reading is noise
@@ -238,7 +239,7 @@ def llm_extract(helper: HelperModel, text: str) -> Outcome:
                            model_error)
 
 
-def memory_text(fact: ExtractedFact) -> str:
+def memory_text(fact: ExtractedFact | Fact) -> str:
     """The memory that states a fact the helper found: "User's monorepo: Halibut"."""
     return f"User's {fact.key.replace('_', ' ')}: {fact.value}"
 
