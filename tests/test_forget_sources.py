@@ -201,3 +201,18 @@ def test_cli_scrub_alone_and_after_a_forget_on_sqlite(tmp_path: Path) -> None:
     assert "database vacuumed" in run("forget", "--scrub")
     nothing = CliRunner().invoke(cli, ["--data-dir", str(data), "forget"])
     assert nothing.exit_code == 2 and "only --scrub" in nothing.output
+
+
+def test_a_forget_before_the_jobs_run_leaves_them_nothing_to_write(engine: Memd) -> None:
+    """The memory of a fact is written by a queued job: a forget of the fact while the
+    job still waits (a busy queue, a stopped daemon) is not undone when it runs."""
+    session = engine.create_session("alice")
+    engine.append(session.id, "alice", [{"role": "user", "content": SAID}])
+    assert [f.value for f in engine.facts("alice")] == ["Zorblax"]  # set inline
+    assert engine.list("alice") == []  # its memory waits in the queue
+    gone = engine.forget_fact_with_sources("alice", "identity", "name")
+    assert [p.content for p in gone.pruned] == [SAID]
+    while engine.run_jobs():
+        pass
+    assert not any("Zorblax" in m.text for m in engine.store.iter_memories("alice"))
+    assert "Zorblax" not in block(engine)

@@ -295,8 +295,20 @@ class JobRunner:
         # store while the model runs: ingest finds the vector in the embedding cache.
         self.embedder.embed([draft.text])
         with self.store.transaction():
-            if self.store.complete_job(job.id):  # run once: see the module docstring
+            if self.store.complete_job(job.id) and not self._source_forgotten(draft):
                 ingest(self.store, self.embedder, self.settings, draft, self.now())
+
+    def _source_forgotten(self, draft: MemoryDraft) -> bool:
+        """Whether a forget since the job was queued took what it would write: its
+        message pruned (a forget of something else that message said) or the memory's
+        own words forgotten from that message. Then the job writes nothing."""
+        if draft.provenance_message_id is None:
+            return False
+        msg = self.store.get_message(draft.user_id, draft.provenance_message_id)
+        if msg is None or msg.is_pruned:
+            return True
+        return bool(forgotten_items(self.store, draft.user_id, msg.content_hash,
+                                    [memory_item(draft.text)]))
 
     def _access(self, job: Job) -> None:
         assert job.user_id is not None
