@@ -17,6 +17,7 @@ from servers import memd_in_front, open_memd
 from memd.engine.chat import WindowInfo, finish_chat, prepare_chat
 from memd.engine.identity import Identity, client_family, model_family, prompt_sketch
 from memd.engine.memory import Memd
+from memd.engine.resolve import conversation_of
 from tests.agent_traffic import ScriptedUpstream
 
 WINDOW = WindowInfo(128_000, "config")
@@ -30,10 +31,11 @@ def engine(tmp_path: Path, backend: str) -> Iterator[Memd]:
 
 
 def turn(engine: Memd, messages: list[dict[str, Any]], reply: dict[str, Any], *,
-         client: str | None = "opencode/1.18.0", model: str = "gpt-4o") -> str:
+         client: str | None = "opencode/1.18.0", model: str = "gpt-4o",
+         conversation: str | None = None) -> str:
     """One proxied call and its reply, as the proxy makes them; the session's id."""
     call = prepare_chat(engine, "local", None, copy.deepcopy(messages), model=model,
-                        window=WINDOW, client=client)
+                        window=WINDOW, client=client, conversation=conversation)
     finish_chat(engine, call, status=200, reply=reply, finish_reason="stop", usage=None,
                 model=model)
     return call.session.id
@@ -238,3 +240,87 @@ def test_the_proxy_tells_clients_apart_by_their_user_agent(tmp_path: Path) -> No
         assert stored(engine, b) == [("user", "Hello there."), ("assistant", "From B.")]
         assert stored(engine, a) == [("user", "Hello there."), ("assistant", "From A."),
                                      ("user", "More."), ("assistant", "A again.")]
+
+
+SUMMARY = ("Summary of the conversation so far: we read a.py and b.py and found that the "
+           "batch limit is never checked.")
+
+
+def test_a_compacted_history_with_the_same_conversation_name_goes_on(engine: Memd) -> None:
+    """A client compacts its history (it chains to nothing stored) and names the same
+    conversation in its header: the same session, the new turns stored after the old."""
+    system = {"role": "system", "content": OPENCODE}
+    ask = {"role": "user", "content": "Read a.py and b.py."}
+    sid = turn(engine, [system, ask], {"role": "assistant", "content": "Both read."},
+               conversation="ses_1")
+    compacted = [system, {"role": "user", "content": SUMMARY},
+                 {"role": "user", "content": "Now add the check."}]
+    assert turn(engine, compacted, {"role": "assistant", "content": "Added."},
+                conversation="ses_1") == sid
+    assert stored(engine, sid)[-3:] == [("user", SUMMARY), ("user", "Now add the check."),
+                                        ("assistant", "Added.")]
+    # without the name, or under another, a history that chains to nothing is new
+    assert turn(engine, compacted, {"role": "assistant", "content": "Added."}) != sid
+    assert turn(engine, compacted, {"role": "assistant", "content": "Added."},
+                conversation="ses_2") != sid
+
+
+def test_a_sub_agent_under_its_parents_name_is_a_session_of_its_own(engine: Memd) -> None:
+    """Claude Code's sub-agents send their parent's session id with a system prompt of
+    their own: the name does not merge them into the parent's session."""
+    ask = {"role": "user", "content": "Read a.py and b.py."}
+    sid = turn(engine, [{"role": "system", "content": OPENCODE}, ask],
+               {"role": "assistant", "content": "Both read."}, conversation="ses_1")
+    sub = [{"role": "system", "content": CLINE},
+           {"role": "user", "content": "Find every caller of load()."}]
+    assert turn(engine, sub, {"role": "assistant", "content": "Two."},
+                conversation="ses_1") != sid
+
+
+def test_a_branch_under_the_same_name_still_branches(engine: Memd) -> None:
+    """An edited earlier turn chains to part of the session: a branch, as without a name
+    (the name is read only for a history that chains to nothing)."""
+    system = {"role": "system", "content": OPENCODE}
+    ask = {"role": "user", "content": "Read a.py."}
+    sid = turn(engine, [system, ask], {"role": "assistant", "content": "Read."},
+               conversation="ses_1")
+    turn(engine, [system, ask, {"role": "assistant", "content": "Read."},
+                  {"role": "user", "content": "Now b.py."}],
+         {"role": "assistant", "content": "Read b."}, conversation="ses_1")
+    edited = [system, ask, {"role": "assistant", "content": "Read."},
+              {"role": "user", "content": "Now c.py instead."}]
+    branch = turn(engine, edited, {"role": "assistant", "content": "Read c."},
+                  conversation="ses_1")
+    assert branch != sid
+    assert engine.session(branch, "local").parent_session_id == sid
+
+
+def test_the_conversation_headers_clients_send() -> None:
+    assert conversation_of({"x-session-id": "ses_de1f", "x-session-affinity": "x"}) \
+        == "ses_de1f"
+    assert conversation_of({"x-claude-code-session-id": " 0b5c-11 "}) == "0b5c-11"
+    assert conversation_of({"session-id": "019a"}) == "019a"
+    assert conversation_of({"user-agent": "curl/8"}) is None
+    assert conversation_of({"x-session-id": "a\x00b"}) is None  # not a name
+    assert conversation_of({"x-session-id": "x" * 201}) is None
+
+
+def test_the_proxy_reads_the_conversation_header(tmp_path: Path) -> None:
+    """Through the daemon: opencode's compacted history under its x-session-id header
+    continues its session."""
+    upstream = ScriptedUpstream()
+    upstream.script([{"role": "assistant", "content": "Both read."},
+                     {"role": "assistant", "content": "Added."}])
+    system = {"role": "system", "content": OPENCODE}
+    with memd_in_front(upstream.app, tmp_path / "d") as (base, engine):
+        def post(messages: list[dict[str, Any]]) -> str:
+            resp = httpx.post(f"{base}/v1/chat/completions", timeout=60,
+                              json={"model": "gpt-4o", "messages": messages},
+                              headers={"User-Agent": "opencode/1.18.0",
+                                       "x-session-id": "ses_de1f36984ffeb"})
+            assert resp.status_code == 200, resp.text
+            return resp.headers["x-memd-session"]
+
+        first = post([system, {"role": "user", "content": "Read a.py and b.py."}])
+        assert post([system, {"role": "user", "content": SUMMARY},
+                     {"role": "user", "content": "Now add the check."}]) == first

@@ -9,29 +9,7 @@ record, never a source of what is forwarded. One that pins a session with
 compiled context of :mod:`memd.engine.compile` (memory, summary and stored history
 within the window).
 
-Session inference. Plugins resend the whole history on every call and few send a session
-id. Every stored message carries a chain hash: SHA-256 over the session's non-system
-messages up to and including it, in a canonical form that ignores what clients rewrite
-when they resend (tool-call arguments compared as parsed JSON, text parts joined, line
-endings: :mod:`memd.engine.chains`). The incoming history's chain hashes are looked up.
-A match counts only in a session of the same workspace whose identity agrees with the
-call's: the client family (from the User-Agent), the model family and a sketch of the
-system prompt that tolerates its volatile parts, the date and file listings agents put
-there (:mod:`memd.engine.identity`); two clients that open with the same words get a
-session each. The deepest such match decides:
-
-- it is the last message of its session: the call continues that session and only the
-  messages after the match are stored (exactly once, however often the history is
-  resent);
-- every incoming message is already stored and only assistant replies follow the match:
-  a retry; nothing is stored again, and the new reply is stored only if no reply is;
-- otherwise the client edited or regenerated an earlier turn: a new session branches off
-  with ``parent_session_id`` and holds the incoming history;
-- no match: a new session, which records the call's identity in its metadata.
-
-System messages are not part of the chain (their volatile parts would split a
-conversation at every call); they are passed through to the model first and unchanged.
-A client pinning ``X-Memd-Session`` names its session: no inference, no identity check.
+Which session a call continues, and how it is told: :mod:`memd.engine.resolve`.
 """
 
 from __future__ import annotations
@@ -48,17 +26,18 @@ from memd.engine.chains import SYSTEM_ROLES
 from memd.engine.identity import Identity, client_family
 from memd.engine.inject import Anchored, build, newest_user, place_all, room
 from memd.engine.resend import Resent
+from memd.engine.resolve import resolve
 from memd.engine.retrieve import SIDE
 from memd.engine.side import system_hash
 from memd.engine.virtual import Virtualized
 from memd.engine.virtual.call import for_call
 from memd.errors import InvalidInput
 from memd.models.tokens import tool_tokens
-from memd.types import Message, Session, Usage, WindowInfo
+from memd.types import Session, Usage, WindowInfo
 
 if TYPE_CHECKING:
-    from memd.backends.base import Store
     from memd.engine.memory import Memd
+
 
 @dataclass
 class PreparedCall:
@@ -88,104 +67,21 @@ class PreparedCall:
         return self.session is None
 
 
-def _resolve(
-    engine: Memd, user_id: str, workspace: str | None, history: list[dict[str, Any]],
-    hashes: list[str], session_id: str | None, model: str | None, identity: Identity,
-    new: int = 0,
-) -> tuple[Session, list[dict[str, Any]], bool, bool]:
-    """(session, messages to store, is_retry, client_owns_history) for an incoming
-    non-system history and its chain hashes. A client pinning a session that already
-    holds turns, and sending none of them, sends only its newest turn: memd owns that
-    history. Without a pin, only a session of the same workspace whose identity agrees
-    with the call's (memd.engine.identity) is continued, retried or branched from.
-
-    ``hashes[new:]`` are those of the messages the client had not sent before (in an
-    agent's tool loop, the model's reply that ends the stored session, then the tool
-    results): they are looked up first, and the rest only when they continue no session.
-    The deepest match decides, so a session continued or retried from one of the newest
-    hashes is the one all of them would give."""
-    store = engine.store
-    depth = {h: i for i, h in enumerate(hashes)}
-    metadata = {"identity": identity.to_metadata()}
-    if session_id is not None:
-        session = store.get_session(user_id, session_id)
-        if session is None:
-            session = engine.create_session(user_id, workspace=workspace, model=model,
-                                            session_id=session_id, metadata=metadata)
-        mine: list[Message] = []
-        for part in _lookups(hashes, new):
-            mine = [m for m in _matches(store, user_id, part, depth)
-                    if m.session_id == session.id]
-            if mine:
-                break
-        start = depth[mine[0].chain_hash or ""] + 1 if mine else 0
-        retry = bool(mine) and start == len(history)
-        return session, history[start:], retry, bool(mine) or session.turn_count == 0
-    sessions: dict[str, Session | None] = {}
-    matches: list[Message] = []
-    for part in _lookups(hashes, new):
-        matches = _matches(store, user_id, part, depth)
-        for m in matches:
-            if m.session_id not in sessions:
-                s = store.get_session(user_id, m.session_id)
-                sessions[m.session_id] = s if s is not None and s.workspace == workspace \
-                    and identity.agrees(Identity.of_session(s.metadata)) else None
-            s = sessions[m.session_id]
-            if s is None:
-                continue
-            start = depth[m.chain_hash or ""] + 1
-            if m.turn_index == s.turn_count:
-                return _keep(engine, s, identity), history[start:], False, True
-            if start == len(history):
-                after = store.get_messages(user_id, s.id, after_turn=m.turn_index)
-                if all(x.role == "assistant" for x in after):
-                    return _keep(engine, s, identity), [], True, True
-    parent = matches[0].session_id if matches else None
-    if parent is not None and sessions.get(parent) is None:
-        parent = None
-    session = engine.create_session(user_id, workspace=workspace, model=model,
-                                    parent_session_id=parent, metadata=metadata)
-    return session, history, False, True
-
-
-def _lookups(hashes: list[str], new: int) -> list[list[str]]:
-    """The hashes to look up in turn: from ``new`` on, then all of them."""
-    return [hashes[new:], hashes] if 0 < new < len(hashes) else [hashes]
-
-
-def _matches(store: Store, user_id: str, hashes: list[str],
-             depth: Mapping[str, int]) -> list[Message]:
-    """The stored messages with these chain hashes, the deepest first (then the newest)."""
-    return sorted(store.find_chain(user_id, hashes),
-                  key=lambda m: (-depth[m.chain_hash or ""], -m.created_at, m.id))
-
-
-def _keep(engine: Memd, session: Session, identity: Identity) -> Session:
-    """``session``, its stored identity brought up to the call's: a system prompt that
-    changes a little at every call is compared with its newest form, and never drifts
-    away from its conversation. Writes only when something changed."""
-    stored = Identity.of_session(session.metadata)
-    newest = identity.over(stored)
-    if newest != stored:
-        engine.store.update_session(session.user_id, session.id, metadata={
-            **session.metadata, "identity": newest.to_metadata()})
-    return session
-
-
 def prepare_chat(
     engine: Memd, user_id: str, workspace: str | None, messages: Sequence[Any],
     *, session_id: str | None = None, model: str | None = None,
     max_response_tokens: int | None = None, tools: Any = None,
     window: WindowInfo | None = None, placement: str | None = None,
     client: str | None = None, note: Mapping[str, Any] | None = None,
-    virtualize: str | None = None,
+    virtualize: str | None = None, conversation: str | None = None,
 ) -> PreparedCall:
     """Resolve the session, store the new messages, and build what to forward.
     ``client`` names the caller (its User-Agent, or a client family's name): with the
     model and the system prompt, it tells apart conversations that open with the same
     words (memd.engine.identity). ``note`` is added to the call's report (a door's word
     on how it read the request). ``virtualize``: the mode the request's
-    ``X-Memd-Virtualize`` header asks for (memd.engine.virtual).
+    ``X-Memd-Virtualize`` header asks for (memd.engine.virtual). ``conversation``: the
+    client's name for its conversation (:func:`conversation_of`).
 
     A client that sends its history gets it forwarded unchanged plus one memory block
     within the window's headroom (:mod:`memd.engine.inject`); a client that sends only its
@@ -217,10 +113,11 @@ def prepare_chat(
               if query and query != resent.previous_query else None)
     hashes = resent.hashes
     with engine.store.transaction():
-        session, new, retry, client_owns = _resolve(
+        session, new, retry, client_owns = resolve(
             engine, uid, ws, history, [h for h in hashes if h is not None], sid, model,
             Identity.of_request(client, model, system),
-            new=sum(1 for h in hashes[:resent.reused] if h is not None))
+            new=sum(1 for h in hashes[:resent.reused] if h is not None),
+            conversation=conversation)
         if new:
             engine.append(session.id, uid, new)
         session = engine.session(session.id, uid)

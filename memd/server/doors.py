@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from memd.engine import side
 from memd.engine.chat import prepare_chat, prepare_side
 from memd.engine.identity import client_family
+from memd.engine.resolve import conversation_of
 from memd.engine.side import side_reason
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.proxy import CHAT_ERRORS, Door, relay
@@ -71,7 +72,8 @@ async def converse(
         call = await run_in_threadpool(
             prepare_chat, engine, user, workspace, messages, model=model,
             max_response_tokens=max_tokens, tools=body.get("tools"), window=window,
-            placement="user", client=agent, session_id=session_id, note=note)
+            placement="user", client=agent, session_id=session_id, note=note,
+            conversation=conversation_of(request.headers))
     plain = body[door.field]
     placed = put_back(call.forward) if call.memory_added else None
     dropped = NO_PLACE if call.memory_added and placed is None else None

@@ -40,6 +40,7 @@ from memd.engine.chat import (
 )
 from memd.engine.identity import client_family
 from memd.engine.memory import Memd
+from memd.engine.resolve import conversation_of
 from memd.engine.side import side_reason
 from memd.errors import Conflict, InvalidInput
 from memd.server import schemas as s
@@ -265,7 +266,7 @@ async def chat_completions(request: Request) -> Response:
                 prepare_chat, engine, user, workspace, body["messages"],
                 session_id=pinned, model=model, max_response_tokens=max_tokens,
                 tools=body.get("tools"), window=window, client=request.headers.get("user-agent"),
-                virtualize=virtualize,
+                virtualize=virtualize, conversation=conversation_of(request.headers),
             )
     except Conflict as exc:
         if not pinned:
