@@ -6,6 +6,7 @@ refused before any tool runs."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -50,9 +51,30 @@ class Stack:
         """A proxied chat saying ``text``; returns the memory block memd added to it."""
         client = openai.OpenAI(base_url=f"{self.base}/v1", api_key="x", max_retries=0)
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}])
-        content = self.upstream.requests[-1]["messages"][-1]["content"]
-        text = content if isinstance(content, str) else content[0]["text"]
-        return text[len(USER_OPEN):text.index(USER_CLOSE)] if USER_OPEN in text else ""
+        return self.block()
+
+    def door_chats(self, text: str) -> list[str]:
+        """``text`` said through the Anthropic Messages and the OpenAI Responses doors,
+        a new conversation each; the memory block memd added to each."""
+        blocks = []
+        for path, body in (
+                ("/v1/messages", {"model": "claude-sonnet-4-5", "max_tokens": 100,
+                                  "messages": [{"role": "user", "content": text}]}),
+                ("/v1/responses", {"model": "gpt-5", "input": text})):
+            resp = httpx.post(self.base + path, json=body, timeout=30)
+            assert resp.status_code == 200, resp.text
+            blocks.append(self.block())
+        return blocks
+
+    def block(self) -> str:
+        """The memory block in what the upstream got last, whichever API it spoke (as
+        JSON text: its newlines escaped)."""
+        raw = json.dumps(self.upstream.requests[-1], ensure_ascii=False)
+        opened, closed = (json.dumps(t, ensure_ascii=False)[1:-1]
+                          for t in (USER_OPEN, USER_CLOSE))
+        if opened not in raw:
+            return ""
+        return raw[raw.index(opened) + len(opened):raw.index(closed)]
 
     def settle(self) -> None:
         """Wait until the daemon's job worker has drained the queue."""
@@ -89,9 +111,12 @@ def test_one_memory_serves_mcp_and_the_proxy_and_a_forget_reaches_both(
             hits = (await call(mcp, "search_memory", query="Helix editor theme"))["hits"]
             assert hits[0]["id"] == memory["id"]
 
-            # MCP -> proxy: the next proxied chat's block holds it
+            # MCP -> proxy: the next proxied chat's block holds it, on every door
             assert "Helix" in await anyio.to_thread.run_sync(
-                stack.chat, "Which editor theme do I use with Helix?")
+                stack.chat, "Which editor theme is my favourite?")
+            for block in await anyio.to_thread.run_sync(
+                    stack.door_chats, "Which editor theme is my favourite?"):
+                assert "Helix" in block
             # proxy -> MCP: what a chat said is found by search_memory
             await anyio.to_thread.run_sync(
                 stack.chat, "Remember that I deploy with Kubernetes on Fridays")
@@ -112,9 +137,12 @@ def test_one_memory_serves_mcp_and_the_proxy_and_a_forget_reaches_both(
             preview = await call(mcp, "context", query="Which editor theme do I use, Helix?")
             assert "Helix" not in preview["block"]
             assert "no memory" in await refused(mcp, "forget_memory", id=memory["id"])
-            # ... and from the proxy's blocks
+            # ... and from the proxy's blocks, on every door
             assert "Helix" not in await anyio.to_thread.run_sync(
-                stack.chat, "Which editor theme do I use with Helix?")
+                stack.chat, "Which editor theme is my favourite?")
+            for block in await anyio.to_thread.run_sync(
+                    stack.door_chats, "Which editor theme is my favourite?"):
+                assert "Helix" not in block
 
     anyio.run(through_mcp)
 
