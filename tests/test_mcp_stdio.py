@@ -5,6 +5,8 @@ forgets shows in the daemon's proxied chats at once."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ from typing import Any
 import anyio
 import openai
 import pytest
-from mcp_client import call, over_stdio
+from mcp_client import MEMD_MCP, call, over_stdio
 from servers import FakeUpstream, open_memd, serve
 
 import memd
@@ -22,6 +24,7 @@ from memd.server.app import create_app
 from memd.server.discovery import store_place, write_daemon_file
 
 pytestmark = pytest.mark.slow
+ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 def test_without_a_daemon_it_opens_the_store_itself(tmp_path: Path) -> None:
@@ -76,10 +79,12 @@ class Daemon:
 
 
 @pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[tuple[Daemon, str, Memd]]:
+def daemon(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Daemon, str, Memd]]:
+    """The daemon; with ``indirect`` True, in team mode (``auth``)."""
     found = Daemon(tmp_path / "d")
     with serve(found.upstream.app) as up:
-        engine = open_memd(found.data, "sqlite", upstream_url=f"{up}/v1", job_interval=0.05)
+        engine = open_memd(found.data, "sqlite", upstream_url=f"{up}/v1", job_interval=0.05,
+                           auth=getattr(request, "param", False))
         app = create_app(engine, engine.settings)
 
         async def recorded(scope: Any, receive: Any, send: Any) -> None:
@@ -116,3 +121,28 @@ def test_with_a_daemon_it_relays_and_the_daemon_sees_at_once(
     anyio.run(session)
     assert found.paths.count("/mcp") >= 3  # relayed, not opened beside the daemon
     assert engine.list("local") == []
+
+
+@pytest.mark.parametrize("daemon", [True], indirect=True)
+def test_relaying_to_a_team_daemon_takes_the_key_in_memd_api_key(
+        daemon: tuple[Daemon, str, Memd], monkeypatch: pytest.MonkeyPatch) -> None:
+    found, _, engine = daemon
+    engine.accounts.add_user("alice")
+    key = engine.accounts.create_key("alice").secret
+    env = {**os.environ, "MEMD_DATA_DIR": str(found.data),
+           "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(MEMD_MCP, env=env, input="", capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "requires an API key" in done.stderr and "MEMD_API_KEY" in done.stderr
+
+    monkeypatch.setenv("MEMD_API_KEY", key)
+
+    async def session() -> None:
+        async with over_stdio(found.data) as mcp:
+            added = await call(mcp, "add_memory", text="alice deploys on Mondays")
+            assert added["memory"]["user_id"] == "alice"
+
+    anyio.run(session)
+    assert [m.text for m in engine.list("alice")] == ["alice deploys on Mondays"]
+    assert "/mcp" in found.paths

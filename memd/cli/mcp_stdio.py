@@ -16,6 +16,7 @@ import click
 
 from memd.cli.common import (
     KEY_ENV,
+    daemon_call,
     daemon_for,
     handles_errors,
     main,
@@ -43,6 +44,8 @@ def mcp_command(ctx: click.Context, user_id: str | None) -> None:
     daemon = daemon_for(ctx)
     if daemon is not None:
         with daemon:
+            # a refused key ends the command here, saying why, not in the client's session
+            daemon_call(daemon, "GET", "/v1/status")
             url = f"{daemon.base_url}".rstrip("/") + "/mcp"
         headers = {}
         key = os.environ.get(KEY_ENV)

@@ -47,6 +47,8 @@ from memd.server.failures import public_message
 from memd.server.mcp_tools import MAX_CONTEXT_TOKENS, MemoryTools
 from memd.server.security import send_error
 
+log = logging.getLogger("memd.mcp")
+
 #: Who a request acts as: the tools for it, and the authenticated user (None in local
 #: mode) under which the store's row security runs.
 ToolsFor = Callable[[Any], tuple[MemoryTools, str | None]]
@@ -278,13 +280,18 @@ async def relay_stdio(url: str, headers: dict[str, str]) -> None:
     ):
         async def upstream() -> None:
             async for message in local_in:
-                if not isinstance(message, Exception):
+                if isinstance(message, Exception):
+                    log.warning("memd mcp: an unreadable message from the client: %s",
+                                message)
+                else:
                     await remote_out.send(message)
             tasks.cancel_scope.cancel()  # stdin closed: the client is gone
 
         async def downstream() -> None:
             async for message in remote_in:
-                if not isinstance(message, Exception):
+                if isinstance(message, Exception):  # stdout is the client's: log it
+                    log.warning("memd mcp: the daemon's /mcp failed: %s", message)
+                else:
                     await local_out.send(message)
 
         tasks.start_soon(upstream)
