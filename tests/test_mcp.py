@@ -274,3 +274,34 @@ def test_team_mode_needs_the_memd_key_and_acts_as_its_user(tmp_path: Path) -> No
         assert [m.text for m in engine.list("alice")] == ["alice likes Rust"]
     finally:
         engine.close()
+
+
+LAZY = """
+import json, sys
+from fastapi.testclient import TestClient
+import memd
+from memd.server.app import create_app
+
+loaded = lambda: any(m.split(".")[0] in ("mcp", "mcp_types") for m in sys.modules)
+engine = memd.open(sys.argv[1])
+with TestClient(create_app(engine, run_jobs=False), base_url="http://127.0.0.1") as c:
+    before = (c.get("/health").status_code, loaded())
+    body = json.loads(sys.argv[2])
+    resp = c.post("/mcp", json=body, headers=json.loads(sys.argv[3]))
+    print(json.dumps([before, [resp.status_code, loaded()], resp.json()]))
+"""
+
+
+def test_the_daemon_loads_the_mcp_sdk_on_the_first_mcp_request(tmp_path: Path) -> None:
+    """The SDK costs a process about 30 MB: a daemon nobody calls over MCP does not
+    load it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", LAZY, str(tmp_path / "d"), json.dumps(ADD),
+                           json.dumps(ACCEPT)], capture_output=True, text=True, timeout=120,
+                          check=True)
+    before, after, answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert before == [200, False]
+    assert after == [200, True]
+    assert answer["result"]["structuredContent"]["action"] == "inserted"

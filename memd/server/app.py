@@ -293,10 +293,11 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
     replaces the network for the upstream model server, for in-process tests. While it
     runs, changes to the ``config`` file apply live and, with ``watch_notes``, the notes
     folder is kept in step (:mod:`memd.server.watch`, :mod:`memd.watching`)."""
-    from memd.server import anthropic, api, mcp_server, proxy, responses, status, upstream
+    from memd.server import anthropic, api, proxy, responses, status, upstream
+    from memd.server.mcp_door import HttpDoor
 
     settings = settings or engine.settings
-    mcp_door = mcp_server.HttpDoor(mcp_server.daemon_tools)
+    mcp_door = HttpDoor()
     store_health = StoreHealth(engine.pending_jobs)
     worker = (JobWorker(engine, settings.job_interval, on_error=store_health.saw)
               if run_jobs else None)

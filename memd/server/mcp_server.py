@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
 import anyio
+from anyio.abc import TaskStatus
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -45,7 +45,6 @@ from memd.errors import MemdError
 from memd.server.deps import engine_of, user_of
 from memd.server.failures import public_message
 from memd.server.mcp_tools import MAX_CONTEXT_TOKENS, MemoryTools
-from memd.server.security import send_error
 
 log = logging.getLogger("memd.mcp")
 
@@ -226,37 +225,22 @@ def daemon_tools(request: Any) -> tuple[MemoryTools, str | None]:
     return MemoryTools(engine_of(request), user_of(request)), authed
 
 
-class HttpDoor:
-    """The ASGI app of ``/mcp`` on the daemon; :meth:`running` is the context its
-    lifespan must hold open (the SDK's session manager, which runs once: each start of
-    the app gets a new one). Host and Origin are the daemon guard's to check, with the
-    daemon's allow-lists, so the SDK's own checks are off."""
-
-    def __init__(self, tools_for: ToolsFor) -> None:
-        self.server = build_server(tools_for)
-        self.manager: StreamableHTTPSessionManager | None = None
-        # the SDK logs every stateless request's end at INFO: noise in the daemon's log
-        logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
-
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        self.server.streamable_http_app(
-            streamable_http_path="/mcp", stateless_http=True, json_response=True,
-            transport_security=TransportSecuritySettings(
-                enable_dns_rebinding_protection=False))
-        manager = self.server.session_manager
-        async with manager.run():
-            self.manager = manager
-            try:
-                yield
-            finally:
-                self.manager = None
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if self.manager is None:  # the app was not started (its lifespan did not run)
-            await send_error(send, 503, "service_unavailable", "the MCP server is not running")
-            return
-        await self.manager.handle_request(scope, receive, send)
+async def run_http(tools_for: ToolsFor, *,
+                   task_status: TaskStatus[StreamableHTTPSessionManager]) -> None:
+    """Run the session manager of a new MCP server for the daemon's ``/mcp`` until
+    cancelled, handing it over once it runs (:class:`memd.server.mcp_door.HttpDoor`).
+    Host and Origin are the daemon guard's to check, with the daemon's allow-lists, so
+    the SDK's own checks are off."""
+    server = build_server(tools_for)
+    server.streamable_http_app(
+        streamable_http_path="/mcp", stateless_http=True, json_response=True,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+    # the SDK logs every stateless request's end at INFO: noise in the daemon's log
+    logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
+    manager = server.session_manager
+    async with manager.run():
+        task_status.started(manager)
+        await anyio.sleep_forever()
 
 
 async def serve_stdio(tools: MemoryTools) -> None:
