@@ -92,7 +92,7 @@ class MemoryTools:
         out["next_cursor"] = encode_cursor(offset + PAGE) if len(found) > PAGE else None
         return out
 
-    def forget_memory(self, id: str) -> dict[str, Any]:  # noqa: A002  (the tool's name)
+    def forget_memory(self, id: str) -> dict[str, Any]:
         gone = self.engine.forget_with_sources(id, self.user_id)
         return {"deleted": id, "pruned": pruned_json(gone.pruned)}
 
@@ -122,8 +122,11 @@ class MemoryTools:
         if not 1 <= max_tokens <= MAX_CONTEXT_TOKENS:
             raise InvalidInput(f"max_tokens must be between 1 and {MAX_CONTEXT_TOKENS}")
         text = v.normalize_text(query, self.engine.settings.max_text_chars, "query")
+        # past messages too, as a chat's block recalls them (none sent in this "chat")
+        recall: list[str] | None = [] if self.engine.settings.memory_recall else None
         facts, mems = self.engine.memory_candidates(self.user_id, text,
-                                                    workspace=workspace or None)
+                                                    workspace=workspace or None,
+                                                    sent_chains=recall)
         block = build(facts, mems, max_tokens, "user", None,
                       share=self.engine.settings.instruction_share)
         if block is None:
@@ -132,7 +135,7 @@ class MemoryTools:
                 "items": [{"kind": c.kind, "id": c.id, "text": c.text}
                           for c in (*block.facts, *block.memories)]}
 
-    def get_call(self, id: str) -> dict[str, Any]:  # noqa: A002  (the tool's name)
+    def get_call(self, id: str) -> dict[str, Any]:
         return self.engine.call(self.user_id, id)
 
     def facts_resource(self, workspace: str) -> dict[str, Any]:
