@@ -23,7 +23,7 @@ from typing import Any
 import click
 
 # The commands, registered on ``main`` by importing their modules.
-from memd.cli import admin, daemon, doctor, jobs, memories, service, storage  # noqa: F401
+from memd.cli import admin, daemon, doctor, jobs, mcp_stdio, memories, service, storage  # noqa: F401
 from memd.cli import config as config_commands  # noqa: F401  (main has a config option)
 from memd.cli import encryption as encryption_commands  # noqa: F401
 from memd.cli import transfer as transfer_commands  # noqa: F401  (export, import)

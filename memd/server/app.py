@@ -27,7 +27,7 @@ from fastapi import Depends, FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
+from starlette.routing import Match, Route
 
 import memd
 from memd.config import Settings
@@ -294,8 +294,10 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
     runs, changes to the ``config`` file apply live and, with ``watch_notes``, the notes
     folder is kept in step (:mod:`memd.server.watch`, :mod:`memd.watching`)."""
     from memd.server import anthropic, api, proxy, responses, status, upstream
+    from memd.server.mcp_door import HttpDoor
 
     settings = settings or engine.settings
+    mcp_door = HttpDoor()
     store_health = StoreHealth(engine.pending_jobs)
     worker = (JobWorker(engine, settings.job_interval, on_error=store_health.saw)
               if run_jobs else None)
@@ -310,7 +312,8 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
         for watcher in watchers:
             await anyio.to_thread.run_sync(watcher.start)
         try:
-            yield
+            async with mcp_door.running():
+                yield
         finally:
             for watcher in watchers:
                 await anyio.to_thread.run_sync(watcher.stop)
@@ -390,6 +393,9 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
         app.include_router(router)
         app.include_router(router, prefix="/w/{workspace}", dependencies=scoped)
     app.include_router(status.router)  # the daemon's, not a workspace's
+    # MCP's streamable HTTP transport: GET, POST and DELETE on one path
+    app.router.routes.append(Route("/mcp", mcp_door, methods=["GET", "POST", "DELETE"],
+                                   include_in_schema=False))
     _complete_schema(app, engine)
     if settings.auth:
         engine.accounts.check_row_security()  # PostgreSQL: no users served without RLS
