@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from memd.engine.sessions import MAX_MESSAGES_PER_CALL
 from memd.engine.side import side_reason
 from memd.imports.model import Conversation, Turn
 from memd.types import Session
@@ -175,19 +176,38 @@ def _import_one(engine: Memd, clock: FollowClock, user_id: str,
             if conv.title:
                 store.set_session_title(user_id, sid, conv.title[:200])
             counts.sessions = 1
-        at = conv.first_at
-        for turn, message in _messages(new, engine.settings.max_message_chars):
-            at = turn.at if turn.at is not None else at
-            if message is None:
+        for at, messages in _runs(new, conv.first_at, engine.settings.max_message_chars):
+            if not messages:
                 counts.skipped += 1
                 continue
             with clock.at(at):
-                engine.append(sid, user_id, [message])
-            counts.messages += 1
+                engine.append(sid, user_id, messages)
+            counts.messages += len(messages)
         store.update_session(user_id, sid, metadata={
             **session.metadata,
             META: {"source": conv.source, "key": conv.key, "turns": len(conv.turns)}})
     return counts
+
+
+def _runs(turns: Sequence[Turn], start: float | None, max_chars: int
+          ) -> Iterator[tuple[float | None, list[dict[str, Any]]]]:
+    """The messages to store, in runs of one time (a turn without one has the time of
+    the turn before it), each run appended in one call: a message's time is its
+    append's. A skipped turn is a run of no message."""
+    run: list[dict[str, Any]] = []
+    run_at = at = start
+    for turn, message in _messages(turns, max_chars):
+        at = turn.at if turn.at is not None else at
+        if run and (at != run_at or message is None or len(run) == MAX_MESSAGES_PER_CALL):
+            yield run_at, run
+            run = []
+        if message is None:
+            yield at, []
+            continue
+        run_at = at
+        run.append(message)
+    if run:
+        yield run_at, run
 
 
 def _messages(turns: Sequence[Turn], max_chars: int

@@ -16,12 +16,13 @@ from fastapi import APIRouter, Request
 from pydantic import Field
 
 from memd.errors import InvalidInput
+from memd.imports import SOURCES
 from memd.server import schemas as s
 from memd.server.deps import engine_of, user_of, workspace_of
 
 router = APIRouter(responses=s.ERRORS)
 
-SourceName = Annotated[str, Field(
+SourceName = Annotated[str, s._schema(enum=sorted(SOURCES)), Field(
     description="The client whose file this is: claude-code (a session's .jsonl), "
                 "chatgpt or claude-ai (an export's conversations.json), aider "
                 "(.aider.chat.history.md), continue (a session's .json), cline (a task's "
