@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,7 +14,8 @@ from memd.cli.common import handles_errors, main, open_engine, progressbar, stor
 from memd.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from memd.imports import ImportCounts
+    from memd.engine.memory import Memd
+    from memd.imports import ImportCounts, Source
 
 
 def _source_names() -> list[str]:
@@ -27,12 +29,15 @@ def _source_names() -> list[str]:
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path), metavar="[PATH]...")
 @click.option("--user", "user_id", help="The user the history belongs to (default: the "
                                         "user of MEMD_API_KEY, else the default user).")
+@click.option("--watch", is_flag=True,
+              help="After importing, keep importing the new turns the client writes "
+                   "(for a client that does not go through memd's proxy); Ctrl-C stops.")
 @click.option("--dry-run", is_flag=True,
               help="Print what would be imported, per source and workspace; write nothing.")
 @click.pass_context
 @handles_errors
 def import_history(ctx: click.Context, source: str, paths: tuple[Path, ...],
-                   user_id: str | None, dry_run: bool) -> None:
+                   user_id: str | None, watch: bool, dry_run: bool) -> None:
     """Import the history of a client: its conversations become sessions, learnt from
     as live traffic is (the user's own words only; tool output and the client's text
     never become memory), at their original times.
@@ -60,6 +65,8 @@ def import_history(ctx: click.Context, source: str, paths: tuple[Path, ...],
         plan = plan_import(engine, user, conversations)
         if dry_run or plan.turns == 0:
             _print_plan(plan, dry_run)
+            if watch and not dry_run:
+                _watch(engine, user, src, roots)
             return
         started = time.monotonic()
         with progressbar("importing", plan.turns) as advance:
@@ -77,6 +84,28 @@ def import_history(ctx: click.Context, source: str, paths: tuple[Path, ...],
         click.echo(f"imported {counts.messages} messages of {counts.turns} new turns "
                    f"({counts.sessions} new sessions, {counts.skipped} turns skipped) in "
                    f"{took:.1f} s, {counts.turns / max(took, 1e-6):,.0f} turns/s")
+        if watch:
+            _watch(engine, user, src, roots)
+
+
+def _watch(engine: Memd, user: str, src: Source, roots: list[Path]) -> None:
+    """Import new turns as the client writes them, until interrupted."""
+    from memd.imports.watch import HistoryWatcher
+
+    def reported(counts: ImportCounts) -> None:
+        click.echo(f"{time.strftime('%H:%M:%S')} imported {counts.messages} messages "
+                   f"of {counts.conversations} conversations")
+
+    watcher = HistoryWatcher(engine, user, src, [r for r in roots if r.is_dir()]
+                             or [r.parent for r in roots], reported)
+    click.echo(f"watching {', '.join(str(r) for r in roots)} (Ctrl-C stops)", err=True)
+    watcher.start()
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        watcher.stop()
 
 
 def _print_plan(plan: ImportCounts, dry_run: bool) -> None:
