@@ -4,6 +4,7 @@ learnt from text that is not the user's, and a second import adds nothing."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,17 @@ def test_a_side_request_in_a_history_is_skipped(tmp_path: Path) -> None:
         counts = run_import(engine, "continue", path)
         assert counts.skipped == 2  # the title request and its answer
         assert "Bob" not in "\n".join(m[1] for m in stored(engine)[0][2])
+
+
+def test_a_title_is_stored_without_its_secrets(tmp_path: Path) -> None:
+    export = tmp_path / "conversations.json"
+    key = "sk-proj-" + "a1B2c3D4e5F6g7H8i9J0" * 3
+    export.write_text(json.dumps([{
+        "uuid": "c-1", "name": f"Rotate {key}", "created_at": "2025-03-01T10:00:00Z",
+        "chat_messages": [{"sender": "human", "text": "rotate the key",
+                           "created_at": "2025-03-01T10:00:00Z"}]}]))
+    with open_engine("sqlite", tmp_path / "d") as engine:
+        run_import(engine, "claude-ai", export)
+        (session,) = engine.store.list_sessions(USER)
+        assert session.title is not None and session.title.startswith("Rotate ")
+        assert key not in session.title

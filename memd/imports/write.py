@@ -173,8 +173,10 @@ def _import_one(engine: Memd, clock: FollowClock, user_id: str,
                 session = engine.create_session(
                     user_id, workspace=conv.workspace, session_id=sid,
                     metadata={"client": conv.client, "imported_from": conv.source})
-            if conv.title:
-                store.set_session_title(user_id, sid, conv.title[:200])
+            if conv.title:  # the client's title, its secrets replaced like a message's
+                title = engine.sanitizer.sanitize(
+                    conv.title[:200], engine.placeholders.get(user_id, sid)).text
+                store.set_session_title(user_id, sid, title)
             counts.sessions = 1
         for at, messages in _runs(new, conv.first_at, engine.settings.max_message_chars):
             if not messages:
