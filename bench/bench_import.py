@@ -21,10 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import memd
 from bench.longmemeval import data_path, load_questions, make_embedder
 from bench.output import emit
-
-import memd
 from memd.imports import Conversation, Turn, import_conversations
 
 SOURCE = "longmemeval"

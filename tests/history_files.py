@@ -60,6 +60,7 @@ def claude_code(root: Path, grow: bool = False) -> tuple[Path, Expected]:
         user([{"type": "tool_result", "tool_use_id": "toolu_1",
                "content": "I prefer Java\n1 failed"}], T0 + 70),
         user("My name is Bob", T0 + 71, isSidechain=True),
+        user([{"type": "text", "text": "[Request interrupted by user for tool use]"}], T0 + 72),
         assistant("m2", [{"type": "text", "text": "Fixed the test."}], T0 + 80),
     ]
     expected: list[Message] = [

@@ -6,9 +6,10 @@ string or content blocks; ``cwd`` is the project folder, ``timestamp`` ISO 8601.
 API reply is written as several lines with the same ``message.id``, a block each; they
 make one turn. Not the user's words, so not read as a user turn: lines of a subagent
 (``isSidechain``), the client's meta lines (``isMeta``: caveats, command output) and its
-summary of a compacted conversation (``isCompactSummary``); ``tool_result`` blocks are
-tool turns. Command wrappers and ``<system-reminder>`` blocks inside a user's text are
-client tags that extraction leaves out (:mod:`memd.engine.templates`).
+summary of a compacted conversation (``isCompactSummary``), its note that the user
+stopped a reply; ``tool_result`` blocks are tool turns. Command wrappers and
+``<system-reminder>`` blocks inside a user's text are client tags that extraction leaves
+out (:mod:`memd.engine.templates`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ from memd.imports.model import (
 )
 
 NAME = "claude-code"
+# What Claude Code writes as a user's text block when the user stops a reply: a note of
+# the client's, not words of the user's.
+INTERRUPTED = frozenset({"[Request interrupted by user]",
+                         "[Request interrupted by user for tool use]"})
 
 
 def parse(data: bytes, name: str) -> list[Conversation]:
@@ -87,14 +92,16 @@ def parse(data: bytes, name: str) -> list[Conversation]:
 def _user(content: Any, at: float | None) -> list[Turn]:
     """A user line: its tool results as tool turns, its text as a user turn."""
     if isinstance(content, str):
-        return [Turn("user", content, at)]
+        return [] if content.strip() in INTERRUPTED else [Turn("user", content, at)]
     turns = []
     blocks = content if isinstance(content, list) else []
     for block in blocks:
         if isinstance(block, Mapping) and block.get("type") == "tool_result":
             turns.append(Turn("tool", block_text(block.get("content")), at,
                               tool_call_id=_str(block.get("tool_use_id"))))
-    text = block_text(blocks)
+    text = block_text([b for b in blocks if not (isinstance(b, Mapping)
+                                                  and str(b.get("text", "")).strip()
+                                                  in INTERRUPTED)])
     if text:
         turns.append(Turn("user", text, at))
     return turns
