@@ -152,6 +152,10 @@ def import_conversations(engine: Memd, user_id: str, conversations: Iterable[Con
                     pass
         if progress is not None:
             progress(one.turns)
+    if run_jobs and counts.messages:
+        # what a job left for later (its follow-ups), at the real time
+        while engine.jobs.run_due():
+            pass
     return counts
 
 
