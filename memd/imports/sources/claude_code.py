@@ -116,4 +116,4 @@ def _str(value: Any) -> str | None:
 
 
 SOURCE = Source(NAME, "claude-code", lambda: [home(".claude", "projects")],
-                files_named("*/*.jsonl", "*.jsonl"), parse)
+                files_named("*/*.jsonl", "*.jsonl", "projects/*/*.jsonl"), parse)
