@@ -109,6 +109,7 @@ BENCHES = (
     Bench("watch", "bench_watch", (), ("--quick",)),
     Bench("footprint", "bench_footprint", (), ("--quick",)),
     Bench("soak", "bench_soak", (), ("--quick",)),
+    Bench("import", "bench_import", (), ("--quick",)),
 )
 
 
@@ -377,13 +378,25 @@ def soak_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     yield _row(f"failed requests of the soak's {r['requests']:,}", failed, "= 0", not failed)
 
 
+def import_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Per backend: the history is searchable when the import returns (no job left), and
+    importing it again adds nothing. Its turns per second are figures, in the JSON."""
+    for backend, res in r["backends"].items():
+        pending = res["pending_jobs_after"]
+        yield _row(f"import {backend}: jobs left when {res['turns']} turns are imported",
+                   pending, "0", pending == 0)
+        again = res["reimport"]["messages"]
+        yield _row(f"import {backend}: messages a second import of the same history adds",
+                   again, "0", again == 0)
+
+
 JUDGES: dict[str, Callable[[Mapping[str, Any]], Iterator[dict[str, Any]]]] = {
     "scale": scale_targets, "longmemeval": lme_targets, "mem0": mem0_targets,
     "proxy": proxy_targets, "recall": recall_targets, "precision": precision_targets,
     "query_precision": query_precision_targets, "agents": agents_targets,
     "sanitizer": sanitizer_targets,
     "helper": helper_targets, "watch": watch_targets, "footprint": footprint_targets,
-    "soak": soak_targets,
+    "soak": soak_targets, "import": import_targets,
 }
 
 

@@ -5,6 +5,7 @@ test_postgres_backend.py.)"""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -238,6 +239,15 @@ def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team)
         assert bob_job not in str(jobs) and {j["user_id"] for j in jobs} <= {"alice"}
         call(c, "GET", "/v1/jobs", "/v1/jobs?user_id=bob", 403)
         call(c, "POST", "/v1/jobs/{job_id}/retry", f"/v1/jobs/{bob_job}/retry", 404)
+        # importing history: as herself only
+        export = json.dumps([{"uuid": "c-1", "name": "x", "chat_messages": [
+            {"sender": "human", "text": "Zanzibar is planted", "created_at": 1.7e9}]}])
+        upload = {"source": "claude-ai", "content": export}
+        call(c, "POST", "/v1/import", "/v1/import", 403, json={**upload, "user_id": "bob"})
+        call(posing, "POST", "/v1/import", "/v1/import", 403, json=upload)
+        assert call(c, "POST", "/v1/import", "/v1/import", 200, json=upload)["messages"] == 1
+        assert all(x.metadata.get("imported_from") is None
+                   for x in team.engine.store.list_sessions("bob"))
         # no user data behind these three; they must still work for alice
         status = call(c, "GET", "/v1/status", "/v1/status", 200)
         assert "users" not in status and status["auth"] is True

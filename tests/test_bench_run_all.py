@@ -218,3 +218,15 @@ def test_soak_targets_judge_rss_growth_and_failures(run_all: ModuleType) -> None
     assert not growth["met"] and "250.1 -> 256.0 MB" in growth["target"]
     assert failed["measured"] == 2 and not failed["met"]
     assert "soak" in {b.name for b in run_all.BENCHES}
+
+
+def test_import_targets_judge_searchability_and_idempotency(run_all: ModuleType) -> None:
+    def backend(pending: int, again: int) -> dict[str, Any]:
+        return {"turns": 989, "turns_per_s": 300.0, "pending_jobs_after": pending,
+                "reimport": {"messages": again, "seconds": 0.1}}
+
+    rows = list(run_all.import_targets({"backends": {"sqlite": backend(0, 0),
+                                                     "postgres": backend(3, 2)}}))
+    assert [r["met"] for r in rows] == [True, True, False, False]
+    assert rows[2]["target"] == "import postgres: jobs left when 989 turns are imported"
+    assert "import" in {b.name for b in run_all.BENCHES}

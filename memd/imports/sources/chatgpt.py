@@ -1,0 +1,93 @@
+"""ChatGPT's data export: ``conversations.json``, a list of conversations.
+
+Each conversation's ``mapping`` is a tree of nodes (``id``, ``parent``, ``children``,
+``message``): every edit or regeneration is a branch. The conversation as the user last
+saw it is the path from ``current_node`` up through ``parent`` links, read root first.
+Messages of role ``system``, hidden ones (``is_visually_hidden_from_conversation``) and
+non-text content (images, browsing state) are not turns; a ``tool`` message is a tool's
+output. The export has no project folders: no workspace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from memd.imports.base import Source, files_named
+from memd.imports.model import Conversation, Turn, epoch, expect, load_json
+
+NAME = "chatgpt"
+_ROLES = {"user": "user", "assistant": "assistant", "tool": "tool"}
+
+
+def parse(data: bytes, name: str) -> list[Conversation]:
+    raw = load_json(data, name)
+    expect(isinstance(raw, list), name, "a ChatGPT export (a list of conversations)")
+    out = []
+    for conv in raw:
+        expect(isinstance(conv, Mapping) and isinstance(conv.get("mapping"), Mapping),
+               name, "a ChatGPT export (a conversation without a mapping)")
+        key = conv.get("conversation_id") or conv.get("id")
+        expect(isinstance(key, str) and bool(key), name,
+               "a ChatGPT export (a conversation without an id)")
+        turns = tuple(t for t in (_turn(n) for n in _branch(conv)) if t is not None)
+        if turns:
+            out.append(Conversation(NAME, key, turns, client="chatgpt",
+                                    title=conv.get("title") or None,
+                                    created_at=epoch(conv.get("create_time"))))
+    return out
+
+
+def _branch(conv: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The nodes from the root to ``current_node`` (the visible branch)."""
+    mapping = conv["mapping"]
+    node_id = conv.get("current_node")
+    if node_id not in mapping:  # no current node named: the newest leaf
+        leaves = [n for n in mapping.values() if isinstance(n, Mapping) and not n.get("children")]
+        node_id = leaves[-1].get("id") if leaves else None
+    path: list[Mapping[str, Any]] = []
+    seen: set[str] = set()
+    while isinstance(node_id, str) and node_id in mapping and node_id not in seen:
+        seen.add(node_id)
+        node = mapping[node_id]
+        if not isinstance(node, Mapping):
+            break
+        path.append(node)
+        node_id = node.get("parent")
+    return path[::-1]
+
+
+def _turn(node: Mapping[str, Any]) -> Turn | None:
+    message = node.get("message")
+    if not isinstance(message, Mapping):
+        return None
+    author = message.get("author")
+    if not isinstance(author, Mapping):
+        return None
+    role = _ROLES.get(str(author.get("role", "")))
+    meta = message.get("metadata")
+    if role is None or (isinstance(meta, Mapping)
+                        and meta.get("is_visually_hidden_from_conversation")):
+        return None
+    content = message.get("content")
+    if not isinstance(content, Mapping):
+        return None
+    parts = content.get("parts")
+    if content.get("content_type") not in ("text", "multimodal_text") \
+            or not isinstance(parts, list):
+        return None
+    text = "\n".join(p for p in parts if isinstance(p, str)).strip()
+    if not text:
+        return None
+    at = epoch(message.get("create_time"))
+    if role == "tool":
+        return Turn("tool", text, at, tool_call_id=str(author.get("name") or "tool"))
+    return Turn(role, text, at)
+
+
+def _defaults() -> list[Path]:
+    return [Path.cwd() / "conversations.json"]
+
+
+SOURCE = Source(NAME, "chatgpt", _defaults, files_named("conversations.json"), parse)

@@ -1,0 +1,119 @@
+"""Claude Code: ``~/.claude/projects/<project>/<session id>.jsonl``, one event a line.
+
+A line's ``type`` is ``user`` or ``assistant`` for a message (others are summaries,
+snapshots and bookkeeping); ``message`` holds an Anthropic message whose content is a
+string or content blocks; ``cwd`` is the project folder, ``timestamp`` ISO 8601. One
+API reply is written as several lines with the same ``message.id``, a block each; they
+make one turn. Not the user's words, so not read as a user turn: lines of a subagent
+(``isSidechain``), the client's meta lines (``isMeta``: caveats, command output) and its
+summary of a compacted conversation (``isCompactSummary``), its note that the user
+stopped a reply; ``tool_result`` blocks are tool turns. Command wrappers and
+``<system-reminder>`` blocks inside a user's text are client tags that extraction leaves
+out (:mod:`memd.engine.templates`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from memd.errors import InvalidInput
+from memd.imports.base import Source, files_named, home
+from memd.imports.model import (
+    Conversation,
+    Turn,
+    block_text,
+    epoch,
+    tool_uses,
+    workspace_for,
+)
+
+NAME = "claude-code"
+# What Claude Code writes as a user's text block when the user stops a reply: a note of
+# the client's, not words of the user's.
+INTERRUPTED = frozenset({"[Request interrupted by user]",
+                         "[Request interrupted by user for tool use]"})
+
+
+def parse(data: bytes, name: str) -> list[Conversation]:
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{name} is not UTF-8 text: {exc}") from None
+    turns: list[Turn] = []
+    reply_id: str | None = None
+    cwd: str | None = None
+    sessions: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(text.splitlines()):
+                break  # a line being written while we read: the next import has it
+            raise InvalidInput(f"{name}, line {number}: not JSON ({exc})") from None
+        if not isinstance(event, Mapping) or event.get("type") not in ("user", "assistant"):
+            continue
+        message = event.get("message")
+        if (not isinstance(message, Mapping) or event.get("isSidechain")
+                or event.get("isMeta") or event.get("isCompactSummary")):
+            continue
+        cwd = cwd or _str(event.get("cwd"))
+        sid = _str(event.get("sessionId"))
+        if sid is not None and sid not in sessions:
+            sessions.append(sid)
+        at = epoch(event.get("timestamp"))
+        if event["type"] == "assistant":
+            mid = _str(message.get("id"))
+            turn = _assistant(message.get("content"), at)
+            if mid is not None and mid == reply_id and turns and turns[-1].role == "assistant":
+                last = turns[-1]
+                turns[-1] = Turn("assistant", "\n".join(t for t in (last.text, turn.text) if t),
+                                 last.at, last.tool_calls + turn.tool_calls)
+            else:
+                turns.append(turn)
+            reply_id = mid
+        else:
+            reply_id = None
+            turns.extend(_user(message.get("content"), at))
+    if not turns:
+        return []
+    # The file is named after its session; a resumed session's file also holds lines
+    # of the one it resumed. An upload under another name is keyed by its first session.
+    stem = Path(name).stem
+    key = stem if stem in sessions or not sessions else sessions[0]
+    return [Conversation(NAME, key, tuple(turns), client="claude-code",
+                         workspace=workspace_for(cwd), meta={"cwd": cwd})]
+
+
+def _user(content: Any, at: float | None) -> list[Turn]:
+    """A user line: its tool results as tool turns, its text as a user turn."""
+    if isinstance(content, str):
+        return [] if content.strip() in INTERRUPTED else [Turn("user", content, at)]
+    turns = []
+    blocks = content if isinstance(content, list) else []
+    for block in blocks:
+        if isinstance(block, Mapping) and block.get("type") == "tool_result":
+            turns.append(Turn("tool", block_text(block.get("content")), at,
+                              tool_call_id=_str(block.get("tool_use_id"))))
+    text = block_text([b for b in blocks if not (isinstance(b, Mapping)
+                                                  and str(b.get("text", "")).strip()
+                                                  in INTERRUPTED)])
+    if text:
+        turns.append(Turn("user", text, at))
+    return turns
+
+
+def _assistant(content: Any, at: float | None) -> Turn:
+    return Turn("assistant", block_text(content), at, tool_uses(content))
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+SOURCE = Source(NAME, "claude-code", lambda: [home(".claude", "projects")],
+                files_named("*/*.jsonl", "*.jsonl", "projects/*/*.jsonl"), parse)
