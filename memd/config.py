@@ -132,6 +132,10 @@ class Settings:
     # a past message is recalled when it is about the request as a memory must be, with
     # this floor for its cosine (bench/README.md, "bench_precision.py")
     recall_min_similarity: float = 0.2
+    # and when the line it shows may answer the request: a score of its cosine, the
+    # request's words it says and whether it holds the kind of word asked for (a number
+    # for "how many"), at least this (memd.engine.answers); 0 turns the test off
+    recall_answer_floor: float = 0.07
     # recall also through full text: more of what was said is found, at the cost of a
     # full-text ranking over all the user's messages on each new question
     recall_keyword: bool = True
