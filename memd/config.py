@@ -324,6 +324,15 @@ def _coerce(name: str, value: Any) -> Any:
         if not days >= 0:
             raise InvalidInput("retention_days must be 0 (off) or more")
         return days
+    if name == "recall_answer_floor":
+        try:
+            floor = float(value) if not isinstance(value, bool) else -1.0
+        except (TypeError, ValueError):
+            floor = -1.0
+        if not 0 <= floor < 1:
+            raise InvalidInput(f"recall_answer_floor must be a number from 0 (off) to "
+                               f"below 1, not {value!r}")
+        return floor
     if name == "weights":
         _check_table(value, Weights, "[weights]", "a table")
         return Weights(**{k: float(v) for k, v in value.items()})

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import memd
+from memd.config import load_settings
 from memd.engine.answers import BIAS, WEIGHTS, asks_for, features, holds, likelihood
 from memd.engine.compile import RECALL_KIND
 from memd.engine.memory import Memd
+from memd.errors import InvalidInput
 
 
 def test_the_kind_of_word_a_question_asks_for() -> None:
@@ -72,3 +76,11 @@ def test_recall_keeps_the_line_that_answers_and_drops_the_one_that_does_not(
             recalled = _recalled(engine, query)
             assert len(recalled) == kept, recalled
             assert any("200 followers" in t for t in recalled)
+
+
+def test_the_floor_is_a_setting_checked_on_load(tmp_path: Path) -> None:
+    assert load_settings(data_dir=tmp_path, recall_answer_floor="0.1"
+                         ).recall_answer_floor == 0.1
+    for bad in ("abc", 1.5, -0.1, True):
+        with pytest.raises(InvalidInput, match="recall_answer_floor must be a number"):
+            load_settings(data_dir=tmp_path, recall_answer_floor=bad)
