@@ -65,6 +65,7 @@ from bench.longmemeval import (
     make_embedder,
 )
 from bench.output import emit
+from memd.engine.answers import likelihood
 from memd.engine.compile import NOTE_KIND, RECALL_KIND, STYLE_RULE, Candidate
 from memd.engine.inject import build
 from memd.engine.passages import passages
@@ -81,6 +82,7 @@ USERS = 40
 TOPICAL = 0.7
 FLOORS = (0.2, 0.25, 0.3, 0.35, 0.4)  # --sweep's grid: the floor, with shared words
 SURE = (0.4, 0.45, 0.5, 0.55, 0.6, 1.0)  # and the cosine that is enough alone
+ANSWERS = (0.0, 0.03, 0.05, 0.07, 0.1, 0.12, 0.15)  # recall_answer_floor, at the defaults
 _USER_PART = re.compile(r"User: (.*?)(?:\nAssistant \(earlier reply\): |$)", re.DOTALL)
 _WORD = re.compile(r"[a-z0-9]+")
 #: Words a memory adds to frame what the user said ("User prefers ...", "User's name is"
@@ -195,16 +197,19 @@ def pool(engine: memd.Memd, ing: Ingested, text: str, own: bool,
 
 
 def block_items(engine: memd.Memd, p: Pool, budget: int, floor: float | None = None,
-                sure: float | None = None) -> list[Item]:
+                sure: float | None = None, answer: float = 0.0) -> list[Item]:
     """The items of the block built from ``p`` (at other floors when given: the
-    candidates were gathered with none)."""
+    candidates were gathered with none; ``answer``: the recall_answer_floor)."""
     words = content_words(p.question)
 
     def keep(c: Candidate) -> bool:
         if floor is None or sure is None or c.rule == STYLE_RULE or c.kind == NOTE_KIND:
             return True
         said = _USER_PART.search(c.text) if c.kind == RECALL_KIND else None
-        return related(c.similarity, words, said.group(1) if said else c.text, floor, sure)
+        text = said.group(1) if said else c.text
+        if said and answer > 0 and likelihood(c.similarity, p.question, text) < answer:
+            return False
+        return related(c.similarity, words, text, floor, sure)
 
     facts = [c for c in p.facts if keep(c)]
     mems = [c for c in p.memories if keep(c)]
@@ -257,7 +262,8 @@ def near_evidence(emb: RecordingEmbedder, own: Question, others: Sequence[Questi
 
 
 def figures(engine: memd.Memd, users: Sequence[User], budget: int,
-            floor: float | None = None, sure: float | None = None) -> dict[str, Any]:
+            floor: float | None = None, sure: float | None = None, answer: float = 0.0
+            ) -> dict[str, Any]:
     """The four figures over ``users`` (at other floors when given)."""
     false_hits = unrelated = off_topic = off_topic_hits = 0
     injected = from_answer = found = 0
@@ -265,7 +271,7 @@ def figures(engine: memd.Memd, users: Sequence[User], budget: int,
     by_kind: dict[str, list[int]] = {}
     for u in users:
         q = u.question
-        items = [i for i in block_items(engine, u.own, budget, floor, sure)
+        items = [i for i in block_items(engine, u.own, budget, floor, sure, answer)
                  if i.counted]
         injected += len(items)
         good = [i for i in items if i.sessions & q.evidence_sessions]
@@ -277,7 +283,7 @@ def figures(engine: memd.Memd, users: Sequence[User], budget: int,
             tally[1] += i in good
         for n, p in enumerate(u.unrelated):
             unrelated += 1
-            counted = [i for i in block_items(engine, p, budget, floor, sure)
+            counted = [i for i in block_items(engine, p, budget, floor, sure, answer)
                        if i.counted]
             false_hits += bool(counted)
             unrelated_tokens.append(len(counted))
@@ -354,7 +360,7 @@ def dump(users: Sequence[User], path: Path) -> None:
                         "score": round(i.score, 4),
                         "answering": bool(p.own and i.sessions & q.evidence_sessions),
                         "evidence": bool(p.own and i.turns & q.evidence_turns),
-                        "text": i.text[:400]}) + "\n")
+                        "text": i.text}) + "\n")
 
 
 def _setting(value: str) -> Any:
@@ -401,13 +407,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     users: list[User] = []
     floors: dict[str, Any] = {}
+    answers: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="memd-precision-") as tmp:
         longest = max(len(t.content) for q in questions for s in q.sessions for t in s.turns)
         opened: dict[str, Any] = {k: _setting(v) for k, v in
                                   (kv.split("=", 1) for kv in args.set)}
+        opened_answer = opened.get("recall_answer_floor")
         if args.sweep:  # gather with no floor; each grid point filters again
             opened |= {"min_similarity": -1.0, "recall_min_similarity": -1.0,
-                      "sure_similarity": -1.0}
+                      "sure_similarity": -1.0, "recall_answer_floor": 0.0}
         engine = memd.open(Path(tmp), embedder=emb, clock=clock,
                            max_text_chars=max(32_000, longest), **opened)
         defaults = memd.config.Settings()
@@ -431,10 +439,16 @@ def main(argv: list[str] | None = None) -> int:
             if args.dump:
                 dump(users, args.dump)
             if args.sweep:
-                floors = {f"{f:g}/{s:g}": figures(engine, users, args.budget, f, s)
+                answer = float(opened_answer if opened_answer is not None
+                               else defaults.recall_answer_floor)
+                floors = {f"{f:g}/{s:g}": figures(engine, users, args.budget, f, s, answer)
                           for f in FLOORS for s in SURE}
+                answers = {f"{a:g}": figures(engine, users, args.budget,
+                                             defaults.min_similarity,
+                                             defaults.sure_similarity, a)
+                           for a in ANSWERS}
                 result = figures(engine, users, args.budget, defaults.min_similarity,
-                                 defaults.sure_similarity)
+                                 defaults.sure_similarity, answer)
             else:
                 result = figures(engine, users, args.budget)
         finally:
@@ -444,13 +458,15 @@ def main(argv: list[str] | None = None) -> int:
         "embedder": args.embedder, **result,
         "floors": {"min_similarity": defaults.min_similarity,
                    "recall_min_similarity": defaults.recall_min_similarity,
-                   "sure_similarity": defaults.sure_similarity},
+                   "sure_similarity": defaults.sure_similarity,
+                   "recall_answer_floor": defaults.recall_answer_floor},
         "similarity_medians": similarities(users),
         "junk_examples": [t for u in users for t in u.junk][:20],
         "wall_s": round(time.perf_counter() - started, 1),
     }
     if floors:
         out["sweep"] = floors
+        out["sweep_answer_floor"] = answers
     emit(out, args.out)
     return 0
 

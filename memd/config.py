@@ -132,6 +132,10 @@ class Settings:
     # a past message is recalled when it is about the request as a memory must be, with
     # this floor for its cosine (bench/README.md, "bench_precision.py")
     recall_min_similarity: float = 0.2
+    # and when the line it shows may answer the request: a score of its cosine, the
+    # request's words it says and whether it holds the kind of word asked for (a number
+    # for "how many"), at least this (memd.engine.answers); 0 turns the test off
+    recall_answer_floor: float = 0.07
     # recall also through full text: more of what was said is found, at the cost of a
     # full-text ranking over all the user's messages on each new question
     recall_keyword: bool = True
@@ -320,6 +324,15 @@ def _coerce(name: str, value: Any) -> Any:
         if not days >= 0:
             raise InvalidInput("retention_days must be 0 (off) or more")
         return days
+    if name == "recall_answer_floor":
+        try:
+            floor = float(value) if not isinstance(value, bool) else -1.0
+        except (TypeError, ValueError):
+            floor = -1.0
+        if not 0 <= floor < 1:
+            raise InvalidInput(f"recall_answer_floor must be a number from 0 (off) to "
+                               f"below 1, not {value!r}")
+        return floor
     if name == "weights":
         _check_table(value, Weights, "[weights]", "a table")
         return Weights(**{k: float(v) for k, v in value.items()})

@@ -72,6 +72,10 @@ def test_a_word_never_said_fails_and_one_the_user_said_passes(engine: Memd) -> N
     assert said == Known(frozenset(), frozenset()) and said.passes
     # a word the question is framed with need not be in the history
     assert "often" in FRAME and knows(store, "u", "How often do I walk Rex?").passes
+    # and so need its calendar, order and counting words ("last Saturday", "earliest")
+    assert knows(store, "u", "Where did I walk Rex last Saturday, the earliest of the "
+                             "two walks?").passes
+    assert not knows(store, "u", "Where did I walk Rex last Saturday with Converse?").passes
     never = knows(store, "u", "Which Converse sneakers do I wear to walk Rex?")
     assert never.absent == {"conve", "sneak", "wear"} and not never.passes
     # "love" is only in the assistant's reply: one such word is allowed, not two

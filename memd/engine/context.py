@@ -145,7 +145,8 @@ class ContextMixin:
         return recall_candidates(self.store, self.embedder, user_id, query,
                                  self.query_vector(query), self.settings.weights,
                                  floor.recall, now, scope,
-                                 keyword=self.settings.recall_keyword, sure=floor.sure)
+                                 keyword=self.settings.recall_keyword, sure=floor.sure,
+                                 answer_floor=self.settings.recall_answer_floor)
 
     def _floor(self, query: str | None, user_id: str, sent: Callable[[Message], bool],
                facts: Sequence[Fact], scored: Sequence[ScoredMemory]) -> Floor:

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from memd.engine import validate as v
+from memd.engine.answers import likelihood
 from memd.engine.compile import RECALL_KIND, Candidate
 from memd.engine.passages import closest, only_asks
 from memd.engine.relevance import content_words, related
@@ -90,13 +91,14 @@ class RecallScope:
 def recall_candidates(
     store: Store, embedder: CachedEmbedder, user_id: str, query: str, qvec: np.ndarray,
     weights: Weights, floor: float, now: float, scope: RecallScope, model: str | None = None,
-    keyword: bool = False, sure: float = 1.0,
+    keyword: bool = False, sure: float = 1.0, answer_floor: float = 0.0,
 ) -> list[Candidate]:
     """Past user messages for ``query`` as block candidates (kind ``"recall"``), each with
     the reply it got, best first; with ``keyword``, the keyword channel finds candidates
     too (better recall, but a full-text ranking over all the user's messages on every new
     question). A message is recalled when it is about the query (``floor`` and ``sure``:
-    :func:`memd.engine.relevance.related`)."""
+    :func:`memd.engine.relevance.related`) and, with ``answer_floor``, the line the block
+    shows may answer it (:func:`memd.engine.answers.likelihood` reaches the floor)."""
     if weights.similarity <= 0:
         return []  # the floor is a cosine: without the similarity signal nothing passes
     hits = score_messages(store, user_id, query, qvec, weights, now, RECALL_K,
@@ -146,8 +148,11 @@ def recall_candidates(
         if by_passage and passage.similarity > similarity:  # judged as its passage
             total += weights.similarity * (passage.similarity - similarity)
             similarity = passage.similarity
-        text = render((msg, reply), msg, session.title,
-                      passage.text if by_passage else None)
+        shown = passage.text if by_passage else None
+        if answer_floor > 0 and likelihood(similarity, query,
+                                           hit_excerpt(msg, shown)) < answer_floor:
+            continue
+        text = render((msg, reply), msg, session.title, shown)
         if asks:
             total *= QUESTION_WEIGHT
         out.append(Candidate(RECALL_KIND, msg.id, text, count_text(text, model), total,
@@ -203,13 +208,20 @@ def render(pair: Sequence[Message | None], hit: Message, title: str | None = Non
     for msg in pair:
         if msg is None:
             continue
-        if msg.id == hit.id and passage:
-            text = around(" ".join((msg.safe_text or "").split()), passage, RECALL_CHARS)
+        if msg.id == hit.id:
+            text = hit_excerpt(msg, passage)
         else:
-            limit = RECALL_CHARS if msg.id == hit.id else NEIGHBOUR_CHARS
-            text = " ".join(v.excerpt((msg.safe_text or "").strip(), limit).split())
+            text = " ".join(v.excerpt((msg.safe_text or "").strip(), NEIGHBOUR_CHARS).split())
         lines.append(f"{_SPEAKERS[msg.role]}: {text}")
     return f"[{day}] " + "\n".join(lines)
+
+
+def hit_excerpt(msg: Message, passage: str | None = None) -> str:
+    """What a recalled item shows of the message it recalls: its excerpt, or the part
+    around ``passage`` when it was recalled for that passage (:func:`around`)."""
+    if passage:
+        return around(" ".join((msg.safe_text or "").split()), passage, RECALL_CHARS)
+    return " ".join(v.excerpt((msg.safe_text or "").strip(), RECALL_CHARS).split())
 
 
 def around(text: str, passage: str, limit: int) -> str:

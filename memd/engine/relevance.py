@@ -33,7 +33,7 @@ _WORD = re.compile(r"[a-z0-9][a-z0-9'._-]*[a-z0-9]|[a-z0-9]")
 #: Words that say nothing of what a text is about: function words, the block's own
 #: labels, and the words every question is made of.
 _FILLER = frozenset("""a an the and or but if of to in on at by for with from as is are
-was were be been being it its this that these those i i'm i've me my mine you your he she
+was were be been being it its this that these those i i'm i've am me my mine you your he she
 they them their we our us user user's assistant earlier reply do does did done have has
 had not no so than then there here what which who whom whose when where how why can could
 would should will shall may might just about also any some many much more most get got

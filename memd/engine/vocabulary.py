@@ -40,7 +40,14 @@ if TYPE_CHECKING:
 FRAME: Final = frozenset("""day days week weeks month months year years time times often
 total number many much first last ago recent recently usually spend spent pass passed
 spending happen happened percentage percent average previous conversation conversations
-mention mentioned remind said""".split())
+mention mentioned remind said""".split()) | frozenset(
+    # when, in what order and how many: a question's calendar and counting words, which
+    # a history need not hold in the question's form ("last Saturday", "from earliest
+    # to latest", "the two novels")
+    """monday tuesday wednesday thursday friday saturday sunday weekend weekends january
+    february march april june july august september october november december today
+    yesterday tomorrow lately earlier earliest later latest order before after since
+    two three four five six seven eight nine ten twice""".split())
 #: Content words of a request that may be found only in the assistant's replies.
 REPLY_ONLY: Final = 1
 #: Messages read per word: the user's own use of a word ranks high among them (a user
@@ -100,7 +107,9 @@ def knows(store: Store, user_id: str, query: str,
     reply_only: set[str] = set()
     for stem in sorted(words.keys() - have)[:MAX_WORDS]:
         found = store.keyword_messages(user_id, " or ".join(forms(words[stem])), PER_WORD)
-        roles = _roles(stem, (m for m, _ in found if not sent(m)))
+        # the shortest form's stem: "walks" is found where the user wrote "walk"
+        shortest = min(forms(words[stem]), key=len)[:STEM]
+        roles = _roles(shortest, (m for m, _ in found if not sent(m)))
         if not roles:
             absent.add(stem)
         elif "user" not in roles:
