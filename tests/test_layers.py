@@ -5,7 +5,8 @@ The graph is built from the source (``ast``), so it sees every import: at module
 inside functions (lazy imports, which run later but still tie the modules together) and
 under ``TYPE_CHECKING``. The layers, lowest first: the shared modules at the top of the
 package (types, errors, config, keys, watching...), then the backends, models and
-privacy filters, then the engine, then the server, and the CLI on top.
+privacy filters, then the engine, then what works through it (history import, migrate,
+export and import), then the server, and the CLI on top.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "memd"
 
-LOWER = ("memd.engine", "memd.backends", "memd.models", "memd.privacy")
+LOWER = ("memd.engine", "memd.backends", "memd.models", "memd.privacy", "memd.imports",
+         "memd.migrate", "memd.transfer")
 UPPER = ("memd.server", "memd.cli")
 # A backend's own modules; memd.backends.common (the SQL and migrations both share) is
 # public to the tools that read a store's schema (doctor, migrate).
