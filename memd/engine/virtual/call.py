@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from memd.engine.virtual import summaries
 from memd.engine.virtual.engage import Budget, Virtualized, engages, virtualize
 from memd.engine.virtual.modes import call_mode
 
@@ -32,6 +33,11 @@ def for_call(engine: Memd, session: Session, messages: Sequence[Mapping[str, Any
     budget = Budget.of(tokens, reserve, request_tokens, window.token_scale)
     if not engages(mode, budget, settings.virtual_zones):
         return None
-    return virtualize(engine.store, session.user_id, session.id, messages, budget,
+    done = virtualize(engine.store, session.user_id, session.id, messages, budget,
                       settings.virtual_zones, mode=mode, model=model, call_id=call_id,
                       now=engine.now())
+    worth = [o.object_id for o in done.new if o.tokens_l0 >= summaries.MIN_TOKENS]
+    if worth and engine.jobs.llm_enabled:  # the helper's summaries, in the background
+        summaries.enqueue(engine.store, session.user_id, session.id, worth, model,
+                          engine.now())
+    return done

@@ -4,7 +4,8 @@ Zones are fractions of the model's window (memd.config.VirtualZones) that the re
 and its response reserve fill: normal, caution, warning, critical, emergency. Past the
 caution line the oldest tool results degrade first: a result superseded by a later one of
 the same source goes straight to a stub; then, oldest first, full results become
-extractive excerpts, and if that is not enough, excerpts become stubs, and stubs are
+detailed summaries (about 30 %), then compact ones (about 5 %), and if that is not
+enough, compact ones become stubs, and stubs are
 evicted: the tool call and its result leave the request together (each still costs its
 call's arguments and a stub, and a long session has hundreds). Degrading goes on
 until the request is under the target, well under the line, so that it happens in large
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 
 from memd.config import VirtualZones
 from memd.engine.inject import MARGIN_MIN, MARGIN_SHARE
-from memd.engine.virtual.fidelity import COMPACT, EVICTED, FULL, STUB
+from memd.engine.virtual.fidelity import COMPACT, DETAILED, EVICTED, FULL, STUB
 
 ZONES = ("normal", "caution", "warning", "critical", "emergency")
 # a step to a lower fidelity is taken only when it saves at least this share of the
@@ -93,7 +94,7 @@ def plan(held: Sequence[Held], tokens: int, window: int, zones: VirtualZones,
         h.fidelity = to
 
     def worth(h: Held, to: int) -> bool:
-        if h.pinned or h.fidelity >= to:
+        if h.pinned or h.fidelity >= to or (to != EVICTED and to not in h.sizes):
             return False
         if to == EVICTED:
             return h.frame is not None
@@ -108,7 +109,7 @@ def plan(held: Sequence[Held], tokens: int, window: int, zones: VirtualZones,
             degrade(h, STUB, "supersede")
     for group, line in ((older, target), ([h for h in held if h.object_id in recent],
                                           fit_line(window))):
-        for to in (COMPACT, STUB, EVICTED):
+        for to in (DETAILED, COMPACT, STUB, EVICTED):
             # evicting, once stubs are not enough, goes on to the lower line
             stop = (zones.evict_target * window
                     if to == EVICTED and group is older and total > line else line)
