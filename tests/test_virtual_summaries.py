@@ -117,9 +117,10 @@ def test_the_helpers_summaries_replace_the_excerpts_with_their_losses(engine: Me
 
 
 @pytest.mark.parametrize(("answer", "why"), [
-    ({**ANSWER, "compact": "word " * 400}, "compact_too_long"),
+    ({**ANSWER, "compact": (ANSWER["compact"] + " ") * 40}, "compact_too_long"),
     ({**ANSWER, "detailed": ""}, "empty"),
     ({**ANSWER, "detailed_answers": "the port"}, "malformed"),
+    ({**ANSWER, "detailed": "detailed_dropped"}, "ungrounded"),
 ])
 def test_a_summary_that_does_not_hold_leaves_the_excerpts(engine: Memd, answer: Any,
                                                           why: str) -> None:

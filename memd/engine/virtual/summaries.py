@@ -5,11 +5,13 @@ When virtualization first sees an object worth it (``MIN_TOKENS`` or more), and 
 model is on, a ``summarize_object`` job asks the helper, once, for two summaries of the
 object's full text: a detailed one of about 30 % of it that keeps every identifier, and
 a compact one of about 5 %, and for each what it dropped and what it can still answer.
-The answer is kept only if it holds: both texts present, each within its share of the
-full text (with slack), the compact one shorter. A kept answer replaces the extractive
-excerpts the object was made with (:mod:`memd.engine.virtual.fidelity`), and only while
-the object is still held whole: a text once sent at a lower fidelity stays the text sent,
-so the prompt's prefix holds. Anything else (no helper, a model error twice, an answer
+The answer is kept only if it holds: both texts present, each sharing words with the
+full text (a small model may answer with anything), each within its share of the full
+text (with slack; the schema caps their lengths too), the compact one shorter. A kept
+answer replaces the extractive excerpts the object was made with
+(:mod:`memd.engine.virtual.fidelity`), and only while the object is still held whole: a
+text once sent at a lower fidelity stays the text sent, so the prompt's prefix holds.
+Anything else (no helper, a model error twice, an answer
 that does not hold) leaves the extractive excerpts in place, flagged as extractive in the
 object and in the call report.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import TYPE_CHECKING, Any
 
 from memd.engine.virtual.fidelity import COMPACT, DETAILED, DETAILED_SHARE, NAMES
@@ -40,20 +43,29 @@ COMPACT_SHARE = 0.05
 SLACK = 1.5  # how far past its share a summary may go
 COMPACT_FLOOR = 60  # tokens a compact summary may always take (a short output's gist)
 MAX_ITEMS = 5
+_WORD = re.compile(r"\w+")
 
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "detailed": {"type": "string", "minLength": 1},
-        "compact": {"type": "string", "minLength": 1},
-        **{f"{level}_{what}": {"type": "array", "maxItems": MAX_ITEMS,
-                               "items": {"type": "string", "maxLength": 200}}
-           for level in ("detailed", "compact") for what in ("dropped", "answers")},
-    },
-    "required": ["detailed", "compact", "detailed_dropped", "detailed_answers",
-                 "compact_dropped", "compact_answers"],
-    "additionalProperties": False,
-}
+REQUIRED = ("detailed", "compact", "detailed_dropped", "detailed_answers",
+            "compact_dropped", "compact_answers")
+CHARS_PER_TOKEN = 4  # what a summary's length limit in the schema assumes
+
+
+def schema(o: ContextObject) -> dict[str, Any]:
+    """The answer's JSON schema, its texts' lengths capped at their shares of ``o``: a
+    small model under a grammar then cannot go past them."""
+    longest = int(SLACK * DETAILED_SHARE * o.tokens_l0) * CHARS_PER_TOKEN
+    shortest = int(max(COMPACT_FLOOR, SLACK * COMPACT_SHARE * o.tokens_l0)) * CHARS_PER_TOKEN
+    return {
+        "type": "object",
+        "properties": {
+            "detailed": {"type": "string", "minLength": 1, "maxLength": longest},
+            "compact": {"type": "string", "minLength": 1, "maxLength": shortest},
+            **{f"{level}_{what}": {"type": "array", "maxItems": MAX_ITEMS,
+                                   "items": {"type": "string", "maxLength": 200}}
+               for level in ("detailed", "compact") for what in ("dropped", "answers")},
+        },
+        "required": list(REQUIRED), "additionalProperties": False,
+    }
 
 
 def enqueue(store: Store, user_id: str, session_id: str, object_ids: list[str],
@@ -92,16 +104,25 @@ def check(o: ContextObject, answer: Any, model: str | None) -> tuple[dict[str, A
     if not isinstance(detailed, str) or not isinstance(compact, str) \
             or not detailed.strip() or not compact.strip():
         return {}, "empty"
-    lists = {k: answer.get(k) for k in SCHEMA["required"][2:]}
+    lists = {k: answer.get(k) for k in REQUIRED[2:]}
     if not all(isinstance(v, list) and all(isinstance(x, str) for x in v)
                for v in lists.values()):
         return {}, "malformed"
+    seen = _words(o.content)
+    if not (_words(detailed) & seen and _words(compact) & seen):
+        return {}, "ungrounded"
     long, short = count_text(detailed, model), count_text(compact, model)
     if long > SLACK * DETAILED_SHARE * o.tokens_l0:
         return {}, "detailed_too_long"
     if short > max(COMPACT_FLOOR, SLACK * COMPACT_SHARE * o.tokens_l0) or short >= long:
         return {}, "compact_too_long"
     return {"detailed": detailed.strip(), "compact": compact.strip(), **lists}, ""
+
+
+def _words(text: str) -> set[str]:
+    """The words of four characters or more of ``text``, lowercased: a summary that
+    shares none with the text it summarizes is about something else."""
+    return {w.lower() for w in _WORD.findall(text) if len(w) >= 4}
 
 
 def _text(o: ContextObject, level: int, helper: str, summary: str,
@@ -150,7 +171,7 @@ def summarize_object(store: Store, helper: HelperModel | None, user_id: str,
     if helper.context_length:  # a small model's context holds the prompt and the reply
         reply = min(reply, helper.context_length // 2)
         chars = min(chars, max(0, helper.context_length - reply - 300) * 3)
-    raw = helper.complete(prompt(o, chars), max_tokens=reply, json_schema=SCHEMA)
+    raw = helper.complete(prompt(o, chars), max_tokens=reply, json_schema=schema(o))
     try:
         answer = json.loads(raw)
     except json.JSONDecodeError:
