@@ -268,3 +268,19 @@ def test_a_call_engages_only_as_its_mode_says(engine: Memd) -> None:
     assert for_call(engine, s, msgs, 90_000, small, 100, "off", None, "x") is None
     assert for_call(engine, s, msgs, 90_000, small, 100, None, None, "x") is not None
     assert for_call(engine, s, msgs, 90_000, WindowInfo(None), 100, None, None, "x") is None
+
+
+def test_an_answer_limit_past_a_quarter_of_the_window_does_not_starve_the_prompt(
+        engine: Memd) -> None:
+    """opencode asks 32,000 tokens of answer of any model: in a 16k window the newest
+    result still goes whole, and the report shows the reserve counted."""
+    from memd.models.tokens import message_tokens
+
+    s = engine.create_session("local")
+    msgs = history()[:5]
+    tokens = sum(message_tokens(m) for m in msgs)
+    done = for_call(engine, s, msgs, tokens, WindowInfo(16_384, "test"), 32_000, "on", None,
+                    "x")
+    assert done is not None
+    assert done.report["reserve"] == 4096
+    assert done.messages == msgs and done.report["fits"]

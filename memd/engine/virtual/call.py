@@ -10,6 +10,8 @@ from memd.engine.virtual import summaries
 from memd.engine.virtual.engage import Budget, Virtualized, engages, virtualize
 from memd.engine.virtual.modes import call_mode
 
+RESERVE_SHARE = 0.25  # of the window: the most of it a response reserve holds back
+
 if TYPE_CHECKING:
     from memd.engine.memory import Memd
     from memd.types import Session, WindowInfo
@@ -30,6 +32,12 @@ def for_call(engine: Memd, session: Session, messages: Sequence[Mapping[str, Any
         return None
     reserve = (max_response_tokens if max_response_tokens is not None
                else settings.default_max_response_tokens)
+    # A client's answer limit is often set for the largest models (opencode asks 32,000
+    # tokens of any model): held back whole from a small window, it would leave the
+    # prompt nothing, and even the result the model just asked for would be evicted. A
+    # model server answers within what its window leaves, so the reserve counts at most
+    # a share of the window.
+    reserve = min(reserve, int(tokens * RESERVE_SHARE))
     budget = Budget.of(tokens, reserve, request_tokens, window.token_scale)
     if not engages(mode, budget, settings.virtual_zones):
         return None
