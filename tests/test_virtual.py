@@ -284,3 +284,20 @@ def test_an_answer_limit_past_a_quarter_of_the_window_does_not_starve_the_prompt
     assert done is not None
     assert done.report["reserve"] == 4096
     assert done.messages == msgs and done.report["fits"]
+
+
+def test_the_newest_result_is_kept_from_eviction_even_past_keep_recent() -> None:
+    """A read larger than ``keep_recent`` of the window is still what the model just
+    asked for: it degrades only as far as the request needs to fit, not out with the
+    older ones."""
+    from memd.engine.virtual.fidelity import DETAILED
+
+    older = [Held(f"o{k}", {FULL: 800, DETAILED: 240, COMPACT: 64, STUB: 20}, frame=30)
+             for k in range(6)]
+    newest = Held("new", {FULL: 5000, DETAILED: 1500, COMPACT: 250, STUB: 20}, frame=30)
+    held = [*older, newest]
+    tokens = 2000 + sum(h.cost(FULL) for h in held)
+    steps, after = plan(held, tokens, 10_000, ZONES)  # keep_recent: 2,000 tokens
+    assert newest.fidelity in (FULL, DETAILED) and after <= fit_line(10_000)
+    assert all(h.fidelity == EVICTED for h in older)
+    assert "new" not in {s.object_id for s in steps if s.to_fidelity == EVICTED}

@@ -14,8 +14,9 @@ model server re-reads everything after it. Evicting goes further, down to
 ``evict_target``: the oldest stubs sit near the start of the prompt, so each eviction
 makes the model server re-read nearly all of it. What degraded stays degraded on later calls
 (the caller starts from the fidelities held before), so consecutive requests share their
-prefix. The newest results, up to ``keep_recent`` of the window, stay whole unless the
-request would not fit the window otherwise.
+prefix. The newest results, up to ``keep_recent`` of the window (and the newest one
+whatever its size), stay whole unless the request would not fit the window otherwise,
+degrading only as far as the request needs to fit.
 """
 
 from __future__ import annotations
@@ -122,12 +123,13 @@ def plan(held: Sequence[Held], tokens: int, window: int, zones: VirtualZones,
 
 
 def _recent(held: Sequence[Held], keep: int) -> set[str]:
-    """The newest objects whose tokens, as held, add up to at most ``keep``."""
+    """The newest objects whose tokens, as held, add up to at most ``keep``, and the
+    newest one whatever its size: it is what the model just asked for."""
     out: set[str] = set()
     used = 0
     for h in reversed(held):
         used += h.cost(h.fidelity)
-        if used > keep:
+        if used > keep and out:
             break
         out.add(h.object_id)
     return out
