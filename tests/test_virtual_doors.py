@@ -401,3 +401,26 @@ def test_an_evicted_call_beside_the_models_text_leaves_one_assistant_turn() -> N
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2",
                                       "content": "[memd: stub]", "is_error": True}]}]
     assert a.forward(body, seen, list(seen.messages)) == body["messages"]
+
+
+def test_a_streamed_claude_code_call_is_virtualized_and_relayed(tmp_path: Path) -> None:
+    """The ``anthropic`` client streaming over a history past the window: the events
+    come back as the model server sent them, and what it got fits."""
+    from anthropic_upstream import FakeAnthropic
+
+    session = agent_session(turns=2)
+    at = session.calls[-2]  # the newest message holds tool results
+    system, messages = anthropic_messages(session.messages[:at])
+    upstream = FakeAnthropic()
+    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, _):
+        claude = anthropic.Anthropic(base_url=base, api_key="sk-test", max_retries=0)
+        with claude.messages.stream(
+                model=MODEL, system=system, messages=messages,  # type: ignore[arg-type]
+                max_tokens=RESERVE) as stream:
+            text = "".join(stream.text_stream)
+    sent = upstream.requests[-1]
+    assert WindowedDoors.messages_tokens(sent) <= WINDOW < WindowedDoors.messages_tokens(
+        {**sent, "messages": messages})
+    assert anthropic_faults(sent) == []
+    assert sent["messages"][-1]["content"][-1] == messages[-1]["content"][-1]
+    assert text == f"ok: {messages[-1]['content'][-1]['content']}"
