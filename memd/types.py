@@ -442,16 +442,35 @@ class ContextObject:
     turn_start: int  # the user turns (counted from 1) it came in
     turn_end: int
     content: str  # L0, exactly as the client sent it
-    compact: str  # L2, an extractive excerpt (flagged as such in its text)
+    compact: str  # L2, about 5 %: an extractive excerpt or the helper's (its text says)
     stub: str  # L3, one line that names the object and how to get it back
     tokens_l0: int
     tokens_l2: int
     tokens_l3: int
-    fidelity: int = 0  # 0 full, 2 compact, 3 stub (1 detailed and 4 evicted: later)
+    fidelity: int = 0  # 0 full, 1 detailed, 2 compact, 3 stub, 4 evicted
     pinned: bool = False
     superseded_by: str | None = None  # a later object of the same source_key
     created_at: float = 0.0
     updated_at: float = 0.0
+    detailed: str = ""  # L1, about 30 %: an extractive excerpt or the helper's
+    tokens_l1: int = 0
+    summarized_by: str = "extractive"  # who made L1 and L2: memd's excerpts, or a helper
+    # per lower fidelity ("detailed", "compact"): {"dropped": [...], "answers": [...]}
+    losses: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectSummaries:
+    """A context object's detailed (L1) and compact (L2) texts as a helper model made
+    them, with their token counts, the helper's name and the declared losses (see
+    :class:`ContextObject`)."""
+
+    detailed: str
+    tokens_l1: int
+    compact: str
+    tokens_l2: int
+    summarized_by: str
+    losses: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """A helper model for tests: it answers each kind of ask (told apart by the property its
-JSON schema asks for: "title", "summary", "pattern", "facts") from a script, and keeps
-the prompts of the asks it was scripted for."""
+JSON schema asks for: "detailed", "title", "summary", "pattern", "facts") from a
+script, and keeps the prompts of the asks it was scripted for. An ask of a context
+object's summaries ("detailed") is answered with its scripted object whole."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 from memd.models.helper import ChatMessage
 
 # What an ask the script does not name is answered: nothing found, a title of nothing.
-UNSCRIPTED: dict[str, Any] = {"facts": [], "title": "?", "summary": "", "pattern": ""}
+UNSCRIPTED: dict[str, Any] = {"detailed": "", "facts": [], "title": "?", "summary": "",
+                              "pattern": ""}
 
 
 class ScriptedHelper:
@@ -37,6 +39,8 @@ class ScriptedHelper:
         answer = self.script[kind]
         if isinstance(answer, Exception):
             raise answer
+        if kind == "detailed" and isinstance(answer, dict):
+            return json.dumps(answer)
         return json.dumps({kind: answer})
 
     def stream(self, messages: Sequence[ChatMessage], *, max_tokens: int,

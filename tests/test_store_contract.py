@@ -48,6 +48,7 @@ from memd.types import (
     FidelityTransition,
     MemoryFilter,
     NewMessage,
+    ObjectSummaries,
     Provenance,
     Scope,
     Tier,
@@ -618,6 +619,28 @@ def test_context_objects_are_kept_once_per_session_with_their_transitions(
         ("o1", 0, 3, "supersede", "call-1", 5.0), ("o2", 0, 2, "pressure", "call-1", 5.0),
         ("o2", 2, 3, "pressure", None, 6.0)]
     assert store.fidelity_transitions("alice", "s2") == []
+
+
+def test_a_helpers_summaries_replace_an_objects_texts_only_while_it_is_whole(
+        store: Store) -> None:
+    a, b = _context_object("o1"), _context_object("o2")
+    a = replace(a, detailed="[extractive] line 1 line 2", tokens_l1=6,
+                losses={"compact": {"dropped": ["lines"], "answers": ["which file"]}})
+    store.add_context_objects([a, b])
+    assert store.context_objects("alice", "s1")[0] == a  # the new columns round-trip
+    store.apply_transitions("alice", "s1", [
+        FidelityTransition("o2", 0, 2, "pressure", "warning", 900, "call-1")], {}, 2.0)
+    mine = ObjectSummaries("L1 by the helper", 4, "L2", 1, "smol",
+                           {"detailed": {"dropped": ["x"], "answers": ["y"]},
+                            "compact": {"dropped": ["z"], "answers": []}})
+    assert store.set_object_summaries("alice", "s1", "o1", mine, 3.0)
+    assert not store.set_object_summaries("alice", "s1", "o2", mine, 3.0)  # sent degraded
+    assert not store.set_object_summaries("bob", "s1", "o1", mine, 3.0)
+    got = {o.object_id: o for o in store.context_objects("alice", "s1")}
+    assert (got["o1"].detailed, got["o1"].tokens_l1, got["o1"].compact, got["o1"].tokens_l2,
+            got["o1"].summarized_by, got["o1"].losses, got["o1"].updated_at) == (
+        "L1 by the helper", 4, "L2", 1, "smol", mine.losses, 3.0)
+    assert got["o2"].compact == b.compact and got["o2"].summarized_by == "extractive"
     assert store.fidelity_transitions("bob", "s1") == []
 
 

@@ -268,3 +268,36 @@ def test_a_call_engages_only_as_its_mode_says(engine: Memd) -> None:
     assert for_call(engine, s, msgs, 90_000, small, 100, "off", None, "x") is None
     assert for_call(engine, s, msgs, 90_000, small, 100, None, None, "x") is not None
     assert for_call(engine, s, msgs, 90_000, WindowInfo(None), 100, None, None, "x") is None
+
+
+def test_an_answer_limit_past_a_quarter_of_the_window_does_not_starve_the_prompt(
+        engine: Memd) -> None:
+    """opencode asks 32,000 tokens of answer of any model: in a 16k window the newest
+    result still goes whole, and the report shows the reserve counted."""
+    from memd.models.tokens import message_tokens
+
+    s = engine.create_session("local")
+    msgs = history()[:5]
+    tokens = sum(message_tokens(m) for m in msgs)
+    done = for_call(engine, s, msgs, tokens, WindowInfo(16_384, "test"), 32_000, "on", None,
+                    "x")
+    assert done is not None
+    assert done.report["reserve"] == 4096
+    assert done.messages == msgs and done.report["fits"]
+
+
+def test_the_newest_result_is_kept_from_eviction_even_past_keep_recent() -> None:
+    """A read larger than ``keep_recent`` of the window is still what the model just
+    asked for: it degrades only as far as the request needs to fit, not out with the
+    older ones."""
+    from memd.engine.virtual.fidelity import DETAILED
+
+    older = [Held(f"o{k}", {FULL: 800, DETAILED: 240, COMPACT: 64, STUB: 20}, frame=30)
+             for k in range(6)]
+    newest = Held("new", {FULL: 5000, DETAILED: 1500, COMPACT: 250, STUB: 20}, frame=30)
+    held = [*older, newest]
+    tokens = 2000 + sum(h.cost(FULL) for h in held)
+    steps, after = plan(held, tokens, 10_000, ZONES)  # keep_recent: 2,000 tokens
+    assert newest.fidelity in (FULL, DETAILED) and after <= fit_line(10_000)
+    assert all(h.fidelity == EVICTED for h in older)
+    assert "new" not in {s.object_id for s in steps if s.to_fidelity == EVICTED}

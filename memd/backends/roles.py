@@ -19,6 +19,7 @@ from memd.types import (
     MemoryFilter,
     Message,
     NewMessage,
+    ObjectSummaries,
     ParagraphSeen,
     Session,
 )
@@ -307,6 +308,13 @@ class ContextObjectStore(Protocol):
 
     def context_objects(self, user_id: str, session_id: str) -> list[ContextObject]:
         """The session's objects, oldest first."""
+        ...
+
+    def set_object_summaries(self, user_id: str, session_id: str, object_id: str,
+                             summaries: ObjectSummaries, now: float) -> bool:
+        """Replace the object's detailed and compact texts with a helper's, only while
+        it is held whole: a text once sent at a lower fidelity stays the text sent
+        (the prompt's prefix holds). Whether it was replaced."""
         ...
 
     def apply_transitions(self, user_id: str, session_id: str,

@@ -25,8 +25,10 @@ request's ``system`` and ``messages`` as the client sent them.
 What goes upstream is the client's request, never the view converted back:
 :func:`forward` takes the client's messages and only inserts the memory block the engine
 placed, in the message it came from, after that message's ``tool_result`` blocks (which
-the API requires first). ``system`` and ``tools`` are never touched: they come first in
-the provider's cached prefix.
+the API requires first), and, when context virtualization holds a long history within
+the window, replaces the content of the ``tool_result`` blocks it degraded and takes out
+the ``tool_use`` / ``tool_result`` pairs it evicted. ``system`` and ``tools`` are never
+touched: they come first in the provider's cached prefix.
 """
 
 from __future__ import annotations
@@ -164,30 +166,110 @@ def unview(seen: View) -> dict[str, Any]:
 
 
 def forward(body: Mapping[str, Any], seen: View,
-            placed: Sequence[Mapping[str, Any]]) -> list[Any] | None:
-    """The client's messages with the memory block the engine placed in ``placed`` (the
-    view's messages with the block inside one user message), or None when the block is
-    not where this door can put it (the request then goes as sent)."""
+            placed: Sequence[Mapping[str, Any] | None]) -> list[Any] | None:
+    """The client's messages with what the engine changed in ``placed`` (the view's
+    messages, None where one was left out) put back, or None when a change is not one
+    this door can put back (the request then goes as sent).
+
+    Two kinds of change. The memory block, inside one user message: it goes after that
+    message's ``tool_result`` blocks (which the API requires first). And context
+    virtualization's (:mod:`memd.engine.virtual`): a degraded tool result is its
+    ``tool_result`` block with the new content (``tool_use_id``, ``is_error`` and
+    ``cache_control`` stay); an evicted one leaves with its ``tool_use`` block; a message
+    left with nothing to say goes, and what was on either side of it, if of one role,
+    becomes one message (the API merges consecutive turns of a role alike)."""
     original = list(body.get("messages") or ())
     if len(placed) != len(seen.messages):
         return None
+    parts: dict[int, list[tuple[Mapping[str, Any] | None, Mapping[str, Any]]]] = {}
     for mine, theirs, at in zip(placed, seen.messages, seen.origin, strict=True):
         if mine is theirs:
+            parts.setdefault(at, []).append((mine, theirs))
             continue
-        if at < 0 or theirs.get("role") != "user":
+        if at < 0 or theirs.get("role") not in ("user", "tool", "assistant") \
+                or (mine is None and theirs.get("role") == "user"):
             return None
-        message = original[at]
-        content, added = message.get("content"), mine.get("content")
-        if isinstance(content, str) and isinstance(added, str):
-            original[at] = {**message, "content": _beside(content, added)}
-            continue
-        if not isinstance(content, list) or not isinstance(added, list) or not added:
-            return None
-        first = next((k for k, b in enumerate(content)
+        parts.setdefault(at, []).append((mine, theirs))
+    out: list[Any] = []
+    dropped = False
+    for at, message in enumerate(original):
+        pairs = parts.get(at, [])
+        if all(mine is theirs for mine, theirs in pairs):
+            new: Any = message
+        elif message.get("role") == "assistant":
+            new = _assistant_kept(message, pairs[0][0])
+        else:
+            new = _user_kept(message, pairs)
+            if new is _CANNOT:
+                return None
+        if new is None:
+            dropped = True
+        elif dropped and out and isinstance(out[-1], Mapping) \
+                and out[-1].get("role") == new.get("role"):
+            out[-1] = {**out[-1], "content": [*_as_blocks(out[-1].get("content")),
+                                              *_as_blocks(new.get("content"))]}
+            dropped = False
+        else:
+            out.append(new)
+            dropped = False
+    return out
+
+
+_CANNOT: Any = object()  # a change :func:`forward` cannot put back
+_SILENT = ("thinking", "redacted_thinking")  # blocks that say nothing on their own
+
+
+def _as_blocks(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return list(content) if isinstance(content, list) else []
+
+
+def _assistant_kept(message: Mapping[str, Any],
+                    mine: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """An assistant message without the ``tool_use`` blocks whose calls the engine
+    evicted; None when nothing but its reasoning would be left."""
+    calls = {c.get("id") for c in (mine or {}).get("tool_calls") or ()
+             if isinstance(c, Mapping)}
+    blocks = [b for b in _as_blocks(message.get("content"))
+              if not (isinstance(b, Mapping) and b.get("type") == "tool_use"
+                      and b.get("id") not in calls)]
+    if all(isinstance(b, Mapping) and b.get("type") in _SILENT for b in blocks):
+        return None
+    return {**message, "content": blocks}
+
+
+def _user_kept(message: Mapping[str, Any],
+               pairs: Sequence[tuple[Mapping[str, Any] | None, Mapping[str, Any]]]) -> Any:
+    """A user message with its tool results as the engine left them and the memory
+    block the engine placed in its own part; None when nothing is left of it."""
+    content = message.get("content")
+    results = iter([(mine, theirs) for mine, theirs in pairs if theirs.get("role") == "tool"])
+    own = [(mine, theirs) for mine, theirs in pairs if theirs.get("role") == "user"]
+    added = own[0][0] if own and own[0][0] is not own[0][1] else None
+    if not isinstance(content, list):
+        if added is None or not isinstance(content, str):
+            return _CANNOT if added is not None else message
+        got = added.get("content")
+        return {**message, "content": _beside(content, got)} if isinstance(got, str) \
+            else _CANNOT
+    blocks: list[Any] = []
+    for b in content:
+        if isinstance(b, Mapping) and b.get("type") == "tool_result":
+            mine, theirs = next(results, (None, None))
+            if mine is not None:
+                blocks.append(b if mine is theirs else {**b, "content": mine.get("content")})
+        else:
+            blocks.append(b)
+    if added is not None:
+        extra = added.get("content")
+        if not isinstance(extra, list) or not extra:
+            return _CANNOT
+        first = next((k for k, b in enumerate(blocks)
                       if not (isinstance(b, Mapping) and b.get("type") == "tool_result")),
-                     len(content))
-        original[at] = {**message, "content": [*content[:first], added[0], *content[first:]]}
-    return original
+                     len(blocks))
+        blocks.insert(first, extra[0])
+    return {**message, "content": blocks} if blocks else None
 
 
 def _beside(content: str, added: str) -> list[dict[str, Any]] | str:

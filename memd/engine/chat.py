@@ -57,6 +57,9 @@ class PreparedCall:
     # why the block the engine placed was not sent (a door had no place for it in the
     # client's own format); None: it was, or there was none
     dropped: str | None = None
+    # when virtualization rewrote the request: the index in the client's messages of
+    # each message of ``plain`` (what a door needs to rewrite its own format alike)
+    kept: list[int] | None = None
 
     @property
     def memory_added(self) -> bool:
@@ -159,7 +162,8 @@ def prepare_chat(
                              engine.now(), report)
     return PreparedCall(call_id, session, forward, plain, report, store_reply=not retry,
                         turn=session.turn_count, user_id=uid, workspace=session.workspace,
-                        plain_as_sent=client_owns and virtual is None)
+                        plain_as_sent=client_owns and virtual is None,
+                        kept=virtual.kept if virtual is not None else None)
 
 
 def prepare_side(engine: Memd, user_id: str, workspace: str | None, model: str | None,

@@ -23,7 +23,9 @@ message its rule-based title came from, :mod:`memd.engine.titles`), ``compact`` 
 session's oldest turns folded into an episodic summary, :mod:`memd.engine.compact`;
 it deletes itself with its effect, as ``ingest`` does, and queues ``consolidate``:
 alike episodes folded into a pattern, :mod:`memd.engine.consolidate`) and ``access``
-(retrieval statistics of a compiled context); ``schedule`` and ``sweep``, the scheduled
+(retrieval statistics of a compiled context), ``summarize_object`` (the helper's
+detailed and compact texts of a context object, :mod:`memd.engine.virtual.summaries`);
+``schedule`` and ``sweep``, the scheduled
 maintenance (:mod:`memd.engine.schedule`). A handler that returns True has settled its job itself (a
 recurring job puts itself back in the queue): the runner does not delete it.
 
@@ -71,6 +73,7 @@ from memd.engine.retrieve import aside
 from memd.engine.schedule import Scheduler
 from memd.engine.titles import helper_title, rule_title
 from memd.engine.validate import EMBED_CHARS, excerpt
+from memd.engine.virtual import summaries
 from memd.engine.write import (
     MemoryDraft,
     fact_item,
@@ -94,7 +97,7 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 5
 # A helper that failed a message twice in a job (it asks twice) will fail it again: the
 # job is parked after its second attempt, where the jobs list shows why.
-MAX_ATTEMPTS_BY_KIND = {"llm_extract": 2, "title": 2}
+MAX_ATTEMPTS_BY_KIND = {"llm_extract": 2, "title": 2, summaries.JOB: 2}
 BATCH = 64
 ACCESS_WINDOW = 1.0  # seconds a user's access statistics are gathered before their job
 ACCESS_HITS = 2000  # or this many hits, whichever comes first
@@ -133,6 +136,7 @@ class JobRunner:
             "title": self._title,
             compact.JOB: self._compact,
             consolidate.JOB: self._consolidate,
+            summaries.JOB: self._summarize_object,
         }
         self.schedule = Scheduler(store, settings, now)
         self.handlers.update(self.schedule.handlers())
@@ -350,6 +354,14 @@ class JobRunner:
         self.llm_counts["titles" if title else "titles_rejected"] += 1
         if title is not None and title != rules:
             store.set_session_title(uid, session.id, title, replace=True)
+
+    def _summarize_object(self, job: Job) -> None:
+        assert job.user_id is not None
+        p = job.payload
+        outcome = summaries.summarize_object(
+            self.store, self.llm_helper(), job.user_id, p["session_id"], p["object_id"],
+            p.get("model"), self.now())
+        self.llm_counts[f"object_summaries_{outcome}"] += 1
 
     def _compact(self, job: Job) -> None:
         assert job.user_id is not None

@@ -22,7 +22,9 @@ client sent.
 
 What goes upstream is the client's request, never the view converted back:
 :func:`forward` only inserts the memory block, as an ``input_text`` part, into the user
-message item the engine placed it in.
+message item the engine placed it in, and, when context virtualization holds a long
+history within the window, replaces the ``output`` of the ``function_call_output``
+items it degraded and takes out the ``function_call`` / output pairs it evicted.
 """
 
 from __future__ import annotations
@@ -224,34 +226,75 @@ def unview(seen: View) -> dict[str, Any]:
 
 
 def forward(body: Mapping[str, Any], seen: View,
-            placed: Sequence[Mapping[str, Any]]) -> Any:
-    """The client's ``input`` with the memory block the engine placed in ``placed``, or
-    None when the block is not where this door can put it (the request then goes as
-    sent)."""
+            placed: Sequence[Mapping[str, Any] | None]) -> Any:
+    """The client's ``input`` with what the engine changed in ``placed`` (the view's
+    messages, None where one was left out) put back, or None when a change is not one
+    this door can put back (the request then goes as sent): the memory block in a user
+    message item; a degraded tool result as its output item with the new ``output``
+    (``call_id`` and type stay); an evicted one taken out with its ``function_call``, and
+    with the reasoning of its reply when nothing else of the reply is left (a reasoning
+    item must be followed by what it reasoned towards)."""
     raw = body.get("input")
     if len(placed) != len(seen.messages):
         return None
     if isinstance(raw, str):  # one user message: the block goes before its text
         changed = [m for m, t in zip(placed, seen.messages, strict=True) if m is not t]
-        added = changed[-1].get("content") if changed else raw
+        added = changed[-1].get("content") if changed and changed[-1] is not None else raw
         return added if isinstance(added, str) and added.endswith(raw) else None
     items: list[Any] = list(raw) if isinstance(raw, list) else []
+    gone: set[int] = set()
     for mine, theirs, at in zip(placed, seen.messages, seen.origin, strict=True):
         if mine is theirs:
             continue
-        added = mine.get("content")
-        if theirs.get("role") != "user" or at < 0:
+        role = theirs.get("role")
+        if at < 0 or (mine is None and role == "user"):
             return None
-        item = items[at]
-        content = item.get("content")
-        if isinstance(content, str) and isinstance(added, str):
-            items[at] = {**item, "content": added}
-        elif isinstance(content, list) and isinstance(added, list) and added:
-            items[at] = {**item, "content": [{"type": "input_text", "text": added[0]["text"]},
-                                             *content]}
+        if role == "tool":
+            if mine is None:
+                gone.add(at)
+            else:
+                items[at] = {**items[at], "output": mine.get("content")}
+        elif role == "assistant":
+            gone.update(_reply_left_out(items, at, mine))
+        elif role == "user" and mine is not None:
+            with_block = _with_block(items[at], mine.get("content"))
+            if with_block is None:
+                return None
+            items[at] = with_block
         else:
             return None
-    return items
+    return [item for k, item in enumerate(items) if k not in gone]
+
+
+def _with_block(item: Mapping[str, Any], added: Any) -> dict[str, Any] | None:
+    """A user message item with the memory block the engine put before its text."""
+    content = item.get("content")
+    if isinstance(content, str) and isinstance(added, str):
+        return {**item, "content": added}
+    if isinstance(content, list) and isinstance(added, list) and added:
+        return {**item, "content": [{"type": "input_text", "text": added[0]["text"]},
+                                    *content]}
+    return None
+
+
+def _reply_left_out(items: Sequence[Any], first: int,
+                    mine: Mapping[str, Any] | None) -> set[int]:
+    """The indexes of the items of the reply starting at ``first`` that go: its
+    function calls the engine evicted (those not among ``mine``'s ``tool_calls``), and
+    every item of it when only reasoning would be left."""
+    end = first
+    while end < len(items) and isinstance(items[end], Mapping) \
+            and _kind(items[end]) == "model":
+        end += 1
+    end = max(end, first + 1)
+    calls = {c.get("id") for c in (mine or {}).get("tool_calls") or ()
+             if isinstance(c, Mapping)}
+    out = {k for k in range(first, end) if isinstance(items[k], Mapping)
+           and items[k].get("type") == "function_call" and items[k].get("call_id") not in calls}
+    left = [items[k] for k in range(first, end) if k not in out]
+    if all(isinstance(i, Mapping) and i.get("type") == "reasoning" for i in left):
+        return set(range(first, end))
+    return out
 
 
 def side_body(body: Mapping[str, Any], seen: View) -> dict[str, Any]:

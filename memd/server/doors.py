@@ -5,6 +5,10 @@ conversation model (:mod:`memd.engine.anthropic`, :mod:`memd.engine.responses`) 
 hands it here: a side request is recorded and forwarded as sent; a turn is stored and
 gets its memory block, which the door puts back into its own format; then the call goes
 upstream and its answer is relayed and stored (:func:`memd.server.proxy.relay`).
+
+When context virtualization rewrites a long history (:mod:`memd.engine.virtual`), the
+door puts that back too: it gets the rewritten messages aligned with the ones it gave
+(None where an exchange was evicted) and rewrites its own format alike.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from memd.engine import side
+from memd.engine import side, virtual
 from memd.engine.chat import prepare_chat, prepare_side
 from memd.engine.identity import client_family
 from memd.engine.resolve import conversation_of
@@ -41,10 +45,11 @@ NO_PLACE = ("the block has no place in what this request sends (no message of th
 async def converse(
     request: Request, client: httpx.AsyncClient, door: Door, body: dict[str, Any], *,
     model: str | None, messages: list[dict[str, Any]], shape: dict[str, Any],
-    put_back: Callable[[Sequence[Mapping[str, Any]]], Any], max_tokens: int | None,
+    put_back: Callable[[Sequence[Mapping[str, Any] | None]], Any], max_tokens: int | None,
     side_because: str | None = None,
     count: Callable[[str], Awaitable[int | None]] | None = None,
     session_id: str | None = None, note: Mapping[str, Any] | None = None,
+    virtualize: str | None = None,
 ) -> Response:
     """One call through memd: ``messages`` is the request in the conversation model,
     ``shape`` what :func:`side_reason` reads of it, ``put_back`` gives the door's own
@@ -52,8 +57,12 @@ async def converse(
     ``side_because`` makes it a side request whatever its shape, ``count`` is the model
     server's own token count of a text, where the door has one (it calibrates memd's);
     ``session_id`` names the session the call is a turn of (no inference, and no side
-    request), ``note`` goes into the call's report."""
+    request), ``note`` goes into the call's report, ``virtualize`` is the call's
+    virtualization mode (default: the ``X-Memd-Virtualize`` header's, if any).
+    ``put_back`` is given the messages aligned with ``messages`` (None: left out)."""
     engine = engine_of(request)
+    asked = virtual.header_mode(request.headers.get(virtual.HEADER))
+    virtualize = virtualize or asked
     user, workspace = user_of(request), workspace_of(request)
     window = await window_of(request, model, count)
     agent = request.headers.get("user-agent")
@@ -73,10 +82,26 @@ async def converse(
             prepare_chat, engine, user, workspace, messages, model=model,
             max_response_tokens=max_tokens, tools=body.get("tools"), window=window,
             placement="user", client=agent, session_id=session_id, note=note,
-            conversation=conversation_of(request.headers))
+            virtualize=virtualize, conversation=conversation_of(request.headers))
     plain = body[door.field]
-    placed = put_back(call.forward) if call.memory_added else None
+    placed = None
+    if call.kept is not None:
+        plain = put_back(aligned(call.plain, call.kept, len(messages))) or plain
+        if call.memory_added and len(call.forward) == len(call.kept):
+            placed = put_back(aligned(call.forward, call.kept, len(messages)))
+    elif call.memory_added:
+        placed = put_back(call.forward)
     dropped = NO_PLACE if call.memory_added and placed is None else None
     call = replace(call, forward=placed if placed is not None else plain, plain=plain,
                    dropped=dropped)
     return await relay(request, client, call, body, model, door)
+
+
+def aligned(rewritten: Sequence[Mapping[str, Any]], kept: Sequence[int],
+            size: int) -> list[Mapping[str, Any] | None]:
+    """The ``rewritten`` messages at the places of the ``size`` messages they came from
+    (``kept``), None at the places of those left out."""
+    out: list[Mapping[str, Any] | None] = [None] * size
+    for message, at in zip(rewritten, kept, strict=True):
+        out[at] = message
+    return out

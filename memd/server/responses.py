@@ -15,7 +15,8 @@ once after the session's stored turns, recall sees those turns, and the block go
 its newest user message item, if it has one (memd cannot write into what the model
 server keeps). A response memd never saw (stored before memd, by another workspace, or
 erased) is forwarded as sent, as a side request without memory. The call report says
-which (``previous_response``).
+which (``previous_response``). Such a request is not virtualized: what makes it long is
+kept by the model server, out of memd's reach.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ async def _continued(request: Request, client: httpx.AsyncClient, body: dict[str
     stored = [m.to_openai() for m in await run_in_threadpool(
         engine.store.get_messages, user, session.id)]
 
-    def put_back(placed: Sequence[Mapping[str, Any]]) -> Any:
+    def put_back(placed: Sequence[Mapping[str, Any] | None]) -> Any:
         # the stored turns are the model server's to keep: the block goes only into
         # this request's own items
         if any(mine is not theirs for mine, theirs in zip(placed, stored, strict=False)):
@@ -107,7 +108,7 @@ async def _continued(request: Request, client: httpx.AsyncClient, body: dict[str
     return await converse(
         request, client, RESPONSES, body, model=model, messages=[*stored, *seen.messages],
         shape=r.side_body(body, seen), put_back=put_back, max_tokens=max_tokens,
-        session_id=session.id, note={"previous_response": {
+        session_id=session.id, virtualize="off", note={"previous_response": {
             "id": previous, "outcome": f"continued session {session.id}"}})
 
 

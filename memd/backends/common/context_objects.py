@@ -3,24 +3,27 @@ transitions, written once for both dialects."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memd.backends.common.dialect import SqlMixin
-from memd.types import ContextObject, FidelityTransition
+from memd.types import ContextObject, FidelityTransition, ObjectSummaries
 
 OBJECT_COLUMNS = (
     "object_id, user_id, session_id, content_hash, object_type, source_tool, source_key, "
     "tool_call_id, turn_start, turn_end, content, compact, stub, tokens_l0, tokens_l2, "
-    "tokens_l3, fidelity, pinned, superseded_by, created_at, updated_at")
+    "tokens_l3, fidelity, pinned, superseded_by, created_at, updated_at, detailed, "
+    "tokens_l1, summarized_by, losses")
 TRANSITION_COLUMNS = ("object_id, from_fidelity, to_fidelity, trigger, zone, tokens, "
                       "call_id, created_at")
 
 
 class ContextObjectsMixin(SqlMixin):
-    """``add_context_objects``, ``context_objects``, ``apply_transitions`` and
-    ``fidelity_transitions`` (memd.backends.base.ContextObjectStore)."""
+    """``add_context_objects``, ``context_objects``, ``set_object_summaries``,
+    ``apply_transitions`` and ``fidelity_transitions``
+    (memd.backends.base.ContextObjectStore)."""
 
     def add_context_objects(self, objects: Sequence[ContextObject]) -> int:
         if not objects:
@@ -33,11 +36,12 @@ class ContextObjectsMixin(SqlMixin):
             f"AND session_id = {d.mark} AND {test}", (first.user_id, first.session_id, *values))}
         new = [o for o in dict((o.object_id, o) for o in objects).values()
                if o.object_id not in have]
-        marks = ", ".join(["?"] * 21)
+        marks = ", ".join(["?"] * 25)
         self._write_many(
             d.sql(f"{d.ignore_prefix} context_objects ({OBJECT_COLUMNS}) "
                   f"VALUES ({marks}){d.ignore_suffix}"),
-            [_object_params(o, d.bool_columns) for o in new])
+            [(*_object_params(o, d.bool_columns), o.detailed, o.tokens_l1, o.summarized_by,
+              json.dumps(o.losses, sort_keys=True)) for o in new])
         return len(new)
 
     def context_objects(self, user_id: str, session_id: str) -> list[ContextObject]:
@@ -52,7 +56,19 @@ class ContextObjectsMixin(SqlMixin):
             content=str(r[10]), compact=str(r[11]), stub=str(r[12]), tokens_l0=int(r[13]),
             tokens_l2=int(r[14]), tokens_l3=int(r[15]), fidelity=int(r[16]),
             pinned=bool(r[17]), superseded_by=r[18], created_at=float(r[19]),
-            updated_at=float(r[20])) for r in rows]
+            updated_at=float(r[20]), detailed=str(r[21]), tokens_l1=int(r[22]),
+            summarized_by=str(r[23]), losses=json.loads(r[24]) if r[24] else {})
+            for r in rows]
+
+    def set_object_summaries(self, user_id: str, session_id: str, object_id: str,
+                             summaries: ObjectSummaries, now: float) -> bool:
+        return self._write(self._sql(
+            "UPDATE context_objects SET detailed = ?, tokens_l1 = ?, compact = ?, "
+            "tokens_l2 = ?, summarized_by = ?, losses = ?, updated_at = ? "
+            "WHERE user_id = ? AND session_id = ? AND object_id = ? AND fidelity = 0"),
+            (summaries.detailed, summaries.tokens_l1, summaries.compact, summaries.tokens_l2,
+             summaries.summarized_by, json.dumps(summaries.losses, sort_keys=True), now, user_id,
+             session_id, object_id)) > 0
 
     def apply_transitions(self, user_id: str, session_id: str,
                           transitions: Sequence[FidelityTransition],

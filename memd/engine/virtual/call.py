@@ -6,8 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from memd.engine.virtual import summaries
 from memd.engine.virtual.engage import Budget, Virtualized, engages, virtualize
 from memd.engine.virtual.modes import call_mode
+
+RESERVE_SHARE = 0.25  # of the window: the most of it a response reserve holds back
 
 if TYPE_CHECKING:
     from memd.engine.memory import Memd
@@ -29,9 +32,20 @@ def for_call(engine: Memd, session: Session, messages: Sequence[Mapping[str, Any
         return None
     reserve = (max_response_tokens if max_response_tokens is not None
                else settings.default_max_response_tokens)
+    # A client's answer limit is often set for the largest models (opencode asks 32,000
+    # tokens of any model): held back whole from a small window, it would leave the
+    # prompt nothing, and even the result the model just asked for would be evicted. A
+    # model server answers within what its window leaves, so the reserve counts at most
+    # a share of the window.
+    reserve = min(reserve, int(tokens * RESERVE_SHARE))
     budget = Budget.of(tokens, reserve, request_tokens, window.token_scale)
     if not engages(mode, budget, settings.virtual_zones):
         return None
-    return virtualize(engine.store, session.user_id, session.id, messages, budget,
+    done = virtualize(engine.store, session.user_id, session.id, messages, budget,
                       settings.virtual_zones, mode=mode, model=model, call_id=call_id,
                       now=engine.now())
+    worth = [o.object_id for o in done.new if o.tokens_l0 >= summaries.MIN_TOKENS]
+    if worth and engine.jobs.llm_enabled:  # the helper's summaries, in the background
+        summaries.enqueue(engine.store, session.user_id, session.id, worth, model,
+                          engine.now())
+    return done

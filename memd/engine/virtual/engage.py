@@ -14,18 +14,20 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memd.config import VirtualZones
 from memd.engine.virtual.fidelity import (
     COMPACT,
+    DETAILED,
     EVICTED,
     FULL,
-    LOSSES,
     NAMES,
     STUB,
     extractive,
+    extractive_losses,
+    loss_of,
     stub,
 )
 from memd.engine.virtual.pressure import Held, fit_line, plan, zone
@@ -63,6 +65,7 @@ class Virtualized:
     tokens: int
     report: dict[str, Any]
     kept: list[int]  # the index in the client's messages of each message in ``messages``
+    new: list[ContextObject] = field(default_factory=list)  # the objects first seen
 
 
 def engages(mode: str, budget: Budget, zones: VirtualZones) -> bool:
@@ -106,13 +109,13 @@ def virtualize(store: Store, user_id: str, session_id: str,
         "fits": after <= fit_line(budget.window),
         "objects": {"total": len(held), "new": len(new),
                     **{NAMES[f]: sum(1 for h in held if h.fidelity == f)
-                       for f in (FULL, COMPACT, STUB, EVICTED)}},
+                       for f in (FULL, DETAILED, COMPACT, STUB, EVICTED)}},
         "held": [_held_report(objects[h.object_id], h) for h in held if h.fidelity != FULL],
         "transitions": [{"object_id": t.object_id, "from": NAMES[t.from_fidelity],
                          "to": NAMES[t.to_fidelity], "trigger": t.trigger}
                         for t in transitions],
     }
-    return Virtualized(out, after - budget.reserve, report, kept)
+    return Virtualized(out, after - budget.reserve, report, kept, new)
 
 
 def _new_object(user_id: str, session_id: str, s: Segment, model: str | None,
@@ -121,6 +124,8 @@ def _new_object(user_id: str, session_id: str, s: Segment, model: str | None,
     lines = len(s.text.splitlines())
     compact = extractive(s.object_id, s.source_tool, s.source_key, s.text, tokens,
                          lambda t: count_text(t, model))
+    detailed = extractive(s.object_id, s.source_tool, s.source_key, s.text, tokens,
+                          lambda t: count_text(t, model), DETAILED)
     short = stub(s.object_id, s.source_tool, s.source_key, lines, tokens)
     return ContextObject(
         object_id=s.object_id, user_id=user_id, session_id=session_id,
@@ -128,7 +133,8 @@ def _new_object(user_id: str, session_id: str, s: Segment, model: str | None,
         source_key=s.source_key, tool_call_id=s.tool_call_id, turn_start=s.turn,
         turn_end=s.turn, content=s.text, compact=compact, stub=short, tokens_l0=tokens,
         tokens_l2=count_text(compact, model), tokens_l3=count_text(short, model),
-        created_at=now, updated_at=now)
+        created_at=now, updated_at=now, detailed=detailed,
+        tokens_l1=count_text(detailed, model), losses=extractive_losses())
 
 
 def _superseded(segments: Sequence[Segment], objects: Mapping[str, ContextObject],
@@ -197,15 +203,20 @@ def _rewrite(messages: Sequence[Mapping[str, Any]], segments: Sequence[Segment],
 
 
 def _sizes(o: ContextObject) -> dict[int, int]:
-    return {FULL: o.tokens_l0, COMPACT: o.tokens_l2, STUB: o.tokens_l3}
+    sizes = {FULL: o.tokens_l0, COMPACT: o.tokens_l2, STUB: o.tokens_l3}
+    if o.detailed:  # an object stored before memd made detailed texts has none
+        sizes[DETAILED] = o.tokens_l1
+    return sizes
 
 
 def _text(o: ContextObject, fidelity: int) -> str:
-    return {FULL: o.content, COMPACT: o.compact, STUB: o.stub}[fidelity]
+    return {FULL: o.content, DETAILED: o.detailed, COMPACT: o.compact,
+            STUB: o.stub}[fidelity]
 
 
 def _held_report(o: ContextObject, h: Held) -> dict[str, Any]:
     return {"object_id": o.object_id, "type": o.object_type, "tool": o.source_tool,
             "key": o.source_key, "fidelity": NAMES[h.fidelity], "tokens": h.cost(h.fidelity),
-            "tokens_full": o.tokens_l0, "loss": LOSSES[h.fidelity],
+            "tokens_full": o.tokens_l0, "loss": loss_of(o.losses, h.fidelity),
+            "by": o.summarized_by if h.fidelity in (DETAILED, COMPACT) else None,
             "superseded_by": o.superseded_by}

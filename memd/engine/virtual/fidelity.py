@@ -1,25 +1,31 @@
-"""The texts of a context object at each fidelity memd makes without a model.
+"""The texts of a context object at each fidelity, and what each one lost.
 
 L0 is the text as the client sent it. L3, the stub, is one line that names the object,
-the tool and what it was of, its size, and how to get it back. L2 is an extractive
-excerpt: the first and last lines and the lines that name identifiers (paths, error
-codes, names with digits or underscores, ports), verbatim and in order, with a header
-that says it is an excerpt and what it left out. A helper model's summaries (L1, and an
-L2 with declared losses) are meant to replace the extractive one where a helper runs; the
-extractive one is deterministic, so the same object always gets the same bytes and the
-prompt's prefix stays the one the model server cached.
+the tool and what it was of, its size, and how to get it back. L1 (detailed, about 30 %
+of the full text) and L2 (compact, about 5 %) come from the helper model, in a background
+job (:mod:`memd.engine.virtual.summaries`), each with its declared losses: what it
+dropped and what it can still answer. Until the helper's are there, and wherever no
+helper runs, extractive excerpts stand in, flagged as such: the first and last lines and
+the lines that name identifiers (paths, error codes, names with digits or underscores,
+ports), verbatim and in order, under a header that says it is an excerpt and what it left
+out. The excerpts are deterministic, so the same object always gets the same bytes; and
+a helper's text replaces them only while the object is still held whole, so a text once
+sent stays the text sent and the prompt's prefix stays the one the model server cached.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 FULL, DETAILED, COMPACT, STUB, EVICTED = 0, 1, 2, 3, 4
 NAMES = {FULL: "full", DETAILED: "detailed", COMPACT: "compact", STUB: "stub",
          EVICTED: "evicted"}
 LOSSES = {
     FULL: "nothing",
+    DETAILED: "every line but the first and last ones and those naming identifiers, "
+              "past about 30 % of the text (extractive excerpt, no model)",
     COMPACT: "every line but the first and last ones and those naming identifiers "
              "(extractive excerpt, no model)",
     STUB: "the whole text; only what it was of and its size remain",
@@ -32,6 +38,9 @@ LINE_CHARS = 200
 COMPACT_SHARE = 0.08  # of the full text's tokens, for the excerpt's lines
 COMPACT_MIN_TOKENS = 48
 COMPACT_MAX_TOKENS = 400
+DETAILED_SHARE = 0.30
+DETAILED_MIN_TOKENS = 96
+DETAILED_MAX_TOKENS = 2400
 
 # identifiers a later turn may need verbatim: paths, dotted or snake/camel names, error
 # codes and words, ports and line numbers
@@ -55,11 +64,14 @@ def stub(object_id: str, tool: str | None, key: str | None, lines: int, tokens: 
 
 
 def extractive(object_id: str, tool: str | None, key: str | None, text: str,
-               tokens: int, count: Callable[[str], int]) -> str:
-    """L2: the excerpt (see the module docstring), within ``COMPACT_SHARE`` of
-    ``tokens``, flagged as extractive."""
+               tokens: int, count: Callable[[str], int], fidelity: int = COMPACT) -> str:
+    """L2 (or L1, by ``fidelity``): the excerpt (see the module docstring), within
+    ``COMPACT_SHARE`` (``DETAILED_SHARE``) of ``tokens``, flagged as extractive."""
     lines = text.splitlines()
-    budget = max(COMPACT_MIN_TOKENS, min(COMPACT_MAX_TOKENS, int(tokens * COMPACT_SHARE)))
+    share, low, high = ((DETAILED_SHARE, DETAILED_MIN_TOKENS, DETAILED_MAX_TOKENS)
+                        if fidelity == DETAILED
+                        else (COMPACT_SHARE, COMPACT_MIN_TOKENS, COMPACT_MAX_TOKENS))
+    budget = max(low, min(high, int(tokens * share)))
     head = list(range(min(HEAD_LINES, len(lines))))
     tail = list(range(max(len(head), len(lines) - TAIL_LINES), len(lines)))
     named = [i for i in range(len(head), len(lines) - len(tail))
@@ -90,3 +102,23 @@ def extractive(object_id: str, tool: str | None, key: str | None, text: str,
               "first and last ones and those naming identifiers); the rest is held out of "
               "context. Run the tool again to see it whole.]")
     return "\n".join([header, *out])
+
+
+def extractive_losses() -> dict[str, Any]:
+    """The declared losses of the extractive L1 and L2: what they dropped, and what
+    they can still answer."""
+    answers = ["which file or command it was", "the identifiers it names (paths, error "
+               "codes, names, ports) and the lines they are on", "how it begins and ends"]
+    return {NAMES[f]: {"dropped": [LOSSES[f]], "answers": answers}
+            for f in (DETAILED, COMPACT)}
+
+
+def loss_of(losses: Mapping[str, Any], fidelity: int) -> dict[str, Any]:
+    """What an object held at ``fidelity`` lost: its declared losses at a summary's
+    fidelity, else the fixed ones (full, stub, evicted)."""
+    declared = losses.get(NAMES[fidelity])
+    if isinstance(declared, Mapping):
+        return dict(declared)
+    answers = {FULL: ["everything"], STUB: ["which file or command it was, and its size"]}
+    return {"dropped": [] if fidelity == FULL else [LOSSES[fidelity]],
+            "answers": answers.get(fidelity, [])}

@@ -4,7 +4,8 @@ Zones are fractions of the model's window (memd.config.VirtualZones) that the re
 and its response reserve fill: normal, caution, warning, critical, emergency. Past the
 caution line the oldest tool results degrade first: a result superseded by a later one of
 the same source goes straight to a stub; then, oldest first, full results become
-extractive excerpts, and if that is not enough, excerpts become stubs, and stubs are
+detailed summaries (about 30 %), then compact ones (about 5 %), and if that is not
+enough, compact ones become stubs, and stubs are
 evicted: the tool call and its result leave the request together (each still costs its
 call's arguments and a stub, and a long session has hundreds). Degrading goes on
 until the request is under the target, well under the line, so that it happens in large
@@ -13,8 +14,9 @@ model server re-reads everything after it. Evicting goes further, down to
 ``evict_target``: the oldest stubs sit near the start of the prompt, so each eviction
 makes the model server re-read nearly all of it. What degraded stays degraded on later calls
 (the caller starts from the fidelities held before), so consecutive requests share their
-prefix. The newest results, up to ``keep_recent`` of the window, stay whole unless the
-request would not fit the window otherwise.
+prefix. The newest results, up to ``keep_recent`` of the window (and the newest one
+whatever its size), stay whole unless the request would not fit the window otherwise,
+degrading only as far as the request needs to fit.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 from memd.config import VirtualZones
 from memd.engine.inject import MARGIN_MIN, MARGIN_SHARE
-from memd.engine.virtual.fidelity import COMPACT, EVICTED, FULL, STUB
+from memd.engine.virtual.fidelity import COMPACT, DETAILED, EVICTED, FULL, STUB
 
 ZONES = ("normal", "caution", "warning", "critical", "emergency")
 # a step to a lower fidelity is taken only when it saves at least this share of the
@@ -93,7 +95,7 @@ def plan(held: Sequence[Held], tokens: int, window: int, zones: VirtualZones,
         h.fidelity = to
 
     def worth(h: Held, to: int) -> bool:
-        if h.pinned or h.fidelity >= to:
+        if h.pinned or h.fidelity >= to or (to != EVICTED and to not in h.sizes):
             return False
         if to == EVICTED:
             return h.frame is not None
@@ -108,7 +110,7 @@ def plan(held: Sequence[Held], tokens: int, window: int, zones: VirtualZones,
             degrade(h, STUB, "supersede")
     for group, line in ((older, target), ([h for h in held if h.object_id in recent],
                                           fit_line(window))):
-        for to in (COMPACT, STUB, EVICTED):
+        for to in (DETAILED, COMPACT, STUB, EVICTED):
             # evicting, once stubs are not enough, goes on to the lower line
             stop = (zones.evict_target * window
                     if to == EVICTED and group is older and total > line else line)
@@ -121,12 +123,13 @@ def plan(held: Sequence[Held], tokens: int, window: int, zones: VirtualZones,
 
 
 def _recent(held: Sequence[Held], keep: int) -> set[str]:
-    """The newest objects whose tokens, as held, add up to at most ``keep``."""
+    """The newest objects whose tokens, as held, add up to at most ``keep``, and the
+    newest one whatever its size: it is what the model just asked for."""
     out: set[str] = set()
     used = 0
     for h in reversed(held):
         used += h.cost(h.fidelity)
-        if used > keep:
+        if used > keep and out:
             break
         out.add(h.object_id)
     return out
