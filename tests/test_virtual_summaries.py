@@ -110,7 +110,7 @@ def test_the_helpers_summaries_replace_the_excerpts_with_their_losses(engine: Me
     # under pressure the object degrades to the helper's text, and the report says whose
     # and what it lost
     more = [*msgs, {"role": "user", "content": "Now something else. " + "word " * 60}]
-    report = virtualize_call(engine, s.id, more, window=message_tokens(msgs[-1]) + 400)
+    report = virtualize_call(engine, s.id, more, window=message_tokens(msgs[-1]) + 100)
     [held] = report["held"]
     assert held["by"] == "scripted" and held["fidelity"] in ("detailed", "compact")
     assert held["loss"] == o.losses[held["fidelity"]]
@@ -140,7 +140,7 @@ def test_an_object_already_sent_degraded_keeps_the_text_sent(engine: Memd) -> No
     msgs = history(ledger())
     virtualize_call(engine, s.id, msgs)
     more = [*msgs, {"role": "user", "content": "Next. " + "word " * 60}]
-    virtualize_call(engine, s.id, more, window=message_tokens(msgs[-1]) + 400)
+    virtualize_call(engine, s.id, more, window=message_tokens(msgs[-1]) + 100)
     before = the_object(engine, s.id)
     assert before.fidelity != 0
     outcome = summarize_object(engine.store, ScriptedHelper(detailed=ANSWER), "local", s.id,
