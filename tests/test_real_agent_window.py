@@ -33,8 +33,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from test_real_agents import _memd_env
 
-from bench.agent_traffic import ScriptedUpstream
 from memd.models.tokens import message_tokens, tool_tokens
+from tests.agent_traffic import ScriptedUpstream
 
 pytestmark = pytest.mark.slow
 
