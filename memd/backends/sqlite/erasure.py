@@ -1,0 +1,67 @@
+"""SQLite erasure: the shared plan (memd.backends.common.erase) plus the full-text and
+vec0 rows beside the rows it deletes, the vector caches, and the scrub that leaves no
+deleted row readable in the files."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apsw
+
+from memd.backends.common.erase import Erasure
+from memd.backends.sqlite.connection import SQLiteConnection
+from memd.backends.sqlite.messages import SQLiteMessages
+from memd.backends.sqlite.vectors import SQLiteVectors
+from memd.errors import StorageError
+
+
+class SQLiteErasure(Erasure):
+    """Erasure, pruning and scrubbing over one SQLite file."""
+
+    _json_text = "json_extract({column}, '$.{key}')"
+    _unembed = ", has_embedding = 0"
+
+    def __init__(self, conn: SQLiteConnection, messages: SQLiteMessages,
+                 vectors: SQLiteVectors) -> None:
+        super().__init__(conn)
+        self._conn = conn
+        self._messages = messages
+        self._vectors = vectors
+
+    def _before_erase(self, user_id: str,
+                      where: dict[str, tuple[str, tuple[Any, ...]]]) -> None:
+        for table in ("memories", "messages"):
+            self._messages.drop_index_rows(table, *where[table])
+        self._vectors.memory_vectors.pop(user_id, None)  # read again from vec0 at next use
+        self._vectors.message_vectors.pop(user_id, None)
+
+    def _before_prune(self, user_id: str, where: str, params: tuple[Any, ...]) -> None:
+        self._messages.drop_index_rows("messages", where, params)
+        self._vectors.message_vectors.pop(user_id, None)  # read again from vec0 at next use
+
+    def scrub(self) -> None:
+        """Leave no deleted row readable in the files: FTS5 keeps a deleted row's terms in
+        its segments until they are merged (its secure-delete option covers only what it
+        rewrites), so each index is merged whole ('optimize'); the WAL, which holds the
+        pages as they were before, is checkpointed and truncated; VACUUM rewrites the
+        file without its free pages (secure_delete zeroes what a delete frees), and its
+        own WAL frames are checkpointed and truncated in turn."""
+        conn = self._conn
+        if conn.path == ":memory:":
+            return
+        with conn._lock, conn._checkpoint_lock:
+            db = conn._db
+            try:
+                for fts in ("memories_fts", "messages_fts"):
+                    with db:
+                        db.execute(f"INSERT INTO {fts} ({fts}) VALUES ('optimize')")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                db.execute("VACUUM")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except apsw.Error as exc:
+                raise StorageError(f"SQLite: cannot scrub the database: {exc}") from exc
+
+    def deep_scrub(self) -> list[str]:
+        self.scrub()
+        return ["full-text indexes merged, WAL checkpointed and truncated, database "
+                "vacuumed (freed pages are zeroed: secure_delete)"]
