@@ -41,6 +41,7 @@ from memd.backends.postgres.schema import (
     migrate,
     month,
 )
+from memd.backends.postgres.scrub import deep_scrub
 from memd.errors import MemdError, StorageError
 
 Params = Sequence[Any] | Mapping[str, Any]
@@ -260,6 +261,11 @@ class PostgresConnection(SqlConnection):
             )
         elif async_commit:
             conn.execute("SET LOCAL synchronous_commit = off")
+
+    def deep_scrub(self) -> list[str]:
+        """Rewrite the tables and indexes a deleted row's bytes stay in (:mod:`.scrub`)."""
+        with self._pool.connection() as conn:
+            return deep_scrub(conn)
 
     def check_row_security(self) -> None:
         """Raise unless the role and policies that auth mode relies on are in place."""

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from memd.auth import current_actor
 from memd.backends.common.erase import Erasure
 from memd.backends.postgres.partitions import PostgresPartitions
-from memd.backends.postgres.scrub import deep_scrub
 
 
 class PostgresErasure(Erasure):
@@ -51,5 +50,4 @@ class PostgresErasure(Erasure):
         --scrub``) rewrites them, which locks each table while it runs."""
 
     def deep_scrub(self) -> list[str]:
-        with self._pg._pool.connection() as conn:
-            return deep_scrub(conn)
+        return self._pg.deep_scrub()

@@ -168,6 +168,16 @@ class PostgresPartitions(PostgresConnection):
         self._history_month = month(now)
         return made
 
+    def keep_history_partitions_ready(self) -> None:
+        """At the session sweep: make next months' history partitions (wall clock) once
+        the month changed; a failure (e.g. a lock timeout under load) is retried by the
+        next sweep."""
+        if self.current() is None and month(time.time()) != self._history_month:
+            try:
+                self.ensure_history_partitions(time.time())
+            except StorageError as exc:
+                log.warning("history partitions not extended (next sweep retries): %s", exc)
+
 
 class PostgresSessions(Sessions):
     """Sessions, whose sweep also keeps the next months' history partitions ready."""
@@ -177,11 +187,5 @@ class PostgresSessions(Sessions):
         self._pg = conn
 
     def expire_sessions(self, now: float) -> int:
-        # The session sweep also keeps next months' history partitions ready (wall clock);
-        # a failure (e.g. a lock timeout under load) is retried by the next sweep.
-        if self._pg.current() is None and month(time.time()) != self._pg._history_month:
-            try:
-                self._pg.ensure_history_partitions(time.time())
-            except StorageError as exc:
-                log.warning("history partitions not extended (next sweep retries): %s", exc)
+        self._pg.keep_history_partitions_ready()
         return super().expire_sessions(now)

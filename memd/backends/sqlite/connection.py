@@ -67,7 +67,7 @@ class SQLiteConnection(SqlConnection):
         self.path = str(path)
         self.dim = dim
         self._key = key  # of an encrypted file; None for a plaintext one
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()
         self._depth = threading.local()  # this thread's transaction() nesting
         self._closed = False
         self._checkpointer: apsw.Connection | None = None
@@ -82,7 +82,7 @@ class SQLiteConnection(SqlConnection):
                 _private_store(Path(self.path))
             self._db = connect(self.path, key)
             self._prepare()
-            migrate(self._db, self._lock, self.path, self.dim)
+            migrate(self._db, self.lock, self.path, self.dim)
         except apsw.Error as exc:
             raise StorageError(f"cannot open SQLite store at {self.path}: {exc}") from exc
 
@@ -156,14 +156,14 @@ class SQLiteConnection(SqlConnection):
         if self._checkpoint_thread is not None:
             self._checkpoint_due.set()
             self._checkpoint_thread.join(timeout=30)
-        with self._lock, self._checkpoint_lock:
+        with self.lock, self._checkpoint_lock:
             if self._checkpointer is not None:
                 self._checkpointer.close()
             self._db.close()
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        with self._lock:
+        with self.lock:
             self._depth.n = getattr(self._depth, "n", 0) + 1
             try:
                 with self._db:
@@ -194,6 +194,36 @@ class SQLiteConnection(SqlConnection):
         for drop in self.on_rollback:
             drop()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def data_version(self) -> int:
+        """SQLite's count of the changes other connections made to the file."""
+        with self.lock:
+            return int(cast(int, self._db.execute("PRAGMA data_version").fetchall()[0][0]))
+
+    def scrub(self) -> None:
+        """Leave no deleted row readable in the files: FTS5 keeps a deleted row's terms in
+        its segments until they are merged (its secure-delete option covers only what it
+        rewrites), so each index is merged whole ('optimize'); the WAL, which holds the
+        pages as they were before, is checkpointed and truncated; VACUUM rewrites the
+        file without its free pages (secure_delete zeroes what a delete frees), and its
+        own WAL frames are checkpointed and truncated in turn."""
+        if self.path == ":memory:":
+            return
+        with self.lock, self._checkpoint_lock:
+            db = self._db
+            try:
+                for fts in ("memories_fts", "messages_fts"):
+                    with db:
+                        db.execute(f"INSERT INTO {fts} ({fts}) VALUES ('optimize')")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                db.execute("VACUUM")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except apsw.Error as exc:
+                raise StorageError(f"SQLite: cannot scrub the database: {exc}") from exc
+
     def check_row_security(self) -> None:
         """Nothing to check: one SQLite file belongs to one daemon, which filters every
         query by user itself."""
@@ -202,7 +232,7 @@ class SQLiteConnection(SqlConnection):
         return 0  # one table holds every month
 
     def rows(self, query: str, params: Params = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
+        with self.lock:
             try:
                 return list(self._db.execute(query, params))
             except DRIVER_ERRORS as exc:
@@ -210,7 +240,7 @@ class SQLiteConnection(SqlConnection):
 
     def write(self, query: str, params: Params = ()) -> int:
         """Execute a write; returns the number of rows changed."""
-        with self._lock:
+        with self.lock:
             try:
                 self._db.execute(query, params)
                 changed = self._db.changes()

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import apsw
-
 from memd.backends.common.erase import Erasure
 from memd.backends.sqlite.connection import SQLiteConnection
 from memd.backends.sqlite.messages import SQLiteMessages
 from memd.backends.sqlite.vectors import SQLiteVectors
-from memd.errors import StorageError
 
 
 class SQLiteErasure(Erasure):
@@ -40,26 +37,7 @@ class SQLiteErasure(Erasure):
         self._vectors.message_vectors.pop(user_id, None)  # read again from vec0 at next use
 
     def scrub(self) -> None:
-        """Leave no deleted row readable in the files: FTS5 keeps a deleted row's terms in
-        its segments until they are merged (its secure-delete option covers only what it
-        rewrites), so each index is merged whole ('optimize'); the WAL, which holds the
-        pages as they were before, is checkpointed and truncated; VACUUM rewrites the
-        file without its free pages (secure_delete zeroes what a delete frees), and its
-        own WAL frames are checkpointed and truncated in turn."""
-        conn = self._conn
-        if conn.path == ":memory:":
-            return
-        with conn._lock, conn._checkpoint_lock:
-            db = conn._db
-            try:
-                for fts in ("memories_fts", "messages_fts"):
-                    with db:
-                        db.execute(f"INSERT INTO {fts} ({fts}) VALUES ('optimize')")
-                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                db.execute("VACUUM")
-                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            except apsw.Error as exc:
-                raise StorageError(f"SQLite: cannot scrub the database: {exc}") from exc
+        self._conn.scrub()
 
     def deep_scrub(self) -> list[str]:
         self.scrub()

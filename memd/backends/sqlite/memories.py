@@ -231,7 +231,7 @@ class SQLiteMemories(SharedMemories):
         (its writes are not committed), or the side connection busy with another
         thread's ranking."""
         conn = self._conn
-        if k <= 0 or conn.path == ":memory:" or conn.in_transaction() or conn._closed:
+        if k <= 0 or conn.path == ":memory:" or conn.in_transaction() or conn.closed:
             return None
         match = fts_query(user_id, query)
         return None if match is None else self.side.start(match, keyword_ranks_limit(k))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import cast
 
 import numpy as np
 
@@ -124,7 +123,7 @@ class SQLiteVectors(Part):
     def __init__(self, conn: SQLiteConnection) -> None:
         super().__init__(conn)
         self._conn = conn
-        self._lock = conn._lock
+        self._lock = conn.lock
         self.dim = conn.dim
         self.memory_vectors: dict[str, UserVectors] = {}
         self.message_vectors: OrderedDict[str, UserVectors | None] = OrderedDict()
@@ -139,7 +138,7 @@ class SQLiteVectors(Part):
 
     def _check_data_version(self) -> None:
         """Drop the vector caches when another connection changed the file."""
-        version = int(cast(int, self._conn._db.execute("PRAGMA data_version").fetchall()[0][0]))
+        version = self._conn.data_version()
         if version != self._data_version:
             self.drop_caches()
             self._data_version = version
@@ -193,7 +192,7 @@ class SQLiteVectors(Part):
     def _warm_message_vectors(self, user_id: str) -> None:
         try:
             with self._lock:
-                if not self._conn._closed:
+                if not self._conn.closed:
                     self._cached_message_vectors(user_id)
         except StorageError:
             pass  # the next search uses vec0 and tries again
