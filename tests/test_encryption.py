@@ -90,7 +90,7 @@ def test_an_encrypted_store_shows_no_plaintext_and_opens_only_with_its_key(
     assert (hermetic_env / "memd.db-wal").stat().st_size > 0  # the rows are in the WAL
     assert plaintext_in(hermetic_env) == []
     store: Any = m.store  # the SQLite store
-    store.checkpoint()  # from a side connection, keyed like the store's
+    store.connection.checkpoint()  # from a side connection, keyed like the store's
     m.close()
     assert plaintext_in(hermetic_env) == []
     assert not (hermetic_env / "memd.db").read_bytes().startswith(b"SQLite format 3")
@@ -102,15 +102,15 @@ def test_an_encrypted_store_shows_no_plaintext_and_opens_only_with_its_key(
     assert hits[0].breakdown["similarity"] == pytest.approx(m.settings.weights.similarity)
     vector = m.embedder.embed([SECRET_TEXT])[0]
     store = m.store
-    knn = store._db.execute(
+    knn = store.connection._db.execute(
         "SELECT memory_id, distance FROM memory_vec WHERE user_id = 'alice' AND "
         "embedding MATCH ? AND k = 1", (np.asarray(vector, np.float32).tobytes(),)
     ).fetchall()
     assert knn == [(hits[0].id, pytest.approx(0.0, abs=1e-4))]
     match = fts_query("alice", "marmalade")
     assert match is not None
-    store._side.lock.acquire()  # held by a ranking until it is done
-    assert [r[0] for r in store._side.rank(match, 5)] == [hits[0].id]
+    store.memories.side.lock.acquire()  # held by a ranking until it is done
+    assert [r[0] for r in store.memories.side.rank(match, 5)] == [hits[0].id]
     store.scrub()  # VACUUM rewrites the file: encrypted still
     assert plaintext_in(hermetic_env) == []
     assert [h.id for h in found(m)] == [hits[0].id]

@@ -78,29 +78,30 @@ def user_tables(m: Memd) -> list[str]:
     a query of a parent reads all its partitions)."""
     store: Any = m.store
     if m.settings.db.startswith("postgres"):
-        rows = store._rows(
+        rows = store.connection.rows(
             "SELECT c.relname FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' "
             "AND c.relkind IN ('r', 'p') AND NOT c.relispartition "
             "AND a.attname = 'user_id' AND NOT a.attisdropped")
         return sorted(r[0] for r in rows)
-    names = [r[0] for r in store._rows("SELECT name FROM sqlite_master WHERE type = 'table' "
-                                       "AND sql NOT LIKE 'CREATE VIRTUAL%'")]
+    read = store.connection.rows
+    names = [r[0] for r in read("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                "AND sql NOT LIKE 'CREATE VIRTUAL%'")]
     return sorted(t for t in names
-                  if any(c[1] == "user_id" for c in store._rows(f"PRAGMA table_info({t})")))
+                  if any(c[1] == "user_id" for c in read(f"PRAGMA table_info({t})")))
 
 
 def rows_of(m: Memd, user: str) -> dict[str, int]:
     store: Any = m.store
     mark = "%s" if m.settings.db.startswith("postgres") else "?"
-    return {t: int(store._rows(f"SELECT count(*) FROM {t} WHERE user_id = {mark}",
+    return {t: int(store.connection.rows(f"SELECT count(*) FROM {t} WHERE user_id = {mark}",
                                (user,))[0][0]) for t in user_tables(m)}
 
 
 def test_erasure_covers_every_table_with_a_user(engine: Memd) -> None:
     """A table added to the schema or to memd migrate's list fails here until erasure
     covers it (memd.backends.common.erase)."""
-    covered = {*USER_TABLES, *ACCOUNT_TABLES, *engine.store._memory_side_tables}  # type: ignore[attr-defined]
+    covered = {*USER_TABLES, *ACCOUNT_TABLES, *engine.store.erasure._memory_side_tables}  # type: ignore[attr-defined]
     assert set(user_tables(engine)) <= covered, set(user_tables(engine)) - covered
     assert {t.name for t in TABLES} <= covered | set(SHARED_TABLES) | {"memory_stats"}
     seed(engine, "ursula")

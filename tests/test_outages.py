@@ -104,7 +104,8 @@ def test_every_route_answers_a_json_503_while_postgresql_is_stopped(
     try:
         # The pools wait for a connection as long as configured, and each attempt to
         # connect is bounded too (libpq's whole seconds).
-        pools = (engine.store._pool, engine.store._side_pool, engine.store._own_pool)  # type: ignore[attr-defined]
+        conn = engine.store.connection  # type: ignore[attr-defined]
+        pools = (conn._pool, conn._side_pool, conn._own_pool)
         assert {p.timeout for p in pools} == {0.5}
         assert {p.kwargs["connect_timeout"] for p in pools} == {2}
         headers = {}

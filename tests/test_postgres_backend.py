@@ -59,14 +59,14 @@ def test_pg_keyword_channel_runs_beside_the_other_channels(pg_store: Any) -> Non
         s.insert_memory(memory(text, entities=("rust",) if "rust" in text else ()),
                         vec(i))
     calls: list[tuple[str, bool, bool]] = []  # thread, has the keyword, the KNN channel
-    real = s._rows_in
+    real = s.connection.rows_in
 
     def spy(tables: Any, query: str, params: Any, generic: bool = True) -> Any:
         calls.append((threading.current_thread().name, "'k' AS via" in query,
                       "'v' AS via" in query))
         return real(tables, query, params, generic)
 
-    s._rows_in = spy
+    s.connection.rows_in = spy
     kw: dict[str, Any] = dict(knn_k=2, keyword_k=2, entities=["rust"], entity_k=2,
                               frequent_k=2)
     flt = MemoryFilter(now=time.time())
@@ -88,17 +88,18 @@ def test_pg_keyword_channel_runs_beside_the_other_channels(pg_store: Any) -> Non
     # goes through _q, on the side pool, never on the main pool, which the caller may
     # hold (a read batch) while it waits.
     other = next(u for u in (f"other{i}" for i in range(2000))
-                 if s._tables(u).memory_leaves == s._tables("alice").memory_leaves)
+                 if s.connection.tables(u).memory_leaves
+                 == s.connection.tables("alice").memory_leaves)
     s.insert_memory(memory("other's rust", user=other), vec(0))
-    s._sole_owners.clear()
-    assert not s._sole_owner("alice", s._tables("alice"))
-    main_pool = s._pool.connection
+    s.connection._sole_owners.clear()
+    assert not s.connection.sole_owner("alice", s.connection.tables("alice"))
+    main_pool = s.connection._pool.connection
 
     def main_pool_but_not_for_workers(*args: Any, **kwargs: Any) -> Any:
         assert not threading.current_thread().name.startswith("memd-keyword")
         return main_pool(*args, **kwargs)
 
-    s._pool.connection = main_pool_but_not_for_workers
+    s.connection._pool.connection = main_pool_but_not_for_workers
     calls.clear()
     with s.read_batch():
         shared = s.memory_candidates("alice", "rust", vec(2), flt, **kw)
@@ -132,7 +133,7 @@ def _executed_plans(store: Any, *settings: str) -> Iterator[list[dict[str, Any]]
             plans.append(json.loads(text.split("plan:", 1)[1])["Plan"])
 
     with store.transaction():
-        conn = store._current()
+        conn = store.connection.current()
         role = conn.execute("SELECT current_user").fetchone()[0]
         conn.execute("SET LOCAL ROLE NONE")  # auto_explain's settings are superuser's
         conn.execute("LOAD 'auto_explain'")
@@ -154,7 +155,7 @@ def _load(store: Any, user: str, memories: int, now: float) -> None:
     """``memories`` memories for ``user`` (every 10th in working memory), in one statement;
     the word ``rare<user>`` appears in two of them."""
     with store.transaction():
-        store._current().execute(
+        store.connection.current().execute(
             "INSERT INTO memories (memory_id, user_id, memory_tier, memory_scope, content_text, "
             "content_hash, provenance_type, created_at, updated_at, token_count, embedding) "
             "SELECT md5(%(u)s || i), %(u)s, CASE WHEN i %% 10 = 0 THEN 0 ELSE 3 END, 1, "
@@ -182,7 +183,7 @@ def test_pg_each_user_lands_in_one_partition_of_each_table(pg_store: Any) -> Non
     tables = ("sessions", "messages", "memories_durable", "memories_working", "facts",
               "memory_entities", "usage_log")
     with s.transaction():
-        conn = s._current()
+        conn = s.connection.current()
         for user in ("alice", "bob", "carol", "dave", "erin"):
             leaves: dict[str, set[str]] = {}
             for table in tables:
@@ -214,9 +215,9 @@ def test_pg_hot_queries_touch_one_partition_through_indexes(pg_store: Any) -> No
         s.append_messages(user, sess.id, [NewMessage("user", f"turn {i}") for i in range(200)],
                           [1] * 200, [None] * 200, now)
     with s.transaction():
-        s._current().execute("ANALYZE")
+        s.connection.current().execute("ANALYZE")
     alice_session = s.list_sessions("alice")[0].id
-    (part,) = {_hash_partition(r[0]) for r in s._rows(
+    (part,) = {_hash_partition(r[0]) for r in s.connection.rows(
         "SELECT DISTINCT tableoid::regclass::text FROM memories WHERE user_id = 'alice'")}
 
     def check(plan: dict[str, Any], index_part: str) -> None:
@@ -286,7 +287,7 @@ def test_pg_hnsw_candidate_list_covers_the_candidates_knn(pg_store: Any) -> None
     from memd.engine.retrieve import Channels
 
     s = pg_store
-    for pool in (s._pool, s._side_pool, s._own_pool):
+    for pool in (s.connection._pool, s.connection._side_pool, s.connection._own_pool):
         with pool.connection() as conn:
             (ef,), = conn.execute("SHOW hnsw.ef_search").fetchall()
             assert int(ef) >= Channels().knn_k, (pool.name, ef)
@@ -300,7 +301,7 @@ def test_pg_keyword_relevance_is_ts_rank_alike_with_and_without_rls(pg_store: An
     texts = ["docker", "docker compose and docker swarm", "docker docker docker, only docker",
              "nothing relevant"]
     made = [s.insert_memory(memory(t), vec(i)) for i, t in enumerate(texts)]
-    expected = [float(r) for (r,) in s._rows(
+    expected = [float(r) for (r,) in s.connection.rows(
         "SELECT ts_rank(to_tsvector('english', t), websearch_to_tsquery('english', 'docker'))"
         "::float8 FROM unnest(%s::text[]) WITH ORDINALITY AS x (t, n) ORDER BY n",
         (texts[:3],))]
@@ -372,7 +373,7 @@ def test_pg_entity_reads_under_rls_plan_only_the_users_partition(pg_store: Any) 
         made[key] = s.insert_memory(memory(f"{key} rust notes", user=user, workspace=ws,
                                            entities=("rust",)), vec(len(made)))
         s.link_entities(user, made[key].id, ["rust"])
-    (part,) = {_hash_partition(r[0]) for r in s._rows(
+    (part,) = {_hash_partition(r[0]) for r in s.connection.rows(
         "SELECT DISTINCT tableoid::regclass::text FROM memories WHERE user_id = 'alice'")}
     with acting_as("alice"):
         with _executed_plans(s) as plans:
@@ -386,7 +387,7 @@ def test_pg_entity_reads_under_rls_plan_only_the_users_partition(pg_store: Any) 
         assert s.memories_by_entities("bob", ["rust"], 10, MemoryFilter()) == shared
         # The links themselves: a fellow member's workspace memory's, not their private
         # one's, nor those of a "team" memory of carol, who is no member.
-        links = {r[0] for r in s._rows("SELECT memory_id FROM memory_entities")}
+        links = {r[0] for r in s.connection.rows("SELECT memory_id FROM memory_entities")}
         assert links == {made["own"].id, made["shared"].id}, links
 
 
@@ -396,15 +397,15 @@ def test_pg_access_bumps_leave_memory_rows_alone(pg_store: Any) -> None:
     s = pg_store
     a = s.insert_memory(memory("often used"), vec(0))
     version = "SELECT xmin::text FROM memories WHERE user_id = 'alice' AND memory_id = %s"
-    before = s._rows(version, (a.id,))
+    before = s.connection.rows(version, (a.id,))
     s.record_access("alice", [(a.id, 0.5)], now=5.0)
     s.update_memory("alice", a.id, access_count=7)
-    assert s._rows(version, (a.id,)) == before
+    assert s.connection.rows(version, (a.id,)) == before
     got = s.get_memory("alice", a.id)
     assert got is not None and got.access_count == 7 and got.last_accessed_at == 5.0
-    assert s._rows("SELECT count(*) FROM memory_stats")[0][0] == 1
+    assert s.connection.rows("SELECT count(*) FROM memory_stats")[0][0] == 1
     assert s.delete_memory("alice", a.id)
-    assert s._rows("SELECT count(*) FROM memory_stats")[0][0] == 0
+    assert s.connection.rows("SELECT count(*) FROM memory_stats")[0][0] == 0
 
 
 def test_pg_schema_3_database_keeps_its_access_stats(
@@ -431,7 +432,7 @@ def test_pg_schema_3_database_keeps_its_access_stats(
     assert v3.schema_version() == 3
     with v3.transaction():
         for i, user in enumerate(("alice", "bob")):
-            v3._current().execute(
+            v3.connection.current().execute(
                 "INSERT INTO memories (memory_id, user_id, memory_tier, memory_scope, "
                 "content_text, content_hash, provenance_type, created_at, updated_at, "
                 "token_count, access_count, last_accessed_at, relevance_accumulator) "
@@ -581,7 +582,7 @@ def test_pg_own_partition_statements_read_what_the_parents_would() -> None:
             s.link_entities(user, kept.id, ["rust"])
             s.record_access(user, [(kept.id, 1.0)], now)
         with s.transaction():  # inside one: the parents, which see its writes
-            assert not any(s._tables(user).own for user in users)
+            assert not any(s.connection.tables(user).own for user in users)
         flt = MemoryFilter(now=now)
 
         def reads(user: str) -> tuple[Any, ...]:
@@ -592,25 +593,27 @@ def test_pg_own_partition_statements_read_what_the_parents_would() -> None:
             )
 
         mine = {user: reads(user) for user in users}
-        assert all(s._tables(user).own for user in users)
+        assert all(s.connection.tables(user).own for user in users)
         for user in users:
-            tables = s._tables(user)
+            tables = s.connection.tables(user)
             for table in ("memory_stats", "memory_entities", "messages"):
-                (leaf,), = s._rows(f"SELECT DISTINCT tableoid::regclass::text FROM {table} "
-                                "WHERE user_id = %s", (user,))
+                (leaf,), = s.connection.rows(
+                    f"SELECT DISTINCT tableoid::regclass::text FROM {table} "
+                    "WHERE user_id = %s", (user,))
                 assert leaf.startswith(getattr(tables, table)), (user, table, leaf)
             sharing = 0
             for table in ("memories_durable", "memories_working"):
-                (leaf,), = s._rows(f"SELECT DISTINCT tableoid::regclass::text FROM {table} "
-                                "WHERE user_id = %s", (user,))
+                (leaf,), = s.connection.rows(
+                    f"SELECT DISTINCT tableoid::regclass::text FROM {table} "
+                    "WHERE user_id = %s", (user,))
                 assert re.search(rf"FROM {leaf}\b", tables.memories), (user, leaf)
-                sharing += s._rows(f"SELECT count(DISTINCT user_id) FROM {leaf} "
+                sharing += s.connection.rows(f"SELECT count(DISTINCT user_id) FROM {leaf} "
                                 "WHERE user_id <> %s", (user,))[0][0]
             # A generic plan only for a user alone in their memory partitions.
-            assert s._sole_owner(user, tables) == (sharing == 0), (user, sharing)
-        alone = [user for user in users if s._sole_owner(user, s._tables(user))]
+            assert s.connection.sole_owner(user, tables) == (sharing == 0), (user, sharing)
+        alone = [user for user in users if s.connection.sole_owner(user, s.connection.tables(user))]
         assert 0 < len(alone) < len(users)  # 42 users in 32 partitions: both kinds
-        pool = s._own_pool
+        pool = s.connection._own_pool
         conns = [pool.getconn() for _ in range(pool.get_stats()["pool_size"])]
         try:  # every connection of the pool: what it prepared, and how it planned it
             prepared = [row for conn in conns for row in conn.execute(
@@ -651,18 +654,18 @@ def test_pg_own_partitions_under_row_level_security_hold_only_the_acting_users_r
     s = pgb.PostgresStore(pg.database(), dim=DIM, partitions=(32, 32, 32))
     try:
         s.check_row_security()
-        guarded = s._rows(
+        guarded = s.connection.rows(
             "SELECT c.relname, c.relrowsecurity, (SELECT count(*) FROM pg_policies p "
             "WHERE p.tablename = c.relname AND p.policyname = 'memd_own_rows') "
             "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
             "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname IN "
             "('memories_working', 'memories_durable', 'memory_stats', 'memory_entities')")
         assert len(guarded) == 4 * 32 and all(rls and n == 1 for _, rls, n in guarded)
-        alice = s._tables("alice")  # no request: computed as the owner
+        alice = s.connection.tables("alice")  # no request: computed as the owner
         bob = next(u for u in (f"bob{i}" for i in range(200))
-                   if s._tables(u).memory_leaves != alice.memory_leaves)
+                   if s.connection.tables(u).memory_leaves != alice.memory_leaves)
         carol = next(u for u in (f"carol{i}" for i in range(2000))
-                     if s._tables(u).memory_leaves == alice.memory_leaves)
+                     if s.connection.tables(u).memory_leaves == alice.memory_leaves)
         now = time.time()
         flt = MemoryFilter(now=now, workspaces=("team", ""))
         kw: dict[str, Any] = dict(knn_k=5, keyword_k=5, entities=["rust"], entity_k=5,
@@ -695,7 +698,7 @@ def test_pg_own_partitions_under_row_level_security_hold_only_the_acting_users_r
                 del s._tables
 
         def prepared() -> list[tuple[str, int, int]]:
-            pool = s._pool
+            pool = s.connection._pool
             conns = [pool.getconn() for _ in range(pool.get_stats()["pool_size"])]
             try:
                 return [row for conn in conns for row in conn.execute(
@@ -705,7 +708,7 @@ def test_pg_own_partitions_under_row_level_security_hold_only_the_acting_users_r
                 for conn in conns:
                     pool.putconn(conn)
 
-        assert s._sole_owner("alice", alice)
+        assert s.connection.sole_owner("alice", alice)
         found = candidates()
         assert set(found) == mine and found == through_parents()
         unions = prepared()
@@ -714,11 +717,11 @@ def test_pg_own_partitions_under_row_level_security_hold_only_the_acting_users_r
         # carol shares alice's partitions: alice's candidates are planned per call now,
         # and carol's rows stay out of them.
         add(carol, "carol's rust notes")
-        s._sole_owners.clear()
-        assert not s._sole_owner("alice", alice)
+        s.connection._sole_owners.clear()
+        assert not s.connection.sole_owner("alice", alice)
         found = candidates()
         assert set(found) == mine and found == through_parents()
-        with s._pool.connection() as conn, conn.transaction():
+        with s.connection._pool.connection() as conn, conn.transaction():
             conn.execute("SELECT set_config('role', 'memd_app', true), "
                          "set_config('memd.user_id', 'alice', true)")
             for leaf in (*alice.memory_leaves, alice.memory_stats, alice.memory_entities):
@@ -734,7 +737,7 @@ def test_pg_own_partitions_under_row_level_security_hold_only_the_acting_users_r
             hits = {r[0] for r in conn.execute(probe, ("alice", *alice.memory_leaves))}
             assert hits == mine  # carol's rust notes share the leaves, not the answer
             for args in (("carol", *alice.memory_leaves),
-                         (bob, *s._tables(bob).memory_leaves)):
+                         (bob, *s.connection.tables(bob).memory_leaves)):
                 with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
                     conn.execute(probe, args)
             for leaves in ((alice.memory_stats, alice.memory_leaves[1]),
@@ -857,8 +860,8 @@ def test_pg_a_read_as_an_acting_user_is_one_round_trip_and_leaves_no_setting(
     s.create_session(session("alice", "s-a"))
     s.create_session(session("bob", "s-b"))
     whoami = "SELECT current_user::text, current_setting('memd.user_id', true)"
-    with _protocol_trace(s._pool) as trace, acting_as("alice"):
-        assert s._rows(whoami) == [("memd_app", "alice")]
+    with _protocol_trace(s.connection._pool) as trace, acting_as("alice"):
+        assert s.connection.rows(whoami) == [("memd_app", "alice")]
         assert s.get_session("alice", "s-a") is not None
         assert s.get_session("bob", "s-b") is None  # bob's row: not the actor's
         with s.read_batch():
@@ -867,7 +870,7 @@ def test_pg_a_read_as_an_acting_user_is_one_round_trip_and_leaves_no_setting(
     ready = [line for line in trace if "\tReadyForQuery" in line]
     assert len(ready) == 5, trace
     assert not [line for line in trace if "BEGIN" in line or "COMMIT" in line], trace
-    owner = s._rows(whoami)[0]
+    owner = s.connection.rows(whoami)[0]
     assert owner[0] != "memd_app" and not owner[1]
     assert s.get_session("bob", "s-b") is not None
 
@@ -886,7 +889,7 @@ def test_pg_repeated_queries_keep_pruning_partitions() -> None:
         s.append_messages("alice", sess.id, [NewMessage("user", "hi")], [1], [None],
                           time.time())
         with s.transaction():
-            conn = s._current()
+            conn = s.connection.current()
             for _ in range(30):
                 assert len(s.get_messages("alice", sess.id, limit=5)) == 1
             locked = conn.execute(
@@ -923,7 +926,7 @@ def test_workers_never_wait_on_connections_their_callers_hold(tmp_path: Path) ->
         m.append(s.id, "u", [{"role": "user", "content": "the narwhal tusk survey"}])
         while m.run_jobs():
             pass
-        m.store._pool.resize(min_size=1, max_size=1)  # type: ignore[attr-defined]
+        m.store.connection._pool.resize(min_size=1, max_size=1)  # type: ignore[attr-defined]
         out: dict[str, Any] = {}
 
         def run() -> None:
@@ -944,7 +947,7 @@ def test_pg_row_security_check_fails_without_the_policies(pg_store: Any) -> None
     s = pg_store
     s.check_row_security()
     with s.transaction():
-        conn = s._current()
+        conn = s.connection.current()
         for (table,) in conn.execute("SELECT format('%I.%I', schemaname, tablename) "
                                      "FROM pg_policies WHERE policyname = 'memd_own_rows'"
                                      ).fetchall():

@@ -67,15 +67,15 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
         return embed(self, texts)
 
     monkeypatch.setattr(FakeEmbedder, "embed", recording_embed)
-    from memd.backends.common.store import PortableStore
+    from memd.backends.common.jobs import Jobs
 
-    enqueue = PortableStore.enqueue_job
+    enqueue = Jobs.enqueue_job
 
     def recording_enqueue(self: Any, kind: str, payload: dict[str, Any], *args: Any) -> Any:
         seen["payloads"].append(json.dumps(payload))
         return enqueue(self, kind, payload, *args)
 
-    monkeypatch.setattr(PortableStore, "enqueue_job", recording_enqueue)
+    monkeypatch.setattr(Jobs, "enqueue_job", recording_enqueue)
     return seen
 
 

@@ -58,12 +58,12 @@ def test_sqlite_message_knn_from_memory_equals_vec0(tmp_path: Path,
 
     def both(session_id: str | None = None) -> tuple[list[Any], list[Any]]:
         monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 4096)
-        s._drop_caches()
-        assert s._cached_message_vectors("alice") is not None  # loaded: from memory
+        s.connection.drop_caches()
+        assert s.vectors._cached_message_vectors("alice") is not None  # loaded: from memory
         fast = [(m.id, round(x, 5)) for m, x in s.nearest_messages("alice", query, 8, session_id)]
         monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 1)
-        s._drop_caches()
-        assert s._cached_message_vectors("alice") is None  # over the bound: vec0
+        s.connection.drop_caches()
+        assert s.vectors._cached_message_vectors("alice") is None  # over the bound: vec0
         slow = [(m.id, round(x, 5)) for m, x in s.nearest_messages("alice", query, 8, session_id)]
         return fast, slow
 
@@ -71,24 +71,24 @@ def test_sqlite_message_knn_from_memory_equals_vec0(tmp_path: Path,
         fast, slow = both(sid)
         assert fast == slow and len(fast) == (8 if sid is None else 7)
     monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 25)
-    s._drop_caches()
+    s.connection.drop_caches()
     # early searches answer from vec0; the second starts loading the vectors in a thread
     first = s.nearest_messages("alice", query, 8)
-    assert not s._message_loads
+    assert not s.vectors._message_loads
     again = s.nearest_messages("alice", query, 8)
     assert [m.id for m, _ in first] == [m.id for m, _ in again]
     assert [x for _, x in first] == pytest.approx([x for _, x in again], abs=1e-5)
     deadline = time.monotonic() + 10
-    while s._message_vectors.get("alice") is None and time.monotonic() < deadline:
+    while s.vectors.message_vectors.get("alice") is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert len(s._message_vectors["alice"].ids) == 20  # type: ignore[union-attr]
+    assert len(s.vectors.message_vectors["alice"].ids) == 20  # type: ignore[union-attr]
     s.set_message_embeddings("alice", list(zip(ids[20:], vecs[20:], strict=True)))
-    assert s._message_vectors["alice"] is None  # 30 > 25: vec0 again
+    assert s.vectors.message_vectors["alice"] is None  # 30 > 25: vec0 again
     near = s.nearest_messages("alice", vecs[25], 1)
     assert near[0][0].id == ids[25] and near[0][1] == pytest.approx(1.0, abs=1e-5)
     monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 4096)
-    s._drop_caches()
-    s._cached_message_vectors("alice")
+    s.connection.drop_caches()
+    s.vectors._cached_message_vectors("alice")
     s.set_message_embeddings("alice", [(ids[0], vecs[29])])  # re-embedded: cache follows
     top2 = s.nearest_messages("alice", vecs[29], 2)  # ids[29] has the same vector
     assert {m.id for m, _ in top2} == {ids[0], ids[29]}
@@ -108,14 +108,14 @@ def test_sqlite_keyword_ranking_beside_the_vector_channel(tmp_path: Path) -> Non
     s = SQLiteStore(tmp_path / "side.db", dim=DIM)
     threads: list[str] = []
     workers: set[threading.Thread] = set()
-    rank = s._side.rank
+    rank = s.memories.side.rank
 
     def spy(match: str, limit: int) -> list[tuple[str, float]]:
         threads.append(threading.current_thread().name)
         workers.add(threading.current_thread())
         return rank(match, limit)
 
-    s._side.rank = spy  # type: ignore[method-assign]
+    s.memories.side.rank = spy  # type: ignore[method-assign]
     for i, text in enumerate(["rust compiler errors", "python rust bindings", "tea",
                               "rust borrow checker", "coffee"]):
         s.insert_memory(memory(text, importance=0.1 * i), vec(i % DIM))
@@ -123,11 +123,11 @@ def test_sqlite_keyword_ranking_beside_the_vector_channel(tmp_path: Path) -> Non
     kw: dict[str, Any] = dict(knn_k=1, keyword_k=3, frequent_k=0)
 
     def in_line() -> dict[str, Found]:
-        s._start_side_ranking = lambda *_: None  # type: ignore[method-assign]
+        s.memories._start_side_ranking = lambda *_: None  # type: ignore[method-assign]
         try:
             return s.memory_candidates("alice", "rust", vec(2), flt, **kw)
         finally:
-            del s._start_side_ranking
+            del s.memories._start_side_ranking
 
     got = s.memory_candidates("alice", "rust", vec(2), flt, **kw)
     assert threads == ["memd-sqlite-side_0"]
@@ -136,7 +136,7 @@ def test_sqlite_keyword_ranking_beside_the_vector_channel(tmp_path: Path) -> Non
         fresh = s.insert_memory(memory("zanzibar, in a transaction"), vec(7))
         assert s.memory_candidates("alice", "zanzibar", vec(2), flt, **kw)[fresh.id].keyword == 1
     assert len(threads) == 1
-    with s._side.lock:  # busy with another caller's ranking
+    with s.memories.side.lock:  # busy with another caller's ranking
         assert s.memory_candidates("alice", "rust", vec(2), flt, **kw) == in_line()
     assert len(threads) == 1
     assert s.memory_candidates("alice", "zanzibar", vec(2), flt, **kw)[fresh.id].keyword == 1
@@ -158,23 +158,23 @@ def test_sqlite_full_text_of_an_older_data_dir_is_reindexed(tmp_path: Path) -> N
     s.insert_memory(memory("docker for bob", user="bob"), vec(0))
     with s.transaction():  # back to the schema-4 layout, holding the old index
         for table in ("memories_fts", "messages_fts"):
-            s._write(f"DROP TABLE {table}")
+            s.connection.write(f"DROP TABLE {table}")
             # SQLite 3.54 leaves a contentless_unindexed table's _content shadow behind
-            s._write(f"DROP TABLE IF EXISTS {table}_content")
-        s._write("CREATE VIRTUAL TABLE memories_fts USING fts5(content_text, owner, "
+            s.connection.write(f"DROP TABLE IF EXISTS {table}_content")
+        s.connection.write("CREATE VIRTUAL TABLE memories_fts USING fts5(content_text, owner, "
              "memory_id UNINDEXED, tokenize = 'porter unicode61 remove_diacritics 2')")
-        s._write("CREATE VIRTUAL TABLE messages_fts USING fts5(content, owner, session_id "
-             "UNINDEXED, message_id UNINDEXED, tokenize = 'porter unicode61 "
+        s.connection.write("CREATE VIRTUAL TABLE messages_fts USING fts5(content, owner, "
+             "session_id UNINDEXED, message_id UNINDEXED, tokenize = 'porter unicode61 "
              "remove_diacritics 2')")
-        s._write("DELETE FROM schema_migrations WHERE version = 5")
+        s.connection.write("DELETE FROM schema_migrations WHERE version = 5")
     s.close()
     s = SQLiteStore(tmp_path / "old.db", dim=DIM)
-    assert s._rows("SELECT count(*) FROM schema_migrations WHERE version = 5")[0][0] == 1
+    assert s.connection.rows("SELECT count(*) FROM schema_migrations WHERE version = 5")[0][0] == 1
     assert [x.id for x, _ in s.keyword_memories("alice", "docker", 5, MemoryFilter())] == [m.id]
     assert [x.content for x, _ in s.keyword_messages("alice", "kubernetes", 5)] \
         == ["the cluster runs kubernetes"]
     # contentless: the index keeps no copy of the text
-    assert s._rows("SELECT content_text FROM memories_fts") == [(None,), (None,)]
+    assert s.connection.rows("SELECT content_text FROM memories_fts") == [(None,), (None,)]
     s.close()
 
 
@@ -184,7 +184,7 @@ def test_sqlite_forget_leaves_no_readable_bytes(tmp_path: Path) -> None:
     s = SQLiteStore(tmp_path / "f.db", dim=DIM)
     m = s.insert_memory(memory("xylophone-secret-4242"), vec(0))
     s.delete_memory("alice", m.id)
-    s._rows("PRAGMA wal_checkpoint(TRUNCATE)")
+    s.connection.rows("PRAGMA wal_checkpoint(TRUNCATE)")
     s.close()
     blob = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
     assert b"xylophone-secret-4242" not in blob
@@ -201,7 +201,7 @@ def test_sqlite_checkpoint_moves_the_wal_into_the_database(tmp_path: Path) -> No
     probe = apsw.Connection(str(tmp_path / "c.db"))
     busy, frames, done = probe.execute("PRAGMA wal_checkpoint(NOOP)").fetchone()
     assert frames > 0 and done < frames  # the writes sit in the WAL
-    s.checkpoint()
+    s.connection.checkpoint()
     busy, frames, done = probe.execute("PRAGMA wal_checkpoint(NOOP)").fetchone()
     assert done == frames
     probe.close()
@@ -220,15 +220,15 @@ def test_sqlite_checkpoints_run_on_the_stores_thread_not_in_a_write(
     from memd.backends.sqlite import SQLiteStore
 
     s = SQLiteStore(tmp_path / "c.db", dim=DIM)
-    s.checkpoint_pages = 40
+    s.connection.checkpoint_pages = 40
     ran_on: list[str] = []
-    checkpoint = s.checkpoint
+    checkpoint = s.connection.checkpoint
 
     def recorded() -> None:
         ran_on.append(threading.current_thread().name)
         checkpoint()
 
-    s.checkpoint = recorded  # type: ignore[method-assign]
+    s.connection.checkpoint = recorded  # type: ignore[method-assign]
     probe = apsw.Connection(str(tmp_path / "c.db"))
     try:
         for i in range(300):
@@ -239,14 +239,14 @@ def test_sqlite_checkpoints_run_on_the_stores_thread_not_in_a_write(
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             busy, frames, done = probe.execute("PRAGMA wal_checkpoint(NOOP)").fetchone()
-            if done == frames or frames < s.checkpoint_pages:
+            if done == frames or frames < s.connection.checkpoint_pages:
                 break
             time.sleep(0.01)
         assert len(ran_on) >= 3 and set(ran_on) == {"memd-sqlite-checkpoint"}, ran_on
-        assert done == frames or frames < s.checkpoint_pages, (done, frames)
+        assert done == frames or frames < s.connection.checkpoint_pages, (done, frames)
         wal = (tmp_path / "c.db-wal").stat().st_size // 4096
         assert wal < 10 * 40 + 100, wal  # restarted, not 300 writes long (~6,600 pages)
     finally:
         probe.close()
         s.close()
-    assert not s._checkpoint_thread.is_alive()  # type: ignore[union-attr]
+    assert not s.connection._checkpoint_thread.is_alive()  # type: ignore[union-attr]

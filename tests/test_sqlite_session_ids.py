@@ -37,16 +37,16 @@ def test_an_older_data_dir_keeps_its_messages_and_their_index(
         # (010) and a session's title (011): the old schema gets those columns for these
         # writes only (007 rebuilds messages without the first; the others go again
         # before 010 and 011 add them).
-        m.store._write("ALTER TABLE messages ADD COLUMN sanitized TEXT")  # type: ignore[attr-defined]
-        m.store._write("ALTER TABLE jobs ADD COLUMN updated_at REAL")  # type: ignore[attr-defined]
-        m.store._write("ALTER TABLE sessions ADD COLUMN title TEXT")  # type: ignore[attr-defined]
+        m.store.connection.write("ALTER TABLE messages ADD COLUMN sanitized TEXT")  # type: ignore[attr-defined]
+        m.store.connection.write("ALTER TABLE jobs ADD COLUMN updated_at REAL")  # type: ignore[attr-defined]
+        m.store.connection.write("ALTER TABLE sessions ADD COLUMN title TEXT")  # type: ignore[attr-defined]
         s = m.create_session("alice", session_id="work")
         m.append(s.id, "alice", [{"role": "user", "content": "the cluster runs kubernetes"},
                                  {"role": "assistant", "content": "noted"}])
         m.run_jobs()
         before = m.search("kubernetes cluster", "alice", kinds=("message",))
-        m.store._write("ALTER TABLE jobs DROP COLUMN updated_at")  # type: ignore[attr-defined]
-        m.store._write("ALTER TABLE sessions DROP COLUMN title")  # type: ignore[attr-defined]
+        m.store.connection.write("ALTER TABLE jobs DROP COLUMN updated_at")  # type: ignore[attr-defined]
+        m.store.connection.write("ALTER TABLE sessions DROP COLUMN title")  # type: ignore[attr-defined]
     monkeypatch.setattr(schema, "pending", real)
     with memd.open(tmp_path, embedder="fake") as m:
         assert m.store.schema_version() == real("sqlite", set(), "latest")[-1].version

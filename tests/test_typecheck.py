@@ -2,9 +2,11 @@
 in each store and in the CLI's engine calls fails ``mypy`` with the expected errors, and
 the same copy without them passes.
 
-Each backend assigns its class to ``StoreClass`` (memd/backends/*/store.py), which holds
-the class and the stores it opens to the ``Store`` protocol; ``open_engine`` returns a
-typed ``Memd``, so the CLI's calls are checked against the engine.
+Each backend builds its store from parts (memd/backends/*/store.py), each handed to
+``ComposedStore`` as a parameter typed by its role protocol, so a drifted part fails where
+the store is built; each assigns its class to ``StoreClass``, which holds the class and the
+stores it opens to the ``Store`` protocol; ``open_engine`` returns a typed ``Memd``, so the
+CLI's calls are checked against the engine.
 """
 
 from __future__ import annotations
@@ -25,14 +27,16 @@ REPO = Path(__file__).resolve().parent.parent
 @dataclass(frozen=True)
 class Plant:
     """A break: ``old`` becomes ``new`` in ``path``; mypy's output then holds ``expected``
-    (``{line}``: the line of the error, found in the planted copy) and, when given, the
-    ``member`` as the notes show it (so the error names what drifted)."""
+    (``{line}``: the line of the error, found in the planted copy: the one holding
+    ``at``, else the planted line) and, when given, the ``member`` as the notes show it
+    (so the error names what drifted)."""
 
     path: str
     old: str
     new: str
     expected: str
     member: str = ""
+    at: str = ""
 
 
 PLANTS = {
@@ -40,17 +44,19 @@ PLANTS = {
         "memd/backends/postgres/memories.py",
         "    ) -> Memory:\n        bad = set(changes) - set(MEMORY_UPDATABLE) - set(STATS_",
         "    ) -> Memory | None:\n        bad = set(changes) - set(MEMORY_UPDATABLE) - set(STATS_",
-        ('memd/backends/postgres/store.py:{line}: error: Incompatible return value type '
-         '(got "PostgresStore", expected "Store")'),
+        ('memd/backends/postgres/store.py:{line}: error: Argument "memories" to "__init__" '
+         'of "ComposedStore" has incompatible type "PostgresMemories"; expected "MemoryStore"'),
         "note:         def update_memory(self, user_id: str, memory_id: str, vector: ",
+        "memories=self.memories",
     ),
     "sqlite-changed-parameter": Plant(
         "memd/backends/sqlite/memories.py",
         "        self, user_id: str, vector: Vector, k: int, flt: MemoryFilter\n",
         "        self, user_id: str, vector: Vector, k: str, flt: MemoryFilter\n",
-        ('memd/backends/sqlite/store.py:{line}: error: Incompatible return value type '
-         '(got "SQLiteStore", expected "Store")'),
+        ('memd/backends/sqlite/store.py:{line}: error: Argument "memories" to "__init__" '
+         'of "ComposedStore" has incompatible type "SQLiteMemories"; expected "MemoryStore"'),
         "note:         def nearest_memories(self, user_id: str, vector: ",
+        "memories=self.memories",
     ),
     "cli-misspelled-method": Plant(
         "memd/cli/memories.py",
@@ -69,13 +75,12 @@ PLANTS = {
 
 
 def _error_line(tree: Path, plant: Plant) -> int:
-    """Where mypy reports ``plant``: the ``return store`` of the backend's conformance
-    check, or the planted line itself."""
+    """Where mypy reports ``plant``: the line holding ``plant.at`` (the part handed to
+    the store), or the planted line itself."""
     path = plant.expected.split(":", 1)[0]
     lines = (tree / path).read_text("utf-8").splitlines()
-    if path.endswith("/store.py"):
-        return lines.index("    return store") + 1
-    return next(i for i, line in enumerate(lines, 1) if plant.new.strip() in line)
+    anchor = plant.at or plant.new.strip()
+    return next(i for i, text in enumerate(lines, 1) if anchor in text)
 
 
 def _mypy(tree: Path, cache: Path) -> subprocess.CompletedProcess[str]:

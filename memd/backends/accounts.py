@@ -1,19 +1,21 @@
 """Users, API keys and workspace membership: the same SQL on both backends.
 
-A mixin over a backend's ``_rows`` (read rows) and ``_write`` (write, returns rows
-changed), the SQL swapped to its driver's placeholder. These tables are administered by the owner
-(the CLI) and read by the server before it knows who is asking, so nothing here acts as
-a user: under PostgreSQL's Row-Level Security they run as the owner.
+A part over the store's connection, the SQL swapped to its driver's placeholder. These
+tables are administered by the owner (the CLI) and read by the server before it knows
+who is asking, so nothing here acts as a user: under PostgreSQL's Row-Level Security
+they run as the owner.
 """
 
 from __future__ import annotations
 
-from memd.backends.common.dialect import SqlMixin
+from memd.backends.common.connection import Part
 from memd.errors import Conflict, NotFound
 from memd.types import ApiKey, User
 
 
-class AccountsMixin(SqlMixin):
+class Accounts(Part):
+    """Users, API keys and workspace members (memd.backends.service_roles.AccountStore)."""
+
     def create_user(self, user_id: str, name: str, now: float) -> User:
         if self.get_user(user_id) is not None:
             raise Conflict(f"user {user_id!r} already exists")

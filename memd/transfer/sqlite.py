@@ -51,7 +51,7 @@ class SQLiteSide:
 
     @classmethod
     def writer(cls, store: SQLiteStore) -> SQLiteSide:
-        return cls(store._db, store.dim, store)
+        return cls(store.connection._db, store.dim, store)
 
     def close(self) -> None:
         if self._close is not None:
@@ -127,8 +127,8 @@ class SQLiteSide:
             self.db.execute(*memory_index_row(row["user_id"], row["memory_id"],
                                               row["content_text"], rowid))
             if vector is not None:
-                store._put_memory_vector(row["memory_id"], row["user_id"], row["workspace"],
-                                         bool(row["is_active"]), vector)
+                store.vectors.put_memory_vector(row["memory_id"], row["user_id"],
+                                                row["workspace"], bool(row["is_active"]), vector)
         elif table == "messages":
             text = row["sanitized"] if row["sanitized"] is not None else row["content"]
             indexed = message_index_row(row["user_id"], row["session_id"], row["message_id"],

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memd.backends.common.dialect import SqlMixin
+from memd.backends.common.connection import Part
 from memd.types import ContextObject, FidelityTransition, ObjectSummaries
 
 OBJECT_COLUMNS = (
@@ -20,7 +20,7 @@ TRANSITION_COLUMNS = ("object_id, from_fidelity, to_fidelity, trigger, zone, tok
                       "call_id, created_at")
 
 
-class ContextObjectsMixin(SqlMixin):
+class ContextObjects(Part):
     """``add_context_objects``, ``context_objects``, ``set_object_summaries``,
     ``apply_transitions`` and ``fidelity_transitions``
     (memd.backends.base.ContextObjectStore)."""

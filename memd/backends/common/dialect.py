@@ -47,23 +47,3 @@ POSTGRES = Dialect(mark="%s", true="true", false="false", ignore_prefix="INSERT 
 @functools.lru_cache(maxsize=1024)
 def _swap(text: str, mark: str) -> str:
     return text.replace("?", mark)
-
-
-class SqlMixin:
-    """What the shared Store methods run on: a backend's ``_rows`` (read rows),
-    ``_write`` (one write, returns rows changed) and ``_write_many`` (one statement over
-    many parameter rows), with ``_dialect`` its driver's spellings."""
-
-    _dialect: Dialect
-
-    def _rows(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def _write(self, query: str, params: Sequence[Any] = ()) -> int:
-        raise NotImplementedError
-
-    def _write_many(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
-        raise NotImplementedError
-
-    def _sql(self, text: str) -> str:
-        return self._dialect.sql(text)

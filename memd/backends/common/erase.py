@@ -4,12 +4,12 @@ once for both dialects (``memd forget --all``, ``DELETE /v1/users/{id}``,
 
 :func:`erase_plan` lists the deletes in the order their subqueries need (the rows derived
 from memories and messages go before them). A backend adds what lives beside those rows
-(:meth:`ErasureMixin._before_erase`: SQLite's full-text and vec0 rows) and removes the
-rows no user column names (:meth:`ErasureMixin._erase_shared`): the user's account, the
+(:meth:`Erasure._before_erase`: SQLite's full-text and vec0 rows) and removes the
+rows no user column names (:meth:`Erasure._erase_shared`): the user's account, the
 system prompts only the erased sessions used, and the embedding cache's entries of the
 erased texts, whose keys the engine computes (they are the embedder's text hashes).
 
-Pruning (:meth:`ErasureMixin.prune_messages`) is the lossless kind of forgetting: the
+Pruning (:meth:`Erasure.prune_messages`) is the lossless kind of forgetting: the
 messages a forgotten memory or fact came from stay for their owner, flagged
 ``is_pruned``, and lose what memd reads them through (vector, full-text row).
 """
@@ -17,12 +17,11 @@ messages a forgotten memory or fact came from stay for their owner, flagged
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
 from memd.backends.common.columns import MESSAGE_COLUMNS
-from memd.backends.common.dialect import SqlMixin
+from memd.backends.common.connection import Part
 from memd.backends.common.queries import BUMP_HISTORY_VERSION
 from memd.backends.common.rows import RowMappers
 from memd.types import Message
@@ -104,9 +103,10 @@ def erase_plan(user_id: str, session_id: str | None, json_text: str,
     ]
 
 
-class ErasureMixin(SqlMixin):
+class Erasure(Part):
     """``erase_user``, ``erase_session``, ``erase_message`` and ``delete_call`` over the
-    plan above."""
+    plan above; a backend adds ``scrub`` and ``deep_scrub`` (what its files keep of a
+    deleted row) and what lives beside the rows it deletes."""
 
     #: How the dialect reads a text field of a JSON column ({column}, {key}).
     _json_text: str
@@ -116,9 +116,6 @@ class ErasureMixin(SqlMixin):
     #: in _before_prune, and has_embedding is cleared; PostgreSQL's column is nulled).
     _unembed: str = ""
     _map: RowMappers  # the backend's row mappers
-
-    def transaction(self) -> AbstractContextManager[None]:
-        raise NotImplementedError  # the backend's (Lifecycle.transaction)
 
     def erase_user(self, user_id: str, cached: Sequence[str] = (),
                    anonymize_usage: bool = False) -> dict[str, int]:

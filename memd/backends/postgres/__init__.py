@@ -2,11 +2,12 @@
 by user_id (the schema is sql/postgres/).
 
 Same semantics and same dataclasses as :mod:`memd.backends.sqlite`, the reference
-implementation. The store is built in layers, each a module: the connections, pools and
-row-level security (:mod:`.connection`), the schema and its migrations (:mod:`.schema`),
-partition routing (:mod:`.partitions`), full text (:mod:`.fulltext`), vectors and the
-candidate channels (:mod:`.vectors`), messages, memories, and the store itself; the SQL
-both backends share is in :mod:`memd.backends.common`.
+implementation. The store is composed (:mod:`.store`): it has the connection (pools and
+row-level security, :mod:`.connection`, with partition routing, :mod:`.partitions`; the
+schema and its migrations in :mod:`.schema`) and one part per role, each built on the
+connection: messages, memories (with full text and the candidate channels), sessions,
+erasure, the job queue and the embedding cache (:mod:`.queue`) here, the parts whose SQL
+both backends share in :mod:`memd.backends.common`.
 """
 
 try:

@@ -30,12 +30,10 @@ from psycopg.types.json import Jsonb, set_json_loads
 from psycopg_pool import ConnectionPool
 
 from memd.auth import current_actor
-from memd.backends.accounts import AccountsMixin
+from memd.backends.common.connection import SqlConnection
 from memd.backends.common.dialect import POSTGRES
 from memd.backends.common.errors import translate
 from memd.backends.common.rows import load_json_bytes, row_mappers
-from memd.backends.common.store import PortableStore
-from memd.backends.postgres.queries import memory_where
 from memd.backends.postgres.schema import (
     HISTORY_MONTHS,
     Conn,
@@ -43,6 +41,7 @@ from memd.backends.postgres.schema import (
     migrate,
     month,
 )
+from memd.backends.postgres.scrub import deep_scrub
 from memd.errors import MemdError, StorageError
 
 Params = Sequence[Any] | Mapping[str, Any]
@@ -72,17 +71,12 @@ def _rolled_back() -> StorageError:
                         "error was caught inside it")
 
 
-class PostgresConnection(PortableStore, AccountsMixin):
+class PostgresConnection(SqlConnection):
     """The pools, transactions and row-level security of a PostgreSQL store."""
 
-    _dialect = POSTGRES
-    _map = MAP
-    _json = Jsonb
-    _memory_rows = "memory_rows"  # memories with their memory_stats row (004)
-    _where = staticmethod(memory_where)
-    _needs_embedding = ("embedding IS NULL AND content IS NOT NULL AND NOT is_pruned "
-                        "ORDER BY created_at, session_id, turn_index")
-    _unembed = ", embedding = NULL"
+    dialect = POSTGRES
+    map = MAP
+    json = Jsonb
     concurrent_reads = True  # a pooled connection per thread
 
     def __init__(
@@ -133,7 +127,7 @@ class PostgresConnection(PortableStore, AccountsMixin):
         # The memory candidates' keyword channel over a user's own partitions, outside
         # row-level security, runs here (_side_rows) while the request's thread runs the
         # other channels: the server ranks the keyword matches while it runs the KNN.
-        self._side_workers = ThreadPoolExecutor(max_workers=max(2, pool_size),
+        self.side_workers = ThreadPoolExecutor(max_workers=max(2, pool_size),
                                                 thread_name_prefix="memd-keyword")
         try:
             self._pool.open(wait=True, timeout=30.0)
@@ -170,7 +164,7 @@ class PostgresConnection(PortableStore, AccountsMixin):
         conn.prepare_threshold = 0
 
     def close(self) -> None:
-        self._side_workers.shutdown(wait=True)
+        self.side_workers.shutdown(wait=True)
         self._pool.close()
         self._side_pool.close()
         self._own_pool.close()
@@ -186,12 +180,12 @@ class PostgresConnection(PortableStore, AccountsMixin):
     def _pool_of_thread(self) -> ConnectionPool[Conn]:
         return self._side_pool if getattr(self._local, "side", False) else self._pool
 
-    def _current(self) -> Conn | None:
+    def current(self) -> Conn | None:
         conn: Conn | None = getattr(self._local, "conn", None)
         return conn
 
     @contextmanager
-    def _txn(self, savepoint: bool = True, *, async_commit: bool = False) -> Iterator[Conn]:
+    def txn(self, savepoint: bool = True, *, async_commit: bool = False) -> Iterator[Conn]:
         """A connection in a transaction: a savepoint in the thread's current transaction,
         or a pooled connection in a new one that commits at the end of the block.
 
@@ -200,7 +194,7 @@ class PostgresConnection(PortableStore, AccountsMixin):
         SAVEPOINT and RELEASE round trips. If one fails, the transaction is aborted,
         and leaving it then raises (below) rather than commit what came before.
         ``async_commit``: a new transaction commits without waiting for the WAL flush."""
-        conn = self._current()
+        conn = self.current()
         try:
             if conn is not None:
                 if conn.info.transaction_status == _IDLE:  # a read batch's connection
@@ -237,7 +231,7 @@ class PostgresConnection(PortableStore, AccountsMixin):
     def _read(self) -> Iterator[Conn]:
         """A connection for reading: the thread's (a transaction's or a read batch's),
         else a pooled one."""
-        conn = self._current()
+        conn = self.current()
         try:
             if conn is not None:
                 yield conn
@@ -268,9 +262,14 @@ class PostgresConnection(PortableStore, AccountsMixin):
         elif async_commit:
             conn.execute("SET LOCAL synchronous_commit = off")
 
+    def deep_scrub(self) -> list[str]:
+        """Rewrite the tables and indexes a deleted row's bytes stay in (:mod:`.scrub`)."""
+        with self._pool.connection() as conn:
+            return deep_scrub(conn)
+
     def check_row_security(self) -> None:
         """Raise unless the role and policies that auth mode relies on are in place."""
-        rows = self._rows(
+        rows = self.rows(
             "SELECT pg_has_role(current_user, oid, 'MEMBER') FROM pg_roles "
             "WHERE rolname = 'memd_app'"
         )
@@ -281,17 +280,17 @@ class PostgresConnection(PortableStore, AccountsMixin):
                 "then drop and re-create memd's database, or apply sql/postgres/"
                 "003_auth.sql again"
             )
-        policies = self._rows("SELECT count(*) FROM pg_policies WHERE policyname = 'memd_own_rows'")
+        policies = self.rows("SELECT count(*) FROM pg_policies WHERE policyname = 'memd_own_rows'")
         if int(policies[0][0]) < 8:
             raise StorageError("the Row-Level Security policies of 003_auth.sql are missing")
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        with self._txn():
+        with self.txn():
             yield
 
     def in_transaction(self) -> bool:
-        conn = self._current()
+        conn = self.current()
         if conn is None:
             return False
         # A read batch's connection is in no transaction until a transaction() opened
@@ -301,7 +300,7 @@ class PostgresConnection(PortableStore, AccountsMixin):
 
     @contextmanager
     def read_batch(self) -> Iterator[None]:
-        if self._current() is not None:  # joins the transaction, keeps its durability
+        if self.current() is not None:  # joins the transaction, keeps its durability
             yield
             return
         # One autocommit connection for the batch, no transaction: each read is one round
@@ -319,7 +318,7 @@ class PostgresConnection(PortableStore, AccountsMixin):
         except psycopg.Error as exc:
             raise driver_error(exc) from exc
 
-    def _rows(self, query: Any, params: Params = (), *, generic: bool = False
+    def rows(self, query: Any, params: Params = (), *, generic: bool = False
               ) -> list[tuple[Any, ...]]:
         """One read's rows (binary: no text parsing of floats and vectors), in one round
         trip. As an acting user (row-level security) outside a transaction, _act_as_user's
@@ -342,23 +341,23 @@ class PostgresConnection(PortableStore, AccountsMixin):
                     conn.execute(_PLAN_MODE, ("force_custom_plan",))
             return cur.fetchall()
 
-    def _write(self, query: Any, params: Params = ()) -> int:
+    def write(self, query: Any, params: Params = ()) -> int:
         """Execute one write; returns the number of rows changed."""
-        with self._txn() as conn:
+        with self.txn() as conn:
             return conn.execute(query, params).rowcount
 
-    def _write_many(self, query: Any, rows: Sequence[Params]) -> None:
+    def write_many(self, query: Any, rows: Sequence[Params]) -> None:
         if not rows:
             return
-        with self._txn() as conn, conn.cursor() as cur:
+        with self.txn() as conn, conn.cursor() as cur:
             cur.executemany(query, rows)
 
-    def _write_rows(self, query: Any, params: Params) -> list[tuple[Any, ...]]:
+    def write_rows(self, query: Any, params: Params) -> list[tuple[Any, ...]]:
         """Rows of a writing statement (``RETURNING``), in a transaction."""
-        with self._txn() as conn:
+        with self.txn() as conn:
             return conn.execute(query, params).fetchall()
 
-    def _write_new(self, query: str, params: Sequence[Any]) -> int:
+    def write_new(self, query: str, params: Sequence[Any]) -> int:
         """An insert of a fresh id: no Conflict to go on from, so no savepoint."""
-        with self._txn(savepoint=False) as conn:
+        with self.txn(savepoint=False) as conn:
             return conn.execute(query, params).rowcount

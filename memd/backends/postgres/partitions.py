@@ -16,6 +16,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from memd.auth import current_actor
+from memd.backends.common.sessions import Sessions
 from memd.backends.postgres.connection import Params, PostgresConnection, driver_error
 from memd.backends.postgres.schema import HISTORY_MONTHS, add_history_months, month
 from memd.errors import StorageError
@@ -82,7 +83,7 @@ class PostgresPartitions(PostgresConnection):
         super().__init__(dsn, dim, partitions, pool_size=pool_size,
                          side_pool_size=side_pool_size, connect_timeout=connect_timeout)
 
-    def _tables(self, user_id: str, *, under_rls: bool = False) -> Tables:
+    def tables(self, user_id: str, *, under_rls: bool = False) -> Tables:
         """Where to read ``user_id``'s rows: their own partitions when no row-level
         security applies and the thread's connection is in no transaction (its writes
         would not be seen from another connection; a read batch's is not in one); the
@@ -91,7 +92,7 @@ class PostgresPartitions(PostgresConnection):
         ``user_id`` itself reads that user's partitions too, in its transaction. Which
         partitions is asked of the server once per user (its hash function), then
         kept."""
-        conn = self._current()
+        conn = self.current()
         actor = current_actor()
         if actor is not None:
             if not (under_rls and actor == user_id):
@@ -100,7 +101,7 @@ class PostgresPartitions(PostgresConnection):
             return PARENTS
         tables = self._own.get(user_id)
         if tables is None:
-            (key_hash,), = self._rows("SELECT hashtextextended(%s, %s)", (user_id, HASH_SEED))
+            (key_hash,), = self.rows("SELECT hashtextextended(%s, %s)", (user_id, HASH_SEED))
             tables = own_tables(int(key_hash), self.partitions)
             if len(self._own) >= 10_000:
                 self._own.clear()
@@ -108,7 +109,7 @@ class PostgresPartitions(PostgresConnection):
             self._own[user_id] = tables
         return tables
 
-    def _sole_owner(self, user_id: str, tables: Tables) -> bool:
+    def sole_owner(self, user_id: str, tables: Tables) -> bool:
         """Whether ``user_id`` is the only user with rows in their memory partitions
         (asked again after SOLE_OWNER_TTL seconds). Only then does a generic plan serve
         the memory statements: it cannot see what share of a partition's rows a user
@@ -129,35 +130,35 @@ class PostgresPartitions(PostgresConnection):
             known = self._sole_owners[user_id] = (bool(sole), now + SOLE_OWNER_TTL)
         return known[0]
 
-    def _rows_in(self, tables: Tables, query: str, params: Params, generic: bool = True
+    def rows_in(self, tables: Tables, query: str, params: Params, generic: bool = True
                  ) -> list[tuple[Any, ...]]:
         """_rows for a statement over ``tables``: one over a user's own partitions runs on
         the pool whose connections prepare statements and keep their generic plans,
         unless ``generic`` is false (then it is planned for each call, as over parents)."""
         if not (tables.own and generic):
-            return self._rows(query, params)
+            return self.rows(query, params)
         if current_actor() is not None:
-            return self._rows(query, params, generic=True)
+            return self.rows(query, params, generic=True)
         try:
             with self._own_pool.connection() as conn:
                 return conn.execute(query, params, binary=True).fetchall()
         except psycopg.Error as exc:
             raise driver_error(exc) from exc
 
-    def _side_rows(self, tables: Tables, query: str, params: Params, generic: bool
+    def side_rows(self, tables: Tables, query: str, params: Params, generic: bool
                    ) -> list[tuple[Any, ...]]:
-        """_rows_in on a worker thread of self._side_workers: on a connection of the own
+        """_rows_in on a worker thread of self.side_workers: on a connection of the own
         pool or the side pool, never of the main pool, which the request thread waiting
         for it may hold (a read batch)."""
         with self.side_reads():
-            return self._rows_in(tables, query, params, generic)
+            return self.rows_in(tables, query, params, generic)
 
     def ensure_history_partitions(self, now: float, months: int = HISTORY_MONTHS) -> int:
         """Create the monthly history partitions for the ``months`` months from ``now``'s
         (every hash partition), in short transactions of their own; returns how many were
         made. Runs at start and from the session sweep when the month changes. Not inside a
         transaction: the DDL would wait for that transaction's own locks."""
-        if self._current() is not None:
+        if self.current() is not None:
             raise StorageError("ensure_history_partitions() runs outside a transaction")
         try:
             with self._pool.connection() as conn:
@@ -167,12 +168,24 @@ class PostgresPartitions(PostgresConnection):
         self._history_month = month(now)
         return made
 
-    def expire_sessions(self, now: float) -> int:
-        # The session sweep also keeps next months' history partitions ready (wall clock);
-        # a failure (e.g. a lock timeout under load) is retried by the next sweep.
-        if self._current() is None and month(time.time()) != self._history_month:
+    def keep_history_partitions_ready(self) -> None:
+        """At the session sweep: make next months' history partitions (wall clock) once
+        the month changed; a failure (e.g. a lock timeout under load) is retried by the
+        next sweep."""
+        if self.current() is None and month(time.time()) != self._history_month:
             try:
                 self.ensure_history_partitions(time.time())
             except StorageError as exc:
                 log.warning("history partitions not extended (next sweep retries): %s", exc)
+
+
+class PostgresSessions(Sessions):
+    """Sessions, whose sweep also keeps the next months' history partitions ready."""
+
+    def __init__(self, conn: PostgresPartitions) -> None:
+        super().__init__(conn)
+        self._pg = conn
+
+    def expire_sessions(self, now: float) -> int:
+        self._pg.keep_history_partitions_ready()
         return super().expire_sessions(now)

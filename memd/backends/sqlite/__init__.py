@@ -7,9 +7,11 @@ memory keyword channel while the caller runs the vector channel (:mod:`.fulltext
 WAL lets a CLI process and the daemon share the file. ``secure_delete`` is on so that
 forgetting leaves no readable bytes behind.
 
-The store is built in layers, each a module: the connection and its checkpoints, the
-vector caches (:mod:`.vectors`), messages, memories, and the store itself; the SQL both
-backends share is in :mod:`memd.backends.common`.
+The store is composed (:mod:`.store`): it has the connection and its checkpoints
+(:mod:`.connection`), the vector caches (:mod:`.vectors`), and one part per role, each
+built on the connection: messages, memories, erasure, the job queue and the embedding
+cache (:mod:`.queue`) here, the parts whose SQL both backends share in
+:mod:`memd.backends.common`.
 """
 
 from memd.backends.sqlite.cipher import connect, encrypt, is_encrypted

@@ -16,18 +16,17 @@ import functools
 import json
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, cast
 
 import apsw
 
-from memd.backends.accounts import AccountsMixin
+from memd.backends.common.connection import SqlConnection
 from memd.backends.common.dialect import SQLITE
 from memd.backends.common.errors import translate
 from memd.backends.common.rows import load_json_text, row_mappers, strings_from_json
-from memd.backends.common.store import PortableStore
 from memd.backends.sqlite.cipher import connect
 from memd.backends.sqlite.fulltext import fts_text
 from memd.backends.sqlite.schema import migrate
@@ -52,14 +51,14 @@ def to_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-class SQLiteConnection(PortableStore, AccountsMixin):
-    """The connection, its transactions and its checkpoints."""
+class SQLiteConnection(SqlConnection):
+    """The connection, its transactions and its checkpoints. What the store keeps in
+    memory of the file's rows registers a way to forget it (``on_rollback``), and what
+    holds a connection of its own a way to close it (``on_close``)."""
 
-    _dialect = SQLITE
-    _map = MAP
-    _json = staticmethod(to_json)
-    _needs_embedding = ("has_embedding = 0 AND content IS NOT NULL AND is_pruned = 0 "
-                        "ORDER BY created_at")
+    dialect = SQLITE
+    map = MAP
+    json = staticmethod(to_json)
     concurrent_reads = False  # one connection, one lock
     checkpoint_pages = 1000  # WAL pages (4 KB) that wake the checkpoint thread
 
@@ -68,7 +67,7 @@ class SQLiteConnection(PortableStore, AccountsMixin):
         self.path = str(path)
         self.dim = dim
         self._key = key  # of an encrypted file; None for a plaintext one
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()
         self._depth = threading.local()  # this thread's transaction() nesting
         self._closed = False
         self._checkpointer: apsw.Connection | None = None
@@ -76,12 +75,14 @@ class SQLiteConnection(PortableStore, AccountsMixin):
         self._checkpoint_lock = threading.Lock()
         self._wal_pages = 0  # the WAL's length after the last commit
         self._checkpoint_thread: threading.Thread | None = None
+        self.on_rollback: list[Callable[[], None]] = []
+        self.on_close: list[Callable[[], None]] = []
         try:
             if self.path != ":memory:":
                 _private_store(Path(self.path))
             self._db = connect(self.path, key)
             self._prepare()
-            migrate(self._db, self._lock, self.path, self.dim)
+            migrate(self._db, self.lock, self.path, self.dim)
         except apsw.Error as exc:
             raise StorageError(f"cannot open SQLite store at {self.path}: {exc}") from exc
 
@@ -150,17 +151,19 @@ class SQLiteConnection(PortableStore, AccountsMixin):
 
     def close(self) -> None:
         self._closed = True
+        for close in self.on_close:
+            close()
         if self._checkpoint_thread is not None:
             self._checkpoint_due.set()
             self._checkpoint_thread.join(timeout=30)
-        with self._lock, self._checkpoint_lock:
+        with self.lock, self._checkpoint_lock:
             if self._checkpointer is not None:
                 self._checkpointer.close()
             self._db.close()
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        with self._lock:
+        with self.lock:
             self._depth.n = getattr(self._depth, "n", 0) + 1
             try:
                 with self._db:
@@ -168,10 +171,10 @@ class SQLiteConnection(PortableStore, AccountsMixin):
                 if self._depth.n == 1:
                     self._catch_up()
             except apsw.Error as exc:
-                self._drop_caches()
+                self.drop_caches()
                 raise StorageError(f"SQLite: {exc}") from exc
             except BaseException:
-                self._drop_caches()  # rolled back: the caches may be ahead of the file
+                self.drop_caches()  # rolled back: the caches may be ahead of the file
                 raise
             finally:
                 self._depth.n -= 1
@@ -186,19 +189,58 @@ class SQLiteConnection(PortableStore, AccountsMixin):
     def side_reads(self) -> AbstractContextManager[None]:
         return nullcontext()  # one connection; no pool to keep apart
 
-    def _drop_caches(self) -> None:
+    def drop_caches(self) -> None:
         """Forget what is kept in memory of the file's rows (the vector caches)."""
+        for drop in self.on_rollback:
+            drop()
 
-    def _rows(self, query: str, params: Params = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def data_version(self) -> int:
+        """SQLite's count of the changes other connections made to the file."""
+        with self.lock:
+            return int(cast(int, self._db.execute("PRAGMA data_version").fetchall()[0][0]))
+
+    def scrub(self) -> None:
+        """Leave no deleted row readable in the files: FTS5 keeps a deleted row's terms in
+        its segments until they are merged (its secure-delete option covers only what it
+        rewrites), so each index is merged whole ('optimize'); the WAL, which holds the
+        pages as they were before, is checkpointed and truncated; VACUUM rewrites the
+        file without its free pages (secure_delete zeroes what a delete frees), and its
+        own WAL frames are checkpointed and truncated in turn."""
+        if self.path == ":memory:":
+            return
+        with self.lock, self._checkpoint_lock:
+            db = self._db
+            try:
+                for fts in ("memories_fts", "messages_fts"):
+                    with db:
+                        db.execute(f"INSERT INTO {fts} ({fts}) VALUES ('optimize')")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                db.execute("VACUUM")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except apsw.Error as exc:
+                raise StorageError(f"SQLite: cannot scrub the database: {exc}") from exc
+
+    def check_row_security(self) -> None:
+        """Nothing to check: one SQLite file belongs to one daemon, which filters every
+        query by user itself."""
+
+    def ensure_history_partitions(self, now: float, months: int = 3) -> int:
+        return 0  # one table holds every month
+
+    def rows(self, query: str, params: Params = ()) -> list[tuple[Any, ...]]:
+        with self.lock:
             try:
                 return list(self._db.execute(query, params))
             except DRIVER_ERRORS as exc:
                 raise driver_error(exc) from exc
 
-    def _write(self, query: str, params: Params = ()) -> int:
+    def write(self, query: str, params: Params = ()) -> int:
         """Execute a write; returns the number of rows changed."""
-        with self._lock:
+        with self.lock:
             try:
                 self._db.execute(query, params)
                 changed = self._db.changes()
@@ -208,7 +250,7 @@ class SQLiteConnection(PortableStore, AccountsMixin):
             except DRIVER_ERRORS as exc:
                 raise driver_error(exc) from exc
 
-    def _write_many(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
+    def write_many(self, query: str, rows: Sequence[Sequence[Any]]) -> None:
         """One statement over many parameter rows, in one transaction."""
         with self.transaction():
             try:

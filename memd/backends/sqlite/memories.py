@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
 
 from memd.backends.base import AccessHit, Vector
-from memd.backends.common.candidates import access_totals
+from memd.backends.common.candidates import access_totals, compose_candidates
 from memd.backends.common.columns import MEMORY_COLUMNS, MEMORY_UPDATABLE, marks
-from memd.backends.sqlite.connection import MAP, to_json
+from memd.backends.common.memories import SharedMemories
+from memd.backends.sqlite.connection import MAP, SQLiteConnection, to_json
 from memd.backends.sqlite.fulltext import (
     KEYWORD_RANKS,
     Ranks,
@@ -20,26 +20,26 @@ from memd.backends.sqlite.fulltext import (
     keyword_ranks_limit,
     memory_index_row,
 )
-from memd.backends.sqlite.messages import SQLiteMessages
+from memd.backends.sqlite.vectors import SQLiteVectors
 from memd.errors import NotFound
 from memd.models.embedder import text_hash
-from memd.types import Memory, MemoryFilter
+from memd.types import Found, Memory, MemoryFilter
 
 _INSERT_MEMORY = f"INSERT INTO memories ({MEMORY_COLUMNS}) VALUES ({marks('?', 25)})"
 
 
-class SQLiteMemories(SQLiteMessages):
-    """Memories: writes kept in step across FTS5, vec0 and the cache; the channels."""
+class SQLiteMemories(SharedMemories):
+    """Memories: writes kept in step across FTS5, vec0 and the cache; the channels, the
+    keyword one ranked on a side connection (``side``) while the caller runs the vector
+    one."""
 
-    def __init__(self, path: str | Path = ":memory:", dim: int = 384,
-                 key: str | None = None) -> None:
-        self._side = SideRanker(str(path), key)
-        super().__init__(path, dim, key)
-
-    def close(self) -> None:
-        self._closed = True
-        self._side.close()
-        super().close()
+    def __init__(self, conn: SQLiteConnection, vectors: SQLiteVectors,
+                 side: SideRanker) -> None:
+        super().__init__(conn)
+        self._conn = conn
+        self._vectors = vectors
+        self.side = side
+        conn.on_close.append(side.close)
 
     def insert_memory(self, memory: Memory, vector: Vector | None) -> Memory:
         m = memory
@@ -55,7 +55,7 @@ class SQLiteMemories(SQLiteMessages):
             )
             self._write(*memory_index_row(m.user_id, m.id, m.text))
             if vector is not None:
-                self._put_memory_vector(m.id, m.user_id, m.workspace, m.is_active, vector)
+                self._vectors.put_memory_vector(m.id, m.user_id, m.workspace, m.is_active, vector)
             if m.entities:
                 self.link_entities(m.user_id, m.id, m.entities)
         return memory
@@ -71,8 +71,8 @@ class SQLiteMemories(SQLiteMessages):
             rowid, text = rows[0]
             self._write("DELETE FROM memories_fts WHERE rowid = ?", (rowid,))
             self._write("DELETE FROM memory_vec WHERE memory_id = ?", (memory_id,))
-            if user_id in self._vectors:
-                self._vectors[user_id].remove(memory_id)
+            if user_id in self._vectors.memory_vectors:
+                self._vectors.memory_vectors[user_id].remove(memory_id)
             self._write("DELETE FROM memory_entities WHERE memory_id = ?", (memory_id,))
             # keyed as the embedder keys it: the exact text (content_hash is lower case)
             self._write("DELETE FROM embedding_cache WHERE content_hash = ?",
@@ -114,14 +114,16 @@ class SQLiteMemories(SQLiteMessages):
                                               rowid[0][0]))
             if vector is not None:
                 active = bool(changes.get("is_active", current.is_active))
-                self._put_memory_vector(memory_id, user_id, current.workspace, active, vector)
+                self._vectors.put_memory_vector(memory_id, user_id, current.workspace, active,
+                                                vector)
             elif "is_active" in changes:
                 self._write(
                     "UPDATE memory_vec SET active = ? WHERE memory_id = ?",
                     (int(changes["is_active"]), memory_id),
                 )
-                if user_id in self._vectors:
-                    self._vectors[user_id].set_active(memory_id, bool(changes["is_active"]))
+                cached = self._vectors.memory_vectors.get(user_id)
+                if cached is not None:
+                    cached.set_active(memory_id, bool(changes["is_active"]))
             if "entities" in changes:
                 self._write("DELETE FROM memory_entities WHERE memory_id = ?", (memory_id,))
                 self.link_entities(user_id, memory_id, changes["entities"])
@@ -179,7 +181,7 @@ class SQLiteMemories(SQLiteMessages):
     ) -> list[tuple[Memory, float]]:
         # The cache already applies activity and workspace; the few memories the other
         # filters (expiry, supersession, tiers, tags) drop are covered by the margin.
-        pairs = self._cached_vectors(user_id).knn(
+        pairs = self._vectors.cached_vectors(user_id).knn(
             vector, k + 10, not flt.include_inactive, flt.workspaces
         )
         by_id = self._memories_by_ids(user_id, [p[0] for p in pairs], flt)
@@ -228,10 +230,11 @@ class SQLiteMemories(SQLiteMessages):
         an in-memory store (no second connection sees it), a transaction of this thread
         (its writes are not committed), or the side connection busy with another
         thread's ranking."""
-        if k <= 0 or self.path == ":memory:" or self.in_transaction() or self._closed:
+        conn = self._conn
+        if k <= 0 or conn.path == ":memory:" or conn.in_transaction() or conn.closed:
             return None
         match = fts_query(user_id, query)
-        return None if match is None else self._side.start(match, keyword_ranks_limit(k))
+        return None if match is None else self.side.start(match, keyword_ranks_limit(k))
 
     def record_access(self, user_id: str, hits: Sequence[AccessHit], now: float) -> None:
         self._write_many(
@@ -272,7 +275,7 @@ class SQLiteMemories(SQLiteMessages):
             )
             self._write_many("UPDATE memory_vec SET active = 0 WHERE memory_id = ?",
                              [(i,) for i in ids])
-            self._drop_caches()
+            self._vectors.drop_caches()
         return len(ids)
 
     def delete_session_working_memory(self, user_id: str, session_id: str) -> int:
@@ -284,3 +287,25 @@ class SQLiteMemories(SQLiteMessages):
             for mid in ids:
                 self.delete_memory(user_id, mid)
         return len(ids)
+
+    def get_memory_vectors(self, user_id: str, memory_ids: Sequence[str]) -> dict[str, Vector]:
+        cached = self._vectors.cached_vectors(user_id)
+        out: dict[str, Vector] = {}
+        for mid in memory_ids:
+            i = cached.pos.get(mid)
+            if i is not None and cached.live[i]:
+                out[mid] = cached.mat[i].copy()
+        return out
+
+    def memory_candidates(
+        self, user_id: str, query: str, vector: Vector, flt: MemoryFilter, *,
+        knn_k: int, keyword_k: int, entities: Sequence[str] = (), entity_k: int = 0,
+        frequent_k: int = 0,
+    ) -> dict[str, Found]:
+        ranks = self._start_side_ranking(user_id, query, keyword_k)
+        return compose_candidates(
+            self, user_id, query, vector, flt, knn_k=knn_k, keyword_k=keyword_k,
+            entities=entities, entity_k=entity_k, frequent_k=frequent_k,
+            keyword_hits=None if ranks is None
+            else lambda: self._keyword_rows(user_id, ranks.result(), keyword_k, flt),
+        )

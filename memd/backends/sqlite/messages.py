@@ -1,5 +1,7 @@
-"""SQLite messages: appends, history windows, and the message search channels (vector
-from the cache or vec0, keyword from FTS5)."""
+"""SQLite messages: appends, history windows, the message search channels (vector
+from the cache or vec0, keyword from FTS5), embeddings and the retention sweep's deletes
+(with the rows derived from each message beside it: its full-text row, its vec0 row,
+the in-process vectors)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,14 @@ from typing import Any
 from memd.backends.base import Vector
 from memd.backends.common.columns import MESSAGE_COLUMNS, marks
 from memd.backends.common.dialect import SQLITE
+from memd.backends.common.messages import (
+    INSERT_MESSAGE,
+    SharedMessages,
+    message_params,
+    new_messages,
+)
 from memd.backends.common.queries import BUMP_HISTORY_VERSION, recent_query
-from memd.backends.common.store import INSERT_MESSAGE, message_params, new_messages
-from memd.backends.sqlite.connection import MAP, to_json
+from memd.backends.sqlite.connection import MAP, SQLiteConnection, to_json
 from memd.backends.sqlite.fulltext import fts_query, message_index_row
 from memd.backends.sqlite.vectors import SQLiteVectors, blob
 from memd.errors import NotFound
@@ -23,10 +30,18 @@ _INDEX_ROWS = {"memories": ("memories_fts", "memory_vec", "memory_id"),
                "messages": ("messages_fts", "message_vec", "message_id")}
 
 
-class SQLiteMessages(SQLiteVectors):
-    """Messages: appends, history windows and the message search channels."""
+class SQLiteMessages(SharedMessages):
+    """Messages: appends, history windows, the message search channels and retention,
+    each write kept in step with the full-text index, vec0 and the vector cache."""
 
-    def _drop_index_rows(self, table: str, test: str, params: tuple[Any, ...]) -> None:
+    _needs_embedding = ("has_embedding = 0 AND content IS NOT NULL AND is_pruned = 0 "
+                        "ORDER BY created_at")
+
+    def __init__(self, conn: SQLiteConnection, vectors: SQLiteVectors) -> None:
+        super().__init__(conn)
+        self._vectors = vectors
+
+    def drop_index_rows(self, table: str, test: str, params: tuple[Any, ...]) -> None:
         """Delete the full-text and vec0 rows of the rows of ``table`` (memories or
         messages) where ``test``; the rows themselves are the caller's to delete."""
         fts, vec, key = _INDEX_ROWS[table]
@@ -99,7 +114,7 @@ class SQLiteMessages(SQLiteVectors):
     def nearest_messages(
         self, user_id: str, vector: Vector, k: int, session_id: str | None = None
     ) -> list[tuple[Message, float]]:
-        cached = self._message_vectors_or_warm(user_id)
+        cached = self._vectors.message_vectors_or_warm(user_id)
         if cached is not None:
             pairs = cached.knn(vector, k, False, None if session_id is None else (session_id,))
             return self._messages_with(user_id, pairs)
@@ -151,3 +166,39 @@ class SQLiteMessages(SQLiteVectors):
         message = MAP.message
         by_id = {r[0]: message(r) for r in rows}
         return [(by_id[mid], s) for mid, s in pairs if mid in by_id]
+
+    def set_message_embeddings(self, user_id: str, items: Sequence[tuple[str, Vector]]) -> None:
+        with self.transaction():
+            for message_id, vector in items:
+                rows = self._rows(
+                    "SELECT session_id FROM messages WHERE user_id = ? AND message_id = ? "
+                    "AND is_pruned = 0",
+                    (user_id, message_id),
+                )
+                if not rows:
+                    continue
+                self._write("DELETE FROM message_vec WHERE message_id = ?", (message_id,))
+                self._write(
+                    "INSERT INTO message_vec (message_id, user_id, embedding, session_id) "
+                    "VALUES (?, ?, ?, ?)",
+                    (message_id, user_id, blob(vector), rows[0][0]),
+                )
+                self._write(
+                    "UPDATE messages SET has_embedding = 1 WHERE message_id = ?", (message_id,)
+                )
+                self._vectors.put_message_vector(user_id, message_id, vector, rows[0][0])
+
+    def delete_inactive_messages(self, user_id: str, before: float) -> tuple[int, int]:
+        with self.transaction():
+            sessions = self._inactive_sessions(user_id, before)
+            deleted = 0
+            for session_id in sessions:
+                # messages_fts has secure-delete on: the terms leave its pages as it
+                # rewrites them (a full scrub also merges the index: SQLiteStore.scrub)
+                this = ("user_id = ? AND session_id = ?", (user_id, session_id))
+                self.drop_index_rows("messages", *this)
+                deleted += self._write(f"DELETE FROM messages WHERE {this[0]}", this[1])
+                self._write(BUMP_HISTORY_VERSION, (user_id, session_id))
+            if sessions:
+                self._vectors.message_vectors.pop(user_id, None)  # read again from vec0
+        return deleted, len(sessions)

@@ -14,12 +14,11 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from pathlib import Path
-from typing import cast
 
 import numpy as np
 
 from memd.backends.base import Vector
+from memd.backends.common.connection import Part
 from memd.backends.sqlite.connection import SQLiteConnection
 from memd.errors import StorageError
 
@@ -115,44 +114,49 @@ class UserVectors:
         return [(self.ids[j], float(sims[j])) for j in order]
 
 
-class SQLiteVectors(SQLiteConnection):
-    """The connection with the vector caches: each user's memory vectors, and the message
-    vectors of users with small histories."""
+class SQLiteVectors(Part):
+    """The vector caches over the connection: each user's memory vectors
+    (``memory_vectors``), and the message vectors of users with small histories
+    (``message_vectors``). The memories and messages parts keep them in step with their
+    writes; the connection drops them after a rollback."""
 
-    def __init__(self, path: str | Path = ":memory:", dim: int = 384,
-                 key: str | None = None) -> None:
-        self._vectors: dict[str, UserVectors] = {}
-        self._message_vectors: OrderedDict[str, UserVectors | None] = OrderedDict()
+    def __init__(self, conn: SQLiteConnection) -> None:
+        super().__init__(conn)
+        self._conn = conn
+        self._lock = conn.lock
+        self.dim = conn.dim
+        self.memory_vectors: dict[str, UserVectors] = {}
+        self.message_vectors: OrderedDict[str, UserVectors | None] = OrderedDict()
         self._message_loads: set[str] = set()  # users whose vectors a thread is loading
         self._message_seen: set[str] = set()  # users who searched messages once already
         self._data_version = -1
-        super().__init__(path, dim, key)
+        conn.on_rollback.append(self.drop_caches)
 
-    def _drop_caches(self) -> None:
-        self._vectors.clear()
-        self._message_vectors.clear()
+    def drop_caches(self) -> None:
+        self.memory_vectors.clear()
+        self.message_vectors.clear()
 
     def _check_data_version(self) -> None:
         """Drop the vector caches when another connection changed the file."""
-        version = int(cast(int, self._db.execute("PRAGMA data_version").fetchall()[0][0]))
+        version = self._conn.data_version()
         if version != self._data_version:
-            self._drop_caches()
+            self.drop_caches()
             self._data_version = version
 
-    def _cached_vectors(self, user_id: str) -> UserVectors:
+    def cached_vectors(self, user_id: str) -> UserVectors:
         """The user's memory vectors in memory, (re)loaded when another process wrote."""
         with self._lock:
             self._check_data_version()
-            cached = self._vectors.get(user_id)
+            cached = self.memory_vectors.get(user_id)
             if cached is None:
                 rows = self._rows(
                     "SELECT memory_id, embedding, workspace, active FROM memory_vec "
                     "WHERE user_id = ?", (user_id,),
                 )
-                cached = self._vectors[user_id] = UserVectors(self.dim, rows)
+                cached = self.memory_vectors[user_id] = UserVectors(self.dim, rows)
             return cached
 
-    def _put_memory_vector(
+    def put_memory_vector(
         self, memory_id: str, user_id: str, workspace: str | None, active: bool, vector: Vector
     ) -> None:
         if len(vector) != self.dim:
@@ -163,27 +167,18 @@ class SQLiteVectors(SQLiteConnection):
             "VALUES (?, ?, ?, ?, ?)",
             (memory_id, user_id, blob(vector), workspace or "", int(active)),
         )
-        if user_id in self._vectors:
-            self._vectors[user_id].upsert(memory_id, vector, workspace or "", active)
+        if user_id in self.memory_vectors:
+            self.memory_vectors[user_id].upsert(memory_id, vector, workspace or "", active)
 
-    def get_memory_vectors(self, user_id: str, memory_ids: Sequence[str]) -> dict[str, Vector]:
-        cached = self._cached_vectors(user_id)
-        out: dict[str, Vector] = {}
-        for mid in memory_ids:
-            i = cached.pos.get(mid)
-            if i is not None and cached.live[i]:
-                out[mid] = cached.mat[i].copy()
-        return out
-
-    def _message_vectors_or_warm(self, user_id: str) -> UserVectors | None:
+    def message_vectors_or_warm(self, user_id: str) -> UserVectors | None:
         """The user's message vectors if in memory; else None, and from a user's second
         search on, a thread loads them: searches are not slowed by the load (it holds the
         store's lock meanwhile), and one-off searches never pay for it."""
         with self._lock:
             self._check_data_version()
-            if user_id in self._message_vectors:
-                self._message_vectors.move_to_end(user_id)
-                return self._message_vectors[user_id]
+            if user_id in self.message_vectors:
+                self.message_vectors.move_to_end(user_id)
+                return self.message_vectors[user_id]
             if user_id in self._message_loads:
                 return None
             if user_id not in self._message_seen:  # a one-off search: vec0 is enough
@@ -197,7 +192,7 @@ class SQLiteVectors(SQLiteConnection):
     def _warm_message_vectors(self, user_id: str) -> None:
         try:
             with self._lock:
-                if not self._closed:
+                if not self._conn.closed:
                     self._cached_message_vectors(user_id)
         except StorageError:
             pass  # the next search uses vec0 and tries again
@@ -210,7 +205,7 @@ class SQLiteVectors(SQLiteConnection):
         None when the user has MESSAGE_CACHE_USER or more of them."""
         with self._lock:
             self._check_data_version()
-            cache = self._message_vectors
+            cache = self.message_vectors
             if user_id in cache:
                 cache.move_to_end(user_id)
                 return cache[user_id]
@@ -231,29 +226,12 @@ class SQLiteVectors(SQLiteConnection):
                 total -= len(dropped.ids) if dropped is not None else 0
             return vectors
 
-    def set_message_embeddings(self, user_id: str, items: Sequence[tuple[str, Vector]]) -> None:
-        with self.transaction():
-            for message_id, vector in items:
-                rows = self._rows(
-                    "SELECT session_id FROM messages WHERE user_id = ? AND message_id = ? "
-                    "AND is_pruned = 0",
-                    (user_id, message_id),
-                )
-                if not rows:
-                    continue
-                self._write("DELETE FROM message_vec WHERE message_id = ?", (message_id,))
-                self._write(
-                    "INSERT INTO message_vec (message_id, user_id, embedding, session_id) "
-                    "VALUES (?, ?, ?, ?)",
-                    (message_id, user_id, blob(vector), rows[0][0]),
-                )
-                self._write(
-                    "UPDATE messages SET has_embedding = 1 WHERE message_id = ?", (message_id,)
-                )
-                cached = self._message_vectors.get(user_id)
-                if cached is not None:
-                    if len(cached.ids) < MESSAGE_CACHE_USER:
-                        cached.upsert(message_id, vector, rows[0][0], True)
-                    else:  # grown past the bound: back to vec0 for this user
-                        self._message_vectors[user_id] = None
-
+    def put_message_vector(self, user_id: str, message_id: str, vector: Vector,
+                           session_id: str) -> None:
+        """Keep the user's cached message vectors in step with a message embedded."""
+        cached = self.message_vectors.get(user_id)
+        if cached is not None:
+            if len(cached.ids) < MESSAGE_CACHE_USER:
+                cached.upsert(message_id, vector, session_id, True)
+            else:  # grown past the bound: back to vec0 for this user
+                self.message_vectors[user_id] = None
