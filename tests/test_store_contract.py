@@ -45,6 +45,7 @@ from memd.backends.base import Store
 from memd.errors import Conflict, NotFound
 from memd.types import (
     ContextObject,
+    Fault,
     FidelityTransition,
     MemoryFilter,
     NewMessage,
@@ -619,6 +620,19 @@ def test_context_objects_are_kept_once_per_session_with_their_transitions(
         ("o2", 2, 3, "pressure", None, 6.0)]
     assert store.fidelity_transitions("alice", "s2") == []
     assert store.fidelity_transitions("bob", "s1") == []
+
+
+def test_faults_are_recorded_per_user_and_session(store: Store) -> None:
+    first = Fault("f-1", "s1", "query", "which port?", "port 8443", ("o1", "o2"), 120, 3,
+                  4, "call-1", 5.0)
+    second = Fault("f-2", "s1", "restore", "o2", "line 1\nline 2", ("o2",), 0, 1, 5,
+                   None, 6.0)
+    store.add_fault("alice", second)
+    store.add_fault("alice", first)
+    store.add_fault("alice", replace(first, fault_id="f-3", session_id="s2"))
+    assert store.faults("alice", "s1") == [first, second]
+    assert [f.fault_id for f in store.faults("alice", "s2")] == ["f-3"]
+    assert store.faults("bob", "s1") == []
 
 
 def test_a_store_no_migrate_copied_into_has_no_unfinished_copy(store: Store) -> None:

@@ -22,6 +22,7 @@ from memd.backends.common.columns import (
 )
 from memd.backends.common.context_objects import ContextObjectsMixin
 from memd.backends.common.erase import ErasureMixin
+from memd.backends.common.faults import FaultsMixin
 from memd.backends.common.migrations import (
     COPYING_KEY,
     DEFERRED_INDEX_KEY,
@@ -77,7 +78,7 @@ def message_params(m: Message, json: Callable[[Any], Any]) -> tuple[Any, ...]:
             m.chain_hash, m.sanitized)
 
 
-class PortableStore(ContextObjectsMixin, ErasureMixin):
+class PortableStore(ContextObjectsMixin, FaultsMixin, ErasureMixin):
     """Sessions, facts, calls, usage, jobs, erasure and the plain reads of messages and
     memories.
     ``_map`` holds the backend's row mappers, ``_json`` makes a JSON parameter,

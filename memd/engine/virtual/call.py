@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memd.engine.virtual.engage import Budget, Virtualized, engages, virtualize
+from memd.engine.virtual.faults import pinned
 from memd.engine.virtual.modes import call_mode
 
 if TYPE_CHECKING:
@@ -34,4 +35,5 @@ def for_call(engine: Memd, session: Session, messages: Sequence[Mapping[str, Any
         return None
     return virtualize(engine.store, session.user_id, session.id, messages, budget,
                       settings.virtual_zones, mode=mode, model=model, call_id=call_id,
-                      now=engine.now())
+                      now=engine.now(),
+                      pinned=pinned(engine, session.user_id, session.id, session.turn_count))
