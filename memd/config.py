@@ -364,9 +364,11 @@ def _zones(value: Any) -> VirtualZones:
                            "more than 0 and at most 1")
     zones = VirtualZones(**{k: float(v) for k, v in value.items()})
     if not (zones.evict_target <= zones.target < zones.caution <= zones.warning
-            <= zones.critical <= zones.emergency):
+            <= zones.critical <= zones.emergency
+            and zones.caution <= zones.degrade <= zones.emergency):
         raise InvalidInput("config: [virtual_zones] must hold evict_target <= target < "
-                           "caution <= warning <= critical <= emergency")
+                           "caution <= warning <= critical <= emergency, and degrade "
+                           "between caution and emergency")
     return zones
 
 

@@ -22,8 +22,8 @@ from memd.engine.virtual.segment import segment, source_key
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text
 
-ZONES = VirtualZones(caution=0.7, warning=0.8, critical=0.9, emergency=0.95, target=0.5,
-                     evict_target=0.3, keep_recent=0.2)
+ZONES = VirtualZones(caution=0.7, warning=0.8, critical=0.9, emergency=0.95, degrade=0.7,
+                     target=0.5, evict_target=0.3, keep_recent=0.2)
 
 
 def call(cid: str, name: str, **args: Any) -> dict[str, Any]:
