@@ -218,3 +218,12 @@ def test_soak_targets_judge_rss_growth_and_failures(run_all: ModuleType) -> None
     assert not growth["met"] and "250.1 -> 256.0 MB" in growth["target"]
     assert failed["measured"] == 2 and not failed["met"]
     assert "soak" in {b.name for b in run_all.BENCHES}
+
+
+def test_virtual_targets_take_the_replay_verdicts(run_all: ModuleType) -> None:
+    result = {"calls": 109, "window": 16384, "verdicts": {
+        "prefix stability": [0.82, ">= 0.9", False], "retrieval": [0.98, ">= 0.9", True]}}
+    stable, found = run_all.virtual_targets(result)
+    assert stable["measured"] == 0.82 and not stable["met"]
+    assert "109 calls, 16384-token window" in stable["target"] and found["met"]
+    assert "virtual" in {b.name for b in run_all.BENCHES}

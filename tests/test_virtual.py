@@ -161,6 +161,17 @@ def test_below_the_caution_line_nothing_degrades() -> None:
     assert [h.fidelity for h in objects] == [FULL, FULL]
 
 
+def test_between_the_caution_and_degrade_lines_nothing_changes_then_far_down() -> None:
+    """Engaged past the caution line, but a step waits for the degrade line, and then
+    goes down to the target: each step makes the model server re-read the prompt."""
+    zones = replace(ZONES, degrade=0.9, target=0.3, evict_target=0.2, keep_recent=0.1)
+    objects = [held(x) for x in "abcdefghi"]
+    assert plan(objects, 9000, 10_000, zones) == ([], 9000)
+    steps, after = plan(objects, 9001, 10_000, zones)
+    assert steps and after <= 3000
+    assert [s.object_id for s in steps][:2] == ["a", "b"]
+
+
 def test_the_oldest_degrade_first_down_to_the_target_superseded_ones_first() -> None:
     objects = [held("a"), held("b"), held("c", superseded=True), held("d"), held("e")]
     steps, after = plan(objects, 7500, 10_000, ZONES)
