@@ -180,3 +180,61 @@ def test_hybrid_search_finds_the_object_by_its_words(tmp_path: Path) -> None:
                          FakeEmbedder())
     assert hits[0].object.object_id == "o99"
     assert "TimeoutError" in hits[0].passage
+
+
+def test_at_most_k_faults_per_call_then_the_client_gets_no_memory_call(
+        tmp_path: Path) -> None:
+    messages = history()
+    upstream = FaultingUpstream(faults.QUERY, {"question": "DEPLOY_PORT"})
+    upstream.chat = _always_calling(upstream)  # type: ignore[method-assign]
+    upstream.app = Starlette(routes=[Route("/v1/chat/completions", upstream.chat,
+                                           methods=["POST"])])
+    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW,
+                       virtual_max_faults=2) as (base, engine):
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0)
+        done = client.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
+                                              max_tokens=1024)
+        assert done.choices[0].message.tool_calls is None
+        assert done.choices[0].finish_reason == "stop"
+        assert len(upstream.requests) == 3  # the call, and one more per fault served
+        session = engine.store.list_sessions("local")[0]
+        assert len(engine.store.faults("local", session.id)) == 2
+
+
+def _always_calling(upstream: FaultingUpstream) -> Any:
+    """The upstream's handler, made to call memory_query whatever the request holds."""
+    async def chat(request: Request) -> Response:
+        body = json.loads(await request.body())
+        upstream.requests.append(body)
+        n = len(upstream.requests)
+        return JSONResponse({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": MODEL,
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": None, "tool_calls": [{
+                    "id": f"mem-{n}", "type": "function", "function": {
+                        "name": faults.QUERY, "arguments": json.dumps(upstream.args)}}]}}]})
+    return chat
+
+
+def test_a_streamed_reply_calling_both_keeps_the_client_call_only(tmp_path: Path) -> None:
+    messages = history()
+    upstream = FaultingUpstream(faults.QUERY, {"question": "DEPLOY_PORT gateway"},
+                                client_call=True)
+    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, engine):
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0)
+        chunks = list(client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=1024, stream=True))  # type: ignore[arg-type]
+        calls = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or ()]
+        assert [(tc.index, tc.id, tc.function.name if tc.function else None)
+                for tc in calls] == [(0, "own-1", "bash")]
+        assert len(upstream.requests) == 1  # no further round: the client's call stands
+        session = engine.store.list_sessions("local")[0]
+        (fault,) = engine.store.faults("local", session.id)
+        assert SECRET in fault.answer
+        stored = engine.store.get_messages("local", session.id)[-1]
+        assert [c["id"] for c in stored.tool_calls or ()] == ["own-1"]
+        # erasing the read the answer quoted erases the fault too
+        read = next(m for m in engine.store.get_messages("local", session.id)
+                    if m.role == "tool" and SECRET in str(m.content))
+        engine.erase_message("local", session.id, read.id)
+        assert engine.store.faults("local", session.id) == []
