@@ -15,6 +15,7 @@ objects whole.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 import uuid
@@ -98,7 +99,8 @@ def search(objects: Sequence[ContextObject], question: str, embedder: Embedder,
            top: int = TOP_OBJECTS) -> list[Hit]:
     """The ``top`` objects for ``question``, best first: each passage scores half by
     its embedding's cosine to the question's, half by the share of the question's words
-    it holds (identifiers count whole); an object scores its best passage."""
+    it holds, each weighted by its rarity among the passages (identifiers count whole);
+    an object scores its best passage."""
     passages = [(o, p) for o in objects for p in _passages(o.content)]
     if not passages or not question.strip():
         return []
@@ -107,9 +109,15 @@ def search(objects: Sequence[ContextObject], question: str, embedder: Embedder,
     norms = np.linalg.norm(rest, axis=1) * (np.linalg.norm(q) or 1.0)
     cosine = rest @ q / np.where(norms == 0, 1.0, norms)
     words = set(_words(question))
+    held = [set(_words(p)) for _, p in passages]
+    # a word's weight is its rarity among the passages: an identifier named in one
+    # output outweighs the question's "what" and "does"
+    weight = {w: math.log((1 + len(held)) / (1 + sum(1 for h in held if w in h)))
+              for w in words}
+    total = sum(weight.values()) or 1.0
     best: dict[str, Hit] = {}
-    for (o, p), cos in zip(passages, cosine, strict=True):
-        overlap = len(words & set(_words(p))) / len(words) if words else 0.0
+    for (o, p), has, cos in zip(passages, held, cosine, strict=True):
+        overlap = sum(weight[w] for w in words & has) / total
         score = 0.5 * float(cos) + 0.5 * overlap
         if o.object_id not in best or score > best[o.object_id].score:
             best[o.object_id] = Hit(o, p, score)
