@@ -20,8 +20,9 @@ runs on it read LongMemEval_S from
 ``bench_helper`` (the llama.cpp helper model: LLM extraction, compaction, the chat path
 while the job worker runs it), ``bench_watch`` (how soon a running daemon sees an edit of
 its config file or notes folder), ``bench_footprint`` (the user's install in a fresh
-venv: its size, the daemon's RSS and first requests) and ``bench_soak`` (the daemon's RSS
-through 50,000 concurrent streaming chats). Each writes its JSON
+venv: its size, the daemon's RSS and first requests), ``bench_soak`` (the daemon's RSS
+through 50,000 concurrent streaming chats) and ``bench_virtual`` (context virtualization
+on the replayed agent session). Each writes its JSON
 (and PNG plots) into ``--dir``; then ``all.json`` there holds the machine, every script's
 figures and the targets table: each benchmark target (bench/README.md) with what this run
 measured and whether it is met. ``--only`` runs some of them (the table then judges
@@ -110,6 +111,7 @@ BENCHES = (
     Bench("footprint", "bench_footprint", (), ("--quick",)),
     Bench("soak", "bench_soak", (), ("--quick",)),
     Bench("import", "bench_import", (), ("--quick",)),
+    Bench("virtual", "bench_virtual", (), ("--quick",)),
 )
 
 
@@ -390,13 +392,20 @@ def import_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
                    again, "0", again == 0)
 
 
+def virtual_targets(r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Context virtualization on the replayed agent session: bench_virtual's verdicts."""
+    for name, (value, limit, met) in r["verdicts"].items():
+        yield _row(f"virtualized replay ({r['calls']} calls, {r['window']}-token window): "
+                   f"{name}", value, limit, bool(met))
+
+
 JUDGES: dict[str, Callable[[Mapping[str, Any]], Iterator[dict[str, Any]]]] = {
     "scale": scale_targets, "longmemeval": lme_targets, "mem0": mem0_targets,
     "proxy": proxy_targets, "recall": recall_targets, "precision": precision_targets,
     "query_precision": query_precision_targets, "agents": agents_targets,
     "sanitizer": sanitizer_targets,
     "helper": helper_targets, "watch": watch_targets, "footprint": footprint_targets,
-    "soak": soak_targets, "import": import_targets,
+    "soak": soak_targets, "import": import_targets, "virtual": virtual_targets,
 }
 
 

@@ -210,6 +210,11 @@ class Settings:
     virtualize: str = "auto"
     virtualize_workspaces: dict[str, str] = field(default_factory=dict)
     virtual_zones: VirtualZones = field(default_factory=VirtualZones)
+    # while virtualization is engaged the model may fault held objects back (the
+    # memory_query and memory_restore tools): at most virtual_max_faults per client call;
+    # a restored object stays whole for virtual_restore_turns turns
+    virtual_max_faults: int = 3
+    virtual_restore_turns: int = 3
     # the notes folder (memd.engine.notes): each Markdown file a standing instruction of
     # the default user, or of a workspace in a subfolder named after it; None is
     # ``notes`` in the data dir
@@ -372,9 +377,11 @@ def _zones(value: Any) -> VirtualZones:
                            "more than 0 and at most 1")
     zones = VirtualZones(**{k: float(v) for k, v in value.items()})
     if not (zones.evict_target <= zones.target < zones.caution <= zones.warning
-            <= zones.critical <= zones.emergency):
+            <= zones.critical <= zones.emergency
+            and zones.caution <= zones.degrade <= zones.emergency):
         raise InvalidInput("config: [virtual_zones] must hold evict_target <= target < "
-                           "caution <= warning <= critical <= emergency")
+                           "caution <= warning <= critical <= emergency, and degrade "
+                           "between caution and emergency")
     return zones
 
 

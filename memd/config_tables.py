@@ -49,18 +49,21 @@ class Maintenance:
 class VirtualZones:
     """Context virtualization's pressure zones (memd.engine.virtual), as fractions of the
     model's window that a request (with its response reserve) passes: ``caution`` is the
-    line past which mode "auto" engages and tool results start to degrade; degrading
-    goes on until the request is under ``target`` (well under the line, so that the
-    prompt's prefix changes rarely), and evicting, which changes the prompt from near its
-    start, until it is under ``evict_target``. The newest tool results, up to
-    ``keep_recent`` of the window, stay whole while the older ones are enough."""
+    line past which mode "auto" engages, ``degrade`` the one past which tool results
+    degrade; degrading goes on until the request is under ``target`` (far under the
+    line, so that the prompt's prefix changes rarely: each step makes the model server
+    re-read the prompt from the first object it changes), and evicting, which changes the
+    prompt from near its start, until it is under ``evict_target``. The newest tool
+    results, up to ``keep_recent`` of the window, stay whole while the older ones are
+    enough."""
 
     caution: float = 0.70
     warning: float = 0.80
     critical: float = 0.90
     emergency: float = 0.95
-    target: float = 0.40
-    evict_target: float = 0.30
+    degrade: float = 0.90
+    target: float = 0.30
+    evict_target: float = 0.20
     keep_recent: float = 0.20
 
 

@@ -490,6 +490,27 @@ class FidelityTransition:
 
 
 @dataclass(frozen=True, slots=True)
+class Fault:
+    """One fault served under context virtualization: the model asked memd for what
+    degraded objects held (``kind`` "query": a question answered from them; "restore":
+    one object brought back whole), the answer, the objects it came from, the tokens the
+    answer saved against restoring those objects whole, how long serving it took, and
+    the session's turn (a restore stays pinned for some turns after it)."""
+
+    fault_id: str
+    session_id: str
+    kind: str
+    question: str
+    answer: str
+    object_ids: tuple[str, ...]
+    tokens_avoided: int
+    latency_ms: int
+    turn: int
+    call_id: str | None = None
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class QueuedJob:
     """A job as the queue lists it: ``state`` is ``pending`` or ``dead``; ``updated_at``
     is when it last changed (enqueued, claimed for an attempt, or retried)."""

@@ -23,6 +23,7 @@ from memd.config import load_settings
 from memd.engine.extract import STYLE_TAG
 from memd.engine.inject import USER_CLOSE, USER_OPEN
 from memd.engine.memory import Memd
+from memd.engine.virtual import faults
 from memd.server.app import create_app
 from memd.types import Tier
 from tests.agent_traffic import KINDS, AgentSession, ScriptedUpstream, generate
@@ -144,7 +145,10 @@ def test_a_2mb_tool_result_is_taken_and_stored(stack: Stack) -> None:
         # over the model's window: memd held the big result out (memd.engine.virtual),
         # and forwarded everything else as sent
         virtualized += 1
-        assert {**got, "messages": None} == {**want, "messages": None}
+        # with memd's memory tools after the client's (memd.engine.virtual.faults)
+        assert got["tools"] == [*want["tools"], *faults.TOOLS]
+        assert {**got, "messages": None, "tools": None} == {**want, "messages": None,
+                                                             "tools": None}
         differ = [(a, b) for a, b in zip(got["messages"], want["messages"], strict=True)
                   if a != b]
         assert [(a["role"], a["tool_call_id"]) for a, b in differ] == [

@@ -230,3 +230,12 @@ def test_import_targets_judge_searchability_and_idempotency(run_all: ModuleType)
     assert [r["met"] for r in rows] == [True, True, False, False]
     assert rows[2]["target"] == "import postgres: jobs left when 989 turns are imported"
     assert "import" in {b.name for b in run_all.BENCHES}
+
+
+def test_virtual_targets_take_the_replay_verdicts(run_all: ModuleType) -> None:
+    result = {"calls": 109, "window": 16384, "verdicts": {
+        "prefix stability": [0.82, ">= 0.9", False], "retrieval": [0.98, ">= 0.9", True]}}
+    stable, found = run_all.virtual_targets(result)
+    assert stable["measured"] == 0.82 and not stable["met"]
+    assert "109 calls, 16384-token window" in stable["target"] and found["met"]
+    assert "virtual" in {b.name for b in run_all.BENCHES}

@@ -34,6 +34,7 @@ from memd.engine.memory import Memd
 from memd.models.embedder import FakeEmbedder
 from memd.types import (
     ContextObject,
+    Fault,
     FidelityTransition,
     Memory,
     MemoryFilter,
@@ -161,6 +162,10 @@ def build(data_dir: Path, n_sessions: int, per_session: int, n_memories: int) ->
             store.apply_transitions(user, sessions[0].id, [FidelityTransition(
                 f"ctx-{user}-0", 0, 3, "supersede", "warning", 5000, "call-x")],
                 {f"ctx-{user}-0": f"ctx-{user}-2"}, clock())
+            # a fault served from them (memd.engine.virtual.faults)
+            store.add_fault(user, Fault(f"fault-{user}", sessions[0].id, "query",
+                                        "which file?", f"{TEXT} 0", (f"ctx-{user}-0",),
+                                        10, 2, 1, "call-x", clock()))
     db = apsw.Connection(str(data_dir / "memd.db"))  # auth rows: no engine API yet
     with db:
         db.execute("INSERT INTO users VALUES ('alice', 'Alice Ünver', ?), ('bob', '', ?)",

@@ -45,6 +45,7 @@ from memd.backends.base import Store
 from memd.errors import Conflict, NotFound
 from memd.types import (
     ContextObject,
+    Fault,
     FidelityTransition,
     MemoryFilter,
     NewMessage,
@@ -642,6 +643,19 @@ def test_a_helpers_summaries_replace_an_objects_texts_only_while_it_is_whole(
         "L1 by the helper", 4, "L2", 1, "smol", mine.losses, 3.0)
     assert got["o2"].compact == b.compact and got["o2"].summarized_by == "extractive"
     assert store.fidelity_transitions("bob", "s1") == []
+
+
+def test_faults_are_recorded_per_user_and_session(store: Store) -> None:
+    first = Fault("f-1", "s1", "query", "which port?", "port 8443", ("o1", "o2"), 120, 3,
+                  4, "call-1", 5.0)
+    second = Fault("f-2", "s1", "restore", "o2", "line 1\nline 2", ("o2",), 0, 1, 5,
+                   None, 6.0)
+    store.add_fault("alice", second)
+    store.add_fault("alice", first)
+    store.add_fault("alice", replace(first, fault_id="f-3", session_id="s2"))
+    assert store.faults("alice", "s1") == [first, second]
+    assert [f.fault_id for f in store.faults("alice", "s2")] == ["f-3"]
+    assert store.faults("bob", "s1") == []
 
 
 def test_a_store_no_migrate_copied_into_has_no_unfinished_copy(store: Store) -> None:

@@ -22,8 +22,8 @@ from memd.engine.virtual.segment import segment, source_key
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text
 
-ZONES = VirtualZones(caution=0.7, warning=0.8, critical=0.9, emergency=0.95, target=0.5,
-                     evict_target=0.3, keep_recent=0.2)
+ZONES = VirtualZones(caution=0.7, warning=0.8, critical=0.9, emergency=0.95, degrade=0.7,
+                     target=0.5, evict_target=0.3, keep_recent=0.2)
 
 
 def call(cid: str, name: str, **args: Any) -> dict[str, Any]:
@@ -159,6 +159,17 @@ def test_below_the_caution_line_nothing_degrades() -> None:
     objects = [held("a"), held("b")]
     assert plan(objects, 700, 1000, ZONES) == ([], 700)
     assert [h.fidelity for h in objects] == [FULL, FULL]
+
+
+def test_between_the_caution_and_degrade_lines_nothing_changes_then_far_down() -> None:
+    """Engaged past the caution line, but a step waits for the degrade line, and then
+    goes down to the target: each step makes the model server re-read the prompt."""
+    zones = replace(ZONES, degrade=0.9, target=0.3, evict_target=0.2, keep_recent=0.1)
+    objects = [held(x) for x in "abcdefghi"]
+    assert plan(objects, 9000, 10_000, zones) == ([], 9000)
+    steps, after = plan(objects, 9001, 10_000, zones)
+    assert steps and after <= 3000
+    assert [s.object_id for s in steps][:2] == ["a", "b"]
 
 
 def test_the_oldest_degrade_first_down_to_the_target_superseded_ones_first() -> None:

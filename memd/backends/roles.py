@@ -13,6 +13,7 @@ import numpy as np
 from memd.types import (
     ContextObject,
     Fact,
+    Fault,
     FidelityTransition,
     Found,
     Memory,
@@ -327,4 +328,12 @@ class ContextObjectStore(Protocol):
 
     def fidelity_transitions(self, user_id: str, session_id: str) -> list[FidelityTransition]:
         """The session's transitions, oldest first."""
+        ...
+
+    def add_fault(self, user_id: str, fault: Fault) -> None:
+        """Record a fault served in the session ``fault.session_id``."""
+        ...
+
+    def faults(self, user_id: str, session_id: str) -> list[Fault]:
+        """The session's faults, oldest first."""
         ...

@@ -339,7 +339,9 @@ def finish_chat(
             "latency_ms": latency, "finish_reason": finish_reason, "incomplete": incomplete,
             "retried": retried, "usage": dict(usage or {}),
         }, without_memory(call.report) if retried
-            else without_memory(call.report, call.dropped) if call.dropped else None)
+            else without_memory(call.report, call.dropped) if call.dropped
+            # the faults served (memd.server.faults) are listed in the report as they go
+            else call.report if (call.report.get("virtual") or {}).get("faults") else None)
 
 
 def without_memory(report: dict[str, Any], reason: str | None = None) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from memd.engine.memory import Memd
 from memd.engine.resolve import conversation_of
 from memd.engine.side import side_reason
 from memd.errors import Conflict, InvalidInput
+from memd.server import faults
 from memd.server import schemas as s
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.failures import error_body
@@ -307,14 +308,21 @@ async def relay(request: Request, client: httpx.AsyncClient, call: PreparedCall,
     """Send the call upstream and relay the answer (streamed or whole), storing it."""
     engine = engine_of(request)
     headers = _memd_headers(call)
+    faulting = door is CHAT and faults.engaged(call)
+    if faulting:
+        body = faults.with_tools(body)
     if body.get("stream"):
         return await _stream(request, client, call, body, headers, model, door)
+    changed = None
     try:
         resp, retried = await _send(client, request, call, body, stream=False, door=door)
+        if faulting:
+            resp, changed = await faults.whole(request, client, call, body, resp, door.path,
+                                               door.headers(request))
     except httpx.HTTPError as exc:
         return await _unreachable(engine, call, exc, headers, model)
-    data: Any = None
-    if resp.headers.get("content-type", "").startswith("application/json"):
+    data: Any = changed
+    if data is None and resp.headers.get("content-type", "").startswith("application/json"):
         try:
             data = resp.json()
         except json.JSONDecodeError:
@@ -327,7 +335,8 @@ async def relay(request: Request, client: httpx.AsyncClient, call: PreparedCall,
         finish_chat, engine, call, status=resp.status_code, reply=reply, finish_reason=finish,
         usage=usage, model=model, retried=retried,
     )
-    return Response(content=resp.content, status_code=resp.status_code, headers=headers,
+    return Response(content=resp.content if changed is None else _encode(changed),
+                    status_code=resp.status_code, headers=headers,
                     media_type=resp.headers.get("content-type", "application/json"))
 
 
@@ -375,6 +384,9 @@ async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCal
                                 retried=retried)
         return Response(content=content, status_code=resp.status_code, headers=headers,
                         media_type=resp.headers.get("content-type", "application/json"))
+    if door is CHAT and faults.engaged(call):
+        return await faults.stream(request, client, call, body, resp, door.path,
+                                   door.headers(request), headers, model, retried)
 
     async def pass_through() -> AsyncIterator[bytes]:
         acc = door.stream()

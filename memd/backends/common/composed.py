@@ -17,6 +17,7 @@ from memd.backends.common.calls import Calls
 from memd.backends.common.connection import SqlConnection
 from memd.backends.common.context_objects import ContextObjects
 from memd.backends.common.facts import Facts
+from memd.backends.common.faults import Faults
 from memd.backends.common.recall import Forgotten, Paragraphs, Responses
 from memd.backends.common.sessions import Sessions
 
@@ -113,6 +114,9 @@ class ComposedStore:
         self.set_object_summaries = context_objects.set_object_summaries
         self.apply_transitions = context_objects.apply_transitions
         self.fidelity_transitions = context_objects.fidelity_transitions
+        faults = Faults(conn)
+        self.add_fault = faults.add_fault
+        self.faults = faults.faults
         # CallStore
         self.record_call = calls.record_call
         self.finish_call = calls.finish_call

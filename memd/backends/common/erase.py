@@ -30,8 +30,8 @@ from memd.types import Message
 #: of the user; the account tables and the shared ones are :data:`ACCOUNT_TABLES` and
 #: :data:`SHARED_TABLES`. tests/test_erase.py checks this against the schema.
 USER_TABLES = ("memory_entities", "memories", "facts", "forgotten", "paragraphs_seen",
-               "response_sessions", "fidelity_transitions", "context_objects", "jobs",
-               "calls", "usage_log", "messages", "sessions")
+               "response_sessions", "fault_history", "fidelity_transitions",
+               "context_objects", "jobs", "calls", "usage_log", "messages", "sessions")
 ACCOUNT_TABLES = ("workspace_members", "api_keys", "users")  # keys and members first
 SHARED_TABLES = ("system_prompts", "embedding_cache")
 
@@ -73,6 +73,11 @@ def erase_plan(user_id: str, session_id: str | None, json_text: str,
             ("memories", memories, (*um, *um)),
             ("facts", "user_id = ? AND source_message_id = ?", um),
             ("paragraphs_seen", "user_id = ? AND first_message_id = ?", um),
+            # the faults whose answers came from those objects (they may quote them)
+            ("fault_history", "user_id = ? AND session_id = ? AND EXISTS (SELECT 1 FROM "
+             f"context_objects c WHERE c.user_id = ? AND c.object_id IN ({held}) AND "
+             "fault_history.object_ids LIKE ? || c.object_id || ?)",
+             (user_id, session_id, user_id, *held_by, '%"', '"%')),
             ("fidelity_transitions", f"user_id = ? AND object_id IN ({held})",
              (user_id, *held_by)),
             ("context_objects", f"user_id = ? AND object_id IN ({held})", (user_id, *held_by)),
@@ -93,6 +98,7 @@ def erase_plan(user_id: str, session_id: str | None, json_text: str,
         ("facts", f"user_id = ? AND source_message_id IN ({messages})", (user_id, *us)),
         ("paragraphs_seen", "user_id = ? AND first_session_id = ?", us),
         ("response_sessions", "user_id = ? AND session_id = ?", us),
+        ("fault_history", "user_id = ? AND session_id = ?", us),
         ("fidelity_transitions", "user_id = ? AND session_id = ?", us),
         ("context_objects", "user_id = ? AND session_id = ?", us),
         ("jobs", jobs, (*us, *us)),

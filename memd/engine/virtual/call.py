@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from memd.engine.virtual import summaries
 from memd.engine.virtual.engage import Budget, Virtualized, engages, virtualize
+from memd.engine.virtual.faults import pinned
 from memd.engine.virtual.modes import call_mode
 
 RESERVE_SHARE = 0.25  # of the window: the most of it a response reserve holds back
@@ -43,7 +44,8 @@ def for_call(engine: Memd, session: Session, messages: Sequence[Mapping[str, Any
         return None
     done = virtualize(engine.store, session.user_id, session.id, messages, budget,
                       settings.virtual_zones, mode=mode, model=model, call_id=call_id,
-                      now=engine.now())
+                      now=engine.now(),
+                      pinned=pinned(engine, session.user_id, session.id, session.turn_count))
     worth = [o.object_id for o in done.new if o.tokens_l0 >= summaries.MIN_TOKENS]
     if worth and engine.jobs.llm_enabled:  # the helper's summaries, in the background
         summaries.enqueue(engine.store, session.user_id, session.id, worth, model,

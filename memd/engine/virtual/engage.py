@@ -78,9 +78,10 @@ def engages(mode: str, budget: Budget, zones: VirtualZones) -> bool:
 
 def virtualize(store: Store, user_id: str, session_id: str,
                messages: Sequence[Mapping[str, Any]], budget: Budget, zones: VirtualZones,
-               *, mode: str, model: str | None, call_id: str, now: float) -> Virtualized:
+               *, mode: str, model: str | None, call_id: str, now: float,
+               pinned: frozenset[str] = frozenset()) -> Virtualized:
     """The call's request with its tool results at the fidelities pressure leaves them
-    (see the package docstring)."""
+    (see the package docstring); ``pinned`` objects (restored by a fault) stay whole."""
     calls = tool_calls(messages)
     segments = segment(session_id, messages, calls)
     with store.transaction():
@@ -91,7 +92,7 @@ def virtualize(store: Store, user_id: str, session_id: str,
         objects = {**stored, **{o.object_id: o for o in new}}
         superseded = _superseded(segments, objects)
         held = [_held(s, objects[s.object_id], _frame(s, calls, model),
-                      s.object_id in superseded) for s in segments]
+                      s.object_id in superseded, s.object_id in pinned) for s in segments]
         before = budget.request + budget.reserve
         tokens = before - sum(h.cost(FULL) - h.cost(h.fidelity) for h in held)
         steps, after = plan(held, tokens, budget.window, zones)
@@ -154,11 +155,12 @@ def _superseded(segments: Sequence[Segment], objects: Mapping[str, ContextObject
     return out
 
 
-def _held(s: Segment, o: ContextObject, frame: int | None, superseded: bool) -> Held:
+def _held(s: Segment, o: ContextObject, frame: int | None, superseded: bool,
+          pinned: bool = False) -> Held:
     """``o`` in this call, at the fidelity held before (an object evicted before whose
     call the client no longer sends is held as a stub: it cannot leave alone)."""
     fidelity = STUB if o.fidelity == EVICTED and frame is None else o.fidelity
-    return Held(s.object_id, _sizes(o), frame, fidelity, o.pinned,
+    return Held(s.object_id, _sizes(o), frame, fidelity, o.pinned or pinned,
                 superseded or o.superseded_by is not None)
 
 

@@ -2,7 +2,9 @@
 
 Zones are fractions of the model's window (memd.config.VirtualZones) that the request
 and its response reserve fill: normal, caution, warning, critical, emergency. Past the
-caution line the oldest tool results degrade first: a result superseded by a later one of
+``degrade`` line (by default the critical one: between it and the caution line,
+where virtualization engages, nothing changes, so that steps are rare) the oldest tool
+results degrade first: a result superseded by a later one of
 the same source goes straight to a stub; then, oldest first, full results become
 detailed summaries (about 30 %), then compact ones (about 5 %), and if that is not
 enough, compact ones become stubs, and stubs are
@@ -83,7 +85,7 @@ def plan(held: Sequence[Held], tokens: int, window: int, zones: VirtualZones,
     docstring), oldest object first, and the request's tokens after them. ``held`` is
     in the history's order; each one's ``fidelity`` is updated."""
     steps: list[Step] = []
-    if tokens <= zones.caution * window:
+    if tokens <= min(zones.degrade * window, fit_line(window)):
         return steps, tokens
     target = zones.target * window
     total = tokens

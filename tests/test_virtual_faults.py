@@ -1,0 +1,240 @@
+"""Faults end to end: a model server scripted to call memd's memory tools when what it
+needs lies only in an evicted read, through memd on a real port, to the official
+``openai`` client, streaming and not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from servers import memd_in_front
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from virtual_session import agent_session
+
+from memd.engine.virtual import faults
+from memd.engine.virtual.fidelity import FULL
+
+WINDOW = 16_384
+MODEL = "fake-model"
+SECRET = "DEPLOY_PORT = 48213  # the staging gateway, see deploy/gateway_ports.toml"
+
+
+class FaultingUpstream:
+    """Calls ``tool`` (with ``args``) when memd's tools are offered and no result of it
+    is in the request yet; else answers with the newest tool result's first line. With
+    ``client_call``, calls a client tool in the same reply too."""
+
+    def __init__(self, tool: str, args: dict[str, Any], client_call: bool = False) -> None:
+        self.tool, self.args, self.client_call = tool, args, client_call
+        self.requests: list[dict[str, Any]] = []
+        self.app = Starlette(routes=[Route("/v1/chat/completions", self.chat,
+                                           methods=["POST"])])
+
+    async def chat(self, request: Request) -> Response:
+        body = json.loads(await request.body())
+        self.requests.append(body)
+        offered = {t["function"]["name"] for t in body.get("tools") or ()}
+        last = body["messages"][-1]
+        message: dict[str, Any]
+        if self.tool in offered and last.get("tool_call_id") != "mem-1":
+            calls = [{"id": "mem-1", "type": "function", "function": {
+                "name": self.tool, "arguments": json.dumps(self.args)}}]
+            if self.client_call:
+                calls.append({"id": "own-1", "type": "function", "function": {
+                    "name": "bash", "arguments": "{\"command\": \"ls\"}"}})
+            message = {"role": "assistant", "content": None, "tool_calls": calls}
+        else:
+            message = {"role": "assistant", "content": "answer: " + str(last["content"])}
+        if not body.get("stream"):
+            return JSONResponse({
+                "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": MODEL,
+                "choices": [{"index": 0, "message": message, "finish_reason":
+                             "tool_calls" if message.get("tool_calls") else "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+            return "data: " + json.dumps({
+                "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                "model": MODEL, "choices": [{"index": 0, "delta": delta,
+                                             "finish_reason": finish}]}) + "\n\n"
+
+        events = [chunk({"role": "assistant", "content": ""})]
+        if message.get("tool_calls"):
+            for i, tc in enumerate(message["tool_calls"]):
+                events.append(chunk({"tool_calls": [{**tc, "index": i}]}))
+            events.append(chunk({}, "tool_calls"))
+        else:
+            events += [chunk({"content": message["content"]}), chunk({}, "stop")]
+        events.append("data: [DONE]\n\n")
+        return StreamingResponse(iter(events), media_type="text/event-stream")
+
+
+def history() -> list[dict[str, Any]]:
+    """A replayed session, its first read holding ``SECRET``, ending on a tool result."""
+    session = agent_session(turns=3)
+    messages = [dict(m) for m in session.messages[:session.calls[-2]]]
+    first = next(i for i, m in enumerate(messages) if m["role"] == "tool")
+    messages[first]["content"] = messages[first]["content"] + "\n" + SECRET
+    return messages
+
+
+def forwarded_text(body: dict[str, Any]) -> str:
+    return "\n".join(str(m.get("content")) for m in body["messages"])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_micro_fault_answers_from_an_evicted_read_and_the_client_never_sees_it(
+        tmp_path: Path, stream: bool) -> None:
+    messages = history()
+    upstream = FaultingUpstream(faults.QUERY, {"question": "which DEPLOY_PORT does the "
+                                                           "staging gateway use?"})
+    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, engine):
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0)
+        tools = agent_session(turns=1).tools
+        if stream:
+            chunks = list(client.chat.completions.create(
+                model=MODEL, messages=messages, tools=tools,  # type: ignore[arg-type]
+                max_tokens=1024, stream=True))
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
+        else:
+            done = client.chat.completions.create(
+                model=MODEL, messages=messages, tools=tools,  # type: ignore[arg-type]
+                max_tokens=1024)
+            text = done.choices[0].message.content or ""
+            assert done.choices[0].message.tool_calls is None
+        first, again = upstream.requests
+        assert SECRET not in forwarded_text(first)  # the read was held out of the request
+        assert {t["function"]["name"] for t in first["tools"]} >= faults.NAMES_OF_TOOLS
+        result = again["messages"][-1]
+        assert result["role"] == "tool" and result["tool_call_id"] == "mem-1"
+        assert SECRET in result["content"]
+        assert text.startswith("answer: ") and SECRET in text
+        session = engine.store.list_sessions("local")[0]
+        (fault,) = engine.store.faults("local", session.id)
+        assert fault.kind == "query" and SECRET in fault.answer
+        assert fault.tokens_avoided > 0
+        # the fault round is not stored: the session ends with the final answer
+        stored = engine.store.get_messages("local", session.id)
+        assert not any(m.tool_calls for m in stored[-1:])
+        assert stored[-1].content == text
+        report = engine.call("local", fault.call_id or "")["report"]
+        assert [f["fault_id"] for f in report["virtual"]["faults"]] == [fault.fault_id]
+
+
+def test_a_restore_brings_the_object_back_whole_and_keeps_the_client_call(
+        tmp_path: Path) -> None:
+    messages = history()
+    upstream = FaultingUpstream(faults.RESTORE, {"object_id": ""}, client_call=True)
+    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, engine):
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0)
+        # the first call holds the first read out; the model restores it on the next
+        client.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
+                                       max_tokens=1024, extra_headers={
+                                           "X-Memd-Virtualize": "off"})
+        session = engine.store.list_sessions("local")[0]
+        upstream.tool = "none"
+        client.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
+                                       max_tokens=1024)
+        held = [o for o in engine.store.context_objects("local", session.id)
+                if SECRET in o.content]
+        assert held and held[0].fidelity != FULL
+        upstream.tool = faults.RESTORE
+        upstream.args = {"object_id": held[0].object_id}
+        done = client.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
+                                              max_tokens=1024)
+        # memd served its call, the client's stays: it gets its own call only
+        calls = done.choices[0].message.tool_calls or []
+        assert [c.id for c in calls] == ["own-1"]
+        (fault,) = engine.store.faults("local", session.id)
+        assert fault.kind == "restore" and fault.object_ids[0] == held[0].object_id
+        assert held[0].content in fault.answer  # whole
+        again = {o.object_id: o for o in engine.store.context_objects("local", session.id)}
+        assert again[held[0].object_id].fidelity == FULL
+        # the next call carries it whole (pinned), where it was degraded before
+        upstream.tool = "none"
+        client.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
+                                       max_tokens=1024)
+        assert SECRET in forwarded_text(upstream.requests[-1])
+
+
+def test_hybrid_search_finds_the_object_by_its_words(tmp_path: Path) -> None:
+    from memd.models.embedder import FakeEmbedder
+    from memd.types import ContextObject
+
+    def obj(i: int, text: str) -> ContextObject:
+        return ContextObject(object_id=f"o{i}", user_id="u", session_id="s",
+                             content_hash=str(i), object_type="tool_result",
+                             source_tool="read", source_key=f"f{i}.py", tool_call_id=None,
+                             turn_start=0, turn_end=0, content=text, compact="", stub="",
+                             tokens_l0=100, tokens_l2=10, tokens_l3=5)
+    objects = [obj(i, f"line {i}\nnothing here {i}") for i in range(20)]
+    objects.append(obj(99, "def handler():\n    raise TimeoutError('gateway 504')"))
+    hits = faults.search(objects, "where is the gateway TimeoutError raised?",
+                         FakeEmbedder())
+    assert hits[0].object.object_id == "o99"
+    assert "TimeoutError" in hits[0].passage
+
+
+def test_at_most_k_faults_per_call_then_the_client_gets_no_memory_call(
+        tmp_path: Path) -> None:
+    messages = history()
+    upstream = FaultingUpstream(faults.QUERY, {"question": "DEPLOY_PORT"})
+    upstream.chat = _always_calling(upstream)  # type: ignore[method-assign]
+    upstream.app = Starlette(routes=[Route("/v1/chat/completions", upstream.chat,
+                                           methods=["POST"])])
+    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW,
+                       virtual_max_faults=2) as (base, engine):
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0)
+        done = client.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
+                                              max_tokens=1024)
+        assert done.choices[0].message.tool_calls is None
+        assert done.choices[0].finish_reason == "stop"
+        assert len(upstream.requests) == 3  # the call, and one more per fault served
+        session = engine.store.list_sessions("local")[0]
+        assert len(engine.store.faults("local", session.id)) == 2
+
+
+def _always_calling(upstream: FaultingUpstream) -> Any:
+    """The upstream's handler, made to call memory_query whatever the request holds."""
+    async def chat(request: Request) -> Response:
+        body = json.loads(await request.body())
+        upstream.requests.append(body)
+        n = len(upstream.requests)
+        return JSONResponse({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": MODEL,
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": None, "tool_calls": [{
+                    "id": f"mem-{n}", "type": "function", "function": {
+                        "name": faults.QUERY, "arguments": json.dumps(upstream.args)}}]}}]})
+    return chat
+
+
+def test_a_streamed_reply_calling_both_keeps_the_client_call_only(tmp_path: Path) -> None:
+    messages = history()
+    upstream = FaultingUpstream(faults.QUERY, {"question": "DEPLOY_PORT gateway"},
+                                client_call=True)
+    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, engine):
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0)
+        chunks = list(client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=1024, stream=True))  # type: ignore[arg-type]
+        calls = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or ()]
+        assert [(tc.index, tc.id, tc.function.name if tc.function else None)
+                for tc in calls] == [(0, "own-1", "bash")]
+        assert len(upstream.requests) == 1  # no further round: the client's call stands
+        session = engine.store.list_sessions("local")[0]
+        (fault,) = engine.store.faults("local", session.id)
+        assert SECRET in fault.answer
+        stored = engine.store.get_messages("local", session.id)[-1]
+        assert [c["id"] for c in stored.tool_calls or ()] == ["own-1"]
+        # erasing the read the answer quoted erases the fault too
+        read = next(m for m in engine.store.get_messages("local", session.id)
+                    if m.role == "tool" and SECRET in str(m.content))
+        engine.erase_message("local", session.id, read.id)
+        assert engine.store.faults("local", session.id) == []
