@@ -170,6 +170,7 @@ class Door:
                                              dict[str, Any] | None]]
     headers: Callable[[Request], dict[str, str]]
     field: str = "messages"  # the body's field memd adds its block to
+    streams: bool = False  # whether a request that says nothing of "stream" streams
 
 
 CHAT = Door("chat/completions", c.StreamReply, c.whole, forward_headers)
@@ -307,7 +308,7 @@ async def relay(request: Request, client: httpx.AsyncClient, call: PreparedCall,
     """Send the call upstream and relay the answer (streamed or whole), storing it."""
     engine = engine_of(request)
     headers = _memd_headers(call)
-    if body.get("stream"):
+    if body.get("stream", door.streams):
         return await _stream(request, client, call, body, headers, model, door)
     try:
         resp, retried = await _send(client, request, call, body, stream=False, door=door)
