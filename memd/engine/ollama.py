@@ -8,15 +8,15 @@ strings. :func:`view` gives each client message one message of the conversation 
 (the Chat Completions message list the engine works on, so that one memory serves every
 door):
 
-- ``role`` and ``content`` as they are;
+- ``role`` and ``content`` as they are (no content is an empty one: Ollama's default);
 - tool calls as ``tool_calls`` of the OpenAI shape, their arguments as compact JSON with
   sorted keys, which chain hashing reads as it reads an OpenAI client's: the same call
   sent through either door is the same message of the same session;
 - a tool result's ``tool_name`` as the tool message's ``name``; Ollama names no call's
   id, so a call without one gets an id made of the call itself, and the tool messages
   after an assistant message answer its calls in order;
-- every field but ``role`` and ``content`` also as sent, under ``ollama``, so that
-  :func:`unview`, the way back, gives the messages the client sent.
+- every field but ``role`` also as sent, under ``ollama``, so that :func:`unview`, the
+  way back, gives the messages the client sent.
 
 What goes upstream is the client's request, never the view converted back:
 :func:`forward` only puts the memory block before the text of the user message the
@@ -36,7 +36,6 @@ from typing import Any
 
 from memd.engine.validate import clean_chars, is_count, sanitized
 
-_OWN = ("role", "content")  # what the view holds as such; the rest goes under "ollama"
 _TIMINGS = ("total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration",
             "eval_count", "eval_duration")
 
@@ -74,7 +73,7 @@ def message(raw: Any, result_of: str | None = None) -> Any:
     ``result_of`` is the id of the tool call a tool message answers."""
     if not isinstance(raw, Mapping):
         return raw  # the engine says what is wrong with it
-    out: dict[str, Any] = {"role": raw.get("role"), "content": raw.get("content")}
+    out: dict[str, Any] = {"role": raw.get("role"), "content": raw.get("content", "")}
     calls = _tool_calls(raw.get("tool_calls"))
     if calls:
         out["tool_calls"] = calls
@@ -84,7 +83,7 @@ def message(raw: Any, result_of: str | None = None) -> Any:
             result_of or "call_unmatched"
         if isinstance(raw.get("tool_name"), str):
             out["name"] = raw["tool_name"]
-    rest = {k: v for k, v in raw.items() if k not in _OWN}
+    rest = {k: v for k, v in raw.items() if k != "role"}
     if rest:
         out["ollama"] = rest
     return out
@@ -108,17 +107,9 @@ def view(body: Mapping[str, Any]) -> list[Any]:
 
 def unview(messages: Sequence[Any]) -> list[Any]:
     """The client's messages rebuilt from the view alone: ``unview(view(body))`` equals
-    ``body["messages"]`` (a message without ``content`` has None in the view)."""
-    out: list[Any] = []
-    for m in messages:
-        if not isinstance(m, Mapping):
-            out.append(m)
-            continue
-        back: dict[str, Any] = {"role": m.get("role")}
-        if m.get("content") is not None:
-            back["content"] = m["content"]
-        out.append({**back, **(m.get("ollama") or {})})
-    return out
+    ``body["messages"]``."""
+    return [{"role": m.get("role"), **(m.get("ollama") or {})} if isinstance(m, Mapping)
+            else m for m in messages]
 
 
 def forward(body: Mapping[str, Any], seen: Sequence[Any],

@@ -46,7 +46,10 @@ router = APIRouter()
 CHAT = Door("api/chat", o.StreamReply, o.whole, forward_headers, streams=True)
 GENERATE = Door("api/generate", o.StreamReply, o.whole, forward_headers, streams=True)
 
-ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
+# Ollama's error shape; what is refused before the door reads the request (a bad
+# workspace, a missing key in team mode, a cross-site request) has memd's
+ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"anyOf": [
+    {"type": "string"}, {"type": "object", "required": ["message"]}]}}}
 _RELAYED = {"description": "The Ollama server's answer, relayed",
             "content": {"application/json": {}, "application/x-ndjson": {}}}
 RESPONSES: dict[int | str, dict[str, Any]] = {
