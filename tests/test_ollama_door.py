@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 from ollama_upstream import MODELS, TIMINGS, FakeOllama
-from servers import FakeUpstream, free_port, memd_in_front, serve, wait_for_messages
+from servers import FakeUpstream, free_port, memd_in_front, poll, serve, wait_for_messages
 
 from memd.engine.chains import content_text
 from memd.engine.inject import USER_CLOSE, USER_OPEN
@@ -172,6 +172,7 @@ def test_a_memory_crosses_between_the_ollama_and_chat_doors(stack: Stack) -> Non
                                      f"Remember: the staging host is {HOST}."}]})
     assert told.status_code == 200
     wait_for_messages(stack.engine, 2)
+    poll(lambda: not stack.engine.store.pending_jobs(), "what was said is extracted")
     openai.OpenAI(base_url=f"{stack.base}/v1", api_key="x", max_retries=0).chat.completions\
         .create(model="gpt-4o", messages=[{"role": "user",
                                             "content": "What is the staging host again?"}])
@@ -182,6 +183,7 @@ def test_a_memory_crosses_between_the_ollama_and_chat_doors(stack: Stack) -> Non
         .create(model="gpt-4o", messages=[{
             "role": "user", "content": "Remember: the production host is prod.rocket.internal."}])
     wait_for_messages(stack.engine, 6)
+    poll(lambda: not stack.engine.store.pending_jobs(), "what was said is extracted")
     stack.chat({"messages": [{"role": "user", "content": "What is the production host again?"}],
                 "stream": False})
     assert "prod.rocket.internal" in block_of(stack.upstream.requests[-1])
