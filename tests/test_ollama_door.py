@@ -248,3 +248,18 @@ def test_a_cross_site_request_is_refused(stack: Stack) -> None:
                    headers={"origin": "https://evil.example", "sec-fetch-site": "cross-site"})
     assert r.status_code == 403
     assert stack.upstream.requests == []
+
+
+def test_memds_own_upstream_key_never_reaches_ollama(tmp_path: Path) -> None:
+    """memd's upstream key is the OpenAI-format server's; the client's own credentials
+    go on in local mode, as on every door."""
+    upstream = FakeOllama()
+    with serve(upstream.app) as up, memd_in_front(
+            FakeUpstream().app, tmp_path / "d", upstream_ollama_url=up,
+            upstream_api_key="sk-memd-own") as (base, _):
+        httpx.post(f"{base}/api/chat", json={"model": MODEL, "messages": [
+            {"role": "user", "content": "hi"}]}, headers={"authorization": "Bearer mine"})
+        httpx.get(f"{base}/api/tags")
+    chat, tags = upstream.headers
+    assert chat["authorization"] == "Bearer mine"
+    assert "authorization" not in tags

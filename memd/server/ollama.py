@@ -35,19 +35,16 @@ from memd.engine.chat import prepare_side
 from memd.errors import MemdError
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.doors import converse
-from memd.server.failures import reply_for
+from memd.server.failures import reply_for, status_for
 from memd.server.ollama_schema import CHAT_REQUEST, OBJECT_REQUEST, check_chat
 from memd.server.proxy import Door, body_of, checked_model, forward_headers, out_of_reach, relay
 from memd.server.upstream import cached_client
 from memd.types import WindowInfo
 
 router = APIRouter()
-# Ollama streams unless the request says "stream": false
-CHAT = Door("api/chat", o.StreamReply, o.whole, forward_headers, streams=True)
-GENERATE = Door("api/generate", o.StreamReply, o.whole, forward_headers, streams=True)
-
 # Ollama's error shape; what is refused before the door reads the request (a bad
-# workspace, a missing key in team mode, a cross-site request) has memd's
+# workspace, a missing key in team mode, a cross-site request) and a store out of reach
+# have memd's
 ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"anyOf": [
     {"type": "string"}, {"type": "object", "required": ["message"]}]}}}
 _RELAYED = {"description": "The Ollama server's answer, relayed",
@@ -59,6 +56,24 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
                 "content": {"application/json": {"schema": ERROR}}},
 }
 
+
+def _headers(request: Request) -> dict[str, str]:
+    """The forwarded headers, never with memd's own upstream key: that key is the
+    OpenAI-format model server's, and the Ollama server is another one. The client's
+    credentials go on in local mode, as on every door."""
+    out = forward_headers(request)
+    settings = request.app.state.settings
+    if settings.upstream_api_key:
+        out.pop("authorization", None)
+        mine = request.headers.get("authorization")
+        if mine is not None and not settings.auth:
+            out["authorization"] = mine
+    return out
+
+
+# Ollama streams unless the request says "stream": false
+CHAT = Door("api/chat", o.StreamReply, o.whole, _headers, streams=True)
+GENERATE = Door("api/generate", o.StreamReply, o.whole, _headers, streams=True)
 
 def _client(request: Request) -> httpx.AsyncClient:
     return cached_client(request.app, "upstream_ollama",
@@ -82,10 +97,13 @@ def _ollama_error(answer: Response) -> Response:
 
 
 async def _answered(route: Callable[[], Awaitable[Response]]) -> Response:
-    """``route``'s answer, its errors (raised or answered) in Ollama's shape."""
+    """``route``'s answer, its errors (raised or answered) in Ollama's shape; a store out
+    of reach goes to the app's handler, which tracks the store's health."""
     try:
         return _ollama_error(await route())
     except MemdError as exc:
+        if status_for(exc) >= 500:
+            raise
         status, body, headers = reply_for(exc)
         return JSONResponse({"error": body["error"]["message"]}, status_code=status,
                             headers=headers)
@@ -149,7 +167,7 @@ async def _relayed(request: Request, method: str, path: str) -> Response:
             content = await request.body()
         try:
             resp = await _client(request).request(method, path, content=content,
-                                                  headers=forward_headers(request))
+                                                  headers=_headers(request))
         except httpx.HTTPError as exc:
             return out_of_reach(exc)
         return Response(content=resp.content, status_code=resp.status_code,
