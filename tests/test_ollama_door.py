@@ -189,9 +189,10 @@ def test_a_memory_crosses_between_the_ollama_and_chat_doors(stack: Stack) -> Non
     assert "prod.rocket.internal" in block_of(stack.upstream.requests[-1])
 
 
-def test_num_ctx_is_the_window(stack: Stack) -> None:
+@pytest.mark.parametrize("num_ctx", [16384, 16384.0])  # JSON does not tell 3.0 from 3
+def test_num_ctx_is_the_window(stack: Stack, num_ctx: float) -> None:
     resp = stack.chat({"messages": [{"role": "user", "content": "hi"}], "stream": False,
-                       "options": {"num_ctx": 16384}})
+                       "options": {"num_ctx": num_ctx}})
     call = httpx.get(f"{stack.base}/v1/calls/{resp.headers['x-memd-call']}").json()
     window = call["report"]["window"]
     assert (window["tokens"], window["source"]) == (16384, "request")
@@ -220,7 +221,8 @@ def test_bad_bodies_are_400_as_ollama_says_errors(stack: Stack) -> None:
                  {"model": MODEL, "messages": [{"role": "assistant", "tool_calls": [
                      {"function": {"name": "f", "arguments": "{}"}}]}]},
                  {"model": MODEL, "stream": "yes"}, {"model": MODEL, "options": []},
-                 {"model": MODEL, "options": {"num_ctx": 0}}):
+                 {"model": MODEL, "options": {"num_ctx": 0}},
+                 {"model": MODEL, "options": {"num_ctx": 1.5}}):
         r = httpx.post(url, json=body)
         assert r.status_code == 400, (body, r.text)
         assert isinstance(r.json()["error"], str) and r.json()["error"]

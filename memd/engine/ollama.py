@@ -148,6 +148,8 @@ def num_ctx(body: Mapping[str, Any]) -> int | None:
     """The window the client asks the model to run with (``options.num_ctx``)."""
     options = body.get("options")
     value = options.get("num_ctx") if isinstance(options, Mapping) else None
+    if isinstance(value, float) and value.is_integer():  # JSON does not tell 3.0 from 3
+        value = int(value)
     return value if isinstance(value, int) and is_count(value) and value > 0 else None
 
 

@@ -40,6 +40,9 @@ OBJECT_REQUEST: dict[str, Any] = {"type": "object", "additionalProperties": True
 
 
 def _is_int(value: Any) -> bool:
+    """An integer, as JSON Schema counts one: 3.0 is (JSON does not tell it from 3)."""
+    if isinstance(value, float):
+        return value.is_integer()
     return isinstance(value, int) and not isinstance(value, bool)
 
 
