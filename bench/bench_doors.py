@@ -1,5 +1,6 @@
-"""The Anthropic Messages and OpenAI Responses doors: the latency each adds to an agent's
-calls, and how much of each forwarded prompt a provider's prompt cache keeps.
+"""The Anthropic Messages and OpenAI Responses doors (and Ollama's, :mod:`bench.bench_ollama`):
+the latency each adds to an agent's calls, and how much of each forwarded prompt a
+provider's prompt cache keeps.
 
 Run by ``bench_proxy`` beside the Chat Completions door's figures, on the same memd
 (same store, same memories, same embedder):
@@ -193,7 +194,7 @@ def _files(rng: Random) -> Iterator[tuple[str, str]]:
             yield f"{project.root}/{path}", text
 
 
-def _grow(target_tokens: int, seed: int, start: Callable[[], int],
+def grow(target_tokens: int, seed: int, start: Callable[[], int],
           tool_step: Callable[[int, str, str], int],
           user_turn: Callable[[int, str], int]) -> None:
     """Drive a session's growth: tool steps reading files, a new user turn every
@@ -255,7 +256,7 @@ def claude_session(target_tokens: int, seed: int) -> list[DoorStep]:
         pending.append({"role": "user", "content": prompt})
         return body(True)
 
-    _grow(target_tokens, seed, lambda: body(True), tool_step, user_turn)
+    grow(target_tokens, seed, lambda: body(True), tool_step, user_turn)
     reply([{"type": "text", "text": FINAL}])
     return steps
 
@@ -299,7 +300,7 @@ def codex_session(target_tokens: int, seed: int) -> list[DoorStep]:
             {"type": "input_text", "text": prompt}]})
         return body(True)
 
-    _grow(target_tokens, seed, lambda: body(True), tool_step, user_turn)
+    grow(target_tokens, seed, lambda: body(True), tool_step, user_turn)
     reply([{"type": "message", "id": "msg_last", "role": "assistant", "status": "completed",
             "content": [{"type": "output_text", "annotations": [], "text": FINAL}]}])
     return steps
@@ -319,14 +320,20 @@ def prefix_share(prompts: list[bytes]) -> float:
     return sum(shares) / len(shares)
 
 
+Doors = dict[str, tuple[Callable[[int, int], list[DoorStep]], str,
+                        Callable[[dict[str, Any]], bytes]]]
+
+
 def replay_doors(base: str, up: str, upstream: DoorUpstream, target_tokens: int,
                  sessions: int, http: httpx.Client, settle: Callable[[], None],
-                 summary: Callable[[list[float]], dict[str, float]]) -> dict[str, Any]:
-    """Each door's sessions of about ``target_tokens``, every step sent directly then
+                 summary: Callable[[list[float]], dict[str, float]],
+                 doors: Doors | None = None) -> dict[str, Any]:
+    """Each door's sessions of about ``target_tokens`` (``doors``: session maker, path
+    and prompt bytes of each; default :data:`DOORS`), every step sent directly then
     through memd (see the module docstring); the figures per door."""
     count = counter_for("gpt-4").count
     out: dict[str, Any] = {}
-    for door, (make, path, prompt) in DOORS.items():
+    for door, (make, path, prompt) in (doors or DOORS).items():
         added: list[float] = []
         cpu_added: list[float] = []  # the process's CPU time through memd less directly
         large: list[float] = []

@@ -279,19 +279,22 @@ class ToolLoopReplay:
 
 def measure_doors(engine: Memd, settings: Any, tokens: int, sessions: int
                   ) -> dict[str, Any]:
-    """The Anthropic Messages and OpenAI Responses doors on the same memd, in front of a
-    scripted upstream serving both (:mod:`bench.bench_doors`): the latency each adds to
+    """The Anthropic Messages, OpenAI Responses and Ollama doors on the same memd, in
+    front of a scripted upstream serving all (:mod:`bench.bench_doors`,
+    :mod:`bench.bench_ollama`): the latency each adds to
     sessions of about ``tokens``, and the prompt cache of the recorded Claude Code and
     Codex sessions replayed."""
-    from bench import bench_doors  # it builds on this module's helpers
+    from bench import bench_doors, bench_ollama  # they build on this module's helpers
 
-    upstream = bench_doors.DoorUpstream()
+    upstream = bench_ollama.OllamaDoorUpstream()
     with serve(upstream.app) as up:
-        door_settings = replace(settings, upstream_url=f"{up}/v1", upstream_anthropic_url=up)
+        door_settings = replace(settings, upstream_url=f"{up}/v1", upstream_anthropic_url=up,
+                                upstream_ollama_url=up)
         with serve(create_app(engine, door_settings)) as base, \
                 httpx.Client(timeout=120) as http:
             out = bench_doors.replay_doors(base, up, upstream, tokens, sessions, http,
-                                           lambda: settle(engine), summary)
+                                           lambda: settle(engine), summary,
+                                           {**bench_doors.DOORS, **bench_ollama.DOORS})
             out["claude_code_replay"] = bench_doors.replay_recorded(
                 "anthropic_messages", base, upstream, http, lambda: settle(engine))
             out["codex_replay"] = bench_doors.replay_recorded(
@@ -313,7 +316,8 @@ def main() -> int:
     ap.add_argument("--door-tokens", type=int, default=DOOR_TOKENS,
                     help="approximate tokens of the door sessions' last requests")
     ap.add_argument("--door-sessions", type=int, default=3,
-                    help="sessions per door (Anthropic Messages, OpenAI Responses)")
+                    help="sessions per door (Anthropic Messages, OpenAI Responses, "
+                         "Ollama)")
     ap.add_argument("--out", type=Path, help="also write the figures to this JSON file")
     args = ap.parse_args()
     if args.quick:

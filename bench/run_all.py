@@ -229,15 +229,15 @@ def agent_targets(agent: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 DOOR_NAMES = {"anthropic_messages": "Anthropic Messages",
-              "openai_responses": "OpenAI Responses"}
+              "openai_responses": "OpenAI Responses", "ollama_chat": "Ollama /api/chat"}
 
 
 def door_targets(doors: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    """The Anthropic Messages and OpenAI Responses doors, measured in the same run as the
-    Chat Completions door: the latency each adds to sessions of Claude Code- and
-    Codex-shaped requests (~100k tokens), and the prompt-prefix stability of the recorded
-    Claude Code and Codex sessions replayed through memd, with the cache read logged per
-    call."""
+    """The Anthropic Messages, OpenAI Responses and Ollama doors, measured in the same run
+    as the Chat Completions door: the latency each adds to sessions of Claude Code-,
+    Codex- and Continue-shaped requests (~100k tokens), and the prompt-prefix stability
+    of the recorded Claude Code and Codex sessions replayed through memd, with the cache
+    read logged per call."""
     for key, name in DOOR_NAMES.items():
         if key not in doors:
             continue

@@ -150,6 +150,8 @@ class Settings:
     # ANTHROPIC_BASE_URL takes (requests go to <url>/v1/messages); unset, the door uses
     # upstream_url (<upstream_url>/messages), for model servers that speak both
     upstream_anthropic_url: str | None = None
+    # where the Ollama door (/api/chat, /api/tags, ...) forwards: an Ollama server
+    upstream_ollama_url: str = "http://127.0.0.1:11434"
     upstream_api_key: str | None = None
     upstream_timeout: float = 600.0
     max_body_bytes: int = 64 * 1024 * 1024  # a 200k-token agent request with images fits
@@ -235,6 +237,7 @@ class Settings:
 _ENV = {
     "MEMD_UPSTREAM_URL": "upstream_url",
     "MEMD_UPSTREAM_ANTHROPIC_URL": "upstream_anthropic_url",
+    "MEMD_UPSTREAM_OLLAMA_URL": "upstream_ollama_url",
     "MEMD_UPSTREAM_API_KEY": "upstream_api_key",
     "MEMD_DATA_DIR": "data_dir",
     "MEMD_DB": "db",

@@ -146,6 +146,16 @@ def test_door_targets_judge_each_door_and_the_recorded_replay(run_all: ModuleTyp
     assert rows[4]["target"].startswith("recorded Codex session (3 turns, 6 calls)")
 
 
+def test_the_ollama_door_is_judged_beside_the_others(run_all: ModuleType) -> None:
+    result = {"doors": {"ollama_chat": {"added_ms": {"p50": 16.5},
+                                        "cpu_added_ms": {"p50": 7.0},
+                                        "last_request_tokens": [98000]}}}
+    (row,) = run_all.proxy_targets(result)
+    assert row["target"].startswith("Ollama /api/chat door added latency p50, requests "
+                                    "of ~98000 tokens")
+    assert row["measured"] == 16.5 and row["met"] is False
+
+
 def test_recall_and_query_precision_targets(run_all: ModuleType) -> None:
     rows = list(run_all.recall_targets({"block_recall": {"1000": 0.8, "2000": 0.86},
                                         "search_recall_any_at_5": 0.93}))

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from ollama_upstream import FakeOllama
 from servers import FakeUpstream, free_port, poll, serve, wait_healthy
 
 from memd.server.watch import LIVE_KEYS, shown
@@ -181,6 +182,18 @@ def test_upstream_url_edit_redirects_the_next_call(
         text = daemon.log.read_text()
         assert "config: upstream_url" in text and "(applied)" in text
         assert "sk-first-key" not in text and "sk-second-key" not in text
+
+
+def test_upstream_ollama_url_edit_redirects_the_next_call(tmp_path: Path, config: Path) -> None:
+    first, second = FakeOllama(), FakeOllama()
+    with serve(first.app) as a, serve(second.app) as b, \
+            start(tmp_path, config, f'upstream_ollama_url = "{a}"\n') as daemon:
+        assert httpx.get(f"{daemon.base}/api/tags").status_code == 200
+        assert first.paths == ["/api/tags"]
+        write(config, f'upstream_ollama_url = "{b}"\n')
+        poll(lambda: httpx.get(f"{daemon.base}/api/tags").status_code == 200
+             and bool(second.paths), "calls go to the second Ollama server")
+        assert "config: upstream_ollama_url" in daemon.log.read_text()
 
 
 def test_env_and_flags_still_win_over_the_file(

@@ -19,8 +19,10 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from ollama_upstream import FakeOllama
 from schemathesis import GenerationMode
 from servers import FakeUpstream
+from starlette.applications import Starlette
 
 import memd
 from memd.config import load_settings
@@ -43,8 +45,10 @@ _cfg = replace(load_settings(data_dir=_data), upstream_url="http://upstream/v1",
                embedder="fake", allowed_hosts=("testserver",))
 _engine = memd.open(settings=_cfg)
 _engine.add("a memory to find", "local")
+# one in-process server for every upstream: the OpenAI-format one and Ollama's
+_upstreams = Starlette(routes=[*Upstream().app.routes, *FakeOllama().app.routes])
 _app = create_app(_engine, _cfg, run_jobs=False,
-                  upstream_transport=httpx.ASGITransport(app=Upstream().app))
+                  upstream_transport=httpx.ASGITransport(app=_upstreams))
 schema = schemathesis.openapi.from_asgi("/openapi.json", _app)
 schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
                                 max_examples=3)

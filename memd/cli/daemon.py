@@ -239,6 +239,10 @@ LOCAL_UPSTREAM_URL = "http://local/v1"
                    "anthropic SDK) go, a base URL as ANTHROPIC_BASE_URL takes, e.g. "
                    "https://api.anthropic.com (default: --upstream-url; env "
                    "MEMD_UPSTREAM_ANTHROPIC_URL).")
+@click.option("--upstream-ollama-url", envvar="MEMD_UPSTREAM_OLLAMA_URL",
+              help="The Ollama server Ollama's API (/api/chat: Open WebUI, Continue's "
+                   "ollama provider) goes to (default http://127.0.0.1:11434; env "
+                   "MEMD_UPSTREAM_OLLAMA_URL).")
 @click.option("--upstream-api-key", envvar="MEMD_UPSTREAM_API_KEY",
               help="API key for the upstream (env MEMD_UPSTREAM_API_KEY).")
 @click.option("--db", envvar="MEMD_DB",
@@ -261,7 +265,8 @@ LOCAL_UPSTREAM_URL = "http://local/v1"
 @click.pass_context
 @handles_errors
 def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: str | None,
-          upstream_anthropic_url: str | None, upstream_api_key: str | None, db: str | None,
+          upstream_anthropic_url: str | None, upstream_ollama_url: str | None,
+          upstream_api_key: str | None, db: str | None,
           context_window: int | None,
           log_level: str, log_file: Path | None, no_log_file: bool, auth: bool | None,
           unauthenticated: bool) -> None:
@@ -282,6 +287,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     opts = ctx.obj or {}
     flags = dict(data_dir=opts.get("data_dir"), host=host, port=port,
                  upstream_url=upstream_url, upstream_anthropic_url=upstream_anthropic_url,
+                 upstream_ollama_url=upstream_ollama_url,
                  upstream_api_key=upstream_api_key, db=db or opts.get("db"), auth=auth,
                  context_window=context_window)
     settings = load_settings(opts.get("config"), **flags)

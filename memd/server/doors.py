@@ -30,6 +30,7 @@ from memd.engine.side import side_reason
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.proxy import CHAT_ERRORS, Door, relay
 from memd.server.upstream import window_of
+from memd.types import WindowInfo
 
 #: The OpenAPI responses of a chat door's route.
 DOOR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -49,7 +50,7 @@ async def converse(
     side_because: str | None = None,
     count: Callable[[str], Awaitable[int | None]] | None = None,
     session_id: str | None = None, note: Mapping[str, Any] | None = None,
-    virtualize: str | None = None,
+    virtualize: str | None = None, window: WindowInfo | None = None,
 ) -> Response:
     """One call through memd: ``messages`` is the request in the conversation model,
     ``shape`` what :func:`side_reason` reads of it, ``put_back`` gives the door's own
@@ -58,13 +59,16 @@ async def converse(
     server's own token count of a text, where the door has one (it calibrates memd's);
     ``session_id`` names the session the call is a turn of (no inference, and no side
     request), ``note`` goes into the call's report, ``virtualize`` is the call's
-    virtualization mode (default: the ``X-Memd-Virtualize`` header's, if any).
-    ``put_back`` is given the messages aligned with ``messages`` (None: left out)."""
+    virtualization mode (default: the ``X-Memd-Virtualize`` header's, if any), ``window``
+    is the model's window when the request itself says it (else it is resolved as for
+    every call). ``put_back`` is given the messages aligned with ``messages`` (None: left
+    out)."""
     engine = engine_of(request)
     asked = virtual.header_mode(request.headers.get(virtual.HEADER))
     virtualize = virtualize or asked
     user, workspace = user_of(request), workspace_of(request)
-    window = await window_of(request, model, count)
+    if window is None:
+        window = await window_of(request, model, count)
     agent = request.headers.get("user-agent")
     header = request.headers.get(side.HEADER)
     reason = side_because

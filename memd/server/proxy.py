@@ -171,6 +171,7 @@ class Door:
                                              dict[str, Any] | None]]
     headers: Callable[[Request], dict[str, str]]
     field: str = "messages"  # the body's field memd adds its block to
+    streams: bool = False  # whether a request that says nothing of "stream" streams
 
 
 CHAT = Door("chat/completions", c.StreamReply, c.whole, forward_headers)
@@ -311,7 +312,7 @@ async def relay(request: Request, client: httpx.AsyncClient, call: PreparedCall,
     faulting = door is CHAT and faults.engaged(call)
     if faulting:
         body = faults.with_tools(body)
-    if body.get("stream"):
+    if body.get("stream", door.streams):
         return await _stream(request, client, call, body, headers, model, door)
     changed = None
     try:

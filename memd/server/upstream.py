@@ -79,7 +79,7 @@ def retire_upstream(app: Any) -> None:
     settings anew (they changed). The old client may still be serving a call (a long
     stream): it is closed with the app, not now."""
     app.state.windows = None
-    for name in ("upstream", "upstream_anthropic"):
+    for name in ("upstream", "upstream_anthropic", "upstream_ollama"):
         client = getattr(app.state, name, None)
         if client is not None:
             setattr(app.state, name, None)

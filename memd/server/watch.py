@@ -38,14 +38,16 @@ LIVE_KEYS = frozenset({
     "memory_recall", "memory_max_tokens", "memory_window_share", "instruction_share",
     "memory_unknown_window_tokens", "memory_placement", "default_context_window",
     "default_max_response_tokens", "context_windows", "context_window", "upstream_url",
-    "upstream_anthropic_url", "upstream_api_key", "upstream_timeout", "upstream_probe_timeout",
+    "upstream_anthropic_url", "upstream_ollama_url", "upstream_api_key", "upstream_timeout",
+    "upstream_probe_timeout",
     "prices", "virtualize", "virtualize_workspaces", "virtual_zones",
 })
-UPSTREAM_KEYS = frozenset({"upstream_url", "upstream_anthropic_url", "upstream_api_key",
-                           "upstream_timeout"})
+UPSTREAM_KEYS = frozenset({"upstream_url", "upstream_anthropic_url", "upstream_ollama_url",
+                           "upstream_api_key", "upstream_timeout"})
 WINDOW_KEYS = UPSTREAM_KEYS | {"context_windows", "context_window", "upstream_probe_timeout"}
 _SECRET_KEYS = frozenset({"upstream_api_key", "helper_api_key", "sanitize_patterns"})
-_URL_KEYS = frozenset({"upstream_url", "upstream_anthropic_url", "helper_url", "db"})
+_URL_KEYS = frozenset({"upstream_url", "upstream_anthropic_url", "upstream_ollama_url",
+                       "helper_url", "db"})
 
 @dataclass(frozen=True)
 class ConfigSource:
