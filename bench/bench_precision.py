@@ -83,6 +83,7 @@ TOPICAL = 0.7
 FLOORS = (0.2, 0.25, 0.3, 0.35, 0.4)  # --sweep's grid: the floor, with shared words
 SURE = (0.4, 0.45, 0.5, 0.55, 0.6, 1.0)  # and the cosine that is enough alone
 ANSWERS = (0.0, 0.03, 0.05, 0.07, 0.1, 0.12, 0.15)  # recall_answer_floor, at the defaults
+QUESTIONS = (0.0, 0.07, 0.1, 0.12, 0.15, 0.18, 0.2, 0.25)  # recall_question_floor
 _USER_PART = re.compile(r"User: (.*?)(?:\nAssistant \(earlier reply\): |$)", re.DOTALL)
 _WORD = re.compile(r"[a-z0-9]+")
 #: Words a memory adds to frame what the user said ("User prefers ...", "User's name is"
@@ -197,22 +198,32 @@ def pool(engine: memd.Memd, ing: Ingested, text: str, own: bool,
 
 
 def block_items(engine: memd.Memd, p: Pool, budget: int, floor: float | None = None,
-                sure: float | None = None, answer: float = 0.0) -> list[Item]:
+                sure: float | None = None, answer: float = 0.0, question: float = 0.0
+                ) -> list[Item]:
     """The items of the block built from ``p`` (at other floors when given: the
-    candidates were gathered with none; ``answer``: the recall_answer_floor)."""
+    candidates were gathered with none; ``answer``: the recall_answer_floor,
+    ``question``: the recall_question_floor)."""
     words = content_words(p.question)
+    best = 0.0  # the likeliest answer among the recalled lines about the question
 
-    def keep(c: Candidate) -> bool:
+    def about(c: Candidate) -> bool:
+        nonlocal best
         if floor is None or sure is None or c.rule == STYLE_RULE or c.kind == NOTE_KIND:
             return True
         said = _USER_PART.search(c.text) if c.kind == RECALL_KIND else None
         text = said.group(1) if said else c.text
-        if said and answer > 0 and likelihood(c.similarity, p.question, text) < answer:
+        if not related(c.similarity, words, text, floor, sure):
             return False
-        return related(c.similarity, words, text, floor, sure)
+        if said and (answer > 0 or question > 0):
+            score = likelihood(c.similarity, p.question, text)
+            best = max(best, score)
+            return score >= answer
+        return True
 
-    facts = [c for c in p.facts if keep(c)]
-    mems = [c for c in p.memories if keep(c)]
+    facts = [c for c in p.facts if about(c)]
+    mems = [c for c in p.memories if about(c)]
+    if floor is not None and best < question:
+        mems = [c for c in mems if c.kind != RECALL_KIND]
     block = build(facts, mems, budget, "user", None, share=engine.settings.instruction_share)
     if block is None:
         return []
@@ -262,8 +273,8 @@ def near_evidence(emb: RecordingEmbedder, own: Question, others: Sequence[Questi
 
 
 def figures(engine: memd.Memd, users: Sequence[User], budget: int,
-            floor: float | None = None, sure: float | None = None, answer: float = 0.0
-            ) -> dict[str, Any]:
+            floor: float | None = None, sure: float | None = None, answer: float = 0.0,
+            question: float = 0.0) -> dict[str, Any]:
     """The four figures over ``users`` (at other floors when given)."""
     false_hits = unrelated = off_topic = off_topic_hits = 0
     injected = from_answer = found = 0
@@ -271,7 +282,7 @@ def figures(engine: memd.Memd, users: Sequence[User], budget: int,
     by_kind: dict[str, list[int]] = {}
     for u in users:
         q = u.question
-        items = [i for i in block_items(engine, u.own, budget, floor, sure, answer)
+        items = [i for i in block_items(engine, u.own, budget, floor, sure, answer, question)
                  if i.counted]
         injected += len(items)
         good = [i for i in items if i.sessions & q.evidence_sessions]
@@ -283,7 +294,8 @@ def figures(engine: memd.Memd, users: Sequence[User], budget: int,
             tally[1] += i in good
         for n, p in enumerate(u.unrelated):
             unrelated += 1
-            counted = [i for i in block_items(engine, p, budget, floor, sure, answer)
+            counted = [i for i in block_items(engine, p, budget, floor, sure, answer,
+                                                 question)
                        if i.counted]
             false_hits += bool(counted)
             unrelated_tokens.append(len(counted))
@@ -413,9 +425,11 @@ def main(argv: list[str] | None = None) -> int:
         opened: dict[str, Any] = {k: _setting(v) for k, v in
                                   (kv.split("=", 1) for kv in args.set)}
         opened_answer = opened.get("recall_answer_floor")
+        opened_question = opened.get("recall_question_floor")
         if args.sweep:  # gather with no floor; each grid point filters again
             opened |= {"min_similarity": -1.0, "recall_min_similarity": -1.0,
-                      "sure_similarity": -1.0, "recall_answer_floor": 0.0}
+                      "sure_similarity": -1.0, "recall_answer_floor": 0.0,
+                      "recall_question_floor": 0.0}
         engine = memd.open(Path(tmp), embedder=emb, clock=clock,
                            max_text_chars=max(32_000, longest), **opened)
         defaults = memd.config.Settings()
@@ -441,14 +455,15 @@ def main(argv: list[str] | None = None) -> int:
             if args.sweep:
                 answer = float(opened_answer if opened_answer is not None
                                else defaults.recall_answer_floor)
-                floors = {f"{f:g}/{s:g}": figures(engine, users, args.budget, f, s, answer)
+                question = float(opened_question if opened_question is not None
+                                 else defaults.recall_question_floor)
+                at = (defaults.min_similarity, defaults.sure_similarity)
+                floors = {f"{f:g}/{s:g}": figures(engine, users, args.budget, f, s, answer,
+                                                  question)
                           for f in FLOORS for s in SURE}
-                answers = {f"{a:g}": figures(engine, users, args.budget,
-                                             defaults.min_similarity,
-                                             defaults.sure_similarity, a)
-                           for a in ANSWERS}
-                result = figures(engine, users, args.budget, defaults.min_similarity,
-                                 defaults.sure_similarity, answer)
+                answers = {f"{a:g}/{b:g}": figures(engine, users, args.budget, *at, a, b)
+                           for a in ANSWERS for b in QUESTIONS}
+                result = figures(engine, users, args.budget, *at, answer, question)
             else:
                 result = figures(engine, users, args.budget)
         finally:
@@ -459,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
         "floors": {"min_similarity": defaults.min_similarity,
                    "recall_min_similarity": defaults.recall_min_similarity,
                    "sure_similarity": defaults.sure_similarity,
-                   "recall_answer_floor": defaults.recall_answer_floor},
+                   "recall_answer_floor": defaults.recall_answer_floor,
+                   "recall_question_floor": defaults.recall_question_floor},
         "similarity_medians": similarities(users),
         "junk_examples": [t for u in users for t in u.junk][:20],
         "wall_s": round(time.perf_counter() - started, 1),

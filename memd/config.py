@@ -135,7 +135,11 @@ class Settings:
     # and when the line it shows may answer the request: a score of its cosine, the
     # request's words it says and whether it holds the kind of word asked for (a number
     # for "how many"), at least this (memd.engine.answers); 0 turns the test off
-    recall_answer_floor: float = 0.07
+    recall_answer_floor: float = 0.03
+    # and nothing is recalled for a request unless the likeliest answer among the lines
+    # about it reaches this score: one decision per request, not per line (a block that
+    # holds any line about a question it cannot answer misleads); 0 turns it off
+    recall_question_floor: float = 0.15
     # recall also through full text: more of what was said is found, at the cost of a
     # full-text ranking over all the user's messages on each new question
     recall_keyword: bool = True
@@ -332,13 +336,13 @@ def _coerce(name: str, value: Any) -> Any:
         if not days >= 0:
             raise InvalidInput("retention_days must be 0 (off) or more")
         return days
-    if name == "recall_answer_floor":
+    if name in ("recall_answer_floor", "recall_question_floor"):
         try:
             floor = float(value) if not isinstance(value, bool) else -1.0
         except (TypeError, ValueError):
             floor = -1.0
         if not 0 <= floor < 1:
-            raise InvalidInput(f"recall_answer_floor must be a number from 0 (off) to "
+            raise InvalidInput(f"{name} must be a number from 0 (off) to "
                                f"below 1, not {value!r}")
         return floor
     if name == "weights":

@@ -78,9 +78,43 @@ def test_recall_keeps_the_line_that_answers_and_drops_the_one_that_does_not(
             assert any("200 followers" in t for t in recalled)
 
 
-def test_the_floor_is_a_setting_checked_on_load(tmp_path: Path) -> None:
-    assert load_settings(data_dir=tmp_path, recall_answer_floor="0.1"
-                         ).recall_answer_floor == 0.1
-    for bad in ("abc", 1.5, -0.1, True):
-        with pytest.raises(InvalidInput, match="recall_answer_floor must be a number"):
-            load_settings(data_dir=tmp_path, recall_answer_floor=bad)
+@pytest.mark.parametrize("name", ["recall_answer_floor", "recall_question_floor"])
+def test_the_floors_are_settings_checked_on_load(tmp_path: Path, name: str) -> None:
+    assert getattr(load_settings(data_dir=tmp_path, **{name: "0.1"}), name) == 0.1
+    for bad in ("abc", 1.0, 1.5, -0.1, True):
+        with pytest.raises(InvalidInput, match=f"{name} must be a number"):
+            load_settings(data_dir=tmp_path, **{name: bad})
+
+
+def test_one_decision_per_question_on_its_likeliest_answer(tmp_path: Path) -> None:
+    query = "How many followers do I have on Instagram?"
+    said = ("I have 200 followers on Instagram now, most of them from my hiking posts.",
+            "I post my hiking photos on Instagram and hope for more followers.")
+
+    def recall(floor: float) -> list[str]:
+        with memd.open(tmp_path / f"q{floor}", embedder="fake", recall_answer_floor=0,
+                       recall_question_floor=floor) as engine:
+            for text in said:
+                s = engine.create_session("u")
+                engine.append(s.id, "u", [{"role": "user", "content": text},
+                                          {"role": "assistant", "content": "Noted."}])
+            while engine.run_jobs():
+                pass
+            _, mems = engine.memory_candidates("u", query, sent_chains=())
+            lines = [m for m in mems if m.kind == RECALL_KIND]
+            scores.extend(likelihood(m.similarity, query, _said(m.text)) for m in lines)
+            return [m.text for m in lines]
+
+    scores: list[float] = []
+    assert len(recall(0.0)) == 2
+    best, worst = max(scores), min(scores)
+    assert worst < best
+    # a floor between the two lines' scores: the likeliest reaches it, so both come
+    assert len(recall((best + worst) / 2)) == 2
+    # a floor over the likeliest: the question gets no recalled line at all
+    assert recall(min(best + 0.01, 0.99)) == []
+
+
+def _said(item: str) -> str:
+    """The user's words of a recalled item's text, as the answer score reads them."""
+    return item.split("User: ", 1)[1].split("\nAssistant (earlier reply): ")[0]

@@ -175,7 +175,9 @@ def test_a_transparent_call_forwards_the_client_messages_plus_one_block(
 
 
 def test_memory_from_the_calls_own_session_is_not_added_again(tmp_path: Path) -> None:
-    engine = Memd.open(tmp_path / "m", embedder="fake")
+    # the fake embedder's cosines are not MiniLM's, on which the floor of a question's
+    # likeliest answer was chosen: here the test is which session's lines come back
+    engine = Memd.open(tmp_path / "m", embedder="fake", recall_question_floor=0)
     first = [{"role": "user", "content": "I prefer pytest over unittest for all tests."}]
     call = prepare_chat(engine, "local", None, first, model="gpt-4o",
                         window=WindowInfo(128_000, "config"))

@@ -104,8 +104,10 @@ def test_a_long_history_gives_no_block_for_a_question_it_never_mentions(
     assert any("dog Rex" in c.text for c in counted(mems))
     _, mems = engine.memory_candidates("u", unrelated, sent_chains=())
     assert counted(mems) == []
-    # the gate, not the cosine, kept it out: without it the statement about Rex comes
-    ungated = Memd.open(tmp_path / "m", embedder="fake", known_words=False)
+    # the gate, not the cosine, kept it out: without it (and without the question's
+    # floor on answers, which a line with no age in it fails too) the statement comes
+    ungated = Memd.open(tmp_path / "m", embedder="fake", known_words=False,
+                        recall_question_floor=0)
     _, mems = ungated.memory_candidates("u", unrelated, sent_chains=())
     assert any("dog Rex" in c.text for c in counted(mems))
 
@@ -123,7 +125,8 @@ def test_a_short_history_is_not_gated_but_judged_on_higher_floors(tmp_path: Path
 
 
 def test_the_request_does_not_teach_the_history_its_own_words(tmp_path: Path) -> None:
-    engine = Memd.open(tmp_path / "m", embedder="fake")
+    # without the question's floor on answers, which a line with no age in it fails
+    engine = Memd.open(tmp_path / "m", embedder="fake", recall_question_floor=0)
     history(engine, "u", MIN_SESSIONS)
     unrelated = "How old is my dog Rex's puppy Biscuit?"
     chat = engine.create_session("u")

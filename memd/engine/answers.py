@@ -25,6 +25,14 @@ questions, and checked on other sets of questions never fitted on (bench/README.
 "bench_precision.py"). A recalled message is kept when its score reaches the
 ``recall_answer_floor`` setting (:func:`likelihood`); 0 keeps every message the
 relevance rule kept.
+
+The score also decides for the question as a whole: nothing is recalled for it unless
+its likeliest answer, among the lines the relevance rule kept, reaches the higher
+``recall_question_floor``. An unrelated question's block is misleading if it holds any
+line, and what lets such a line through is usually one weak score among weak scores,
+while a question the history answers usually has one line that clearly looks like the
+answer, beside others on its topic that the lower per-line floor keeps. One decision
+per question separated the two better than any per-line floor did (bench/README.md).
 """
 
 from __future__ import annotations

@@ -146,7 +146,8 @@ class ContextMixin:
                                  self.query_vector(query), self.settings.weights,
                                  floor.recall, now, scope,
                                  keyword=self.settings.recall_keyword, sure=floor.sure,
-                                 answer_floor=self.settings.recall_answer_floor)
+                                 answer_floor=self.settings.recall_answer_floor,
+                                 question_floor=self.settings.recall_question_floor)
 
     def _floor(self, query: str | None, user_id: str, sent: Callable[[Message], bool],
                facts: Sequence[Fact], scored: Sequence[ScoredMemory]) -> Floor:

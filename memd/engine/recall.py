@@ -92,13 +92,17 @@ def recall_candidates(
     store: Store, embedder: CachedEmbedder, user_id: str, query: str, qvec: np.ndarray,
     weights: Weights, floor: float, now: float, scope: RecallScope, model: str | None = None,
     keyword: bool = False, sure: float = 1.0, answer_floor: float = 0.0,
+    question_floor: float = 0.0,
 ) -> list[Candidate]:
     """Past user messages for ``query`` as block candidates (kind ``"recall"``), each with
     the reply it got, best first; with ``keyword``, the keyword channel finds candidates
     too (better recall, but a full-text ranking over all the user's messages on every new
     question). A message is recalled when it is about the query (``floor`` and ``sure``:
     :func:`memd.engine.relevance.related`) and, with ``answer_floor``, the line the block
-    shows may answer it (:func:`memd.engine.answers.likelihood` reaches the floor)."""
+    shows may answer it (:func:`memd.engine.answers.likelihood` reaches the floor). With
+    ``question_floor``, nothing is recalled unless the likeliest answer among the lines
+    that are about the query reaches that floor: one decision for the whole question,
+    since a block that holds any line about a question it cannot answer misleads."""
     if weights.similarity <= 0:
         return []  # the floor is a cosine: without the similarity signal nothing passes
     hits = score_messages(store, user_id, query, qvec, weights, now, RECALL_K,
@@ -117,6 +121,7 @@ def recall_candidates(
     used: set[str] = set()
     out: list[Candidate] = []
     words = content_words(query)
+    best = 0.0  # the likeliest answer among the lines about the query
     for (hit, total, msg, similarity), passage in zip(found, near, strict=True):
         if hit.id in used or msg.id in used or _excluded(msg, scope):
             continue
@@ -149,15 +154,17 @@ def recall_candidates(
             total += weights.similarity * (passage.similarity - similarity)
             similarity = passage.similarity
         shown = passage.text if by_passage else None
-        if answer_floor > 0 and likelihood(similarity, query,
-                                           hit_excerpt(msg, shown)) < answer_floor:
-            continue
+        if answer_floor > 0 or question_floor > 0:
+            answer = likelihood(similarity, query, hit_excerpt(msg, shown))
+            best = max(best, answer)
+            if answer < answer_floor:
+                continue
         text = render((msg, reply), msg, session.title, shown)
         if asks:
             total *= QUESTION_WEIGHT
         out.append(Candidate(RECALL_KIND, msg.id, text, count_text(text, model), total,
                              similarity))
-    return out
+    return out if best >= question_floor else []
 
 
 def _excluded(msg: Message, scope: RecallScope) -> bool:

@@ -34,7 +34,7 @@ log = logging.getLogger("memd.watch")
 # the memory budgets and context windows, the upstream (URL, key, timeouts) and prices.
 LIVE_KEYS = frozenset({
     "preset", "weights", "min_similarity", "sure_similarity", "recall_min_similarity",
-    "recall_keyword", "known_words", "recall_answer_floor",
+    "recall_keyword", "known_words", "recall_answer_floor", "recall_question_floor",
     "memory_recall", "memory_max_tokens", "memory_window_share", "instruction_share",
     "memory_unknown_window_tokens", "memory_placement", "default_context_window",
     "default_max_response_tokens", "context_windows", "context_window", "upstream_url",
@@ -122,8 +122,8 @@ class LiveConfig:
             self.app.state.windows = None
         if names & {"weights", "preset", "min_similarity", "sure_similarity",
                     "recall_min_similarity", "known_words", "recall_answer_floor",
-                    "memory_recall", "recall_keyword", "memory_placement",
-                    "instruction_share"}:
+                    "recall_question_floor", "memory_recall", "recall_keyword",
+                    "memory_placement", "instruction_share"}:
             # blocks sent before were chosen by the old rules; choose again
             self.app.state.engine.blocks.clear()
 
