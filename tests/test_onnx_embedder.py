@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -116,6 +117,34 @@ def test_forced_thread_counts_agree(onnx_cache: Path, onnx: OnnxMiniLMEmbedder) 
     for threads in (1, 2):
         got = OnnxMiniLMEmbedder(cache_dir=onnx_cache, threads=threads).embed(texts)
         assert _cosines(got, ref).min() >= 0.99999
+
+
+def test_batches_keep_to_the_token_budget(onnx_cache: Path, onnx: OnnxMiniLMEmbedder,
+                                         torch_vectors: np.ndarray) -> None:
+    """Long texts go a few to a call, short ones many: no call pads more than the budget
+    (one text alone may reach its own width), and the vectors are those of torch."""
+    from memd.models import onnx_embedder
+
+    emb = OnnxMiniLMEmbedder(cache_dir=onnx_cache)
+    emb.embed(["load"])
+    shapes: list[tuple[int, int]] = []
+    real = emb._session
+
+    class Spy:
+        def get_inputs(self) -> Any:
+            return real.get_inputs()
+
+        def run(self, names: Any, feed: dict[str, np.ndarray]) -> Any:
+            shapes.append(feed["input_ids"].shape)
+            return real.run(names, feed)
+
+    emb._session = Spy()
+    got = emb.embed(TEXTS)
+    budget = onnx_embedder.TOKEN_BUDGET
+    assert all(rows * width <= budget or rows == 1 for rows, width in shapes), shapes
+    assert sum(rows for rows, _ in shapes) == len(TEXTS)
+    assert any(rows > 1 for rows, _ in shapes)  # short texts still share a call
+    assert _cosines(got, torch_vectors).min() >= 0.999
 
 
 def test_shape_dtype_unit_norm_and_order(onnx: OnnxMiniLMEmbedder) -> None:

@@ -51,7 +51,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -84,7 +84,7 @@ from memd.engine.write import (
     upsert_fact,
 )
 from memd.errors import Conflict, InvalidInput, NotFound
-from memd.types import Job, Provenance, QueuedJob, Scope, Tier
+from memd.types import Job, Message, Provenance, QueuedJob, Scope, Tier
 
 if TYPE_CHECKING:
     from memd.backends.base import Store
@@ -102,6 +102,17 @@ BATCH = 64
 ACCESS_WINDOW = 1.0  # seconds a user's access statistics are gathered before their job
 ACCESS_HITS = 2000  # or this many hits, whichever comes first
 JOB_STATES = ("pending", "dead")
+
+
+def embedded_texts(messages: Sequence[Message]) -> tuple[list[str], list[str]]:
+    """What ``embed_messages`` embeds for ``messages``: each one's text as stored
+    vectors read it (its secrets replaced, cut to ``EMBED_CHARS``), and, for the
+    embedder's cache, the passages of the user's messages, which recall reads there
+    (memd.engine.passages). A bulk writer embeds these first, in one call, and the job
+    then finds them all in the cache."""
+    kept = [m for m in messages if m.safe_text]
+    return ([excerpt(m.safe_text or "", EMBED_CHARS) for m in kept],
+            [p for m in kept if m.role == "user" for p in passages(m.safe_text or "")])
 
 
 class JobRunner:
@@ -275,12 +286,9 @@ class JobRunner:
         msgs = [m for m in (store.get_message(job.user_id, i) for i in job.payload["ids"])
                 if m is not None and m.safe_text]
         if msgs:
-            vecs = self.embedder.embed([excerpt(m.safe_text or "", EMBED_CHARS)
-                                        for m in msgs])
-            # A user message's passages too, into the embedder's cache: recall reads
-            # them there (memd.engine.passages).
-            self.embedder.embed([p for m in msgs if m.role == "user"
-                                 for p in passages(m.safe_text or "")])
+            texts, extra = embedded_texts(msgs)
+            vecs = self.embedder.embed(texts)
+            self.embedder.embed(extra)
             store.set_message_embeddings(job.user_id, list(zip([m.id for m in msgs], vecs,
                                                                strict=True)))
 

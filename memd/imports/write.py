@@ -28,16 +28,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from memd.engine.jobs import embedded_texts
 from memd.engine.sessions import MAX_MESSAGES_PER_CALL
 from memd.engine.side import side_reason
 from memd.imports.model import Conversation, Turn
-from memd.types import Session
+from memd.types import Message, Session
 
 if TYPE_CHECKING:
     from memd.engine.memory import Memd
 
 META = "import"  # the session metadata key of an imported conversation
 Progress = Callable[[int], None]
+# New turns written (in one transaction) before their jobs run: one embedding pass.
+BATCH_TURNS = 256
 
 
 class FollowClock:
@@ -136,22 +139,40 @@ def plan_import(engine: Memd, user_id: str,
 def import_conversations(engine: Memd, user_id: str, conversations: Iterable[Conversation],
                          *, progress: Progress | None = None,
                          run_jobs: bool = False) -> ImportCounts:
-    """Store the turns of ``conversations`` not stored yet (see the module docstring);
-    each conversation in one transaction, so a failure leaves it as it was. With
-    ``run_jobs`` the jobs they make (embeddings, memories) run at once, at the
-    conversation's time, so the history is searchable when this returns. ``progress``
-    is told how many turns each conversation had that were new."""
+    """Store the turns of ``conversations`` not stored yet (see the module docstring).
+
+    Conversations are written in batches of about ``BATCH_TURNS`` new turns, each batch
+    in one transaction, so a failure leaves the batch as it was (a second import then
+    writes it). With ``run_jobs`` the jobs they make (embeddings, memories) run before
+    this returns, so the history is searchable then: the batch's texts are embedded
+    first, in one call (sorted by length, padded per model call), then the jobs run as
+    a live daemon's worker runs them, each at the time of the turn that made it, in
+    time order, finding their vectors in the embedder's cache: what they store is what
+    appending the same turns live stores. ``progress`` is told how many turns each
+    conversation had that were new."""
     clock = follow_clock(engine)
     counts = ImportCounts()
-    for conv in conversations:
-        one = _import_one(engine, clock, user_id, conv)
-        counts.add(one)
-        if run_jobs and one.messages:
-            with clock.at(_last_at(conv)):
-                while engine.jobs.run_due():
-                    pass
-        if progress is not None:
-            progress(one.turns)
+    for batch in _batches(conversations, BATCH_TURNS):
+        written: list[ImportCounts] = []
+        stored: list[Message] = []
+        times: set[float | None] = set()
+        with engine.store.transaction():
+            for conv in batch:
+                one, messages, at = _import_one(engine, clock, user_id, conv)
+                written.append(one)
+                stored.extend(messages)
+                times.update(at)
+        if run_jobs and stored:
+            texts, extra = embedded_texts(stored)
+            engine.embedder.embed(texts + extra)
+            for when in sorted(times, key=lambda t: (t is None, t or 0.0)):
+                with clock.at(when):
+                    while engine.jobs.run_due():
+                        pass
+        for one in written:
+            counts.add(one)
+            if progress is not None:
+                progress(one.turns)
     if run_jobs and counts.messages:
         # what a job left for later (its follow-ups), at the real time
         while engine.jobs.run_due():
@@ -159,9 +180,28 @@ def import_conversations(engine: Memd, user_id: str, conversations: Iterable[Con
     return counts
 
 
+def _batches(conversations: Iterable[Conversation], turns: int
+             ) -> Iterator[list[Conversation]]:
+    """``conversations`` in lists of about ``turns`` turns (a longer one alone)."""
+    batch: list[Conversation] = []
+    size = 0
+    for conv in conversations:
+        if batch and size + len(conv.turns) > turns:
+            yield batch
+            batch, size = [], 0
+        batch.append(conv)
+        size += len(conv.turns)
+    if batch:
+        yield batch
+
+
 def _import_one(engine: Memd, clock: FollowClock, user_id: str,
-                conv: Conversation) -> ImportCounts:
+                conv: Conversation) -> tuple[ImportCounts, list[Message], list[float | None]]:
+    """One conversation's new turns written: what was done, the messages stored and
+    the times they were stored at."""
     counts = ImportCounts(conversations=1)
+    stored: list[Message] = []
+    times: list[float | None] = []
     sid = session_id_for(user_id, conv.source, conv.key)
     store = engine.store
     with store.transaction():
@@ -169,7 +209,7 @@ def _import_one(engine: Memd, clock: FollowClock, user_id: str,
         done = imported_turns(session)
         new = conv.turns[done:]
         if not new:
-            return counts
+            return counts, stored, times
         counts.turns = len(new)
         counts.by_workspace[(conv.source, conv.workspace)] = [1, len(new)]
         if session is None:
@@ -187,12 +227,13 @@ def _import_one(engine: Memd, clock: FollowClock, user_id: str,
                 counts.skipped += 1
                 continue
             with clock.at(at):
-                engine.append(sid, user_id, messages)
+                stored.extend(engine.append(sid, user_id, messages))
+            times.append(at)
             counts.messages += len(messages)
         store.update_session(user_id, sid, metadata={
             **session.metadata,
             META: {"source": conv.source, "key": conv.key, "turns": len(conv.turns)}})
-    return counts
+    return counts, stored, times
 
 
 def _runs(turns: Sequence[Turn], start: float | None, max_chars: int
@@ -240,8 +281,3 @@ def _messages(turns: Sequence[Turn], max_chars: int
         if turn.role == "tool":
             message["tool_call_id"] = turn.tool_call_id or "unknown"
         yield turn, message
-
-
-def _last_at(conv: Conversation) -> float | None:
-    times = [t.at for t in conv.turns if t.at is not None]
-    return max(times, default=conv.created_at)
