@@ -50,6 +50,12 @@ ROUTE_BODIES: dict[str, dict[str, Any]] = {
     "/v1/sessions/{session_id}/messages": {"messages": [{"role": "user", "content": "hi"}]},
     "/v1/facts": {"category": "project", "key": "codename", "value": "falcon"},
     "/v1/embeddings": {"input": "hello"},
+    "/api/chat": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    "/api/generate": {"model": "m", "prompt": "def deploy():"},
+    "/api/show": {"model": "llama3.2:latest"},
+    "/api/embed": {"model": "m", "input": "hello"},
+    "/v1/import": {"source": "aider", "name": ".aider.chat.history.md",
+                   "content": "# aider chat started at 2026-01-05 10:00:00\n\n#### hi\n"},
 }
 # A value for each path parameter.
 ROUTE_PARAMS = {"call_id": "c1", "memory_id": "m1", "session_id": "s1", "message_id": "x1",

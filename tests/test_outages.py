@@ -14,7 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from ollama_upstream import FakeOllama
 from servers import FakeUpstream
+from starlette.applications import Starlette
 
 import memd
 from bench.bench_outage import ROUTE_BODIES, ROUTE_PARAMS
@@ -88,7 +90,11 @@ def test_models_answers_like_the_chat_route_when_the_upstream_is_out_of_reach(
 # key check reads the store, so there they are 503s like the rest).
 _NO_STORE = {(method, prefix + path) for prefix in ("", "/w/{workspace}")
              for method, path in (("GET", "/v1/models"),
-                                  ("POST", "/v1/messages/count_tokens"))}
+                                  ("POST", "/v1/messages/count_tokens"),
+                                  # Ollama's routes that only relay (generate records its call)
+                                  ("GET", "/api/tags"),
+                                  ("GET", "/api/ps"), ("GET", "/api/version"),
+                                  ("POST", "/api/show"), ("POST", "/api/embed"))}
 
 
 @pytest.mark.parametrize("mode", ["local", "team"])
@@ -113,7 +119,8 @@ def test_every_route_answers_a_json_503_while_postgresql_is_stopped(
             engine.accounts.add_user("alice", "Alice")
             headers["Authorization"] = f"Bearer {engine.accounts.create_key('alice').secret}"
         app = create_app(engine, settings, run_jobs=False,
-                         upstream_transport=httpx.ASGITransport(app=FakeUpstream().app))
+                         upstream_transport=httpx.ASGITransport(app=Starlette(
+                             routes=[*FakeUpstream().app.routes, *FakeOllama().app.routes])))
         client = TestClient(app, base_url=BASE, headers=headers)
         spec = client.get("/openapi.json").json()
         pgserver.stop(tmp_path / "pg")

@@ -21,6 +21,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from ollama_upstream import FakeOllama
 from schemathesis import GenerationMode
+from schemathesis.checks import positive_data_acceptance
 from servers import FakeUpstream
 from starlette.applications import Starlette
 
@@ -58,4 +59,8 @@ schema.config.phases.update(phases=["fuzzing"])
 @schema.parametrize()
 @settings(deadline=None, suppress_health_check=list(HealthCheck))
 def test_api_conforms_to_its_schema(case: Any) -> None:
-    case.call_and_validate()
+    # An import's content is a file in the named client's own format, which no schema
+    # describes: a schema-valid body whose file is not one is a 400 that says why. Every
+    # other check still holds for it.
+    imports = case.method == "POST" and case.path.endswith("/v1/import")
+    case.call_and_validate(excluded_checks=[positive_data_acceptance] if imports else None)
