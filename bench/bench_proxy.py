@@ -34,6 +34,7 @@ Prints p50/p95/p99 of both and of the difference. Not a test: it prints figures.
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import json
 import random
@@ -337,6 +338,8 @@ def main() -> int:
             engine.add(text, "local")
         print(f"{args.memories} memories in {time.perf_counter() - t0:.1f} s "
               f"({engine.embedder.name})", file=sys.stderr)
+        gc.collect()
+        gc.freeze()  # as `memd serve` does after start-up: no GC walks over the setup
         with serve(create_app(engine, settings)) as base, httpx.Client(timeout=60) as http:
             def call(url: str, i: int) -> float:
                 body = {"model": "m", "messages": [

@@ -245,15 +245,6 @@ def poll(check: Callable[[], bool], what: str) -> float:
     return time.monotonic() - start
 
 
-def wait_for_jobs(engine: Memd, seconds: float = 30) -> None:
-    """Wait until memd's background jobs are done (the memory of what a turn said is
-    written by one), as the time a model takes to answer lets them finish."""
-    deadline = time.monotonic() + seconds
-    while engine.store.pending_jobs():
-        assert time.monotonic() < deadline, "background jobs still pending"
-        time.sleep(0.01)
-
-
 def wait_for_messages(engine: Memd, count: int, user_id: str = "local") -> None:
     """Wait until the user's sessions hold ``count`` messages: a proxied reply is stored
     as the answer is sent, so the client may have it a moment before the store does."""

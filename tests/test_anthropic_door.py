@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 from anthropic_upstream import SIGNATURE, FakeAnthropic, prompt_bytes
-from servers import FakeUpstream, memd_in_front, serve, wait_for_jobs, wait_for_messages
+from servers import FakeUpstream, memd_in_front, poll, serve, wait_for_messages
 
 from memd.engine.chains import content_text
 from memd.engine.inject import USER_CLOSE, USER_OPEN
@@ -208,7 +208,9 @@ def test_a_fact_told_to_claude_reaches_a_chat_completions_client(stack: Stack) -
         messages=[{"role": "user", "content": [REMINDER, {
             "type": "text", "text": f"Remember: the staging host is {HOST}."}]}])
     wait_for_messages(stack.engine, 2)
-    wait_for_jobs(stack.engine)
+    # the memory is written by a queued job (the full write path), off the chat path
+    poll(lambda: any(HOST in m.text for m in stack.engine.store.iter_memories("local")),
+         "the memory of the Claude turn")
     openai.OpenAI(base_url=f"{stack.base}/v1", api_key="x", max_retries=0).chat.completions\
         .create(model="gpt-4o", messages=[{"role": "user",
                                             "content": "What is the staging host again?"}])

@@ -20,7 +20,6 @@ from typing import Any
 import httpx
 from fastapi import Request
 from fastapi.responses import Response
-from starlette.concurrency import run_in_threadpool
 
 from memd.engine import side, virtual
 from memd.engine.chat import prepare_chat, prepare_side
@@ -29,6 +28,7 @@ from memd.engine.resolve import conversation_of
 from memd.engine.side import side_reason
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.proxy import CHAT_ERRORS, Door, relay
+from memd.server.threads import in_thread
 from memd.server.upstream import window_of
 from memd.types import WindowInfo
 
@@ -79,10 +79,10 @@ async def converse(
             shape, header, user_id=user, client=client_family(agent) or "",
             recent=engine.recent_turns, now=engine.now())
     if reason is not None:
-        call = await run_in_threadpool(prepare_side, engine, user, workspace, model,
-                                       messages, reason, window, note)
+        call = await in_thread(prepare_side, engine, user, workspace, model, messages,
+                               reason, window, note)
     else:
-        call = await run_in_threadpool(
+        call = await in_thread(
             prepare_chat, engine, user, workspace, messages, model=model,
             max_response_tokens=max_tokens, tools=body.get("tools"), window=window,
             placement="user", client=agent, session_id=session_id, note=note,

@@ -28,7 +28,6 @@ import httpx
 import orjson
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.concurrency import run_in_threadpool
 
 from memd.engine import completions as c
 from memd.engine import side, validate, virtual
@@ -48,6 +47,7 @@ from memd.server import schemas as s
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.failures import error_body
 from memd.server.security import PARSED_BODY, strict_parse
+from memd.server.threads import in_thread
 from memd.server.upstream import NoUpstream, upstream_client, window_of, windows_of
 
 log = logging.getLogger("memd.proxy")
@@ -129,8 +129,8 @@ async def _unreachable(engine: Memd, call: PreparedCall, exc: httpx.HTTPError,
                        headers: dict[str, str], model: str | None) -> JSONResponse:
     """The upstream could not be reached or timed out: close the call, answer 502/504."""
     answer = out_of_reach(exc, headers)
-    await run_in_threadpool(finish_chat, engine, call, status=answer.status_code, reply=None,
-                            finish_reason=None, usage=None, model=model)
+    await in_thread(finish_chat, engine, call, status=answer.status_code, reply=None,
+                    finish_reason=None, usage=None, model=model)
     return answer
 
 
@@ -261,10 +261,10 @@ async def chat_completions(request: Request) -> Response:
         recent=engine.recent_turns, now=engine.now())
     try:
         if reason is not None:
-            call = await run_in_threadpool(prepare_side, engine, user, workspace, model,
-                                           body["messages"], reason, window)
+            call = await in_thread(prepare_side, engine, user, workspace, model,
+                                   body["messages"], reason, window)
         else:
-            call = await run_in_threadpool(
+            call = await in_thread(
                 prepare_chat, engine, user, workspace, body["messages"],
                 session_id=pinned, model=model, max_response_tokens=max_tokens,
                 tools=body.get("tools"), window=window, client=request.headers.get("user-agent"),
@@ -298,9 +298,8 @@ async def completions(request: Request) -> Response:
         client = upstream_client(request)
     except NoUpstream as exc:
         return JSONResponse(error_body("upstream_not_configured", str(exc)), status_code=503)
-    call = await run_in_threadpool(prepare_side, engine, user_of(request),
-                                   workspace_of(request), model, None,
-                                   "a text completion (/v1/completions)")
+    call = await in_thread(prepare_side, engine, user_of(request), workspace_of(request),
+                           model, None, "a text completion (/v1/completions)")
     return await relay(request, client, call, body, model, COMPLETIONS)
 
 
@@ -332,7 +331,7 @@ async def relay(request: Request, client: httpx.AsyncClient, call: PreparedCall,
                             else (None, None, None))
     # Stored before the client has the answer, so its next call (which resends this
     # reply) always finds it: storing later races that call on a concurrent backend.
-    await run_in_threadpool(
+    await in_thread(
         finish_chat, engine, call, status=resp.status_code, reply=reply, finish_reason=finish,
         usage=usage, model=model, retried=retried,
     )
@@ -380,9 +379,8 @@ async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCal
     if not resp.is_success:
         content = await resp.aread()
         await resp.aclose()
-        await run_in_threadpool(finish_chat, engine, call, status=resp.status_code,
-                                reply=None, finish_reason=None, usage=None, model=model,
-                                retried=retried)
+        await in_thread(finish_chat, engine, call, status=resp.status_code, reply=None,
+                        finish_reason=None, usage=None, model=model, retried=retried)
         return Response(content=content, status_code=resp.status_code, headers=headers,
                         media_type=resp.headers.get("content-type", "application/json"))
     if door is CHAT and faults.engaged(call):
@@ -406,7 +404,7 @@ async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCal
             async for chunk in resp.aiter_raw():
                 acc.feed(chunk)
                 if acc.done:  # store before the client sees the end (see the non-stream path)
-                    await run_in_threadpool(store)
+                    await in_thread(store)
                 yield chunk
         finally:
             # Runs even when the client disconnected: keep what arrived. Synchronous and

@@ -27,7 +27,6 @@ from typing import Any
 import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from memd.engine import responses as r
 from memd.engine.memory import Memd
@@ -37,6 +36,7 @@ from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.doors import DOOR_RESPONSES, converse
 from memd.server.failures import error_body
 from memd.server.proxy import Door, body_of, checked_model, forward_headers, token_field
+from memd.server.threads import in_thread
 from memd.server.upstream import NoUpstream, upstream_client
 from memd.types import Session
 
@@ -86,8 +86,7 @@ async def _continued(request: Request, client: httpx.AsyncClient, body: dict[str
     the session's stored turns, or a side request when memd does not know it."""
     engine = engine_of(request)
     user = user_of(request)
-    session = await run_in_threadpool(_session_of, engine, user, workspace_of(request),
-                                      previous)
+    session = await in_thread(_session_of, engine, user, workspace_of(request), previous)
     if session is None:
         outcome = "without memory: previous response unknown"
         return await converse(
@@ -95,7 +94,7 @@ async def _continued(request: Request, client: httpx.AsyncClient, body: dict[str
             shape=r.side_body(body, seen), put_back=lambda placed: None,
             max_tokens=max_tokens, side_because=outcome,
             note={"previous_response": {"id": previous, "outcome": outcome}})
-    stored = [m.to_openai() for m in await run_in_threadpool(
+    stored = [m.to_openai() for m in await in_thread(
         engine.store.get_messages, user, session.id)]
 
     def put_back(placed: Sequence[Mapping[str, Any] | None]) -> Any:
