@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from click.testing import CliRunner
+from ollama_upstream import FakeOllama
 from servers import FakeUpstream, postgres_url, serve
 
 import memd
@@ -32,6 +33,7 @@ class Team:
     base: str
     engine: Memd
     upstream: FakeUpstream
+    ollama: FakeOllama
     keys: dict[str, str]
     dsn: str | None
 
@@ -43,10 +45,10 @@ class Team:
 
 @pytest.fixture
 def team(tmp_path: Path, backend: str) -> Iterator[Team]:
-    upstream = FakeUpstream()
-    with serve(upstream.app) as up:
+    upstream, ollama = FakeUpstream(), FakeOllama()
+    with serve(upstream.app) as up, serve(ollama.app) as ollama_up:
         settings = replace(load_settings(data_dir=tmp_path / "d"), upstream_url=f"{up}/v1",
-                           job_interval=0.05, auth=True)
+                           upstream_ollama_url=ollama_up, job_interval=0.05, auth=True)
         dsn = None
         if backend == "postgres":
             dsn = postgres_url()
@@ -59,7 +61,7 @@ def team(tmp_path: Path, backend: str) -> Iterator[Team]:
             digest = hash_key(keys[user])
             engine.store.add_api_key(key_id_of(digest), user, digest, "test", time.time())
         with serve(create_app(engine, settings)) as base:
-            yield Team(base, engine, upstream, keys, dsn)
+            yield Team(base, engine, upstream, ollama, keys, dsn)
         engine.close()
 
 
@@ -225,6 +227,21 @@ def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team)
         call(c, "POST", "/v1/responses", "/v1/responses", 200, json=codex)
         no_trace(team.upstream.requests[-1]["input"])
         call(posing, "POST", "/v1/responses", "/v1/responses", 403, json=codex)
+        # Ollama's API: its chat as the other doors; the relays hold no user data
+        llama = {"model": "llama3.2:latest", "messages": question, "stream": False}
+        call(c, "POST", "/api/chat", "/api/chat", 200, json=llama)
+        no_trace(team.ollama.requests[-1]["messages"])
+        call(posing, "POST", "/api/chat", "/api/chat", 403, json=llama)
+        call(c, "POST", "/api/generate", "/api/generate", 200,
+             json={"model": "llama3.2:latest", "prompt": "def deploy():", "stream": False})
+        call(posing, "POST", "/api/generate", "/api/generate", 403,
+             json={"model": "llama3.2:latest", "prompt": "x", "stream": False})
+        for method, route, body in (("GET", "/api/tags", None), ("GET", "/api/ps", None),
+                                    ("GET", "/api/version", None),
+                                    ("POST", "/api/show", {"model": "llama3.2:latest"}),
+                                    ("POST", "/api/embed",
+                                     {"model": "llama3.2:latest", "input": "hi"})):
+            call(c, method, route, route, 200, json=body)
         call(c, "GET", "/v1/calls/{call_id}", f"/v1/calls/{bob['call']}", 404)
         call(c, "DELETE", "/v1/calls/{call_id}", f"/v1/calls/{bob['call']}", 404)
         call(c, "DELETE", "/v1/calls/{call_id}", f"/v1/calls/{bob['call']}?user_id=bob", 403)
