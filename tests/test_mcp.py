@@ -19,6 +19,7 @@ import openai
 import pytest
 from fastapi.testclient import TestClient
 from mcp_client import call, over_http, refused
+from ollama_upstream import FakeOllama
 from pg import BACKENDS
 from servers import FakeUpstream, memd_in_front, serve
 
@@ -46,6 +47,7 @@ class Stack:
     base: str
     upstream: FakeUpstream
     engine: Memd
+    ollama: FakeOllama
 
     def chat(self, text: str) -> str:
         """A proxied chat saying ``text``; returns the memory block memd added to it."""
@@ -54,22 +56,25 @@ class Stack:
         return self.block()
 
     def door_chats(self, text: str) -> list[str]:
-        """``text`` said through the Anthropic Messages and the OpenAI Responses doors,
-        a new conversation each; the memory block memd added to each."""
+        """``text`` said through the Anthropic Messages, the OpenAI Responses and Ollama's
+        chat doors, a new conversation each; the memory block memd added to each."""
         blocks = []
         for path, body in (
                 ("/v1/messages", {"model": "claude-sonnet-4-5", "max_tokens": 100,
                                   "messages": [{"role": "user", "content": text}]}),
-                ("/v1/responses", {"model": "gpt-5", "input": text})):
+                ("/v1/responses", {"model": "gpt-5", "input": text}),
+                ("/api/chat", {"model": "llama3.2:latest", "stream": False,
+                               "messages": [{"role": "user", "content": text}]})):
             resp = httpx.post(self.base + path, json=body, timeout=30)
             assert resp.status_code == 200, resp.text
-            blocks.append(self.block())
+            sent = self.ollama if path == "/api/chat" else self.upstream
+            blocks.append(self.block(sent.requests[-1]))
         return blocks
 
-    def block(self) -> str:
-        """The memory block in what the upstream got last, whichever API it spoke (as
-        JSON text: its newlines escaped)."""
-        raw = json.dumps(self.upstream.requests[-1], ensure_ascii=False)
+    def block(self, request: dict[str, Any] | None = None) -> str:
+        """The memory block in ``request`` (default: what the upstream got last), whichever
+        API it spoke (as JSON text: its newlines escaped)."""
+        raw = json.dumps(request or self.upstream.requests[-1], ensure_ascii=False)
         opened, closed = (json.dumps(t, ensure_ascii=False)[1:-1]
                           for t in (USER_OPEN, USER_CLOSE))
         if opened not in raw:
@@ -86,10 +91,11 @@ class Stack:
 
 @pytest.fixture
 def stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Stack]:
-    upstream = FakeUpstream()
-    with memd_in_front(upstream.app, tmp_path / "d",
-                       getattr(request, "param", "sqlite")) as (base, engine):
-        yield Stack(base, upstream, engine)
+    upstream, ollama = FakeUpstream(), FakeOllama()
+    with serve(ollama.app) as ollama_url, memd_in_front(
+            upstream.app, tmp_path / "d", getattr(request, "param", "sqlite"),
+            upstream_ollama_url=ollama_url) as (base, engine):
+        yield Stack(base, upstream, engine, ollama)
 
 
 @pytest.mark.parametrize("stack", BACKENDS, indirect=True)
