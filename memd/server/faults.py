@@ -24,15 +24,15 @@ from typing import Any
 
 import anyio
 import httpx
-import orjson
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
-from starlette.concurrency import run_in_threadpool
 
 from memd.engine import completions as c
 from memd.engine.chat import PreparedCall, finish_chat
 from memd.engine.virtual import faults as f
 from memd.server.deps import engine_of
+from memd.server.threads import in_thread
+from memd.server.upstream import encode_body
 
 
 def engaged(call: PreparedCall) -> bool:
@@ -46,11 +46,6 @@ def with_tools(body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "tools": f.with_tools(body.get("tools"))}
 
 
-def _encode(body: Mapping[str, Any]) -> bytes:
-    try:
-        return orjson.dumps(body)
-    except orjson.JSONEncodeError:
-        return json.dumps(body, separators=(",", ":")).encode()
 
 
 async def _serve(request: Request, call: PreparedCall, ours: list[Mapping[str, Any]],
@@ -62,7 +57,7 @@ async def _serve(request: Request, call: PreparedCall, ours: list[Mapping[str, A
     out: list[dict[str, Any]] = []
     listed = call.report.setdefault("virtual", {}).setdefault("faults", [])
     for tc in ours:
-        served = await run_in_threadpool(f.serve, engine, call.user_id, session.id,
+        served = await in_thread(f.serve, engine, call.user_id, session.id,
                                          call.turn, call.call_id, tc)
         fault = served.fault
         listed.append({"fault_id": fault.fault_id, "kind": fault.kind,
@@ -122,7 +117,7 @@ async def whole(request: Request, client: httpx.AsyncClient, call: PreparedCall,
                 choices[0]["finish_reason"] = "stop"
             return resp, data
         messages = _again(messages, ours, results, message.get("content"))
-        resp = await client.post(door_path, content=_encode({**body, "messages": messages}),
+        resp = await client.post(door_path, content=encode_body({**body, "messages": messages}),
                                  headers=headers)
     return resp, None
 
@@ -162,26 +157,26 @@ async def stream(request: Request, client: httpx.AsyncClient, call: PreparedCall
                         held.append(chunk)
                         continue
                     if acc.done:  # stored before the client sees the end (memd.server.proxy)
-                        await run_in_threadpool(store, acc, False)
+                        await in_thread(store, acc, False)
                     yield chunk
                 await resp.aclose()
                 ours, theirs = f.split_calls(acc.reply().get("tool_calls") or ())
                 if not ours:
-                    await run_in_threadpool(store, acc, False)
+                    await in_thread(store, acc, False)
                     for chunk in held:
                         yield chunk
                     return
                 results = (await _serve(request, call, ours)
                            if _faults_left(request, call) > 0 else [])
                 if theirs or not results:
-                    await run_in_threadpool(store, acc, True)
+                    await in_thread(store, acc, True)
                     yield _without_ours(b"".join(held), {
                         i for i, tc in acc.tool_calls.items()
                         if tc["function"]["name"] in f.NAMES_OF_TOOLS})
                     return
                 messages = _again(messages, ours, results, acc.reply().get("content"))
                 req = client.build_request(
-                    "POST", door_path, content=_encode({**body, "messages": messages}),
+                    "POST", door_path, content=encode_body({**body, "messages": messages}),
                     headers=upstream_headers)
                 resp = await client.send(req, stream=True)
                 if not resp.is_success:
@@ -229,5 +224,5 @@ def _without_ours(raw: bytes, ours: set[int]) -> bytes:
                     del delta["tool_calls"]
             if choice.get("finish_reason") == "tool_calls" and not index:
                 choice["finish_reason"] = "stop"
-        out.append(b"data: " + _encode(chunk))
+        out.append(b"data: " + encode_body(chunk))
     return b"\n\n".join(out)

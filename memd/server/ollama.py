@@ -28,7 +28,6 @@ from typing import Any
 import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from memd.engine import ollama as o
 from memd.engine.chat import prepare_side
@@ -38,6 +37,7 @@ from memd.server.doors import converse
 from memd.server.failures import reply_for, status_for
 from memd.server.ollama_schema import CHAT_REQUEST, OBJECT_REQUEST, check_chat
 from memd.server.proxy import Door, body_of, checked_model, forward_headers, out_of_reach, relay
+from memd.server.threads import in_thread
 from memd.server.upstream import cached_client
 from memd.types import WindowInfo
 
@@ -153,7 +153,7 @@ async def _as_sent(request: Request, body: dict[str, Any], model: str | None, do
                    reason: str) -> Response:
     """The request forwarded byte for byte, a side request of no session, for
     ``reason``."""
-    call = await run_in_threadpool(prepare_side, engine_of(request), user_of(request),
+    call = await in_thread(prepare_side, engine_of(request), user_of(request),
                                    workspace_of(request), model, None, reason)
     return await relay(request, _client(request), call, body, model, door)
 

@@ -25,7 +25,6 @@ from typing import Any, Protocol
 
 import anyio
 import httpx
-import orjson
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -48,7 +47,13 @@ from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.failures import error_body
 from memd.server.security import PARSED_BODY, strict_parse
 from memd.server.threads import in_thread
-from memd.server.upstream import NoUpstream, upstream_client, window_of, windows_of
+from memd.server.upstream import (
+    NoUpstream,
+    encode_body,
+    upstream_client,
+    window_of,
+    windows_of,
+)
 
 log = logging.getLogger("memd.proxy")
 router = APIRouter()
@@ -116,13 +121,6 @@ async def body_of(request: Request) -> dict[str, Any]:
     return body
 
 
-def _encode(body: dict[str, Any]) -> bytes:
-    """``body`` as compact JSON (orjson; json for what orjson refuses, such as integers
-    past 64 bits, or a lone surrogate, which only an ASCII ``\\ud800`` escape carries)."""
-    try:
-        return orjson.dumps(body)
-    except orjson.JSONEncodeError:
-        return json.dumps(body, separators=(",", ":")).encode()
 
 
 async def _unreachable(engine: Memd, call: PreparedCall, exc: httpx.HTTPError,
@@ -335,7 +333,7 @@ async def relay(request: Request, client: httpx.AsyncClient, call: PreparedCall,
         finish_chat, engine, call, status=resp.status_code, reply=reply, finish_reason=finish,
         usage=usage, model=model, retried=retried,
     )
-    return Response(content=resp.content if changed is None else _encode(changed),
+    return Response(content=resp.content if changed is None else encode_body(changed),
                     status_code=resp.status_code, headers=headers,
                     media_type=resp.headers.get("content-type", "application/json"))
 
@@ -351,7 +349,7 @@ async def _send(client: httpx.AsyncClient, request: Request, call: PreparedCall,
         # what memd adds nothing to goes as the client sent it, byte for byte (and is not
         # encoded again: an agent's request is ~400 KB)
         content = (await request.body() if messages is call.plain and call.plain_as_sent
-                   else _encode({**body, door.field: messages}))
+                   else encode_body({**body, door.field: messages}))
         req = client.build_request("POST", door.path, content=content,
                                    headers=door.headers(request))
         resp = await client.send(req, stream=stream)

@@ -4,11 +4,13 @@ retirement when the settings that made them change."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import json
+from collections.abc import Awaitable, Callable, Mapping
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import httpx
+import orjson
 from fastapi import Request
 
 from memd.models.tokens import calibrated_scale
@@ -93,3 +95,12 @@ async def close_upstream(app: Any) -> None:
     app.state.retired_upstreams = []
     for client in retired:
         await client.aclose()
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """``body`` as compact JSON (orjson; json for what orjson refuses, such as integers
+    past 64 bits, or a lone surrogate, which only an ASCII ``\\ud800`` escape carries)."""
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        return json.dumps(body, separators=(",", ":")).encode()
