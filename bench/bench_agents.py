@@ -9,10 +9,10 @@ continue) sent during two runs each: run 1 states a fact in the user's words and
 tool call, run 2 is a new conversation asking for the fact back. Each request, in the
 order it was recorded, into one fresh store (one user, as the recording had):
 
-- the proxy's side detection (:func:`memd.engine.side.side_reason`, with the record's
-  User-Agent and the engine's recent turns) decides whether it is a side request; one is
-  prepared as the proxy does (:func:`memd.engine.chat.prepare_side`), anything else as a
-  turn (:func:`memd.engine.chat.prepare_chat`, the User-Agent as ``client``);
+- the proxy's side detection (:func:`memd.engine.conversation.side.side_reason`, with the
+  record's User-Agent and the engine's recent turns) decides whether it is a side request; one is
+  prepared as the proxy does (:func:`memd.engine.conversation.chat.prepare_side`), anything
+  else as a turn (:func:`memd.engine.conversation.chat.prepare_chat`, the User-Agent as ``client``);
 - the call is finished with the assistant message the client sent back in its next
   request of the same run, or a scripted reply where there is none;
 - after each run the background jobs (embeddings, extraction) run to the end, as the
@@ -45,9 +45,9 @@ from typing import Any
 import memd
 from bench.bench_precision import grounded
 from bench.output import emit
-from memd.engine.chat import finish_chat, prepare_chat, prepare_side
-from memd.engine.identity import client_family
-from memd.engine.side import HEADER, side_reason
+from memd.engine.conversation.chat import finish_chat, prepare_chat, prepare_side
+from memd.engine.conversation.identity import client_family
+from memd.engine.conversation.side import HEADER, side_reason
 from memd.types import MemoryFilter
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "agents"

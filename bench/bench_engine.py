@@ -28,7 +28,7 @@ from pathlib import Path
 
 import memd
 from bench.output import emit
-from memd.engine.write import content_hash
+from memd.engine.learning.write import content_hash
 from memd.models.tokens import count_text
 from memd.types import Memory, NewMessage
 

@@ -12,7 +12,7 @@ Three parts, in one run:
 - **Extraction.** The first ``--turns`` user turns of the first questions' haystack
   sessions go through what a stored user message goes through: sanitized, the client's
   own text dropped (``user_words``), the rules' extraction, and, for a turn the helper is
-  asked about (``worth_asking``), :func:`memd.engine.extract.llm.llm_extract` with the
+  asked about (``worth_asking``), :func:`memd.engine.learning.extract.llm.llm_extract` with the
   real model, as the ``llm_extract`` job runs it. Figures: turns per second over all
   turns and over the asked ones (the helper's time only), facts kept per 100 turns (the
   helper's and the rules'), the items the model proposed and how many of them were
@@ -21,7 +21,7 @@ Three parts, in one run:
   stand).
 - **Compaction.** ``--sessions`` haystack sessions of the same questions (those of at
   least 12 turns) are stored whole, and each is compacted once as its ``compact`` job
-  does (:func:`memd.engine.compact.compact_session`, the real model summarizing, the
+  does (:func:`memd.engine.background.compact.compact_session`, the real model summarizing, the
   newest ``KEEP_TURNS`` turns kept). Figures: the compression ratio (the window's
   tokens over its summary's) of each, the share of summaries the checks rejected for
   an extractive one (and why), seconds per compaction.
@@ -54,15 +54,15 @@ from bench.bench_proxy import UPSTREAM, serve, summary
 from bench.longmemeval import data_path, load_questions
 from bench.output import emit
 from memd.config import load_settings
-from memd.engine.extract import extract
-from memd.engine.extract.llm import (
+from memd.engine.learning.extract import extract
+from memd.engine.learning.extract.llm import (
     ExtractionFailed,
     helper_from_settings,
     llm_extract,
     worth_asking,
 )
-from memd.engine.privacy import make_sanitizer
-from memd.engine.templates import user_words
+from memd.engine.learning.privacy import make_sanitizer
+from memd.engine.learning.templates import user_words
 from memd.server.app import create_app
 
 KEEP_TURNS = 4
@@ -126,7 +126,7 @@ def extraction(turns: list[str]) -> dict[str, Any]:
 
 
 def compaction(path: Path, n: int) -> dict[str, Any]:
-    from memd.engine.compact import compact_session
+    from memd.engine.background.compact import compact_session
 
     sessions = [s for q in load_questions(path, limit=max(1, n), first=True)
                 for s in q.sessions if len(s.turns) >= 12][:n]

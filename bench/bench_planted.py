@@ -16,7 +16,7 @@ reads the questions' date (a day after the last session) and each question is as
   role. ``user@5`` is LongMemEval's protocol (``bench.longmemeval``): the first five user
   turns among 50 hits.
 - injected: the memory block the proxy would build for the question in a new chat
-  (``Memd.memory_candidates`` with recall, ``memd.engine.inject.build``) within 1,000 and
+  (``Memd.memory_candidates`` with recall, ``memd.engine.block.inject.build``) within 1,000 and
   2,000 tokens, as ``bench.bench_recall`` builds it. An evidence turn is in the block as
   a recalled message, as the message that comes with a recalled answer, or as the source
   of a memory or fact in the block; any and all, as for search.
@@ -56,9 +56,9 @@ from bench.longmemeval import (
 from bench.output import emit
 from bench.planted import ALL_KINDS, CONTROL, KINDS, SPLITS, Haystack, Question, TurnKey
 from bench.planted import haystacks as make_haystacks
-from memd.engine.inject import build
+from memd.engine.block.inject import build
 from memd.engine.memory import Memd
-from memd.engine.recall import RECALL_KIND, neighbour
+from memd.engine.retrieval.recall import RECALL_KIND, neighbour
 from memd.models.embedder import Embedder, FakeEmbedder
 
 BUDGETS: tuple[int, ...] = (1000, 2000)

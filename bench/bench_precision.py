@@ -10,7 +10,7 @@ On LongMemEval_S (``--data`` or ``$MEMD_BENCH_LONGMEMEVAL``), ``--users`` questi
 over the file are ``--users`` users: each one's haystack is ingested through the engine,
 one memd session per haystack session, as longmemeval.py does (the same vectors: its
 persistent embedding cache). Then the memory block the proxy adds to a new chat
-(``Memd.memory_candidates`` with recall, ``memd.engine.inject.build``, engine defaults)
+(``Memd.memory_candidates`` with recall, ``memd.engine.block.inject.build``, engine defaults)
 is built within ``--budget`` tokens (2,000) for the user's own question and for
 ``--unrelated`` other users' questions (the next ones in the list, round the end).
 
@@ -29,7 +29,7 @@ is built within ``--budget`` tokens (2,000) for the user's own question and for
   text: the message they were drawn from is not a user message, or a content word of
   the memory is found in none of that message's user words (:func:`grounded`).
 
-``--sweep`` rebuilds every block at other floors (memd.engine.relevance: the cosine
+``--sweep`` rebuilds every block at other floors (memd.engine.retrieval.relevance: the cosine
 floor with shared words, and the cosine enough alone) from candidates gathered with
 none, and gives the figures for each pair: how the defaults were chosen
 (bench/README.md).
@@ -65,13 +65,13 @@ from bench.longmemeval import (
     make_embedder,
 )
 from bench.output import emit
-from memd.engine.answers import likelihood
-from memd.engine.compile import NOTE_KIND, RECALL_KIND, STYLE_RULE, Candidate
-from memd.engine.inject import build
-from memd.engine.passages import passages
-from memd.engine.recall import neighbour
-from memd.engine.relevance import content_words, related
-from memd.engine.templates import user_words
+from memd.engine.block.compile import NOTE_KIND, RECALL_KIND, STYLE_RULE, Candidate
+from memd.engine.block.inject import build
+from memd.engine.learning.templates import user_words
+from memd.engine.retrieval.answers import likelihood
+from memd.engine.retrieval.passages import passages
+from memd.engine.retrieval.recall import neighbour
+from memd.engine.retrieval.relevance import content_words, related
 from memd.types import MemoryFilter
 
 BUDGET = 2000

@@ -59,8 +59,8 @@ from starlette.routing import Route
 import memd
 from bench.output import emit
 from memd.config import load_settings
+from memd.engine.conversation.turns import last_user_text
 from memd.engine.memory import Memd
-from memd.engine.turns import last_user_text
 from memd.models.tokens import counter_for
 from memd.server.app import create_app
 from tests.agent_traffic import AgentSession, ScriptedUpstream, generate

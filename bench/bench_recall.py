@@ -7,7 +7,7 @@ On LongMemEval_S (``--data`` or ``$MEMD_BENCH_LONGMEMEVAL``), each question's ha
 sessions are ingested through the engine, one memd session each, as longmemeval.py does
 (the same vectors: its persistent embedding cache). Then the memory block is built for the
 question the way the proxy builds it for a new chat (``Memd.memory_candidates`` with
-recall, ``memd.engine.inject.build``: facts, memories and past messages packed by value
+recall, ``memd.engine.block.inject.build``: facts, memories and past messages packed by value
 per token) within a memory budget of 1,000 and of 2,000 tokens. A question counts when
 one of its evidence turns reaches the block: as a recalled message, as the message that
 comes with a recalled answer, or as the source of a memory or fact in the block. Beside
@@ -40,8 +40,8 @@ from bench.longmemeval import (
     memd_search,
 )
 from bench.output import emit
-from memd.engine.inject import build
-from memd.engine.recall import RECALL_KIND, neighbour
+from memd.engine.block.inject import build
+from memd.engine.retrieval.recall import RECALL_KIND, neighbour
 
 BUDGETS = (1000, 2000)
 SEARCH_K = 5

@@ -18,7 +18,7 @@ Measured per backend, each timed phase after a warm-up, through memd's public AP
   the file, or from disk where the OS has dropped the file's pages, which a small VM
   does within a minute); then, every session visited once, as in a daemon that has
   served them (their histories in the process's cache, checked against each session's
-  history state, memd.engine.history), without the query embedding (query vectors
+  history state, memd.engine.conversation.history), without the query embedding (query vectors
   cached first, as the engine's query LRU does for a repeated query) and with it (every
   query new, so the real MiniLM ONNX model runs each time);
 * search (``Memd.search``, default kinds) the same two ways;
@@ -269,7 +269,7 @@ def latency_phases(m: Memd, args: argparse.Namespace, rng: random.Random) -> dic
     def compile_appended(i: int) -> None:  # the proxy's turn: append, then compile
         m.context(user, session_id=append_sid, query=queries[i % 50])
 
-    # The compile after each append reads only the new turn (memd.engine.history).
+    # The compile after each append reads only the new turn (memd.engine.conversation.history).
     out["compile_after_append"] = timed(compile_appended, n, warm=10, setup=append)
     log(f"  compile_after_append: p50 {out['compile_after_append']['p50']} p99 "
         f"{out['compile_after_append']['p99']} ms")

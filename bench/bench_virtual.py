@@ -32,7 +32,7 @@ import memd
 from bench.bench_proxy import prefix_shares
 from bench.output import emit
 from memd.config import load_settings
-from memd.engine.chat import finish_chat, prepare_chat
+from memd.engine.conversation.chat import finish_chat, prepare_chat
 from memd.engine.virtual import faults
 from memd.engine.virtual.pressure import fit_line
 from memd.models.tokens import message_tokens, tool_tokens

@@ -11,7 +11,7 @@ default local user), ``MEMD_UPSTREAM_URL`` and ``MEMD_UPSTREAM_API_KEY`` (the mo
 server the daemon forwards chats to), ``MEMD_SANITIZE`` (``off``, ``secrets`` or
 ``secrets+pii``: what memd redacts before anything becomes a memory),
 ``MEMD_RETENTION_DAYS`` (days a session's messages are kept after its last one),
-``MEMD_NOTES_DIR`` (the notes folder, memd.engine.notes),
+``MEMD_NOTES_DIR`` (the notes folder, memd.engine.learning.notes),
 ``MEMD_HELPER`` and ``MEMD_HELPER_URL`` (the helper model LLM extraction asks),
 ``MEMD_HELPER_MODEL_PATH`` (a GGUF file for llama.cpp instead of the bundled one),
 ``MEMD_ENCRYPTION`` (``off``, ``env`` or ``keyring``: where the SQLite store's key comes
@@ -85,7 +85,7 @@ class Settings:
     dedup_threshold: float = 0.92  # cosine above which a new memory merges into an old one
     session_ttl_hours: float = 24.0
     # lifetimes of session-tier (L1) memories after their session and of episodic (L2)
-    # ones; the maintenance sweeps use their own constants (memd.engine.maintenance)
+    # ones; the maintenance sweeps use their own constants (memd.engine.background.maintenance)
     l1_ttl_hours: float = 24.0
     l2_ttl_days: float = 90.0
     # retrieval
@@ -93,7 +93,7 @@ class Settings:
     weights: Weights = field(default_factory=Weights)
     # the memory block holds a fact or memory only when it is about the request: its
     # cosine with the query reaches min_similarity and it shares content words with the
-    # query, or its cosine alone reaches sure_similarity (memd.engine.relevance); style
+    # query, or its cosine alone reaches sure_similarity (memd.engine.retrieval.relevance); style
     # rules and notes apply to every request
     min_similarity: float = 0.2
     sure_similarity: float = 0.45
@@ -101,7 +101,7 @@ class Settings:
     # user's stored messages, at most one of them only in the assistant's replies: a
     # question about something the user never mentioned gets no block. A history too
     # short to judge so (under 20 conversations) gets floors 0.1 higher (0.05 for
-    # sure_similarity) instead (memd.engine.vocabulary); with known_words = false the
+    # sure_similarity) instead (memd.engine.retrieval.vocabulary); with known_words = false the
     # floors are as set here for every history
     known_words: bool = True
     default_context_window: int = 8192
@@ -127,14 +127,14 @@ class Settings:
     # memory block together: given before what was retrieved, they must not crowd it out
     instruction_share: float = 0.25
     # the memory block also recalls related messages of the user's earlier conversations
-    # (memd.engine.recall), not only what extraction made memories and facts of
+    # (memd.engine.retrieval.recall), not only what extraction made memories and facts of
     memory_recall: bool = True
     # a past message is recalled when it is about the request as a memory must be, with
     # this floor for its cosine (bench/README.md, "bench_precision.py")
     recall_min_similarity: float = 0.2
     # and when the line it shows may answer the request: a score of its cosine, the
     # request's words it says and whether it holds the kind of word asked for (a number
-    # for "how many"), at least this (memd.engine.answers); 0 turns the test off
+    # for "how many"), at least this (memd.engine.retrieval.answers); 0 turns the test off
     recall_answer_floor: float = 0.03
     # and nothing is recalled for a request unless the likeliest answer among the lines
     # about it reaches this score: one decision per request, not per line (a block that
@@ -144,7 +144,7 @@ class Settings:
     # full-text ranking over all the user's messages on each new question
     recall_keyword: bool = True
     # messages of recent session histories kept in the process between compiles, checked
-    # against each session's history state (memd.engine.history); 0 turns it off
+    # against each session's history state (memd.engine.conversation.history); 0 turns it off
     history_cache_messages: int = 50_000
     # daemon
     host: str = "127.0.0.1"
@@ -167,7 +167,7 @@ class Settings:
     # acts only as the key's user; on PostgreSQL, Row-Level Security binds each request
     auth: bool = False
     job_interval: float = 0.5  # seconds between background job polls
-    # LLM extraction beside the rules (memd.engine.extract.llm), a background job per
+    # LLM extraction beside the rules (memd.engine.learning.extract.llm), a background job per
     # user message: the helper model it asks ("off", "auto": the bundled llama.cpp model
     # when installed, "llama", "openai" with helper_url and helper_model, or any
     # registered name). Off unless asked for: every message then costs seconds of CPU.
@@ -183,7 +183,7 @@ class Settings:
     # retention: the messages of a session with no new message for this many days are
     # deleted by a scheduled sweep (memories stay); 0 keeps them for ever
     retention_days: float = 0.0
-    # history compaction (memd.engine.compact): a session's oldest turns become an
+    # history compaction (memd.engine.background.compact): a session's oldest turns become an
     # episodic summary when its uncompressed history is over compact_after_tokens
     # (None: twice the session's context window; 0: never by tokens) or holds
     # compact_every_turns turns (0: never by turns; 20 folds turns 1-10 at turn 20); the
@@ -221,7 +221,7 @@ class Settings:
     # a restored object stays whole for virtual_restore_turns turns
     virtual_max_faults: int = 3
     virtual_restore_turns: int = 3
-    # the notes folder (memd.engine.notes): each Markdown file a standing instruction of
+    # the notes folder (memd.engine.learning.notes): each Markdown file a standing instruction of
     # the default user, or of a workspace in a subfolder named after it; None is
     # ``notes`` in the data dir
     notes_dir: Path | None = None

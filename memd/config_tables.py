@@ -10,7 +10,7 @@ from memd.errors import InvalidInput
 
 @dataclass(frozen=True)
 class Weights:
-    """Weights of the multi-signal retrieval score (see memd.engine.score)."""
+    """Weights of the multi-signal retrieval score (see memd.engine.retrieval.score)."""
 
     similarity: float = 0.45
     # similarity : keyword = 0.75 : 0.25, a convex combination of the two channels (cosine
@@ -28,7 +28,7 @@ class Weights:
 
 @dataclass(frozen=True)
 class Maintenance:
-    """How often each scheduled sweep runs, in seconds (memd.engine.schedule); 0 turns
+    """How often each scheduled sweep runs, in seconds (memd.engine.background.schedule); 0 turns
     one off. ``tick`` is how often the daemon's job worker looks for due sweeps."""
 
     tick: float = 60.0

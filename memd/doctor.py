@@ -177,7 +177,7 @@ def _load_llama(settings: Settings, what: str) -> Check:
 
 
 def helper_check(settings: Settings) -> Check:
-    from memd.engine.extract.llm import helper_from_settings
+    from memd.engine.learning.extract.llm import helper_from_settings
 
     if settings.helper == "off":
         if _llama_installed():  # what helper = "auto" and --upstream-url local would use

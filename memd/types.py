@@ -110,7 +110,7 @@ class Session:
     # turn_count): (turn_count, history_version) names one state of the stored history.
     history_version: int = 0
     # A few words naming what the session is about, from its first user message
-    # (memd.engine.titles); None until then.
+    # (memd.engine.conversation.titles); None until then.
     title: str | None = None
 
 

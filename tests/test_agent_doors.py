@@ -28,7 +28,7 @@ from test_real_agents import _memd_env, _settle
 
 import memd
 from memd.config import load_settings
-from memd.engine.inject import USER_CLOSE, USER_OPEN
+from memd.engine.block.inject import USER_CLOSE, USER_OPEN
 
 HOST = "staging.rocket.internal"
 BRANCH = "release-candidate-7"

@@ -20,8 +20,8 @@ from servers import memd_in_front, serve
 
 import memd
 from memd.config import load_settings
-from memd.engine.extract import STYLE_TAG
-from memd.engine.inject import USER_CLOSE, USER_OPEN
+from memd.engine.block.inject import USER_CLOSE, USER_OPEN
+from memd.engine.learning.extract import STYLE_TAG
 from memd.engine.memory import Memd
 from memd.engine.virtual import faults
 from memd.server.app import create_app

@@ -10,9 +10,9 @@ import pytest
 
 import memd
 from memd.config import load_settings
-from memd.engine.answers import BIAS, WEIGHTS, asks_for, features, holds, likelihood
-from memd.engine.compile import RECALL_KIND
+from memd.engine.block.compile import RECALL_KIND
 from memd.engine.memory import Memd
+from memd.engine.retrieval.answers import BIAS, WEIGHTS, asks_for, features, holds, likelihood
 from memd.errors import InvalidInput
 
 

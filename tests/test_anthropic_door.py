@@ -18,8 +18,8 @@ import pytest
 from anthropic_upstream import SIGNATURE, FakeAnthropic, prompt_bytes
 from servers import FakeUpstream, memd_in_front, poll, serve, wait_for_messages
 
-from memd.engine.chains import content_text
-from memd.engine.inject import USER_CLOSE, USER_OPEN
+from memd.engine.block.inject import USER_CLOSE, USER_OPEN
+from memd.engine.conversation.chains import content_text
 from memd.engine.memory import Memd
 from memd.models.tokens import calibrated_scale, counter_for
 from memd.server.windows import CALIBRATION_TEXT

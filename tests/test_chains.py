@@ -1,4 +1,4 @@
-"""The canonical form chain hashes are taken over (memd.engine.chains): what a client
+"""The canonical form chain hashes are taken over (memd.engine.conversation.chains): what a client
 rewrites when it resends a message it received does not change the message's hash, and
 what it means does."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from memd.engine import chains
+from memd.engine.conversation import chains
 
 
 def test_canonical_form_leaves_out_what_a_resend_rewrites() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import memd
-from memd.engine.extract import extract
-from memd.engine.templates import user_words
+from memd.engine.learning.extract import extract
+from memd.engine.learning.templates import user_words
 
 PROMPTS = sorted((Path(__file__).parent / "fixtures" / "client_prompts").glob("*.txt"))
 # Prompts whose sentences the rules would read as the user's standing instructions.

@@ -1,4 +1,4 @@
-"""History compaction (memd.engine.compact): past a threshold, a session's oldest turns
+"""History compaction (memd.engine.background.compact): past a threshold, a session's oldest turns
 become an L2 episodic summary, the turns are marked compressed into it, the session's
 summary is rolled, and the next compiled context gives that summary before the history
 it keeps. A helper's summary that fails its checks is replaced by an extractive one,
@@ -15,8 +15,8 @@ import pytest
 
 import memd
 from memd.config import load_settings
-from memd.engine import compact
-from memd.engine.compile import SUMMARY_PREFIX, CompileInput, compile_context
+from memd.engine.background import compact
+from memd.engine.block.compile import SUMMARY_PREFIX, CompileInput, compile_context
 from memd.errors import InvalidInput, ModelError
 from memd.models.tokens import count_text
 from memd.types import Memory, MemoryFilter, Message, Provenance, Session, Tier
@@ -303,10 +303,10 @@ def test_one_log_line_per_compaction_with_its_ratio_and_no_text(
 ) -> None:
     sid = lite.create_session("alice").id
     chat(lite, sid, 20)
-    caplog.set_level(logging.INFO, logger="memd.engine.compact")
+    caplog.set_level(logging.INFO, logger="memd.engine.background.compact")
     lite.jobs.run_due()
     [summary] = summaries(lite)
-    lines = [r.getMessage() for r in caplog.records if r.name == "memd.engine.compact"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "memd.engine.background.compact"]
     assert lines == [f"compacted session {sid} turns 1-20: "
                      f"{summary.metadata['source_tokens']} -> "
                      f"{summary.metadata['summary_tokens']} tokens, ratio "
@@ -358,7 +358,7 @@ def test_the_bundled_model_compacts_a_thirty_turn_session(tmp_path: Path) -> Non
 def test_an_ended_session_becomes_one_episode_once(tmp_path: Path) -> None:
     """The compaction sweep folds an expired session's turns into one summary and marks
     it; an active session below its threshold, or an ended one of one turn, is left."""
-    from memd.engine.schedule import TASKS
+    from memd.engine.background.schedule import TASKS
     from memd.types import SessionStatus
 
     with memd.open(tmp_path / "d", embedder="fake") as m:

@@ -1,4 +1,4 @@
-"""Property and example tests of the prefill context compiler (memd.engine.compile)."""
+"""Property and example tests of the prefill context compiler (memd.engine.block.compile)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam
 
-from memd.engine.compile import (
+from memd.engine.block.compile import (
     TASK_SPLITS,
     Candidate,
     CompileInput,

@@ -1,4 +1,4 @@
-"""Consolidation (memd.engine.consolidate): five or more alike episodic memories become
+"""Consolidation (memd.engine.background.consolidate): five or more alike episodic memories become
 one pattern memory that supersedes them; fewer stay as they are; the pattern's
 importance follows the episodes' outcomes; a helper's pattern is kept only when the
 episodes ground it. The store is exercised on both backends."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import memd
-from memd.engine import compact, consolidate
+from memd.engine.background import compact, consolidate
 from memd.errors import ModelError
 from memd.types import Memory, MemoryFilter, Tier
 from tests.scripted_helper import ScriptedHelper

@@ -27,7 +27,7 @@ from starlette.routing import Route
 
 from bench.prompt_cache import PromptCache, responses_prompt_bytes
 from memd.cli import main as cli
-from memd.engine.inject import USER_OPEN
+from memd.engine.block.inject import USER_OPEN
 from memd.engine.memory import Memd
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doors"

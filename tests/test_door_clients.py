@@ -24,7 +24,7 @@ from responses_upstream import ENCRYPTED, FakeResponses
 from servers import FakeUpstream, memd_in_front, serve
 from starlette.routing import Route
 
-from memd.engine.inject import USER_OPEN
+from memd.engine.block.inject import USER_OPEN
 from memd.engine.memory import Memd
 
 HOST = "staging.rocket.internal"

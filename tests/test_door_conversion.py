@@ -7,7 +7,7 @@ and redacted thinking, reasoning with encrypted content, unknown item kinds, sys
 prompts with cache_control breakpoints). For each:
 
 - the way back gives the request's own fields: ``unview(view(body))``;
-- the block the engine places (:func:`memd.engine.inject.place`, as a call does) goes
+- the block the engine places (:func:`memd.engine.block.inject.place`, as a call does) goes
   into the newest message the user typed, and nothing else changes: no other message,
   no cache_control block, nothing before the tool results of that message;
 - the chain hashes of the view, which identify the session, do not change when a
@@ -24,10 +24,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memd.engine import anthropic as a
-from memd.engine import responses as r
-from memd.engine.chains import chain_hashes
-from memd.engine.inject import newest_user, place
+from memd.engine.block.inject import newest_user, place
+from memd.engine.conversation.chains import chain_hashes
+from memd.engine.formats import anthropic as a
+from memd.engine.formats import responses as r
 
 PROPS = settings(max_examples=150, deadline=None)
 BLOCK = '<memory source="memd">\n- the user prefers tabs\n</memory>\n'

@@ -16,9 +16,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memd.engine import ollama as o
-from memd.engine.chains import chain_hashes
-from memd.engine.inject import newest_user, place
+from memd.engine.block.inject import newest_user, place
+from memd.engine.conversation.chains import chain_hashes
+from memd.engine.formats import ollama as o
 from memd.engine.validate import sanitized
 
 PROPS = settings(max_examples=150, deadline=None)

@@ -403,7 +403,7 @@ def test_context_reads_history_only_as_far_back_as_any_split_could_keep(
     split could give the history (85 % of what the window leaves after the reply's
     reserve), not at the whole window: the compiled context is the same as with a
     whole-window read, from fewer messages."""
-    from memd.engine import context
+    from memd.engine.block import context
 
     m = engine_on
     s = m.create_session("u", context_window=2000, max_response_tokens=400)
@@ -442,7 +442,7 @@ def test_access_statistics_are_gathered_then_enqueued_beside_the_reply(
     line, in that transaction."""
     import threading
 
-    import memd.engine.jobs as jobs_module
+    import memd.engine.background.jobs as jobs_module
     from memd.auth import acting_as
 
     m = engine_on

@@ -1,4 +1,4 @@
-"""Tests of the inline rules-based extractor (memd.engine.extract)."""
+"""Tests of the inline rules-based extractor (memd.engine.learning.extract)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memd.engine import extract as extract_module
-from memd.engine.extract import ExtractedFact, Extraction, extract, extract_entities
+from memd.engine.learning import extract as extract_module
+from memd.engine.learning.extract import ExtractedFact, Extraction, extract, extract_entities
 from memd.types import Provenance, Tier
 
 PROPS = settings(max_examples=300, deadline=None)

@@ -124,7 +124,7 @@ def test_private_helpers_keep_owner_bits_and_only_tighten(tmp_path: Path) -> Non
 
 
 def test_the_notes_folder_memd_makes_is_owner_only(tmp_path: Path) -> None:
-    from memd.engine.notes import NotesFolder
+    from memd.engine.learning.notes import NotesFolder
 
     with memd.open(tmp_path / "d") as m:
         NotesFolder(m).watcher()

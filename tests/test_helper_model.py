@@ -242,7 +242,7 @@ def test_openai_stream_errors_are_model_errors(served: Any) -> None:
 def test_the_same_ask_gets_the_same_answer(llama: HelperModel) -> None:
     """A prompt read again from llama.cpp's prompt cache is evaluated in other batch
     shapes; complete() reads it whole, so a greedy answer does not change."""
-    from memd.engine.extract.llm import MAX_TOKENS, prompt, schema
+    from memd.engine.learning.extract.llm import MAX_TOKENS, prompt, schema
 
     text = "Our team ships everything from the monorepo called Halibut."
     first = llama.complete(prompt(text), max_tokens=MAX_TOKENS, json_schema=schema(text))
@@ -258,7 +258,7 @@ def test_a_gguf_file_by_config_runs_the_helper_and_offline_chat(
     """helper_model_path (MEMD_HELPER_MODEL_PATH) names the GGUF file llama.cpp runs for
     the helper and for `memd serve --upstream-url local`."""
     from memd.config import load_settings
-    from memd.engine.extract.llm import helper_from_settings
+    from memd.engine.learning.extract.llm import helper_from_settings
     from memd.models.helper import llama_helper as configured
 
     gguf = tmp_path / "my-model.gguf"

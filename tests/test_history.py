@@ -1,5 +1,6 @@
-"""The history cache (memd.engine.history): what a compile gets from it is what a read of
-the store gives, whatever happened to the session in between, on both backends."""
+"""The history cache (memd.engine.conversation.history): what a compile gets
+from it is what a read of the store gives, whatever happened to the session in between,
+on both backends."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 import memd
-from memd.engine.history import HistoryCache, recent_history, trim
+from memd.engine.conversation.history import HistoryCache, recent_history, trim
 from memd.engine.memory import Memd
 from memd.types import Message
 

@@ -19,7 +19,7 @@ from pg import BACKENDS
 from servers import FakeUpstream, memd_in_front
 
 from memd.cli import main
-from memd.engine.inject import USER_CLOSE, USER_OPEN
+from memd.engine.block.inject import USER_CLOSE, USER_OPEN
 from memd.engine.memory import Memd
 
 

@@ -1,5 +1,5 @@
 """The memory block added to a client's own history: its budget, its placement, its
-stable text (memd.engine.inject), and the engine's side of a transparent call."""
+stable text (memd.engine.block.inject), and the engine's side of a transparent call."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from memd.engine.chat import WindowInfo, finish_chat, prepare_chat
-from memd.engine.compile import Candidate
-from memd.engine.inject import (
+from memd.engine.block.compile import Candidate
+from memd.engine.block.inject import (
     MIN_BLOCK_TOKENS,
     USER_CLOSE,
     USER_OPEN,
@@ -20,6 +19,7 @@ from memd.engine.inject import (
     place,
     room,
 )
+from memd.engine.conversation.chat import WindowInfo, finish_chat, prepare_chat
 from memd.engine.memory import Memd
 from memd.models.tokens import count_text, message_tokens
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 import memd
-from memd.engine.extract import STYLE_TAG, extract
+from memd.engine.learning.extract import STYLE_TAG, extract
 from memd.types import Provenance, Scope, Tier
 
 
-def only(text: str) -> memd.engine.extract.Extraction:
+def only(text: str) -> memd.engine.learning.extract.Extraction:
     found = extract(text)
     assert len(found) == 1, found
     return found[0]

@@ -21,9 +21,9 @@ from servers import free_port, wait_healthy
 
 import memd
 from memd.cli import main
-from memd.engine.jobs import MAX_ATTEMPTS
+from memd.engine.background.jobs import MAX_ATTEMPTS
+from memd.engine.learning.write import content_hash
 from memd.engine.memory import Memd
-from memd.engine.write import content_hash
 from memd.server.app import JobWorker, create_app
 from memd.types import Job, Provenance, Tier
 

@@ -213,8 +213,9 @@ def test_lazy_and_typing_cycles_are_only_the_known_ones() -> None:
 
 
 KNOWN_CYCLES = (
-    {"memd.engine.memory", "memd.engine.erase", "memd.engine.forget", "memd.engine.notes",
-     "memd.engine.resend", "memd.engine.sessions", "memd.engine.context"},
+    {"memd.engine.memory", "memd.engine.learning.erase", "memd.engine.learning.forget",
+     "memd.engine.learning.notes", "memd.engine.conversation.resend",
+     "memd.engine.conversation.sessions", "memd.engine.block.context"},
     {"memd.backends.postgres.connection", "memd.backends.postgres.partitions",
      "memd.backends.postgres.queries"},
 )

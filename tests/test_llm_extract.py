@@ -1,4 +1,4 @@
-"""LLM extraction beside the rules (memd.engine.extract.llm): scripted helpers prove that
+"""LLM extraction beside the rules (memd.engine.learning.extract.llm): scripted helpers prove that
 an invented value, a bad category or an answer that is not JSON stores nothing and is
 counted, while the rules' facts stand; the real bundled model reads a phrasing the rules
 miss, and the fact reaches a new session's context."""
@@ -15,8 +15,8 @@ from clock import Clock
 from fastapi.testclient import TestClient
 
 import memd
-from memd.engine.extract import extract
-from memd.engine.extract.llm import (
+from memd.engine.learning.extract import extract
+from memd.engine.learning.extract.llm import (
     MAX_CONFIDENCE,
     ExtractionFailed,
     grounded,

@@ -9,7 +9,7 @@ import pytest
 from clock import Clock
 
 import memd
-from memd.engine import maintenance as mt
+from memd.engine.background import maintenance as mt
 from memd.engine.memory import Memd
 from memd.types import Scope, SessionStatus, Tier
 

@@ -25,7 +25,7 @@ from servers import FakeUpstream, memd_in_front, serve
 
 import memd
 from memd.config import load_settings
-from memd.engine.inject import USER_CLOSE, USER_OPEN
+from memd.engine.block.inject import USER_CLOSE, USER_OPEN
 from memd.engine.memory import Memd
 from memd.server.app import create_app
 from memd.server.mcp_tools import PAGE

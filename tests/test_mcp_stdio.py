@@ -18,7 +18,7 @@ from mcp_client import MEMD_MCP, call, over_stdio
 from servers import FakeUpstream, open_memd, serve
 
 import memd
-from memd.engine.inject import USER_CLOSE, USER_OPEN
+from memd.engine.block.inject import USER_CLOSE, USER_OPEN
 from memd.engine.memory import Memd
 from memd.server.app import create_app
 from memd.server.discovery import store_place, write_daemon_file

@@ -145,7 +145,7 @@ def build(data_dir: Path, n_sessions: int, per_session: int, n_memories: int) ->
         for user in USERS:  # what a forget leaves behind
             store.add_forgotten(user, [hashlib.sha256(f"{user}{k}".encode()).hexdigest()
                                        for k in range(3)], clock())
-            # long paragraphs seen in two sessions (memd.engine.recurring)
+            # long paragraphs seen in two sessions (memd.engine.learning.recurring)
             for sid in (sessions[0].id, sessions[1].id):
                 store.see_paragraphs(user, sid, f"m-{sid}", [f"p-{user}"], clock())
             # the sessions of answers kept upstream (memd.server.responses)
@@ -443,7 +443,7 @@ def test_a_daemon_serving_the_target_never_caches_a_session_before_its_messages(
     state and serve it for good (appends only read newer turns). Sessions come after
     messages, so any prefix of the tables a run copies (a run killed between tables, then
     resumed) shows either no session or one with every message."""
-    from memd.engine.history import recent_history
+    from memd.engine.conversation.history import recent_history
     from memd.migrate import TABLES, migrate
 
     src = memd.open(tmp_path / "src", embedder="fake")

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 import memd
 from memd.backends.common.migrations import COPYING_KEY
 from memd.cli import main
-from memd.engine.schedule import SCHEDULE, schedule_id
+from memd.engine.background.schedule import SCHEDULE, schedule_id
 from memd.errors import StorageError
 
 PARTITIONS = (2, 2, 2)

@@ -21,10 +21,10 @@ from servers import FakeUpstream, poll, serve
 
 import memd
 from memd.config import load_settings
-from memd.engine.compile import NOTE_KIND, Candidate, fit_notes, pack_memory_block
+from memd.engine.block.compile import NOTE_KIND, Candidate, fit_notes, pack_memory_block
+from memd.engine.learning.notes import NotesFolder, split, stored_notes
+from memd.engine.learning.write import NOTE_TAG
 from memd.engine.memory import Memd
-from memd.engine.notes import NotesFolder, split, stored_notes
-from memd.engine.write import NOTE_TAG
 from memd.server.app import create_app
 from memd.types import Tier
 

@@ -16,8 +16,8 @@ import pytest
 from ollama_upstream import MODELS, TIMINGS, FakeOllama
 from servers import FakeUpstream, free_port, memd_in_front, poll, serve, wait_for_messages
 
-from memd.engine.chains import content_text
-from memd.engine.inject import USER_CLOSE, USER_OPEN
+from memd.engine.block.inject import USER_CLOSE, USER_OPEN
+from memd.engine.conversation.chains import content_text
 from memd.engine.memory import Memd
 
 HOST = "staging.rocket.internal"

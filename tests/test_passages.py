@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 
 import memd
-from memd.engine.erase import cache_keys
-from memd.engine.passages import passages
-from memd.engine.recall import RECALL_CHARS, around
-from memd.engine.relevance import content_words, related
+from memd.engine.learning.erase import cache_keys
+from memd.engine.retrieval.passages import passages
+from memd.engine.retrieval.recall import RECALL_CHARS, around
+from memd.engine.retrieval.relevance import content_words, related
 from memd.models.embedder import text_hash
 
 RENOVATION = [

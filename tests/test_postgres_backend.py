@@ -284,7 +284,7 @@ def test_pg_hnsw_candidate_list_covers_the_candidates_knn(pg_store: Any) -> None
     """Every pooled connection searches HNSW with a candidate list (hnsw.ef_search) at
     least as long as the memory candidates' KNN limit: a shorter one makes each such
     KNN go on iteratively past its first pass."""
-    from memd.engine.retrieve import Channels
+    from memd.engine.retrieval.retrieve import Channels
 
     s = pg_store
     for pool in (s.connection._pool, s.connection._side_pool, s.connection._own_pool):

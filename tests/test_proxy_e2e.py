@@ -17,7 +17,7 @@ import pytest
 from pg import BACKENDS
 from servers import FakeUpstream, memd_in_front
 
-from memd.engine.inject import USER_CLOSE, USER_OPEN
+from memd.engine.block.inject import USER_CLOSE, USER_OPEN
 from memd.engine.memory import Memd
 
 SYSTEM = {"role": "system", "content": "You are a terse assistant."}

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from servers import FakeUpstream, memd_in_front
 
-from memd.engine.compile import RECALL_HEADER
+from memd.engine.block.compile import RECALL_HEADER
 from memd.engine.memory import Memd
 
 pytestmark = pytest.mark.real_model

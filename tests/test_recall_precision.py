@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import memd
-from memd.engine.compile import (
+from memd.engine.block.compile import (
     MEMORIES_HEADER,
     RECALL_HEADER,
     RECALL_KIND,
@@ -19,11 +19,11 @@ from memd.engine.compile import (
     pack_memory_block,
     same_line,
 )
-from memd.engine.extract import STYLE_TAG
-from memd.engine.inject import build
+from memd.engine.block.inject import build
+from memd.engine.learning.extract import STYLE_TAG
 from memd.engine.memory import Memd
-from memd.engine.recall import only_asks
-from memd.engine.relevance import content_words, related
+from memd.engine.retrieval.recall import only_asks
+from memd.engine.retrieval.relevance import content_words, related
 from memd.models.tokens import count_text
 from memd.types import Scope, Tier
 

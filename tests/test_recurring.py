@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import memd
-from memd.engine import recurring
-from memd.engine.recurring import RETIRED_TAG, paragraph_key
+from memd.engine.learning import recurring
+from memd.engine.learning.recurring import RETIRED_TAG, paragraph_key
 from memd.models.helper import ChatMessage
 
 # An unknown client's context block: no template, no tag, long and sent in every chat.

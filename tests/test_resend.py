@@ -1,4 +1,4 @@
-"""What an agent sends again (memd.engine.resend): the checked copies, chain hashes and
+"""What an agent sends again (memd.engine.conversation.resend): the checked copies, chain hashes and
 token counts of its last request are reused for the messages it resends, and equal
 what reading the request afresh gives; the session lookup asks for the newest hashes
 first and still finds a session an old message branches from."""
@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from memd.engine import chains
 from memd.engine import validate as v
-from memd.engine.chat import WindowInfo, finish_chat, prepare_chat
+from memd.engine.conversation import chains
+from memd.engine.conversation.chat import WindowInfo, finish_chat, prepare_chat
+from memd.engine.conversation.resend import ResendCache
 from memd.engine.memory import Memd
-from memd.engine.resend import ResendCache
 from memd.errors import InvalidInput
 from memd.models.tokens import message_tokens
 
@@ -158,7 +158,7 @@ def test_the_query_is_the_newest_user_words_and_resent_messages_are_read_once(
     """A tool loop whose results come as user messages (as Cline sends them) keeps the
     query of the user's request; each message is read for user words once per
     conversation, not at every step."""
-    from memd.engine import resend, turns
+    from memd.engine.conversation import resend, turns
 
     read: list[str] = []
     real = turns.message_words

@@ -19,8 +19,8 @@ from servers import FakeUpstream, memd_in_front, poll, wait_for_messages
 from starlette.routing import Route
 
 from memd.cli import main
-from memd.engine.chains import content_text
-from memd.engine.inject import USER_CLOSE, USER_OPEN
+from memd.engine.block.inject import USER_CLOSE, USER_OPEN
+from memd.engine.conversation.chains import content_text
 from memd.engine.memory import Memd
 from memd.server.doors import NO_PLACE
 

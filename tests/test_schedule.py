@@ -1,4 +1,4 @@
-"""The scheduler (memd.engine.schedule): recurring sweeps as durable jobs, driven by a
+"""The scheduler (memd.engine.background.schedule): recurring sweeps as durable jobs, driven by a
 fake clock, on real SQLite and PostgreSQL; and a daemon left running sweeps on its own."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from fastapi.testclient import TestClient
 
 import memd
 from memd.config import Maintenance
+from memd.engine.background.schedule import TASKS, schedule_id
 from memd.engine.memory import Memd
-from memd.engine.schedule import TASKS, schedule_id
 from memd.server.app import create_app
 from memd.types import SessionStatus, Tier
 
@@ -157,7 +157,7 @@ def test_retention_deletes_exactly_the_inactive_sessions_messages(
         old_ids = {x.id for x in m.messages(old.id, "alice")}
         version = m.session(old.id, "alice").history_version
         clock.t = T0 + 31 * DAY
-        caplog.set_level(logging.INFO, logger="memd.engine.maintenance")
+        caplog.set_level(logging.INFO, logger="memd.engine.background.maintenance")
         m.jobs.schedule.tick()
         _drain(m)
         assert m.messages(old.id, "alice") == [] and m.messages(bobs.id, "bob") == []

@@ -14,10 +14,10 @@ import httpx
 import pytest
 from servers import memd_in_front, open_memd
 
-from memd.engine.chat import WindowInfo, finish_chat, prepare_chat
-from memd.engine.identity import Identity, client_family, model_family, prompt_sketch
+from memd.engine.conversation.chat import WindowInfo, finish_chat, prepare_chat
+from memd.engine.conversation.identity import Identity, client_family, model_family, prompt_sketch
+from memd.engine.conversation.resolve import conversation_of
 from memd.engine.memory import Memd
-from memd.engine.resolve import conversation_of
 from tests.agent_traffic import ScriptedUpstream
 
 WINDOW = WindowInfo(128_000, "config")

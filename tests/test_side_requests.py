@@ -1,4 +1,4 @@
-"""Side requests (memd.engine.side) and the headers that go upstream.
+"""Side requests (memd.engine.conversation.side) and the headers that go upstream.
 
 A client's title, summary, compaction or other call of its own beside the conversation is
 forwarded exactly as sent, gets no memory block, creates no session and teaches memd
@@ -20,9 +20,9 @@ from servers import FakeUpstream, postgres_url
 
 import memd
 from memd.config import load_settings
-from memd.engine.extract import STYLE_TAG
+from memd.engine.conversation.side import RecentTurns, side_reason
+from memd.engine.learning.extract import STYLE_TAG
 from memd.engine.memory import Memd
-from memd.engine.side import RecentTurns, side_reason
 from memd.errors import InvalidInput
 from memd.server.app import create_app
 from memd.types import Tier

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 import memd
-from memd.engine import compact
-from memd.engine.chat import finish_chat, prepare_chat
-from memd.engine.extract import extract
-from memd.engine.templates import CLIENT_LINES, is_client_line, user_words
-from memd.engine.turns import last_user_text
+from memd.engine.background import compact
+from memd.engine.conversation.chat import finish_chat, prepare_chat
+from memd.engine.conversation.turns import last_user_text
+from memd.engine.learning.extract import extract
+from memd.engine.learning.templates import CLIENT_LINES, is_client_line, user_words
 from tests.agent_traffic import KINDS, generate
 
 AIDER_FILES = (
@@ -73,7 +73,7 @@ def test_agent_traffic_makes_no_memory_but_a_stated_preference_does(
                         usage=None, model="gpt-4o")
         while engine.run_jobs():
             pass
-        # A long session's oldest turns become an episode (memd.engine.compact): the
+        # A long session's oldest turns become an episode (memd.engine.background.compact): the
         # user's own requests, none of the client's text
         episodes = [m.text for m in engine.list("local") if compact.TAG in m.tags]
         assert [m.text for m in engine.list("local") if compact.TAG not in m.tags] == []

@@ -1,4 +1,4 @@
-"""Session titles (memd.engine.titles): the rules title a session from its first user
+"""Session titles (memd.engine.conversation.titles): the rules title a session from its first user
 message with user words, in the append, once; the helper's title replaces it only when
 the message grounds it; a recalled message's line names its session's title. The store
 is exercised on both backends."""
@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 import memd
-from memd.engine.recall import render
-from memd.engine.titles import check_title, rule_title
+from memd.engine.conversation.titles import check_title, rule_title
+from memd.engine.retrieval.recall import render
 from memd.errors import ModelError
 from memd.types import Message
 from tests.sanitizer_corpus import OPENAI_PROJ

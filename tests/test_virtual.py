@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from memd.config import VirtualZones, load_settings
-from memd.engine.chat import WindowInfo
+from memd.engine.conversation.chat import WindowInfo
 from memd.engine.memory import Memd
 from memd.engine.virtual import Budget, call_mode, header_mode, virtualize
 from memd.engine.virtual.call import for_call

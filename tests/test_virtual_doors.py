@@ -27,8 +27,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from virtual_session import AgentSession, agent_session
 
-from memd.engine import anthropic as a
-from memd.engine import responses as r
+from memd.engine.formats import anthropic as a
+from memd.engine.formats import responses as r
 from memd.models.tokens import message_tokens, tool_tokens
 
 WINDOW = 16_384

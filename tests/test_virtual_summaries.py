@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from memd.engine.chat import WindowInfo
+from memd.engine.conversation.chat import WindowInfo
 from memd.engine.memory import Memd
 from memd.engine.virtual.call import for_call
 from memd.engine.virtual.fidelity import DETAILED, extractive

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from memd.engine.compile import NOTE_KIND, STYLE_RULE, Candidate
+from memd.engine.block.compile import NOTE_KIND, STYLE_RULE, Candidate
 from memd.engine.memory import Memd
-from memd.engine.vocabulary import (
+from memd.engine.retrieval.vocabulary import (
     FRAME,
     MIN_SESSIONS,
     REPLY_ONLY,

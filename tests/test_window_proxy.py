@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from memd.engine.inject import USER_OPEN
+from memd.engine.block.inject import USER_OPEN
 from memd.engine.memory import Memd
 
 
@@ -117,7 +117,7 @@ def _block(request: dict[str, Any]) -> str | None:
 
 FILLER = "Here is part of the build log: step ok, cache hit, linking done. "
 #: These tests are about the window, not about relevance: every memory counts as related
-#: to the request (memd.engine.relevance), whatever the fake embedder's cosine says.
+#: to the request (memd.engine.retrieval.relevance), whatever the fake embedder's cosine says.
 ALL_RELATED = {"sure_similarity": -1.0}
 DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 

@@ -103,7 +103,8 @@ class Lifecycle(Protocol):
     def ensure_history_partitions(self, now: float, months: int = 3) -> int:
         """Make the history's monthly partitions from ``now``'s month for ``months``
         months where missing (PostgreSQL; a store without them makes none); returns how
-        many were made. Runs outside any transaction (scheduled: memd.engine.schedule)."""
+        many were made. Runs outside any transaction (scheduled:
+        memd.engine.background.schedule)."""
         ...
 
 

@@ -255,9 +255,9 @@ class FactStore(Protocol):
 
 
 class ForgottenStore(Protocol):
-    """What a user made memd forget, as digests only (``memd.engine.write.forgotten_digest``):
-    extraction skips what is here, so a forgotten item never comes back from a later
-    extraction of the same message."""
+    """What a user made memd forget, as digests only
+    (``memd.engine.learning.write.forgotten_digest``): extraction skips what is here, so a
+    forgotten item never comes back from a later extraction of the same message."""
 
     def add_forgotten(self, user_id: str, digests: Sequence[str], now: float) -> None:
         """Remember these digests (one already there is kept)."""
@@ -270,7 +270,7 @@ class ForgottenStore(Protocol):
 
 class ParagraphStore(Protocol):
     """Hashes of the long paragraphs seen in a user's messages, and the sessions they were
-    seen in (``memd.engine.recurring``): one that recurs across sessions is client text."""
+    seen in (``memd.engine.learning.recurring``): one that recurs across sessions is client text."""
 
     def see_paragraphs(self, user_id: str, session_id: str, message_id: str,
                        keys: Sequence[str], now: float) -> list[ParagraphSeen]:

@@ -107,7 +107,7 @@ class JobQueue(Protocol):
 
     def pending_jobs(self) -> int:
         """How many jobs wait to run, the schedule's recurring ones (kind ``schedule``,
-        which stay queued for good: memd.engine.schedule) aside."""
+        which stay queued for good: memd.engine.background.schedule) aside."""
         ...
 
     def list_jobs(self, state: str, user_id: str | None = None,

@@ -19,20 +19,19 @@ from memd.backends.base import Store
 from memd.config import Settings, load_settings
 from memd.engine import validate as v
 from memd.engine.accounts import Accounts
-from memd.engine.context import ContextMixin
-from memd.engine.erase import ErasureMixin
-from memd.engine.extract import extract, extract_entities
-from memd.engine.forget import ForgetMixin
-from memd.engine.history import HistoryCache
-from memd.engine.inject import StableBlocks
-from memd.engine.jobs import JobRunner
-from memd.engine.notes import NoteCache
-from memd.engine.privacy import SessionPlaceholders, make_sanitizer
-from memd.engine.resend import ResendCache
-from memd.engine.retrieve import KINDS, search
-from memd.engine.sessions import SessionsMixin
-from memd.engine.side import RecentTurns
-from memd.engine.write import (
+from memd.engine.background.jobs import JobRunner
+from memd.engine.block.context import ContextMixin
+from memd.engine.block.inject import StableBlocks
+from memd.engine.conversation.history import HistoryCache
+from memd.engine.conversation.resend import ResendCache
+from memd.engine.conversation.sessions import SessionsMixin
+from memd.engine.conversation.side import RecentTurns
+from memd.engine.learning.erase import ErasureMixin
+from memd.engine.learning.extract import extract, extract_entities
+from memd.engine.learning.forget import ForgetMixin
+from memd.engine.learning.notes import NoteCache
+from memd.engine.learning.privacy import SessionPlaceholders, make_sanitizer
+from memd.engine.learning.write import (
     FactResult,
     MemoryDraft,
     WriteResult,
@@ -41,6 +40,7 @@ from memd.engine.write import (
     ingest,
     upsert_fact,
 )
+from memd.engine.retrieval.retrieve import KINDS, search
 from memd.errors import InvalidInput, NotFound, StorageError
 from memd.models.embedder import CachedEmbedder, Embedder
 from memd.models.tokens import count_text
@@ -89,11 +89,11 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
         self.jobs = JobRunner(store, self.embedder, self.settings, self.now)
         self.history = HistoryCache(self.settings.history_cache_messages)
         self.blocks = StableBlocks()  # each session's last memory block, for stable prompts
-        self.notes_cache = NoteCache()  # the notes channel's reads (memd.engine.notes)
+        self.notes_cache = NoteCache()  # the notes channel's reads (memd.engine.learning.notes)
         self.resent = ResendCache()  # the last requests' checked messages, for the next ones
-        self.recent_turns = RecentTurns()  # what side calls quote (memd.engine.side)
+        self.recent_turns = RecentTurns()  # what side calls quote (memd.engine.conversation.side)
         self.accounts = Accounts(store, self.now)  # users, keys, workspace members
-        # secrets never become memory (memd.engine.privacy); placeholders per session
+        # secrets never become memory (memd.engine.learning.privacy); placeholders per session
         self.sanitizer = make_sanitizer(self.settings)
         self.placeholders = SessionPlaceholders()
 

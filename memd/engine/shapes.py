@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from memd.engine.write import FactResult, WriteResult
+from memd.engine.learning.write import FactResult, WriteResult
 from memd.types import Fact, Memory, Message, QueuedJob, Session
 
 

@@ -28,9 +28,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memd.engine.jobs import embedded_texts
-from memd.engine.sessions import MAX_MESSAGES_PER_CALL
-from memd.engine.side import side_reason
+from memd.engine.background.jobs import embedded_texts
+from memd.engine.conversation.sessions import MAX_MESSAGES_PER_CALL
+from memd.engine.conversation.side import side_reason
 from memd.imports.model import Conversation, Turn
 from memd.types import Message, Session
 

@@ -51,7 +51,7 @@ TABLES: tuple[Table, ...] = (
           monthly="created_at"),
     # After the messages: a daemon serving the target must not see a session before all
     # its messages, since a session's (turn_count, history_version) names the history
-    # that a daemon's history cache keeps for it (memd.engine.history).
+    # that a daemon's history cache keeps for it (memd.engine.conversation.history).
     Table("sessions", ("user_id", "session_id")),
     Table("memories", ("user_id", "memory_id"),
           skip=frozenset({"access_count", "last_accessed_at", "relevance_accumulator"}),
@@ -68,7 +68,7 @@ TABLES: tuple[Table, ...] = (
     Table("memory_entities", ("user_id", "entity", "memory_id")),
     Table("usage_log", ("user_id", "usage_id")),
     Table("calls", ("call_id",)),
-    # The scheduler's recurring jobs (memd.engine.schedule) are a daemon's bookkeeping of
+    # The scheduler's recurring jobs (memd.engine.background.schedule) are a daemon's bookkeeping of
     # its own database: a target that a daemon served keeps its own, with their times.
     Table("jobs", ("job_id",), own_prefix="schedule-"),
     Table("embedding_cache", ("model", "content_hash")),

@@ -4,7 +4,7 @@ The same promise as the Chat Completions door (:mod:`memd.server.proxy`), throug
 same engine: the request goes upstream as the client sent it (``system``, ``tools``,
 thinking blocks and their signatures, ``cache_control`` breakpoints, unknown fields, the
 query string, ``anthropic-version`` and ``anthropic-beta``), plus one memory block in the
-user's newest typed turn (:mod:`memd.engine.anthropic` converts to and from the one
+user's newest typed turn (:mod:`memd.engine.formats.anthropic` converts to and from the one
 conversation model); the event stream is relayed as it arrives, never re-framed, and a
 tee rebuilds the reply for storage. Side requests (a title asked for as JSON, a client's
 own prompts) go as sent with no memory and no session.
@@ -24,7 +24,7 @@ import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from memd.engine import anthropic as a
+from memd.engine.formats import anthropic as a
 from memd.engine.validate import is_count
 from memd.errors import InvalidInput
 from memd.models.tokens import count_text

@@ -172,7 +172,7 @@ class Guard:
 class JobWorker:
     """Runs the engine's durable jobs in a background thread while the daemon is up, and
     every ``tick`` seconds (from the start) lets the scheduler queue the sweeps that are
-    due (memd.engine.schedule)."""
+    due (memd.engine.background.schedule)."""
 
     def __init__(self, engine: Memd, interval: float, tick: float | None = None,
                  on_error: Callable[[MemdError], None] | None = None) -> None:
@@ -275,7 +275,7 @@ def _watchers(app: FastAPI, config: ConfigSource | None,
               watch_notes: bool) -> list[FileWatcher]:
     """The file watchers of a running daemon: its config file (its directory is made if
     missing, so that a file created later is seen) and the notes folder."""
-    from memd.engine.notes import NotesFolder
+    from memd.engine.learning.notes import NotesFolder
 
     watchers: list[FileWatcher] = []
     if config is not None:

@@ -1,7 +1,7 @@
 """What every door of a chat API does with a call, once the door has read its format.
 
 A door (Anthropic Messages, OpenAI Responses) converts its request into memd's
-conversation model (:mod:`memd.engine.anthropic`, :mod:`memd.engine.responses`) and
+conversation model (:mod:`memd.engine.formats.anthropic`, :mod:`memd.engine.formats.responses`) and
 hands it here: a side request is recorded and forwarded as sent; a turn is stored and
 gets its memory block, which the door puts back into its own format; then the call goes
 upstream and its answer is relayed and stored (:func:`memd.server.proxy.relay`).
@@ -21,11 +21,12 @@ import httpx
 from fastapi import Request
 from fastapi.responses import Response
 
-from memd.engine import side, virtual
-from memd.engine.chat import prepare_chat, prepare_side
-from memd.engine.identity import client_family
-from memd.engine.resolve import conversation_of
-from memd.engine.side import side_reason
+from memd.engine import virtual
+from memd.engine.conversation import side
+from memd.engine.conversation.chat import prepare_chat, prepare_side
+from memd.engine.conversation.identity import client_family
+from memd.engine.conversation.resolve import conversation_of
+from memd.engine.conversation.side import side_reason
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.proxy import CHAT_ERRORS, Door, relay
 from memd.server.threads import in_thread

@@ -27,8 +27,8 @@ import httpx
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from memd.engine import completions as c
-from memd.engine.chat import PreparedCall, finish_chat
+from memd.engine.conversation.chat import PreparedCall, finish_chat
+from memd.engine.formats import completions as c
 from memd.engine.virtual import faults as f
 from memd.server.deps import engine_of
 from memd.server.threads import in_thread

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memd.engine import validate as v
-from memd.engine.inject import build
+from memd.engine.block.inject import build
 from memd.engine.memory import Memd
 from memd.engine.shapes import (
     fact_json,

@@ -4,7 +4,7 @@ provider) and cannot point at an OpenAI base URL.
 
 ``/api/chat`` keeps the promise of the other doors, through the same engine: the request
 goes upstream as the client sent it, plus one memory block before the text of the
-user's newest message (:mod:`memd.engine.ollama` converts to and from the one
+user's newest message (:mod:`memd.engine.formats.ollama` converts to and from the one
 conversation model); the answer, newline-delimited JSON when streaming (Ollama's
 default) or one JSON object, is relayed as it arrives, its last line's timing fields
 included, and a tee rebuilds the reply for storage. ``options.num_ctx``, when the client
@@ -29,8 +29,8 @@ import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from memd.engine import ollama as o
-from memd.engine.chat import prepare_side
+from memd.engine.conversation.chat import prepare_side
+from memd.engine.formats import ollama as o
 from memd.errors import MemdError
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.doors import converse

@@ -4,7 +4,7 @@ A call: resolve user, workspace and session; store what is new; resolve the mode
 context window (:mod:`memd.server.windows`); add memory (a client that sends its history
 gets every message forwarded unchanged plus one memory block within the window's
 headroom; a client that sends only its newest turn gets the compiled context: see
-:mod:`memd.engine.chat`); forward the request with every other field unchanged (tools,
+:mod:`memd.engine.conversation.chat`); forward the request with every other field unchanged (tools,
 tool_choice, response_format, temperature, unknown fields); relay the answer (SSE chunks
 are passed through byte for byte as they arrive, never buffered); then store the reply,
 usage and cost. If the client goes away mid-stream, what arrived is kept, marked
@@ -28,18 +28,19 @@ import httpx
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from memd.engine import completions as c
-from memd.engine import side, validate, virtual
-from memd.engine.chat import (
+from memd.engine import validate, virtual
+from memd.engine.conversation import side
+from memd.engine.conversation.chat import (
     PreparedCall,
     finish_chat,
     prepare_chat,
     prepare_side,
 )
-from memd.engine.identity import client_family
+from memd.engine.conversation.identity import client_family
+from memd.engine.conversation.resolve import conversation_of
+from memd.engine.conversation.side import side_reason
+from memd.engine.formats import completions as c
 from memd.engine.memory import Memd
-from memd.engine.resolve import conversation_of
-from memd.engine.side import side_reason
 from memd.errors import Conflict, InvalidInput
 from memd.server import faults
 from memd.server import schemas as s

@@ -4,7 +4,7 @@
 The same promise as the other doors, through the same engine: the request goes upstream
 as the client sent it (``instructions``, ``input`` items, ``tools``, ``reasoning``,
 ``include``, ``store``, ``prompt_cache_key``, unknown fields), plus one memory block in
-the user's newest message item (:mod:`memd.engine.responses` converts to and from the
+the user's newest message item (:mod:`memd.engine.formats.responses` converts to and from the
 one conversation model); the event stream is relayed as it arrives, and the final
 ``response.completed`` event gives the reply memd stores.
 
@@ -28,7 +28,7 @@ import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from memd.engine import responses as r
+from memd.engine.formats import responses as r
 from memd.engine.memory import Memd
 from memd.errors import InvalidInput
 from memd.server import schemas as s

@@ -1,4 +1,4 @@
-"""Virtualization wired into a proxied chat call (memd.engine.chat): the call's mode,
+"""Virtualization wired into a proxied chat call (memd.engine.conversation.chat): the call's mode,
 budget and, when it engages, the rewritten request."""
 
 from __future__ import annotations

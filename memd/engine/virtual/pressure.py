@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memd.config import VirtualZones
-from memd.engine.inject import MARGIN_MIN, MARGIN_SHARE
+from memd.engine.block.inject import MARGIN_MIN, MARGIN_SHARE
 from memd.engine.virtual.fidelity import COMPACT, DETAILED, EVICTED, FULL, STUB
 
 ZONES = ("normal", "caution", "warning", "critical", "emergency")
@@ -45,7 +45,7 @@ def zone(tokens: int, window: int, zones: VirtualZones) -> str:
 
 def fit_line(window: int) -> int:
     """What a request may fill of the window: all of it but the safety margin memd
-    keeps for the chat template and counting error (memd.engine.inject)."""
+    keeps for the chat template and counting error (memd.engine.block.inject)."""
     return window - max(MARGIN_MIN, int(window * MARGIN_SHARE))
 
 

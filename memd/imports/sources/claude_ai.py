@@ -4,7 +4,7 @@ Each has a ``uuid``, a ``name`` and ``chat_messages`` in order, each with ``send
 (``human`` or ``assistant``), ``created_at``, its ``text`` or ``content`` blocks, and the
 files the user attached (``attachments`` with their ``extracted_content``). An
 attachment is the file's text, not the user's words: it is kept with the message inside
-a ``<file>`` tag, which extraction leaves out (:mod:`memd.engine.templates`). The export
+a ``<file>`` tag, which extraction leaves out (:mod:`memd.engine.learning.templates`). The export
 has no project folders: no workspace.
 """
 

@@ -9,7 +9,7 @@ make one turn. Not the user's words, so not read as a user turn: lines of a suba
 summary of a compacted conversation (``isCompactSummary``), its note that the user
 stopped a reply; ``tool_result`` blocks are tool turns. Command wrappers and
 ``<system-reminder>`` blocks inside a user's text are client tags that extraction leaves
-out (:mod:`memd.engine.templates`).
+out (:mod:`memd.engine.learning.templates`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ messages sent to the model, in order) and ``task_metadata.json`` (files and mode
 Cline writes its own text into user messages: the ``<environment_details>`` block of
 every turn (whose ``# Current Working Directory (...)`` line names the workspace), tool
 results (``tool_result`` blocks, or text opening ``[tool for 'x'] Result:``), resumption
-notices; extraction leaves all of it out (:mod:`memd.engine.templates`). A message may
+notices; extraction leaves all of it out (:mod:`memd.engine.learning.templates`). A message may
 carry its time as ``ts`` (milliseconds); otherwise the task's start time is used.
 """
 
