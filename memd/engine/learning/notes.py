@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memd.backends.base import MemoryStore, Store
 from memd.engine import validate as v
@@ -46,7 +46,9 @@ from memd.private import private_dir
 from memd.types import Memory, MemoryFilter, Provenance, Scope, Tier
 
 if TYPE_CHECKING:
-    from memd.engine.memory import Memd
+    from memd.config import Settings
+    from memd.engine.block.inject import StableBlocks
+    from memd.models.embedder import Embedder
     from memd.watching import FileWatcher
 
 log = logging.getLogger("memd.notes")
@@ -131,10 +133,27 @@ def split(text: str, max_chars: int) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
+class NotesHost(Protocol):
+    """What syncing the folder needs of the engine (``Memd`` is one)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def embedder(self) -> Embedder: ...
+    @property
+    def notes_cache(self) -> NoteCache: ...
+    @property
+    def blocks(self) -> StableBlocks: ...
+    def redact(self, text: str) -> str: ...
+    def now(self) -> float: ...
+
+
 class NotesFolder:
     """Keeps the stored notes of ``engine``'s default user in step with the folder."""
 
-    def __init__(self, engine: Memd) -> None:
+    def __init__(self, engine: NotesHost) -> None:
         self.engine = engine
         self.root = engine.settings.notes_path
         self.user_id = engine.settings.default_user
