@@ -56,9 +56,36 @@ ROOT = HERE.parent
 SLOT = 2.0  # seconds
 
 
+def engine_layout_aliases() -> None:
+    """Older revisions kept the engine's modules flat (``memd/engine/recall.py``), while
+    this checkout's bench names them by subpackage (``memd.engine.retrieval.recall``):
+    where only the flat module exists, the subpackage's name is made an alias of it."""
+    import importlib
+    import importlib.util
+    import types
+
+    import memd.engine
+
+    for group in sorted((ROOT / "memd" / "engine").iterdir()):
+        package = f"memd.engine.{group.name}"
+        if not (group / "__init__.py").is_file() or importlib.util.find_spec(package):
+            continue
+        alias = types.ModuleType(package)
+        sys.modules[package] = alias
+        setattr(memd.engine, group.name, alias)
+        for path in group.iterdir():
+            name = path.stem
+            if name.startswith("__") or importlib.util.find_spec(f"memd.engine.{name}") is None:
+                continue
+            module = importlib.import_module(f"memd.engine.{name}")
+            sys.modules[f"{package}.{name}"] = module
+            setattr(alias, name, module)
+
+
 def worker(args: argparse.Namespace) -> None:
     """One side: set up and warm up, then run in slots ``args.slot``, +2, +4..."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    engine_layout_aliases()
     import gc
 
     import numpy as np
