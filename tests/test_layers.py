@@ -216,3 +216,17 @@ def test_the_cycle_finder_finds_a_planted_cycle() -> None:
     graph.setdefault("memd.engine.learning.notes", set()).add("memd.engine.memory")
     assert any({"memd.engine.memory", "memd.engine.learning.notes"} <= set(c)
                for c in _cycles(graph))
+
+
+def _private_imports(tree: ast.AST) -> list[str]:
+    return [f"{node.module}.{alias.name}" for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memd")
+            for alias in node.names if alias.name.startswith("_")]
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """A name another module needs is public where it is defined."""
+    found = [f"{module}: {name}" for module, path in modules().items()
+             for name in _private_imports(ast.parse(path.read_text("utf-8")))]
+    assert found == []
+    assert _private_imports(ast.parse("from memd.engine.x import _y")) == ["memd.engine.x._y"]

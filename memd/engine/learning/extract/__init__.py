@@ -19,7 +19,7 @@ it has no model and no I/O. It would rather miss a fact than invent one.
    these are peeled off and noted. A correction is also: a sentence that is only "No."
    (it marks the next one), "instead" (not "instead of"), "actually" before the value,
    "not X but Y", "I switched to X", and a second name in one message ("... call me Al").
-3. **Rules.** The first rule in ``_RULES`` whose lead-in matches the start of the clause
+3. **Rules.** The first rule in ``RULES`` whose lead-in matches the start of the clause
    wins: identity ("my name is", "call me", "I'm <Name>", "I work at", "I'm a <role>",
    "I live in", "I moved to", "my pronouns are", "my timezone is"), constraints ("I'm
    allergic to", "I don't eat", "I can't", "I never", "we must"), preferences ("I prefer X
@@ -49,14 +49,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from memd.engine.learning.extract.clauses import (
-    _clause_hits,
-    _finish,
-    _Hit,
-    _is_question,
-    _Markers,
-    _prose_lines,
-    _sentences,
-    _strip_markers,
+    Hit,
+    Markers,
+    clause_hits,
+    finish,
+    is_question,
+    prose_lines,
+    sentences_of,
+    strip_markers,
 )
 from memd.engine.learning.extract.entities import scan_terms
 from memd.engine.learning.extract.results import (
@@ -69,13 +69,13 @@ from memd.engine.learning.extract.results import (
     Extraction,
 )
 from memd.engine.learning.extract.rules import (
-    _CLAUSE_SPLIT,
-    _ELIDED,
-    _PROMPT_OPENING,
-    _SUBJECT_WORD,
-    _WORD,
+    CLAUSE_SPLIT,
+    ELIDED,
+    PROMPT_OPENING,
+    SUBJECT_WORD,
+    WORD,
 )
-from memd.engine.learning.extract.vocab import _EDGE, _NOT_ORDERS
+from memd.engine.learning.extract.vocab import EDGE, NOT_ORDERS
 
 __all__ = ["CATEGORIES", "HEDGED_CONFIDENCE", "MAX_CLAUSE_CHARS", "MIN_CLAUSE_WORDS",
            "STYLE_TAG", "ExtractedFact", "Extraction", "extract", "extract_entities"]
@@ -89,29 +89,29 @@ def extract(text: str) -> list[Extraction]:
     out: list[Extraction] = []
     seen: set[tuple[str, ExtractedFact | None]] = set()
     named = False  # a name was already given: another one corrects it
-    carry = _Markers()  # markers said on their own ("No." or "Actually, ...")
+    carry = Markers()  # markers said on their own ("No." or "Actually, ...")
     pasted = False  # in a paragraph of a prompt the user pasted ("You are a ...")
-    for line in _prose_lines(text):
-        pasted = bool(line) and (pasted or bool(_PROMPT_OPENING.match(line)))
-        for sentence in _sentences(line):
-            if _is_question(sentence):
-                carry = _Markers()
+    for line in prose_lines(text):
+        pasted = bool(line) and (pasted or bool(PROMPT_OPENING.match(line)))
+        for sentence in sentences_of(line):
+            if is_question(sentence):
+                carry = Markers()
                 continue
             # a sentence in quotes is someone else's words ("'I'm Lirien,' she says"),
             # and so are the orders of a prompt the user pasted
             quoted = sentence[:1] in "\"“‘'"
             before: tuple[str, bool] | None = None  # the clause before: subject, order?
             for clause, joined in _clauses(sentence):
-                clause = clause.strip(_EDGE)
-                body, marks = _strip_markers(clause)
+                clause = clause.strip(EDGE)
+                body, marks = strip_markers(clause)
                 if not body:
                     carry = carry.merged(marks)
                     continue
-                marks, carry = marks.merged(carry), _Markers()
-                elided = joined and before is not None and bool(_ELIDED.match(body))
+                marks, carry = marks.merged(carry), Markers()
+                elided = joined and before is not None and bool(ELIDED.match(body))
                 if elided and before and before[0]:  # "I live here and don't drive"
                     body = f"{before[0]} {body}"
-                hits = _clause_hits(clause, body, marks)
+                hits = clause_hits(clause, body, marks)
                 if elided and before and not before[0] and not before[1]:
                     hits = [h for h in hits if h.kind != "instruction"]
                 before = _subject(body, hits)
@@ -120,7 +120,7 @@ def extract(text: str) -> list[Extraction]:
                         continue
                     renamed = named and hit.key == "name"
                     named = named or hit.key == "name"
-                    ex = _finish(hit, marks, clause, renamed)
+                    ex = finish(hit, marks, clause, renamed)
                     if (ex.text, ex.fact) not in seen:
                         seen.add((ex.text, ex.fact))
                         out.append(ex)
@@ -135,25 +135,25 @@ def _clauses(sentence: str) -> Iterator[tuple[str, bool]]:
     the one before ("..., but don't ..."); after "so" a clause is its own ("I'll send the
     rest, so don't summarize yet")."""
     start, joined = 0, False
-    for m in _CLAUSE_SPLIT.finditer(sentence):
+    for m in CLAUSE_SPLIT.finditer(sentence):
         yield sentence[start:m.start()], joined
-        word = _WORD.search(m.group())
+        word = WORD.search(m.group())
         start, joined = m.end(), word is not None and word.group().lower() in _AND
     yield sentence[start:], joined
 
 
-def _subject(body: str, hits: list[_Hit]) -> tuple[str, bool]:
+def _subject(body: str, hits: list[Hit]) -> tuple[str, bool]:
     """Who a clause is about, for a clause after it that leaves its subject out: "I" or
     "we" (else ""), and whether it is an order (read as one, or opening with a verb)."""
-    said = _SUBJECT_WORD.match(body)
+    said = SUBJECT_WORD.match(body)
     first = body.split(None, 1)[0].lower()
     order = any(h.kind == "instruction" for h in hits) or not (
-        said or first in _NOT_ORDERS or first.endswith(("'s", "’s")))
+        said or first in NOT_ORDERS or first.endswith(("'s", "’s")))
     return (said.group("s") if said else "", order)
 
 
 def extract_entities(text: str) -> tuple[str, ...]:
     """Lowercase entity names in ``text`` (outside code): known tech terms (canonical:
     "k8s" is "kubernetes"), runs of capitalised words ("new york") and hashtags; sorted."""
-    names = {term.name for line in _prose_lines(text) for term in scan_terms(line)}
+    names = {term.name for line in prose_lines(text) for term in scan_terms(line)}
     return tuple(sorted(names))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memd.engine.learning.extract.rules import _TOKEN
-from memd.engine.learning.extract.vocab import _CAP_STOP, _CAPITALIZED_ONLY, _TERMS, _TITLES
+from memd.engine.learning.extract.rules import TOKEN
+from memd.engine.learning.extract.vocab import CAP_STOP, CAPITALIZED_ONLY, TERMS, TITLES
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class _Term:
 def _tokens(s: str) -> list[_Tok]:
     toks: list[_Tok] = []
     initial, last = True, 0
-    for m in _TOKEN.finditer(s):
+    for m in TOKEN.finditer(s):
         if any(c in ".!?:\n" for c in s[last:m.start()]):
             initial = True
         raw = m.group()
@@ -44,7 +44,7 @@ def _tokens(s: str) -> list[_Tok]:
             start = m.start() + lead
             toks.append(_Tok(start, start + len(word), word, initial))
             initial = False
-        initial = initial or (raw[-1] in ".!?" and word.lower() not in _TITLES)
+        initial = initial or (raw[-1] in ".!?" and word.lower() not in TITLES)
         last = m.end()
     return toks
 
@@ -64,7 +64,7 @@ def scan_terms(s: str) -> list[_Term]:
         if tok.word[0] == "#":
             tag = tok.word[1:].lower()
             if tag[:1].isalnum() or tag[:1] == "_":
-                canon = _TERMS.get(tag)
+                canon = TERMS.get(tag)
                 out.append(_Term(tok.start, tok.end, canon[0] if canon else tag,
                                  canon[1] if canon else ""))
             i += 1
@@ -92,10 +92,10 @@ def _lookup(s: str, toks: list[_Tok], i: int) -> tuple[_Term, int] | None:
                              for k in range(i, i + n - 1)):
             continue
         surface = " ".join(t.word.lower() for t in toks[i:i + n])
-        hit = _TERMS.get(surface)
+        hit = TERMS.get(surface)
         if hit is None:
             continue
-        if n == 1 and surface in _CAPITALIZED_ONLY and not toks[i].word[0].isupper():
+        if n == 1 and surface in CAPITALIZED_ONLY and not toks[i].word[0].isupper():
             return None
         return _Term(toks[i].start, toks[i + n - 1].end, hit[0], hit[1]), n
     return None
@@ -103,12 +103,12 @@ def _lookup(s: str, toks: list[_Tok], i: int) -> tuple[_Term, int] | None:
 
 def _proper(tok: _Tok) -> bool:
     w = tok.word
-    return w[0].isupper() and w.lower() not in _CAP_STOP and any(c.isalpha() for c in w)
+    return w[0].isupper() and w.lower() not in CAP_STOP and any(c.isalpha() for c in w)
 
 
 def is_tech(word: str) -> bool:
     low = word.lower()
-    return low in _TERMS and low not in _CAPITALIZED_ONLY
+    return low in TERMS and low not in CAPITALIZED_ONLY
 
 
 def text_entities(text: str) -> tuple[str, ...]:

@@ -62,7 +62,7 @@ MAX_TOKENS = 200
 RETRY_TEMPERATURE = 0.7
 MIN_WORDS = 3
 
-_WORD = re.compile(r"\w[\w'’.+#-]*[\w+#]|\w")
+WORD = re.compile(r"\w[\w'’.+#-]*[\w+#]|\w")
 _FIRST_PERSON = re.compile(r"\b(?:i|i'm|i’m|me|my|mine|we|we're|our|ours|us)\b", re.I)
 _SLUG = re.compile(r"[a-z0-9]+")
 STOP_WORDS = frozenset(
@@ -109,7 +109,7 @@ class Outcome:
 def worth_asking(text: str) -> bool:
     """Whether a message may tell something about the user: a few words, one of them
     about the user or their team ("I", "my", "we", "our")."""
-    return len(_WORD.findall(text[:MAX_SOURCE_CHARS])) >= MIN_WORDS and bool(
+    return len(WORD.findall(text[:MAX_SOURCE_CHARS])) >= MIN_WORDS and bool(
         _FIRST_PERSON.search(text[:MAX_SOURCE_CHARS]))
 
 
@@ -119,7 +119,7 @@ def source(text: str) -> str:
 
 
 def _words(text: str) -> list[str]:
-    return _WORD.findall(text)
+    return WORD.findall(text)
 
 
 def _norm(text: str) -> str:

@@ -1,4 +1,4 @@
-"""The extractor's regular expressions and its rule table, ``_RULES``, first match wins.
+"""The extractor's regular expressions and its rule table, ``RULES``, first match wins.
 
 Every lead-in the extractor knows is here, in one place, so the order of the rules and
 the linearity of the patterns (tests/test_extract.py checks it) can be read at a glance.
@@ -28,15 +28,15 @@ _SUBJECT = (rf"(?:i|my|we|our|please|always|never|{_DONT}|call\s+me|from\s+now\s
             r"actually|remember)\b")
 _CONJ = r"(?:and|but|so|plus|also|although|though|because|since|while|whereas)"
 
-_SENT_SPLIT = re.compile(r"(?<=[.!?;])\s+")
-_CLAUSE_SPLIT = re.compile(
+SENT_SPLIT = re.compile(r"(?<=[.!?;])\s+")
+CLAUSE_SPLIT = re.compile(
     rf"(?<=[\w)\"'’])(?:\s*+,\s*+(?:{_CONJ}\s++)?|\s++{_CONJ}\s++)(?={_SUBJECT})", re.I
 )
-_WORD = re.compile(r"\w+")
-_WS_TOKEN = re.compile(r"\S+")
-_TOKEN = re.compile(r"[\w#.][\w#.+'’-]*")
-_NAME_WORD = re.compile(r"[^\W\d_][\w'’.-]{0,30}")
-_QUESTION_START = re.compile(
+WORD = re.compile(r"\w+")
+WS_TOKEN = re.compile(r"\S+")
+TOKEN = re.compile(r"[\w#.][\w#.+'’-]*")
+NAME_WORD = re.compile(r"[^\W\d_][\w'’.-]{0,30}")
+QUESTION_START = re.compile(
     r"(?:what|who|whom|whose|where|when|why|how|which|is|are|was|were|does|did|can|could|"
     r"would|should|will|shall|may|might|am|have|has|had|whether|if|unless|suppose|imagine|"
     rf"(?:is|are|does|did|wo|would|should|could){_A}?n{_A}?t|do(?!\s+not\b))\b"
@@ -44,7 +44,7 @@ _QUESTION_START = re.compile(
     rf"|i\s+{_DONT}\s+know\b",
     re.I,
 )
-_LEAD = re.compile(
+LEAD = re.compile(
     rf"(?P<corr>actually|correction|i\s+meant(?:\s+to\s+say)?|to\s+clarify)\b[\s,:;.!-]*"
     rf"|(?P<corr2>no|nope|nah|wait|sorry|oops|wrong|incorrect|not\s+quite"
     rf"|that{_A}?s\s+(?:wrong|incorrect|not\s+right|not\s+true))(?:\s*[,:;.!-]+\s*|$)"
@@ -66,52 +66,52 @@ _LEAD = re.compile(
     r"|not\s+that\s+it\s+matters|while\s+i\s+(?:remember|think\s+of\s+it))\b[\s,:;.!-]*",
     re.I,
 )
-_TRAILERS = (("from now on", "fnow"), ("going forward", "fnow"), ("in the future", "fnow"),
+TRAILERS = (("from now on", "fnow"), ("going forward", "fnow"), ("in the future", "fnow"),
              ("from here on", "fnow"), ("instead", "corr"), ("please", ""), ("thanks", ""),
              ("thank you", ""), ("btw", ""), ("lol", ""))
-_HEDGE = re.compile(
+HEDGE = re.compile(
     r"\b(?:maybe|probably|perhaps|possibly|might|kinda|kind\s+of|sort\s+of|sorta|i\s+think"
     r"|i\s+guess|i\s+suppose|i\s+believe|not\s+sure)\b",
     re.I,
 )
-_INSTEAD = re.compile(r"\binstead\b(?!\s+of\b)", re.I)
-_VALUE_LEAD = re.compile(
+INSTEAD = re.compile(r"\binstead\b(?!\s+of\b)", re.I)
+VALUE_LEAD = re.compile(
     r"(?:(?P<actually>actually)\s+|(?:now|really|just|still|also|currently|definitely"
     r"|totally|simply|usually|mostly)\s+)?"
     r"(?P<notbut>not\s+[^,;]{1,80}?,?\s+but\s+(?:rather\s+)?)?",
     re.I,
 )
-_NEGATED = re.compile(rf"(?:not|never|n{_A}t)\b", re.I)
-_COMPARATOR = re.compile(
+NEGATED = re.compile(rf"(?:not|never|n{_A}t)\b", re.I)
+COMPARATOR = re.compile(
     r"\b(?:over|to|than|rather\s+than|instead\s+of|versus|vs|for|not|when|whenever|unless"
     r"|if|because|except|but)\b",
     re.I,
 )
-_VERSION = re.compile(r"\s?v?\d[\d.x]{0,8}")
+VERSION = re.compile(r"\s?v?\d[\d.x]{0,8}")
 # Command-line flags after a tool: "pytest with -x", "ruff using --fix and --unsafe-fixes"
 _FLAG = r"-{1,2}\w[\w=.-]{0,40}"
-_FLAGS = re.compile(rf"\s{{1,3}}(?:with|using)\s{{1,3}}(?:the\s{{1,3}})?{_FLAG}"
+FLAGS = re.compile(rf"\s{{1,3}}(?:with|using)\s{{1,3}}(?:the\s{{1,3}})?{_FLAG}"
                     + rf"(?:[\s,]{{1,3}}(?:and\s{{1,3}})?{_FLAG})?" * 3
                     + r"(?:\s{1,3}(?:flags?|options?|switch(?:es)?))?", re.I)
-_AT_ORG = re.compile(r"[\s,]*(?:at|for|with)\s+", re.I)
-_THIRD_PERSON = re.compile(
+AT_ORG = re.compile(r"[\s,]*(?:at|for|with)\s+", re.I)
+THIRD_PERSON = re.compile(
     rf"\b(?:i{_A}m|i{_A}ve|i{_A}d|i{_A}ll|i|me|my|mine|myself|you{_A}re|yourself|yours|your|you)\b",
     re.I,
 )
 # An instruction said to hold beyond this conversation ("always", "from now on", "in all
 # our chats"); one bound to this conversation ("here", "stay in character", "for now"),
-# unless said to hold across conversations (_EVERY_CHAT).
-_GENERAL = re.compile(r"\b(?:always|never|every\s+time|whenever|by\s+default|in\s+general"
+# unless said to hold across conversations (EVERY_CHAT).
+GENERAL = re.compile(r"\b(?:always|never|every\s+time|whenever|by\s+default|in\s+general"
                       r"|from\s+now\s+on|going\s+forward|henceforth|in\s+the\s+future)\b", re.I)
-_EVERY_CHAT = re.compile(r"\b(?:in|across|for)\s+(?:all|every|any|each|future|later|other)"
+EVERY_CHAT = re.compile(r"\b(?:in|across|for)\s+(?:all|every|any|each|future|later|other)"
                          r"\s+(?:of\s+)?(?:our\s+|my\s+|the\s+)?(?:chats?|conversations?"
                          r"|sessions?|threads?|projects?)\b", re.I)
-_THIS_CHAT = re.compile(r"\b(?:here|for\s+now|this\s+(?:chat|conversation|session|thread|time"
+THIS_CHAT = re.compile(r"\b(?:here|for\s+now|this\s+(?:chat|conversation|session|thread|time"
                         r"|task|story|game|scene|round)|in\s+character|(?:stay|remain|keep)"
                         r"\s+in\s+(?:character|role)|pretend|role-?play|act\s+as|the\s+(?:role"
                         r"|character|persona|game|story))\b", re.I)
 # A rule about the form of every answer: its language, tone, format, length, code style.
-_STYLE = re.compile(
+STYLE = re.compile(
     r"\b(?:(?:answer|respond|reply|write|speak|talk)\w*\s[\w\s]{0,30}?\bin\s+[A-Z][a-z]+"
     r"|english|french|german|spanish|italian|portuguese|dutch|chinese|japanese|korean"
     r"|russian|formal(?:ly)?|casual(?:ly)?|polite(?:ly)?|friendly|tone|concise(?:ly)?"
@@ -122,31 +122,31 @@ _STYLE = re.compile(
     re.I)
 # A line that opens a prompt the user pasted, about an assistant: its orders are the
 # prompt's, not the user's ("You are a helpful assistant. Always answer in JSON.").
-_PROMPT_OPENING = re.compile(r"\s*(?:you\s+are\s+(?:an?|the)\s|as\s+an\s+ai\b"
+PROMPT_OPENING = re.compile(r"\s*(?:you\s+are\s+(?:an?|the)\s|as\s+an\s+ai\b"
                              r"|the\s+(?:assistant|ai|model|agent)\s+(?:is|must|should|will"
                              r"|always|never)\b)", re.I)
 # "the staging host is staging.rocket.internal", said after "remember"
-_NOTE_FACT = re.compile(r"(?:the|our|my)\s+(?P<noun>[a-z][\w -]{0,40}?)\s+(?:is|are)\s+"
+NOTE_FACT = re.compile(r"(?:the|our|my)\s+(?P<noun>[a-z][\w -]{0,40}?)\s+(?:is|are)\s+"
                         r"(?P<v>[^\s,;].{0,119})", re.I)
 # A clause that opens with its verb after another one in the same sentence ("I live in a
 # city and don't have a car") has that one's subject, and is an order only after an order
 # ("use tabs and never add comments").
-_ELIDED = re.compile(rf"(?:{_DONT}|{_CANT}|never|always)\b", re.I)
-_SUBJECT_WORD = re.compile(rf"(?P<s>i|we)(?:{_A}(?:m|ve|d|ll|re)|\s+(?:am|are|have|had|would))?\s",
+ELIDED = re.compile(rf"(?:{_DONT}|{_CANT}|never|always)\b", re.I)
+SUBJECT_WORD = re.compile(rf"(?P<s>i|we)(?:{_A}(?:m|ve|d|ll|re)|\s+(?:am|are|have|had|would))?\s",
                            re.I)
 # An order about the reader's own good ("take care of yourself", "don't be too hard on
 # yourself"): advice to a person, not an order to the assistant ("don't repeat yourself").
-_ADVICE = re.compile(r"\b(?:to|on|of|for|with|about)\s+yourself\b", re.I)
-_YOU_SHOULD = re.compile(r"you\s+(?:should|must|will|need\s+to|have\s+to)\s+", re.I)
+ADVICE = re.compile(r"\b(?:to|on|of|for|with|about)\s+yourself\b", re.I)
+YOU_SHOULD = re.compile(r"you\s+(?:should|must|will|need\s+to|have\s+to)\s+", re.I)
 
 
 @dataclass(frozen=True, slots=True)
-class _Rule:
+class Rule:
     """A lead-in anchored at the start of a clause and what to make of the words after it.
 
     ``key``: a fact key, ``"*"`` for the key of the vocabulary term in the value, ``"@noun"``
     for the key named by the ``noun`` group, None for a memory with no fact. ``read``: how
-    the value is read (see ``_read_value``). A ``v`` group in the regex is the value itself.
+    the value is read (see ``read_value``). A ``v`` group in the regex is the value itself.
     ``need``: the rule applies only when the value holds a term of this vocabulary kind
     (``"*"``: of any kind that names a key).
     """
@@ -167,13 +167,13 @@ class _Rule:
 def _r(kind: str, pattern: str, template: str, *, key: str | None = None,
        confidence: float = 0.9, read: str = "phrase", category: str = "",
        need: str | None = None, block: str = "", importance: float | None = None,
-       corrects: bool = False) -> _Rule:
-    return _Rule(kind, re.compile(pattern, re.I), template, key, confidence, read, category,
+       corrects: bool = False) -> Rule:
+    return Rule(kind, re.compile(pattern, re.I), template, key, confidence, read, category,
                  need, frozenset(block.split()), importance, corrects)
 
 
 _FREQ = r"(?:(?:currently|now|usually|always|mostly|typically|also)\s+)?"
-_RULES: tuple[_Rule, ...] = (
+RULES: tuple[Rule, ...] = (
     # -- identity
     _r("identity", rf"my\s+(?:(?:full|first|real|actual|preferred)\s+)?name(?:{_A}s|\s+is)\s+",
        "User's name is {v}", key="name", confidence=1.0, read="loose_name"),
@@ -326,7 +326,7 @@ _RULES: tuple[_Rule, ...] = (
        "User wants the assistant to {v}", read="clause"),
 )
 
-_KINDS = {  # kind -> provenance, tier, default importance
+KINDS = {  # kind -> provenance, tier, default importance
     "identity": (Provenance.USER_STATED, Tier.SEMANTIC, 0.9),
     "preference": (Provenance.PREFERENCE, Tier.PROCEDURAL, 0.7),
     "constraint": (Provenance.USER_STATED, Tier.PROCEDURAL, 0.85),

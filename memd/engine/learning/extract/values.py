@@ -9,38 +9,38 @@ from __future__ import annotations
 
 from memd.engine.learning.extract.entities import is_tech, scan_terms
 from memd.engine.learning.extract.rules import (
-    _COMPARATOR,
-    _FLAGS,
-    _NAME_WORD,
-    _THIRD_PERSON,
-    _VERSION,
-    _WORD,
-    _WS_TOKEN,
+    COMPARATOR,
+    FLAGS,
+    NAME_WORD,
+    THIRD_PERSON,
+    VERSION,
+    WORD,
+    WS_TOKEN,
 )
 from memd.engine.learning.extract.vocab import (
-    _CLAUSE_CUT,
-    _CLAUSE_STOPS,
-    _CUT,
-    _DETERMINERS,
-    _IRREGULAR,
-    _KEYLESS,
-    _LIST_STOPS,
-    _MODALS,
-    _NAME_FOLLOWERS,
-    _NOT_NAMES,
-    _NOT_PLACES,
-    _NOT_ROLES,
-    _NOUN_KEYS,
-    _PRONOUNS,
-    _ROLE_NOUNS,
-    _ROLE_STOPS,
-    _STRICT_STOPS,
-    _TITLES,
+    CLAUSE_CUT,
+    CLAUSE_STOPS,
+    CUT,
+    DETERMINERS,
+    IRREGULAR,
+    KEYLESS,
+    LIST_STOPS,
+    MODALS,
+    NAME_FOLLOWERS,
+    NOT_NAMES,
+    NOT_PLACES,
+    NOT_ROLES,
+    NOUN_KEYS,
+    PRONOUNS,
+    ROLE_NOUNS,
+    ROLE_STOPS,
+    STRICT_STOPS,
+    TITLES,
 )
 
 
 # -- reading values ----------------------------------------------------------------------
-def _read_value(mode: str, rest: str, lower: bool) -> tuple[str, int]:
+def read_value(mode: str, rest: str, lower: bool) -> tuple[str, int]:
     """The value at the head of ``rest`` and where it ends."""
     if mode == "loose_name":
         return _read_name(rest, lowercase_ok=True)
@@ -49,20 +49,20 @@ def _read_value(mode: str, rest: str, lower: bool) -> tuple[str, int]:
     if mode == "proper_name":
         return _read_name(rest, lowercase_ok=False)
     if mode == "clause":
-        return _read(rest, _CLAUSE_STOPS, 25, _CLAUSE_CUT)
+        return read_words(rest, CLAUSE_STOPS, 25, CLAUSE_CUT)
     if mode == "role":
-        value, end = _read(rest, _ROLE_STOPS, 6, _CUT)
+        value, end = read_words(rest, ROLE_STOPS, 6, CUT)
         return (value, end) if _is_role(value) else ("", 0)
-    stops, most = {"short": (_LIST_STOPS, 4), "list": (_LIST_STOPS, 8)}.get(
-        mode, (_STRICT_STOPS, 6))
-    return _read(rest, stops, most, _CUT)
+    stops, most = {"short": (LIST_STOPS, 4), "list": (LIST_STOPS, 8)}.get(
+        mode, (STRICT_STOPS, 6))
+    return read_words(rest, stops, most, CUT)
 
 
-def _read(s: str, stops: frozenset[str], most: int, cut: str) -> tuple[str, int]:
+def read_words(s: str, stops: frozenset[str], most: int, cut: str) -> tuple[str, int]:
     """Words at the head of ``s`` up to a stop word (not the first), a word followed by
     one of ``cut`` (included) or ``most`` words: the slice of ``s`` and its end."""
     start = end = 0
-    for i, m in enumerate(_WS_TOKEN.finditer(s)):
+    for i, m in enumerate(WS_TOKEN.finditer(s)):
         token = m.group()
         body = token.lstrip("\"'“‘([")
         word = body.rstrip(".,;:!?)]}\"'”’")
@@ -80,10 +80,10 @@ def _read(s: str, stops: frozenset[str], most: int, cut: str) -> tuple[str, int]
 def _read_name(s: str, *, lowercase_ok: bool) -> tuple[str, int]:
     """One to three name-like words: capitalised, or a lowercase first one if allowed."""
     start = end = 0
-    for i, m in enumerate(_WS_TOKEN.finditer(s)):
+    for i, m in enumerate(WS_TOKEN.finditer(s)):
         token = m.group()
         word = token.rstrip(".,;:!?)\"'”’")
-        ok = bool(_NAME_WORD.fullmatch(word)) and word.lower() not in _NOT_NAMES
+        ok = bool(NAME_WORD.fullmatch(word)) and word.lower() not in NOT_NAMES
         ok = ok and not is_tech(word)
         if ok and not word[0].isupper():
             ok = i == 0 and lowercase_ok
@@ -94,18 +94,18 @@ def _read_name(s: str, *, lowercase_ok: bool) -> tuple[str, int]:
         if i == 0:
             start = m.start()
         end = m.start() + len(word)
-        if i == 2 or (len(word) < len(token) and word.lower() not in _TITLES):
+        if i == 2 or (len(word) < len(token) and word.lower() not in TITLES):
             break
-    return ("", 0) if s[start:end].lower() in _TITLES else (s[start:end], end)
+    return ("", 0) if s[start:end].lower() in TITLES else (s[start:end], end)
 
 
-def _follows_name(after: str) -> bool:
+def follows_name(after: str) -> bool:
     """Whether the words after "I'm <Name>" leave it a name ("I'm Alex from ...")."""
     after = after.lstrip(" \t")
     if not after or not after[0].isalnum():
         return True
     first = after.split(None, 1)[0].lower()
-    return first in _NAME_FOLLOWERS
+    return first in NAME_FOLLOWERS
 
 
 def _is_role(value: str) -> bool:
@@ -113,13 +113,13 @@ def _is_role(value: str) -> bool:
     if not words:
         return False
     last = words[-1]
-    if last in _ROLE_NOUNS:
+    if last in ROLE_NOUNS:
         return True
-    return (len(last) >= 5 and last not in _NOT_ROLES and last.isalpha()
+    return (len(last) >= 5 and last not in NOT_ROLES and last.isalpha()
             and last.endswith(("er", "or", "ist", "ian", "ant", "ent")))
 
 
-def _plausible(key: str, value: str, lower: bool) -> bool:
+def plausible(key: str, value: str, lower: bool) -> bool:
     first = value.split(None, 1)[0].lower()
     if key == "timezone":
         return any(c.isupper() or c.isdigit() or c == "/" for c in value)
@@ -128,33 +128,33 @@ def _plausible(key: str, value: str, lower: bool) -> bool:
     if key in ("employer", "location", "company_location"):  # not "I work at night"
         if "same" in value.lower().split():  # "the same area as ...": no place on its own
             return False
-        return (value[:1].isupper() or first in _DETERMINERS
-                or (lower and first not in _NOT_NAMES and first not in _NOT_PLACES))
+        return (value[:1].isupper() or first in DETERMINERS
+                or (lower and first not in NOT_NAMES and first not in NOT_PLACES))
     if key == "stack":
         return bool(scan_terms(value))
     return True
 
 
-def _keyed(value: str) -> tuple[str, str] | None:
+def keyed_fact(value: str) -> tuple[str, str] | None:
     """The fact key and value named by the vocabulary terms at the head of ``value``
     (before "over", "for", "than", ...): "Python and Go for scripts" is language."""
-    first = _WORD.search(value)
+    first = WORD.search(value)
     if first is None:
         return None
-    cmp = _COMPARATOR.search(value, first.end())
+    cmp = COMPARATOR.search(value, first.end())
     head = value[: cmp.start()] if cmp else value
     terms = [t for t in scan_terms(head) if t.kind]
-    if not terms or terms[0].kind in _KEYLESS:
+    if not terms or terms[0].kind in KEYLESS:
         return None
     kind, start, end = terms[0].kind, terms[0].start, terms[0].end
     for t in terms[1:]:  # "Python, Go and Rust"
         if t.kind != kind or head[end:t.start].strip(" ,/&").lower() not in ("", "and", "or"):
             break
         end = t.end
-    version = _VERSION.match(head, end)
+    version = VERSION.match(head, end)
     if version is not None:
         end = version.end() - (len(version.group()) - len(version.group().rstrip(".")))
-    detail = _FLAGS.match(head, end)
+    detail = FLAGS.match(head, end)
     if detail is not None:  # "pytest with -x": the flags are part of the preference
         end = detail.end()
     before = head[:start].rstrip()
@@ -164,8 +164,8 @@ def _keyed(value: str) -> tuple[str, str] | None:
     return kind, head[start:end]
 
 
-def _noun_key(noun: str, favorite: bool) -> str | None:
-    key = _NOUN_KEYS.get(noun)
+def noun_key(noun: str, favorite: bool) -> str | None:
+    key = NOUN_KEYS.get(noun)
     if key is not None or not favorite:
         return key
     slug = "_".join("".join(c for c in w if c.isalnum()) for w in noun.split())
@@ -173,17 +173,17 @@ def _noun_key(noun: str, favorite: bool) -> str | None:
 
 
 # -- wording -----------------------------------------------------------------------------
-def _third_person(text: str) -> str:
+def third_person(text: str) -> str:
     """The user's words as a third party's: "reply to me" -> "reply to the user"."""
-    return _THIRD_PERSON.sub(
-        lambda m: _PRONOUNS.get(m.group().lower().replace("’", "'"), m.group()), text)
+    return THIRD_PERSON.sub(
+        lambda m: PRONOUNS.get(m.group().lower().replace("’", "'"), m.group()), text)
 
 
-def _order(text: str) -> str:
+def third_person_order(text: str) -> str:
     """An order in third person, its sentence-initial capital gone: "Use tabs" -> "use tabs"."""
     if text[:1].isupper() and text[1:2].islower() and not is_tech(text.split(None, 1)[0]):
         text = text[0].lower() + text[1:]
-    return _third_person(text)
+    return third_person(text)
 
 
 # Present-tense verbs that end in "ed" like a past tense does.
@@ -195,16 +195,16 @@ def _past_tense(word: str) -> bool:
             and word not in _PRESENT_ED)
 
 
-def _third_verb(phrase: str) -> str:
+def third_verb(phrase: str) -> str:
     """The phrase with its verb in the third person: "use tabs" -> "uses tabs"."""
     head, sep, tail = phrase.partition(" ")
     word = head.lower()
     if tail and (word.endswith("ly") or word in ("only", "just", "also", "still", "even")):
-        return f"{head}{sep}{_third_verb(tail)}"
-    if word in _MODALS or not word.isalpha():
-        new = _IRREGULAR.get(word.replace("’", "'"), head)
-    elif word in _IRREGULAR:
-        new = _IRREGULAR[word]
+        return f"{head}{sep}{third_verb(tail)}"
+    if word in MODALS or not word.isalpha():
+        new = IRREGULAR.get(word.replace("’", "'"), head)
+    elif word in IRREGULAR:
+        new = IRREGULAR[word]
     elif _past_tense(word):  # "I never learned" is already the user's, as said
         new = head
     elif word.endswith(("s", "sh", "ch", "x", "z", "o")):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 # -- vocabulary ------------------------------------------------------------------------
 # kind -> "canonical|alias|...; ...". A kind is also the fact key its terms set, except
-# the _KEYLESS ones.
-_VOCAB = {
+# the KEYLESS ones.
+VOCAB = {
     "language": "python|py|python3; javascript|js|ecmascript; typescript|ts; java; kotlin; "
     "scala; go|golang; rust; c; c++|cpp; c#|csharp; f#; ruby; php; swift; objective-c|objc; "
     "elixir; erlang; haskell; clojure; lua; perl; r; julia; dart; zig; ocaml; sql; html; "
@@ -53,9 +53,9 @@ _VOCAB = {
     "syntax": "semicolons; type hints; docstrings",
     "ai": "openai; chatgpt; claude; llama; ollama; copilot",
 }
-_KEYLESS = frozenset({"syntax", "ai"})
+KEYLESS = frozenset({"syntax", "ai"})
 # Words that are ordinary English in lower case: tech terms only when capitalised.
-_CAPITALIZED_ONLY = frozenset(
+CAPITALIZED_ONLY = frozenset(
     "go rust swift dart c r ruby julia crystal elm nim racket spring express node bun atom "
     "cursor helix zed render railway arch mint kitty fish eclipse sublime nano windows rails "
     "react vue angular svelte phoenix flutter jax nix apt brew torch lambda black jest mocha "
@@ -65,7 +65,7 @@ _CAPITALIZED_ONLY = frozenset(
 
 def _build_terms() -> dict[str, tuple[str, str]]:
     terms: dict[str, tuple[str, str]] = {}
-    for kind, spec in _VOCAB.items():
+    for kind, spec in VOCAB.items():
         for entry in spec.split(";"):
             names = [n.strip() for n in entry.split("|")]
             for name in names:
@@ -73,15 +73,15 @@ def _build_terms() -> dict[str, tuple[str, str]]:
     return terms
 
 
-_TERMS = _build_terms()  # surface form (lowercase, single-spaced) -> (canonical, kind)
+TERMS = _build_terms()  # surface form (lowercase, single-spaced) -> (canonical, kind)
 
 # -- words -------------------------------------------------------------------------------
-_IDENTITY_KEYS = frozenset(
+IDENTITY_KEYS = frozenset(
     "name pronouns timezone location employer role project birthday username "
     "company_location native_language".split()
 )
 # "my <noun> is X" -> fact key
-_NOUN_KEYS = {
+NOUN_KEYS = {
     "editor": "editor", "ide": "editor", "text editor": "editor", "code editor": "editor",
     "os": "os", "operating system": "os", "shell": "shell", "terminal": "terminal",
     "language": "language", "programming language": "language", "database": "database",
@@ -100,7 +100,7 @@ _NOUN_KEYS = {
     "native language": "native_language", "first language": "native_language",
     "mother tongue": "native_language",
 }
-_ROLE_NOUNS = frozenset(
+ROLE_NOUNS = frozenset(
     "developer dev engineer programmer coder designer student teacher professor manager "
     "scientist analyst architect consultant founder cofounder co-founder ceo cto cfo coo vp "
     "pm researcher writer author doctor nurse lawyer admin administrator sre devops lead "
@@ -109,14 +109,14 @@ _ROLE_NOUNS = frozenset(
     "recruiter tester qa librarian physician pharmacist technician specialist director "
     "officer executive president parent mom dad retiree veteran hacker tinkerer".split()
 )
-_NOT_ROLES = frozenset(
+NOT_ROLES = frozenset(
     "other either neither ever never over rather after under better bigger faster number "
     "matter order power paper water answer color colour error mirror minor honor horror "
     "believer lover hater follower sucker stickler moment comment different content event "
     "current recent present decent ancient giant pleasant important constant elegant "
     "relevant distant brilliant instant silent fan".split()
 )
-_NOT_NAMES = frozenset(
+NOT_NAMES = frozenset(
     "not no a an the in at on from with for to of by about into and or but so very really "
     "just also here there back done fine good great ok okay sorry sure glad happy sad tired "
     "busy ready new still now currently using working trying going looking getting doing "
@@ -133,63 +133,63 @@ _NOT_NAMES = frozenset(
     "instead too again".split()
 )
 # Words that may follow "I'm <Name>" (anything else makes it "I'm <Adjective> ...").
-_NAME_FOLLOWERS = frozenset(
+NAME_FOLLOWERS = frozenset(
     "and from here btw too again now instead but by the a an who of at with in on also "
     "actually lol thanks".split()
 )
-_VAGUE = frozenset(
+VAGUE = frozenset(
     "it it's this that these those them him her you your something anything nothing "
     "everything what which how when one".split()
 )
-_DETERMINERS = frozenset("a an the both either neither".split())
-_REFERENCES = frozenset(
+DETERMINERS = frozenset("a an the both either neither".split())
+REFERENCES = frozenset(
     "one ones option options former latter above previous suggestion answer idea approach "
     "solution first second third last version".split()
 )
-_NOT_FAVORITES = frozenset(  # "my favorite part is ...": about this chat
+NOT_FAVORITES = frozenset(  # "my favorite part is ...": about this chat
     "part thing bit one way line answer option example response suggestion".split()
 )
 # Words that open a statement, not an order ("from now on I'll ...", "in the future, the
 # web will ..."): after "from now on" they leave no instruction.
-_NOT_ORDERS = frozenset(
+NOT_ORDERS = frozenset(
     "i my we our it its that this these those the a an there he she they his her their "
     "people everyone everybody everything nothing all some many most more things".split()
 )
 # Verbs that say nothing as a whole value, the rest cut off at a stop word ("do so").
-_BARE_VERBS = frozenset("be do have get go make".split())
-_NOT_PLACES = frozenset("night nights weekends home times least work fear peace".split())
-_CLAUSE_STOPS = frozenset(
+BARE_VERBS = frozenset("be do have get go make".split())
+NOT_PLACES = frozenset("night nights weekends home times least work fear peace".split())
+CLAUSE_STOPS = frozenset(
     "because since but although though so btw anyway anyways thanks lol cause cuz".split()
 )
-_LIST_STOPS = _CLAUSE_STOPS | frozenset(
+LIST_STOPS = CLAUSE_STOPS | frozenset(
     "with at in on to for from as who which that where when while if unless not over than "
     "rather instead now too using via by currently today here there so these nowadays "
     "anymore mostly mainly usually please except".split()
 )
-_STRICT_STOPS = _LIST_STOPS | frozenset({"and", "or", "&"})
-_ROLE_STOPS = _STRICT_STOPS | frozenset({"of", "working", "based", "living", "located"})
-_MODALS = frozenset(
+STRICT_STOPS = LIST_STOPS | frozenset({"and", "or", "&"})
+ROLE_STOPS = STRICT_STOPS | frozenset({"of", "working", "based", "living", "located"})
+MODALS = frozenset(
     "can can't cannot could couldn't will won't would wouldn't shall should shouldn't must "
     "mustn't may might".split()
 )
-_IRREGULAR = {"have": "has", "do": "does", "go": "goes", "be": "is", "am": "is",
+IRREGULAR = {"have": "has", "do": "does", "go": "goes", "be": "is", "am": "is",
               "are": "is", "don't": "doesn't", "dont": "doesn't"}
-_PRONOUNS = {"i'm": "the user is", "i've": "the user has", "i'd": "the user would",
+PRONOUNS = {"i'm": "the user is", "i've": "the user has", "i'd": "the user would",
              "i'll": "the user will", "i": "the user", "me": "the user", "my": "the user's",
              "mine": "the user's", "myself": "themselves", "you": "the assistant",
              "your": "the assistant's", "yours": "the assistant's",
              "you're": "the assistant is", "yourself": "itself"}
-_TEAM_MODALS = {"have to": "has to", "are not allowed to": "is not allowed to",
+TEAM_MODALS = {"have to": "has to", "are not allowed to": "is not allowed to",
                 "'re not allowed to": "is not allowed to", "are required to": "is required to",
                 "'re required to": "is required to"}
-_CAP_STOP = frozenset(
+CAP_STOP = frozenset(
     "i i'm i've i'd i'll im ok okay hi hello hey thanks please yes no the a an my we our you "
     "it this that and but or so also actually btw fyi always never not don't dont do must "
     "should only all any every very really just now then here there what when where why how "
     "who which is are be to of in on at for with from by as if mr mrs ms dr prof".split()
 )
-_CUT = ",;:!?()[]{}\"“”"  # punctuation after a word that ends a short value
-_CLAUSE_CUT = ";:!?()[]{}"  # ... and a clause-long one
-_EDGE = " \t\"'“”‘’*_()[]-–—"  # stripped from both ends of a clause
-_TITLES = frozenset("mr mrs ms dr prof".split())
-_ABBREVIATIONS = frozenset("mr. mrs. ms. dr. prof. st. e.g. i.e. vs. approx. no.".split())
+CUT = ",;:!?()[]{}\"“”"  # punctuation after a word that ends a short value
+CLAUSE_CUT = ";:!?()[]{}"  # ... and a clause-long one
+EDGE = " \t\"'“”‘’*_()[]-–—"  # stripped from both ends of a clause
+TITLES = frozenset("mr mrs ms dr prof".split())
+ABBREVIATIONS = frozenset("mr. mrs. ms. dr. prof. st. e.g. i.e. vs. approx. no.".split())
