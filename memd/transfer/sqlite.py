@@ -51,7 +51,7 @@ class SQLiteSide:
 
     @classmethod
     def writer(cls, store: SQLiteStore) -> SQLiteSide:
-        return cls(store.connection._db, store.dim, store)
+        return cls(store.connection.driver, store.dim, store)
 
     def close(self) -> None:
         if self._close is not None:

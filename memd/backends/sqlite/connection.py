@@ -102,6 +102,13 @@ class SQLiteConnection(SqlConnection):
             db.execute(f"PRAGMA {pragma}")
         db.set_wal_hook(self._wal_grew)  # in place of the automatic checkpoint
 
+    @property
+    def driver(self) -> apsw.Connection:
+        """The apsw connection itself, for a bulk loader that writes whole tables in the
+        store's own transactions (``memd import``); everything else goes through the
+        store's parts."""
+        return self._db
+
     def _wal_grew(self, _db: apsw.Connection, _name: str, pages: int) -> int:
         """After each commit: wake the checkpoint thread once the WAL is long enough."""
         self._wal_pages = pages
