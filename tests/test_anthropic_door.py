@@ -283,3 +283,19 @@ def test_count_tokens_calibrates_memds_counts(stack: Stack) -> None:
     assert report["token_scale"] == pytest.approx(
         calibrated_scale("claude-opus-4-1", ratio), rel=0.02)
     assert report["token_scale"] != 1.0
+
+
+def test_a_pinned_session_header_names_the_session(stack: Stack) -> None:
+    """X-Memd-Session works on this door as on Chat Completions: the turn goes to the
+    named session, and a second conversation under the same name continues it."""
+    client = stack.client(default_headers={"X-Memd-Session": "pinned-1"})
+    raw = client.messages.with_raw_response.create(
+        model="claude-sonnet-5", max_tokens=100,
+        messages=[{"role": "user", "content": "Summarize this for the team."}])
+    assert raw.headers["x-memd-session"] == "pinned-1"  # not a side request either
+    client.messages.create(model="claude-sonnet-5", max_tokens=100,
+                           messages=[{"role": "user", "content": "Another question"}])
+    wait_for_messages(stack.engine, 4)
+    assert [s.id for s in stack.engine.store.list_sessions("local")] == ["pinned-1"]
+    stored = [m.content for m in stack.engine.store.get_messages("local", "pinned-1")]
+    assert "Summarize this for the team." in stored and "Another question" in stored

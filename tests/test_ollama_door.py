@@ -265,3 +265,14 @@ def test_memds_own_upstream_key_never_reaches_ollama(tmp_path: Path) -> None:
     chat, tags = upstream.headers
     assert chat["authorization"] == "Bearer mine"
     assert "authorization" not in tags
+
+
+def test_a_pinned_session_header_names_the_session(stack: Stack) -> None:
+    """X-Memd-Session works on this door as on Chat Completions."""
+    for text in ("What is the build command?", "And the test command?"):
+        resp = stack.chat({"messages": [{"role": "user", "content": text}], "stream": False},
+                          headers={"X-Memd-Session": "pinned-2"})
+        assert resp.status_code == 200, resp.text
+        assert resp.headers["x-memd-session"] == "pinned-2"
+    wait_for_messages(stack.engine, 4)
+    assert [s.id for s in stack.engine.store.list_sessions("local")] == ["pinned-2"]

@@ -59,12 +59,14 @@ async def converse(
     ``side_because`` makes it a side request whatever its shape, ``count`` is the model
     server's own token count of a text, where the door has one (it calibrates memd's);
     ``session_id`` names the session the call is a turn of (no inference, and no side
-    request), ``note`` goes into the call's report, ``virtualize`` is the call's
+    request; else the ``X-Memd-Session`` header's, as on the Chat Completions door),
+    ``note`` goes into the call's report, ``virtualize`` is the call's
     virtualization mode (default: the ``X-Memd-Virtualize`` header's, if any), ``window``
     is the model's window when the request itself says it (else it is resolved as for
     every call). ``put_back`` is given the messages aligned with ``messages`` (None: left
     out)."""
     engine = engine_of(request)
+    session_id = session_id or request.headers.get("x-memd-session") or None
     asked = virtual.header_mode(request.headers.get(virtual.HEADER))
     virtualize = virtualize or asked
     user, workspace = user_of(request), workspace_of(request)
