@@ -112,6 +112,7 @@ BENCHES = (
     Bench("soak", "bench_soak", (), ("--quick",)),
     Bench("import", "bench_import", (), ("--quick",)),
     Bench("virtual", "bench_virtual", (), ("--quick",)),
+    Bench("ui", "bench_ui", (), ("--quick",)),
 )
 
 
