@@ -39,6 +39,7 @@ class Daemon:
     base: str
     link: str  # the inspector link `memd serve` printed
     upstream: FakeUpstream
+    env: dict[str, str]  # the environment it runs in (its data dir)
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
             try:
                 wait_healthy(port, proc)
                 link = _printed_link(log_path)
-                yield Daemon(f"http://127.0.0.1:{port}", link, upstream)
+                yield Daemon(f"http://127.0.0.1:{port}", link, upstream, env)
             finally:
                 proc.send_signal(signal.SIGINT)
                 proc.wait(timeout=30)
@@ -195,10 +196,21 @@ def test_jobs_health_and_the_later_pages(page: Page, daemon: Daemon) -> None:
     expect(page.locator("main")).to_contain_text("Daemon healthy")
     expect(page.locator("main")).to_contain_text("SQLite")
     shot(page, "health")
+    # the routes of sessions, usage and pause, where this daemon lacks them
     for name in ("sessions", "usage", "pause"):
         page.click(f"nav a[data-page={name}]")
-        expect(page.locator("main .empty, main table, main .card").first).to_be_visible()
+        shown = page.locator("main .empty, main table, main .card").first
+        expect(shown).to_be_visible()
+        if httpx.get(f"{daemon.base}/v1/{name}").status_code in (404, 405):
+            expect(shown).to_have_text("Not available in this version of memd.")
         shot(page, name)
+
+
+def test_memd_ui_prints_the_link(daemon: Daemon) -> None:
+    printed = subprocess.run([sys.executable, "-m", "memd.cli", "ui", "--no-open"],
+                             env=daemon.env, capture_output=True, text=True, timeout=60)
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.strip() == daemon.link
 
 
 @pytest.fixture

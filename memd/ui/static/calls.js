@@ -22,7 +22,8 @@ function bar(report) {
 
 function windowCell(report) {
   const w = report.window || {};
-  return h("span", {}, w.tokens ? w.tokens.toLocaleString() : "?",
+  if (!w.tokens) return h("span", { class: "muted" }, "unknown");
+  return h("span", {}, w.tokens.toLocaleString(),
     h("span", { class: "muted" }, ` ${w.source || ""}`));
 }
 
@@ -113,17 +114,19 @@ export async function callsPage(root) {
       list.replaceChildren(empty("No calls yet: point a client's base URL at memd."));
       return;
     }
+    // the client and door show only where the proxy recorded them
+    const clients = data.some((c) => clientOf(c) || doorOf(c));
     list.replaceChildren(table([
       ["Time", (c) => when(c.created_at)],
       ["Model", (c) => h("span", {}, c.model || "—",
         (c.report || {}).mode === "side" ? h("span", {}, " ", badge("side", "side")) : null)],
-      ["Client", (c) => [clientOf(c), doorOf(c)].filter(Boolean).join(" · ") || "—"],
+      clients && ["Client", (c) => [clientOf(c), doorOf(c)].filter(Boolean).join(" · ") || "—"],
       ["Session", (c) => h("span", { class: "mono", title: c.session_id || "" },
         short(c.session_id) || "—")],
       ["Window", (c) => windowCell(c.report || {})],
       ["Tokens", (c) => bar(c.report || {})],
       ["", (c) => badge(String(c.status ?? ""), c.status === 200 ? "ok" : "bad")],
-    ], data, (call, tr) => {
+    ].filter(Boolean), data, (call, tr) => {
       selected = call.id;
       for (const row of list.querySelectorAll("tr")) row.classList.remove("selected");
       tr.classList.add("selected");
