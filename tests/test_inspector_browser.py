@@ -100,9 +100,9 @@ def shot(page: Page, name: str) -> None:
     page.screenshot(path=str(SHOTS / f"{name}.png"))
 
 
-def chat(d: Daemon, text: str) -> dict[str, Any]:
+def chat(d: Daemon, text: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
     """A proxied chat; returns the request the upstream received."""
-    got = httpx.post(f"{d.base}/v1/chat/completions", timeout=30, json={
+    got = httpx.post(f"{d.base}/v1/chat/completions", timeout=30, headers=headers, json={
         "model": "fake-model", "messages": [{"role": "user", "content": text}]})
     assert got.status_code == 200, got.text
     return d.upstream.requests[-1]
@@ -155,11 +155,16 @@ def test_a_proxied_chat_shows_in_calls_with_its_block_as_sent(page: Page,
     shown = block.text_content() or ""
     assert shown.strip() and content.startswith(shown)  # the block, then the user's text
     expect(page.locator("#call-detail")).to_contain_text("falcon-prod-7")
-    shot(page, "calls")
-    # live: a new call appears without reloading the page
+    # live: new calls appear without reloading the page; a side request is marked
     chat(daemon, "And which server does Falcon use for staging?")
-    newest = httpx.get(f"{daemon.base}/v1/calls?limit=1").json()["data"][0]["id"]
-    expect(page.locator(f"tr[data-call='{newest}']")).to_be_visible(timeout=15000)
+    chat(daemon, "Title this conversation", {"X-Memd-Memory": "off"})
+    newest = httpx.get(f"{daemon.base}/v1/calls?limit=1").json()["data"][0]
+    assert newest["report"]["mode"] == "side"
+    fresh = page.locator(f"tr[data-call='{newest['id']}']")
+    expect(fresh).to_be_visible(timeout=15000)
+    expect(fresh.locator(".badge.side")).to_have_text("side")
+    expect(row.locator(".badge.side")).to_have_count(0)
+    shot(page, "calls")
 
 
 def _memories(page: Page, d: Daemon) -> None:
@@ -168,14 +173,37 @@ def _memories(page: Page, d: Daemon) -> None:
     expect(page.locator("h1")).to_have_text("Memories & facts")
 
 
+def test_filters_and_pin(page: Page, daemon: Daemon) -> None:
+    for text in ("Lunch with the design team is on Thursdays",
+                 "The staging database lives on db-stage-3"):
+        httpx.post(f"{daemon.base}/v1/memories", json={"text": text}).raise_for_status()
+    httpx.put(f"{daemon.base}/v1/facts", json={
+        "category": "preference", "key": "editor", "value": "helix"}).raise_for_status()
+    _memories(page, daemon)
+    expect(page.locator("tr", has_text="db-stage-3")).to_have_count(1)
+    page.select_option("select[aria-label=kind]", "fact")
+    expect(page.locator("tr", has_text="editor: helix")).to_have_count(1)
+    expect(page.locator("tr", has_text="db-stage-3")).to_have_count(0)
+    page.select_option("select[aria-label=kind]", "")
+    row = page.locator("tr", has_text="db-stage-3")
+    row.get_by_role("button", name="Pin").click()
+    expect(row.locator(".badge", has_text="pinned")).to_be_visible()
+    [pinned] = [m for m in httpx.get(f"{daemon.base}/v1/memories").json()["memories"]
+                if "db-stage-3" in m["text"]]
+    assert (pinned["importance"], pinned["tier"]) == (1.0, 3)
+    shot(page, "memories")
+
+
 def test_search_edit_and_forget_change_the_next_block(page: Page, daemon: Daemon) -> None:
     httpx.post(f"{daemon.base}/v1/memories", json={"text": FACT}).raise_for_status()
     _memories(page, daemon)
+    asked: list[str] = []
+    page.on("dialog", lambda dialog: asked.append(dialog.message))
     page.fill("input[type=search]", "Falcon deploy server")
     page.click("button[type=submit]")
     row = page.locator("tr", has_text="falcon-prod-7").first
     expect(row).to_be_visible()
-    shot(page, "memories")
+    shot(page, "search")
     row.get_by_role("button", name="Edit").click()
     page.locator("textarea").fill("The deploy server of project Falcon is falcon-prod-9")
     page.get_by_role("button", name="Save").click()
@@ -185,6 +213,7 @@ def test_search_edit_and_forget_change_the_next_block(page: Page, daemon: Daemon
     page.locator("tr", has_text="falcon-prod-9").first.get_by_role(
         "button", name="Forget").click()
     expect(page.locator("tr", has_text="falcon-prod-9")).to_have_count(0)
+    assert "Also removed" in asked[0] and "entity links" in asked[0]  # said before it went
     content = last_user(chat(daemon, "Which deploy server does project Falcon use today?"))
     assert "falcon-prod" not in content
 

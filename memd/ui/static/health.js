@@ -27,6 +27,17 @@ function jobsTable(jobs, dead, refresh) {
   ], jobs);
 }
 
+/** The last live reload of the config file, in a line. */
+function configState(status) {
+  if (!status) return "not watched";
+  if (status.error) return `last reload failed: ${status.error}`;
+  if (!status.reloaded_at) return `watching ${status.file}`;
+  const applied = (status.applied || []).join(", ") || "nothing changed";
+  const restart = (status.needs_restart || []).length
+    ? `; needs a restart: ${status.needs_restart.join(", ")}` : "";
+  return `reloaded ${when(status.reloaded_at)}: ${applied}${restart}`;
+}
+
 export async function healthPage(root) {
   async function refresh() {
     const [health, status, pending, dead] = await Promise.all([
@@ -35,9 +46,7 @@ export async function healthPage(root) {
     const ok = health.status === "ok";
     const helper = health.helper ? Object.entries(health.helper)
       .map(([k, v]) => `${k} ${v}`).join(" · ") : "off";
-    const config = health.config ? (health.config.error
-      ? `reload failed: ${health.config.error}` : `reloaded ${when(health.config.at) || "ok"}`)
-      : "no reload yet";
+    const config = configState(health.config);
     root.replaceChildren(
       h("h1", {}, "Jobs & health"),
       h("div", { class: "grid3" },

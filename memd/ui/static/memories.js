@@ -9,9 +9,10 @@ function tierBadge(tier) {
     : badge(`L${tier}`, tier >= 3 ? "tier3" : "tier");
 }
 
+/** Where a memory came from: the client that wrote it where recorded, else how. */
 function clientOf(row) {
   const meta = row.metadata || {};
-  return meta.client || meta.source_client || row.provenance || "";
+  return meta.client || meta.source_client || (row.provenance || "").replaceAll("_", " ");
 }
 
 /** The rows a filter keeps: what the API cannot filter is filtered here. */
@@ -110,7 +111,7 @@ export async function memoriesPage(root) {
   const kind = h("select", { "aria-label": "kind" }, h("option", { value: "" }, "Any kind"),
     ["memory", "fact", "summary"].map((k) => h("option", { value: k }, k)));
   const workspace = h("input", { placeholder: "Workspace", "aria-label": "workspace" });
-  const client = h("input", { placeholder: "Source client", "aria-label": "client" });
+  const client = h("input", { placeholder: "Source or client", "aria-label": "client" });
 
   async function refresh() {
     Object.assign(f, { query: query.value.trim(), tier: tier.value, kind: kind.value,
@@ -128,7 +129,7 @@ export async function memoriesPage(root) {
         (r.importance ?? 0) >= PINNED ? badge("pinned", "tier3") : null]],
       ["Text", (r) => h("div", { class: "text", "data-id": r.id }, r.text)],
       ["Workspace", (r) => r.workspace || h("span", { class: "muted" }, "global")],
-      ["Client", (r) => clientOf(r)],
+      ["Source", (r) => clientOf(r)],
       [f.query ? "Score" : "Updated", (r) => f.query ? (r.score ?? 0).toFixed(3)
         : when(r.updated_at || r.created_at), f.query ? "num" : null],
       ["", (r) => actions(r)],
