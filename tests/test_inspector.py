@@ -43,6 +43,7 @@ def test_personal_mode_opens_with_the_token_only(tmp_path: Path) -> None:
     with client(tmp_path) as c:
         assert c.get("/ui").status_code == 401
         assert c.get("/ui?token=guess").status_code == 401
+        assert c.get("/ui?token=").status_code == 401
         opened = c.get(f"/ui?token={ui_token(tmp_path / 'd')}")
         assert opened.status_code == 303 and opened.headers["location"] == "/ui"
         cookie = opened.headers["set-cookie"].lower()
@@ -86,3 +87,12 @@ def test_a_cookie_write_from_another_site_is_refused(tmp_path: Path,
         refused = c.post("/v1/memories", json={"text": "planted"}, headers=headers)
         assert refused.status_code == 403
         assert c.get("/v1/memories").json()["memories"] == []
+
+
+def test_memd_ui_without_a_daemon_says_to_start_one(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from memd.cli import main
+
+    done = CliRunner().invoke(main, ["--data-dir", str(tmp_path), "ui", "--no-open"])
+    assert done.exit_code == 2 and "memd serve" in done.output

@@ -28,12 +28,12 @@ def ui(ctx: click.Context, no_open: bool) -> None:
     MEMD_API_KEY) that the browser keeps in a cookie; anyone with the link can open it."""
     import webbrowser
 
-    from memd.server.discovery import daemon_record
+    from memd.server.discovery import alive, daemon_record
     from memd.ui.token import ui_token, ui_url
 
     settings = settings_for(ctx)
     record = daemon_record(settings.data_dir)
-    if record is None:
+    if record is None or not alive(record[0]):
         raise InvalidInput(f"no memd daemon serves {settings.data_dir}: start one with "
                            "'memd serve'")
     _, host, port = record

@@ -63,6 +63,8 @@ async def _valid(request: Request, token: str) -> bool:
     """Whether ``token`` opens the inspector: the data dir's token in personal mode, a
     live API key in team mode."""
     settings = request.app.state.settings
+    if not token:
+        return False
     if settings.auth:
         accounts = engine_of(request).accounts
         return await anyio.to_thread.run_sync(accounts.user_of_key, token) is not None
