@@ -91,8 +91,11 @@ def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     opened = context.new_page()
     opened.on("dialog", lambda dialog: dialog.accept())  # forget's confirmation
+    failures: list[str] = []  # the pages' uncaught script errors
+    opened.on("pageerror", lambda error: failures.append(str(error)))
     yield opened
     context.close()
+    assert failures == []
 
 
 def shot(page: Page, name: str) -> None:

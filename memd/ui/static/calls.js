@@ -108,8 +108,12 @@ export async function callsPage(root) {
       h("span", {}, "bar length: the model's window")),
     h("div", { class: "split" }, list, side));
 
+  let shown = null; // the calls listed: a poll that finds the same redraws nothing
   async function refresh() {
     const { data } = await api("GET", "/v1/calls?limit=100");
+    const ids = data.map((c) => `${c.id}:${c.status}`).join(" "); // a reply sets status
+    if (ids === shown) return;
+    shown = ids;
     if (!data.length) {
       list.replaceChildren(empty("No calls yet: point a client's base URL at memd."));
       return;
