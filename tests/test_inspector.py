@@ -3,17 +3,15 @@ its token, the loopback rule, team mode's keys as the pages' credential, its fil
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from servers import user_with_key
 
 import memd
-from memd.auth import hash_key, key_id_of, new_key
 from memd.config import load_settings
-from memd.engine.memory import Memd
 from memd.server.app import create_app
 from memd.ui.token import TOKEN_FILE, ui_token
 
@@ -23,14 +21,6 @@ def client(tmp_path: Path, **overrides: object) -> TestClient:
     engine = memd.open(settings=settings)
     return TestClient(create_app(engine, settings, run_jobs=False),
                       base_url="http://127.0.0.1:8787", follow_redirects=False)
-
-
-def _key_of(engine: Memd, user: str) -> str:
-    """A new user and an API key of theirs."""
-    key, now = new_key(), time.time()
-    engine.store.create_user(user, user.title(), now)
-    engine.store.add_api_key(key_id_of(hash_key(key)), user, hash_key(key), "test", now)
-    return key
 
 
 def test_the_token_is_made_once_and_kept_private(tmp_path: Path) -> None:
@@ -65,7 +55,7 @@ def test_beyond_loopback_without_auth_the_inspector_is_not_served(tmp_path: Path
 def test_team_mode_takes_a_key_and_acts_as_its_user(tmp_path: Path) -> None:
     with client(tmp_path, auth=True) as c:
         engine = c.app.state.engine  # type: ignore[attr-defined]
-        keys = {user: _key_of(engine, user) for user in ("alice", "bob")}
+        keys = {user: user_with_key(engine, user) for user in ("alice", "bob")}
         engine.add("Bob's secret is 42", "bob")
         # the personal token opens nothing in team mode
         assert c.get(f"/ui?token={ui_token(tmp_path / 'd')}").status_code == 401

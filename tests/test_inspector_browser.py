@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
-from servers import FakeUpstream, free_port, serve, wait_healthy
+from servers import FakeUpstream, free_port, open_memd, serve, user_with_key, wait_healthy
 from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
@@ -276,3 +276,27 @@ def test_a_page_from_another_origin_cannot_make_the_inspector_write(
     texts = [m["text"] for m in
              httpx.get(f"{daemon.base}/v1/memories").json()["memories"]]
     assert not [t for t in texts if "planted" in t]
+
+
+def test_team_mode_pages_act_as_the_keys_user(page: Page, tmp_path: Path) -> None:
+    from memd.server.app import create_app
+
+    engine = open_memd(tmp_path, auth=True, embedder="fake")
+    try:
+        alice = user_with_key(engine, "alice")
+        user_with_key(engine, "bob")
+        engine.add("Alice keeps her notes in Obsidian", "alice")
+        engine.add("Bob's locker code is 4312", "bob")
+        with serve(create_app(engine, engine.settings, run_jobs=False)) as base:
+            refused = page.goto(f"{base}/ui")
+            assert refused is not None and refused.status == 401
+            page.goto(f"{base}/ui?token={alice}")
+            page.click("nav a[data-page=memories]")
+            expect(page.locator("tr", has_text="Obsidian")).to_have_count(1)
+            expect(page.locator("main")).not_to_contain_text("locker")
+            page.fill("input[type=search]", "locker code")
+            page.click("button[type=submit]")
+            expect(page.locator("th", has_text="Score")).to_be_visible()  # searched
+            expect(page.locator("main")).not_to_contain_text("locker")
+    finally:
+        engine.close()
