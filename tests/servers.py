@@ -76,6 +76,16 @@ def open_memd(data_dir: Path, backend: str = "sqlite", **overrides: Any) -> Memd
     return memd.open(settings=settings)
 
 
+def user_with_key(engine: Memd, user: str) -> str:
+    """Make ``user`` and an API key of theirs (team mode); returns the key."""
+    from memd.auth import hash_key, key_id_of, new_key
+
+    key, now = new_key(), time.time()
+    engine.store.create_user(user, user.title(), now)
+    engine.store.add_api_key(key_id_of(hash_key(key)), user, hash_key(key), "test", now)
+    return key
+
+
 @contextmanager
 def memd_in_front(upstream_app: Any, data_dir: Path, backend: str = "sqlite",
                   **overrides: Any) -> Iterator[tuple[str, Memd]]:

@@ -249,3 +249,13 @@ def test_virtual_targets_take_the_replay_verdicts(run_all: ModuleType) -> None:
     assert stable["measured"] == 0.82 and not stable["met"]
     assert "109 calls, 16384-token window" in stable["target"] and found["met"]
     assert "virtual" in {b.name for b in run_all.BENCHES}
+
+
+def test_ui_targets_judge_the_slowest_read(run_all: ModuleType) -> None:
+    result = {"memories": 10000, "messages": 100000, "target_ms": 100.0, "reads": {
+        "search": {"median_ms": 40.0, "p95_ms": 120.0},
+        "calls list (100)": {"median_ms": 3.0, "p95_ms": 4.0}}}
+    (row,) = run_all.ui_targets(result)
+    assert (row["measured"], row["limit"], row["met"]) == (120.0, "< 100 ms", False)
+    assert "slowest: search" in row["target"] and "10000 memories" in row["target"]
+    assert "ui" in {b.name for b in run_all.BENCHES}

@@ -103,6 +103,8 @@ def test_wheel_ships_every_module_and_the_sql_inside_memd(wheel: Path) -> None:
     source = REPO / "memd"
     in_repo = {p.relative_to(REPO).as_posix() for p in source.rglob("*.py")}
     in_repo |= {f"memd/sql/sqlite/{p.name}" for p in (source / "sql" / "sqlite").glob("*.sql")}
+    # the web inspector's pages, served from the package
+    in_repo |= {p.relative_to(REPO).as_posix() for p in (source / "ui" / "static").iterdir()}
     assert REQUIRED_FILES | in_repo <= names, sorted((REQUIRED_FILES | in_repo) - names)
     top = {n.split("/", 1)[0] for n in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"memd"}, top

@@ -6,7 +6,7 @@ import json
 import os
 import signal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,6 +20,9 @@ from memd.cli.common import (
     store_user,
 )
 from memd.errors import InvalidInput, MemdError
+
+if TYPE_CHECKING:
+    from memd.config import Settings
 
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -276,7 +279,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
     from dataclasses import replace
 
     import memd
-    from memd.config import Settings, config_path, load_settings
+    from memd.config import config_path, load_settings
     from memd.privacy.urls import redact_url
     from memd.server import listen
     from memd.server.app import create_app
@@ -380,6 +383,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
         markers.append(write_daemon_file(settings.data_dir, settings.host, port, place))
         log.info("memd %s listening on http://%s:%d/v1", memd.__version__, settings.host,
                  port)
+        log.info("inspector: %s", inspector_link(settings, port))
 
     try:
         listen.run(app, host=settings.host, port=settings.port, log_level=log_level,
@@ -389,6 +393,19 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
             remove_daemon_file(marker)
         engine.close()
         os.close(lock)  # the lock goes last: the store is closed
+
+
+def inspector_link(settings: Settings, port: int) -> str:
+    """What ``memd serve`` says of the web inspector: its link with the token."""
+    from memd.cli.inspector import inspector_base
+    from memd.ui.token import ui_token, ui_url
+
+    if settings.auth:
+        return (f"{inspector_base(settings.host, port)}/ui (run 'memd ui' with your key "
+                "in MEMD_API_KEY)")
+    if settings.host not in ("127.0.0.1", "localhost", "::1"):
+        return "not served (only on loopback, or in team mode)"
+    return ui_url(inspector_base(settings.host, port), ui_token(settings.data_dir))
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:

@@ -293,7 +293,17 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
     replaces the network for the upstream model server, for in-process tests. While it
     runs, changes to the ``config`` file apply live and, with ``watch_notes``, the notes
     folder is kept in step (:mod:`memd.server.watch`, :mod:`memd.watching`)."""
-    from memd.server import anthropic, api, imports, ollama, proxy, responses, status, upstream
+    from memd.server import (
+        anthropic,
+        api,
+        imports,
+        inspector,
+        ollama,
+        proxy,
+        responses,
+        status,
+        upstream,
+    )
     from memd.server.mcp_door import HttpDoor
 
     settings = settings or engine.settings
@@ -394,6 +404,7 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
         app.include_router(router)
         app.include_router(router, prefix="/w/{workspace}", dependencies=scoped)
     app.include_router(status.router)  # the daemon's, not a workspace's
+    app.include_router(inspector.router)  # the web inspector's pages, at /ui
     # MCP's streamable HTTP transport: GET, POST and DELETE on one path
     app.router.routes.append(Route("/mcp", mcp_door, methods=["GET", "POST", "DELETE"],
                                    include_in_schema=False))

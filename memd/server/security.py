@@ -39,6 +39,10 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 OPEN_PATHS = frozenset({"/health"})
+# The web inspector's cookie: its token, or in team mode an API key (memd.server.inspector)
+UI_COOKIE = "memd_ui"
+# the inspector's pages check their cookie themselves (a missing one gets a page, not JSON)
+UI_PATHS = ("/ui", "/ui/")
 # methods that neither write nor forward: only these may come without a JSON body
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Sec-Fetch-Site values of a request from memd's own pages or typed by the user; a
@@ -209,11 +213,27 @@ def cross_site_refusal(scope: Scope, headers: dict[str, str],
 
 
 def presented_key(headers: dict[str, str]) -> str | None:
+    """The API key of a request: its ``Authorization: Bearer`` or ``X-Api-Key``, else
+    the inspector's cookie (the pages' requests; cross-site ones are refused before)."""
     auth = headers.get("authorization", "")
     scheme, _, value = auth.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
-    return headers.get("x-api-key") or None
+    return headers.get("x-api-key") or cookie_value(headers, UI_COOKIE)
+
+
+def cookie_value(headers: dict[str, str], name: str) -> str | None:
+    """The value of cookie ``name`` in a request's ``Cookie`` header, or None."""
+    for part in headers.get("cookie", "").split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == name and value:
+            return value
+    return None
+
+
+def is_ui_page(path: str) -> bool:
+    """Whether ``path`` is one of the inspector's pages or their files."""
+    return path in UI_PATHS or path.startswith("/ui/static/")
 
 
 class Authenticate:
@@ -232,7 +252,8 @@ class Authenticate:
                          (b"www-authenticate", b'Bearer realm="memd"'))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path in OPEN_PATHS or is_ui_page(path):
             await self.app(scope, receive, send)
             return
         key = presented_key(scope_headers(scope))

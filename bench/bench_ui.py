@@ -1,0 +1,116 @@
+"""The web inspector's reads on a large store: how long each API read behind its pages
+takes (and the pages themselves), on SQLite with 10,000 memories and 100,000 messages of
+one user (bench.scale_data's dataset) plus the calls the proxy recorded.
+
+    .venv/bin/python -m bench.bench_ui            # 10k memories, 100k messages, 2000 calls
+    .venv/bin/python -m bench.bench_ui --quick    # CI: 1k memories, 10k messages
+
+The calls list reads only what the proxy records (``calls`` rows); the inspector adds
+nothing to the proxy's path, so nothing of it is timed here. Target: every read under
+100 ms (median and p95 are reported). Requests go through the daemon's ASGI app in
+process (Starlette's test client): the figure is the server's work, not a socket's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bench.output import emit
+from bench.scale_data import TARGET, Spec, build_sqlite
+
+RESULTS = Path(__file__).parent / "results"
+TARGET_MS = 100.0
+
+
+def _report(n: int) -> dict[str, Any]:
+    """A recorded call's report of the usual size: a block of a few lines."""
+    items = [{"section": "memory", "kind": "memory", "id": f"m{n}-{i}", "tokens": 20,
+              "score": 0.5, "text": f"remembered line {i} of call {n}"} for i in range(6)]
+    block = "<memory source=\"memd\">\n" + "\n".join(f"- {i['text']}" for i in items) + \
+        "\n</memory>\n\n"
+    return {"mode": "transparent", "placement": "user", "reason": None,
+            "room": {"window": 128000, "request": 4000, "reserve": 4096},
+            "tokens": {"request": 4000, "memory": 120, "total": 4120},
+            "injected": block, "blocks": [{"at": 1, "tokens": 120, "text": block}],
+            "items": items, "window": {"tokens": 128000, "source": "builtin", "detail": ""}}
+
+
+def _open(path: Path, calls: int) -> Any:
+    import memd
+    from memd.config import load_settings
+
+    settings = replace(load_settings(data_dir=path), db=str(path / "memd.db"),
+                       embedder="fake", default_user=TARGET)
+    engine = memd.open(settings=settings)
+    if not engine.calls(TARGET, limit=1):
+        now = time.time()
+        with engine.store.transaction():
+            for n in range(calls):
+                engine.store.record_call(f"call-{n:08d}", TARGET, None, None, "model-x",
+                                         now - n, _report(n), 200)
+    return engine
+
+
+def _time(client: Any, method: str, path: str, reps: int, **kwargs: Any) -> dict[str, float]:
+    laps = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        resp = client.request(method, path, **kwargs)
+        laps.append((time.perf_counter() - start) * 1000)
+        assert resp.status_code < 400, (path, resp.status_code, resp.text[:200])
+    laps.sort()
+    return {"median_ms": round(statistics.median(laps), 2),
+            "p95_ms": round(laps[max(0, int(len(laps) * 0.95) - 1)], 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="CI's small sizes")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    from fastapi.testclient import TestClient
+
+    from memd.server.app import create_app
+    from memd.ui.token import ui_token
+
+    memories, messages, calls = (1_000, 10_000, 200) if args.quick else (10_000, 100_000, 2_000)
+    spec = Spec(users=1, memories=memories, messages=messages, other_memories=0,
+                other_messages=0, growth=())
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) if args.quick else RESULTS / f"ui-data-{spec.key()}"
+        build_sqlite(path, spec)
+        engine = _open(path, calls)
+        app = create_app(engine, engine.settings, run_jobs=False)
+        with TestClient(app, base_url="http://127.0.0.1:8787") as client:
+            client.get(f"/ui?token={ui_token(path)}")  # the cookie, as a browser holds it
+            reads = {
+                "page /ui": ("GET", "/ui", {}),
+                "page app.js": ("GET", "/ui/static/app.js", {}),
+                "calls list (100)": ("GET", "/v1/calls?limit=100", {}),
+                "memories list (200)": ("GET", "/v1/memories?limit=200", {}),
+                "facts": ("GET", "/v1/facts", {}),
+                "search": ("POST", "/v1/search",
+                           {"json": {"query": "the system and the model", "k": 50}}),
+                "status": ("GET", "/v1/status", {}),
+                "jobs pending": ("GET", "/v1/jobs?state=pending", {}),
+                "jobs dead": ("GET", "/v1/jobs?state=dead", {}),
+                "health": ("GET", "/health", {}),
+            }
+            figures = {name: _time(client, method, url, args.reps, **kw)
+                       for name, (method, url, kw) in reads.items()}
+        engine.close()
+    worst = max(f["p95_ms"] for f in figures.values())
+    emit({"memories": memories, "messages": messages, "calls": calls, "reps": args.reps,
+          "target_ms": TARGET_MS, "worst_p95_ms": worst, "within_target": worst < TARGET_MS,
+          "reads": figures}, args.out)
+
+
+if __name__ == "__main__":
+    main()

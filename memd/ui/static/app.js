@@ -1,0 +1,33 @@
+// The inspector's pages: one module a page, chosen by the address's #fragment.
+import { h } from "./dom.js";
+import { callsPage } from "./calls.js";
+import { memoriesPage } from "./memories.js";
+import { healthPage } from "./health.js";
+import { sessionsPage, usagePage, pausePage } from "./later.js";
+
+const PAGES = {
+  calls: callsPage, memories: memoriesPage, health: healthPage,
+  sessions: sessionsPage, usage: usagePage, pause: pausePage,
+};
+
+let leave = null; // what the page shown needs done when it goes (a stopped poll)
+
+async function show() {
+  const name = (location.hash || "#calls").slice(1);
+  const open = PAGES[name] ? name : "calls";
+  for (const a of document.querySelectorAll("nav a")) {
+    a.classList.toggle("active", a.dataset.page === open);
+  }
+  if (leave) leave();
+  leave = null;
+  const root = document.getElementById("page");
+  root.replaceChildren(h("p", { class: "muted" }, "Loading…"));
+  try {
+    leave = (await PAGES[open](root)) || null;
+  } catch (err) {
+    root.replaceChildren(h("div", { class: "empty" }, `Could not load: ${err.message}`));
+  }
+}
+
+window.addEventListener("hashchange", show);
+show();
