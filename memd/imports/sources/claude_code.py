@@ -7,9 +7,10 @@ API reply is written as several lines with the same ``message.id``, a block each
 make one turn. Not the user's words, so not read as a user turn: lines of a subagent
 (``isSidechain``), the client's meta lines (``isMeta``: caveats, command output) and its
 summary of a compacted conversation (``isCompactSummary``), its note that the user
-stopped a reply; ``tool_result`` blocks are tool turns. Command wrappers and
-``<system-reminder>`` blocks inside a user's text are client tags that extraction leaves
-out (:mod:`memd.engine.templates`).
+stopped a reply; ``tool_result`` blocks are tool turns. Command wrappers, the output of
+local commands and of the user's ``!`` shell commands, the caveat older versions wrote
+before them without ``isMeta``, and ``<system-reminder>`` blocks inside a user's text are
+client text that extraction leaves out (:mod:`memd.engine.templates`).
 """
 
 from __future__ import annotations
