@@ -3,6 +3,7 @@ down: exact texts, the files a folder holds, and the default locations."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,20 @@ def test_default_locations_follow_the_clients_environment(
     assert SOURCES["continue"].defaults() == [tmp_path / "cont" / "sessions"]
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     assert SOURCES["opencode"].defaults() == [tmp_path / "xdg" / "opencode"]
+
+
+def test_continue_reads_a_tool_result_once_and_from_older_single_states(
+        tmp_path: Path) -> None:
+    def state(call: str, text: str) -> dict[str, object]:
+        return {"toolCallId": call, "status": "done", "output": [{"content": text}]}
+
+    session = {"sessionId": "s", "history": [
+        {"message": {"role": "user", "content": "Read both"}},
+        {"message": {"role": "assistant", "content": ""},
+         "toolCallStates": [state("c1", "one")]},
+        {"message": {"role": "tool", "content": "one", "toolCallId": "c1"}},
+        {"message": {"role": "assistant", "content": ""}, "toolCallState": state("c2", "two")},
+    ]}
+    (conversation,) = SOURCES["continue"].parse(json.dumps(session).encode(), "s.json")
+    assert [(t.text, t.tool_call_id) for t in conversation.turns if t.role == "tool"] == [
+        ("one", "c1"), ("two", "c2")]

@@ -2,9 +2,10 @@
 
 A session file holds ``sessionId``, ``title``, ``workspaceDirectory`` and ``history``, a
 list of items whose ``message`` has a ``role`` and a ``content`` (a string or parts);
-an assistant message may carry ``toolCalls``, and its item the calls' ``toolCallStates``,
-whose ``output`` items hold what each tool returned (older versions wrote a ``tool``
-message with its ``toolCallId`` instead). ``CONTINUE_GLOBAL_DIR`` moves ``~/.continue``. The
+an assistant message may carry ``toolCalls``, and its item the calls' ``toolCallStates``
+(``toolCallState`` in older versions), whose ``output`` items hold what each tool
+returned; where the session also holds a ``tool`` message for the call (with its
+``toolCallId``), that message is the one read. ``CONTINUE_GLOBAL_DIR`` moves ``~/.continue``. The
 files keep no time per message; ``sessions.json`` beside them lists each session's
 ``dateCreated``, which the turns get (else the file's modification time). The
 ``sessions.json`` index itself is not a session.
@@ -41,7 +42,10 @@ def parse(data: bytes, name: str, created: float | None = None) -> list[Conversa
     expect(isinstance(raw, Mapping) and isinstance(raw.get("history"), list), name,
            "a Continue session (an object with a history list)")
     key = raw.get("sessionId") or Path(name).stem
-    turns = tuple(t for item in raw["history"] for t in _turns(item, created))
+    answered = {str(i["message"].get("toolCallId")) for i in raw["history"]
+                if isinstance(i, Mapping) and isinstance(i.get("message"), Mapping)
+                and i["message"].get("role") == "tool"}
+    turns = tuple(t for item in raw["history"] for t in _turns(item, created, answered))
     if not turns:
         return []
     return [Conversation(NAME, str(key), turns, client="continue",
@@ -56,8 +60,9 @@ def _folder(value: Any) -> str | None:
     return value[len("file://"):] if value.startswith("file://") else value
 
 
-def _turns(item: Any, at: float | None) -> Iterator[Turn]:
-    """An item's message, then what its tool calls returned."""
+def _turns(item: Any, at: float | None, answered: set[str]) -> Iterator[Turn]:
+    """An item's message, then what its tool calls returned (unless a ``tool`` message
+    of the session, in ``answered``, holds it already)."""
     message = item.get("message") if isinstance(item, Mapping) else None
     if not isinstance(message, Mapping):
         return
@@ -69,9 +74,11 @@ def _turns(item: Any, at: float | None) -> Iterator[Turn]:
                   for c in message.get("toolCalls") or [] if isinstance(c, Mapping))
     yield Turn(role, block_text(message.get("content")), at, calls,
                tool_call_id=message.get("toolCallId") if role == "tool" else None)
-    for state in item.get("toolCallStates") or []:
+    single = item.get("toolCallState")  # what versions before several calls a turn wrote
+    for state in item.get("toolCallStates") or ([single] if single else []):
         outputs = state.get("output") if isinstance(state, Mapping) else None
-        if isinstance(outputs, list) and state.get("toolCallId"):
+        if isinstance(outputs, list) and state.get("toolCallId") \
+                and str(state["toolCallId"]) not in answered:
             yield Turn("tool", "\n".join(str(o.get("content", "")) for o in outputs
                                          if isinstance(o, Mapping)), at,
                        tool_call_id=str(state["toolCallId"]))
