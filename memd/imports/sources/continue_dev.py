@@ -4,8 +4,8 @@ A session file holds ``sessionId``, ``title``, ``workspaceDirectory`` and ``hist
 list of items whose ``message`` has a ``role`` and a ``content`` (a string or parts);
 an assistant message may carry ``toolCalls``, and its item the calls' ``toolCallStates``
 (``toolCallState`` in older versions), whose ``output`` items hold what each tool
-returned; where the session also holds a ``tool`` message for the call (with its
-``toolCallId``), that message is the one read. ``CONTINUE_GLOBAL_DIR`` moves ``~/.continue``. The
+returned. The CLI writes only those; the VS Code extension also writes a ``tool``
+message for the call (with its ``toolCallId``), and then that message is the one read. ``CONTINUE_GLOBAL_DIR`` moves ``~/.continue``. The
 files keep no time per message; ``sessions.json`` beside them lists each session's
 ``dateCreated``, which the turns get (else the file's modification time). The
 ``sessions.json`` index itself is not a session.
