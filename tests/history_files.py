@@ -77,6 +77,9 @@ def claude_code(root: Path, grow: bool = False) -> tuple[Path, Expected]:
         user("My name is Bob", T0 + 71, isSidechain=True),
         user([{"type": "text", "text": "[Request interrupted by user for tool use]"}], T0 + 72),
         assistant("m2", [{"type": "text", "text": "Fixed the test."}], T0 + 80),
+        # the same block of the reply written again, as a resumed session does
+        {**assistant("m2", [{"type": "text", "text": "Fixed the test."}], T0 + 81),
+         "parentUuid": None},
         user("This session is being continued from a previous conversation. My name is "
              "Mallory.", T0 + 90, isCompactSummary=True, isVisibleInTranscriptOnly=True),
     ]

@@ -40,6 +40,7 @@ def test_chatgpt_keeps_the_text_of_a_message_with_an_image_and_skips_tool_calls(
 def test_claude_code_command_output_and_its_caveat_are_not_the_users_words(
         tmp_path: Path) -> None:
     (conversation,) = read("claude-code", tmp_path)
+    assert conversation.turns[-1].text == "Fixed the test."  # its line written twice
     words = [user_words(t).strip() for t in users(conversation)]
     assert words[1:] == ["", "<bash-input>cat NOTES</bash-input>", "",
                          "My name is Alex. Please fix the failing test."]

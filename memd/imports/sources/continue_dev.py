@@ -5,10 +5,10 @@ list of items whose ``message`` has a ``role`` and a ``content`` (a string or pa
 an assistant message may carry ``toolCalls``, and its item the calls' ``toolCallStates``
 (``toolCallState`` in older versions), whose ``output`` items hold what each tool
 returned. The CLI writes only those; the VS Code extension also writes a ``tool``
-message for the call (with its ``toolCallId``), and then that message is the one read. ``CONTINUE_GLOBAL_DIR`` moves ``~/.continue``. The
-files keep no time per message; ``sessions.json`` beside them lists each session's
-``dateCreated``, which the turns get (else the file's modification time). The
-``sessions.json`` index itself is not a session.
+message for the call (with its ``toolCallId``), and then that message is the one read.
+``CONTINUE_GLOBAL_DIR`` moves ``~/.continue``. The files keep no time per message;
+``sessions.json`` beside them lists each session's ``dateCreated``, which the turns get
+(else the file's modification time). The ``sessions.json`` index itself is not a session.
 """
 
 from __future__ import annotations
