@@ -333,9 +333,18 @@ def _opencode_rows() -> tuple[list[dict[str, Any]], list[tuple[str, str, dict[st
                  "title": "Rocket", "time": {"created": ms, "updated": ms + 9000}},
                 {"id": "ses_2", "parentID": "ses_1", "directory": "/home/u/src/rocket",
                  "title": "subagent", "time": {"created": ms + 3000, "updated": ms + 4000}}]
-    messages = [("msg_1", "ses_1", {"role": "user", "time": {"created": ms}}),
-                ("msg_2", "ses_1", {"role": "assistant", "time": {"created": ms + 2000}}),
-                ("msg_3", "ses_1", {"role": "assistant", "time": {"created": ms + 5000}}),
+    model = {"providerID": "openai", "modelID": "gpt-4o"}
+
+    def reply(t: int, finish: str) -> dict[str, Any]:
+        return {"parentID": "msg_1", "role": "assistant", "mode": "build", "agent": "build",
+                "path": {"cwd": "/home/u/src/rocket", "root": "/home/u/src/rocket"},
+                "cost": 0, "tokens": {"input": 9, "output": 3}, **model,
+                "time": {"created": t, "completed": t + 500}, "finish": finish}
+
+    messages = [("msg_1", "ses_1", {"role": "user", "time": {"created": ms}, "agent": "build",
+                                    "model": model}),
+                ("msg_2", "ses_1", reply(ms + 2000, "tool-calls")),
+                ("msg_3", "ses_1", reply(ms + 5000, "stop")),
                 ("msg_4", "ses_2", {"role": "user", "time": {"created": ms + 3000}})]
     parts = [
         ("prt_1", "msg_1", "ses_1", {"type": "text", "text": "My name is Alex"}),
@@ -358,25 +367,35 @@ OPENCODE_EXPECTED: Expected = [("rocket", T0, [
 
 
 def opencode_db(root: Path) -> tuple[Path, Expected]:
-    """The SQLite layout of newer opencode versions (only the columns memd reads)."""
+    """The SQLite layout of newer opencode versions, as opencode 1.18 creates it (the
+    columns memd does not read left out, but those that must be filled)."""
     root.mkdir(parents=True, exist_ok=True)
     sessions, messages, parts = _opencode_rows()
     db = sqlite3.connect(root / "opencode.db")
     db.executescript(
-        "CREATE TABLE session (id TEXT PRIMARY KEY, project_id TEXT NOT NULL, parent_id TEXT,"
-        " directory TEXT NOT NULL, title TEXT NOT NULL, time_created INTEGER NOT NULL);"
-        "CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT NOT NULL,"
-        " time_created INTEGER NOT NULL, time_updated INTEGER NOT NULL, data TEXT NOT NULL);"
-        "CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT NOT NULL,"
-        " session_id TEXT NOT NULL, time_created INTEGER NOT NULL,"
-        " time_updated INTEGER NOT NULL, data TEXT NOT NULL);")
+        "CREATE TABLE `session` (`id` text PRIMARY KEY, `project_id` text NOT NULL,"
+        " `workspace_id` text, `parent_id` text, `slug` text NOT NULL,"
+        " `directory` text NOT NULL, `path` text, `title` text NOT NULL,"
+        " `version` text NOT NULL, `metadata` text, `time_created` integer NOT NULL,"
+        " `time_updated` integer NOT NULL, `time_archived` integer);"
+        "CREATE TABLE `message` (`id` text PRIMARY KEY, `session_id` text NOT NULL,"
+        " `time_created` integer NOT NULL, `time_updated` integer NOT NULL,"
+        " `data` text NOT NULL);"
+        "CREATE TABLE `part` (`id` text PRIMARY KEY, `message_id` text NOT NULL,"
+        " `session_id` text NOT NULL, `time_created` integer NOT NULL,"
+        " `time_updated` integer NOT NULL, `data` text NOT NULL);"
+        "CREATE INDEX `part_message_id_id_idx` ON `part` (`message_id`,`id`);")
     for s in sessions:
-        db.execute("INSERT INTO session VALUES (?, 'global', ?, ?, ?, ?)",
-                   (s["id"], s["parentID"], s["directory"], s["title"], s["time"]["created"]))
-    for mid, sid, data in messages:
+        created = s["time"]["created"]
+        db.execute("INSERT INTO session (id, project_id, parent_id, slug, directory, title,"
+                   " version, time_created, time_updated) VALUES (?, 'global', ?, ?, ?, ?,"
+                   " '1.18.33', ?, ?)", (s["id"], s["parentID"], f"slug-{s['id']}",
+                                         s["directory"], s["title"], created,
+                                         s["time"]["updated"]))
+    for mid, sid, data in messages:  # the message's fields, its time among them
         t = data["time"]["created"]
         db.execute("INSERT INTO message VALUES (?, ?, ?, ?, ?)",
-                   (mid, sid, t, t, json.dumps({k: v for k, v in data.items() if k != "time"})))
+                   (mid, sid, t, t, json.dumps(data)))
     for n, (pid, mid, sid, data) in enumerate(parts):
         db.execute("INSERT INTO part VALUES (?, ?, ?, ?, ?, ?)",
                    (pid, mid, sid, n, n, json.dumps(data)))
