@@ -36,15 +36,15 @@ def test_a_watched_history_imports_new_turns_as_they_are_written(tmp_path: Path)
         watcher.start()
         try:
             assert messages() == 0  # nothing there yet
-            claude_code(root)  # the client writes a session
-            until(lambda: messages() == 5)
+            turns = len(claude_code(root)[1][0][2])  # the client writes a session
+            until(lambda: messages() == turns)
             claude_code(root, grow=True)  # and two more turns of it
-            until(lambda: messages() == 7)
+            until(lambda: messages() == turns + 2)
         finally:
             watcher.stop()
         # every pass that imported said so (a pass may catch a file mid-write: the rest
         # comes with the next one)
-        assert sum(p.messages for p in passes) == 7 and all(p.messages for p in passes)
+        assert sum(p.messages for p in passes) == turns + 2 and all(p.messages for p in passes)
         assert watcher.sync().messages == 0  # nothing changed since: nothing read
         assert any(f.key == "indentation" for f in engine.facts("alex"))
 

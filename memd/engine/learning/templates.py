@@ -35,7 +35,8 @@ from functools import lru_cache
 from importlib import resources
 
 # Tags whose content a client adds on its own (the user's words are outside them): context
-# and reminders (Cline, opencode, Claude Code, Codex), slash-command bodies, and the earlier
+# and reminders (Cline, opencode, Claude Code, Codex), slash-command bodies and the output
+# of local and shell commands and its background tasks' notices (Claude Code), and the earlier
 # conversation a client quotes back when it compacts one (qwen-code's state snapshot,
 # opencode's conversation and template). ``command-args`` stays: the user typed it.
 CLIENT_TAGS = ("environment_details", "environment_context", "env", "system-reminder",
@@ -45,6 +46,7 @@ CLIENT_TAGS = ("environment_details", "environment_context", "env", "system-remi
                "slash_command", "user_instructions", "turn_aborted", "command-name",
                "command-message", "command-instructions", "skill-root",
                "local-command-stdout", "local-command-stderr", "local-command-caveat",
+               "bash-stdout", "bash-stderr", "task-notification",
                "state_snapshot", "scratchpad", "conversation", "prior-summary", "template",
                "conversation-checkpoint", "recap")
 

@@ -1,11 +1,14 @@
 """Aider: ``.aider.chat.history.md`` in each project folder (the folder is the workspace).
 
 A session starts at a ``# aider chat started at YYYY-MM-DD HH:MM:SS`` line (local time).
-Lines starting ``#### `` are what the user typed (consecutive ones are one message);
-lines starting ``> `` are aider's own output (files added, edits applied, commits, the
-output of commands): the client's text, not a turn. The rest is the model's reply. A
-message that is an aider command (``/add``, ``/run``, ...) is the client's, not words
-to learn from. The file keeps no time per message: turns get the session's start.
+Lines starting ``#### `` are what the user typed (consecutive ones are one message; aider
+ends each with two spaces, a Markdown line break, and writes ``<blank>`` for an empty
+input); lines starting ``> `` are aider's own output (files added, edits applied,
+commits, questions and the answers to them, the output of commands): the client's text,
+not a turn. The rest is the model's reply. A message that is an aider command (``/add``,
+``/run``, ...) is the client's, not words to learn from, except the question or request
+of ``/ask``, ``/code``, ``/architect`` and ``/context``, kept without the command. The
+file keeps no time per message: turns get the session's start.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from memd.imports.model import Conversation, Turn, workspace_for
 NAME = "aider"
 HISTORY = ".aider.chat.history.md"
 _START = re.compile(r"^# aider chat started at (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\s*$")
+# The commands whose argument is a request to the model in the user's words.
+_ASKING = re.compile(r"^/(?:ask|code|architect|context)\s+(?=\S)")
 
 
 def parse(data: bytes, name: str) -> list[Conversation]:
@@ -54,7 +59,11 @@ def _turns(lines: list[str], at: float) -> tuple[Turn, ...]:
 
     def close() -> None:
         text = "\n".join(chunk).strip()
-        if text and not (role == "user" and text.startswith("/")):
+        if role == "user":
+            text = _ASKING.sub("", text)
+            if text.startswith("/") or text == "<blank>":
+                text = ""
+        if text:
             turns.append(Turn(role, text, at))
         chunk.clear()
 
@@ -63,7 +72,7 @@ def _turns(lines: list[str], at: float) -> tuple[Turn, ...]:
             if role != "user":
                 close()
                 role = "user"
-            chunk.append(line[5:])
+            chunk.append(line[5:].rstrip())
         elif line.startswith(">"):
             close()  # the client's output ends a message
             role = ""

@@ -3,8 +3,11 @@
 Each conversation's ``mapping`` is a tree of nodes (``id``, ``parent``, ``children``,
 ``message``): every edit or regeneration is a branch. The conversation as the user last
 saw it is the path from ``current_node`` up through ``parent`` links, read root first.
-Messages of role ``system``, hidden ones (``is_visually_hidden_from_conversation``) and
-non-text content (images, browsing state) are not turns; a ``tool`` message is a tool's
+Not turns: messages of role ``system``, hidden ones (``is_visually_hidden_from_conversation``),
+the user's custom instructions (``is_user_system_message``, content
+``user_editable_context``), non-text content (images, code sent to a tool, browsing
+state), and an assistant message addressed to a tool (``recipient`` other than ``all``:
+a call, such as the text it saves to its own memory). A ``tool`` message is a tool's
 output. The export has no project folders: no workspace.
 """
 
@@ -68,7 +71,10 @@ def _turn(node: Mapping[str, Any]) -> Turn | None:
     role = _ROLES.get(str(author.get("role", "")))
     meta = message.get("metadata")
     if role is None or (isinstance(meta, Mapping)
-                        and meta.get("is_visually_hidden_from_conversation")):
+                        and (meta.get("is_visually_hidden_from_conversation")
+                             or meta.get("is_user_system_message"))):
+        return None
+    if role == "assistant" and message.get("recipient", "all") != "all":
         return None
     content = message.get("content")
     if not isinstance(content, Mapping):

@@ -4,12 +4,14 @@ A line's ``type`` is ``user`` or ``assistant`` for a message (others are summari
 snapshots and bookkeeping); ``message`` holds an Anthropic message whose content is a
 string or content blocks; ``cwd`` is the project folder, ``timestamp`` ISO 8601. One
 API reply is written as several lines with the same ``message.id``, a block each; they
-make one turn. Not the user's words, so not read as a user turn: lines of a subagent
+make one turn (a block written twice, as a resumed session rewrites the last reply,
+counts once). Not the user's words, so not read as a user turn: lines of a subagent
 (``isSidechain``), the client's meta lines (``isMeta``: caveats, command output) and its
 summary of a compacted conversation (``isCompactSummary``), its note that the user
-stopped a reply; ``tool_result`` blocks are tool turns. Command wrappers and
-``<system-reminder>`` blocks inside a user's text are client tags that extraction leaves
-out (:mod:`memd.engine.learning.templates`).
+stopped a reply; ``tool_result`` blocks are tool turns. Command wrappers, the output of
+local commands and of the user's ``!`` shell commands, the caveat older versions wrote
+before them without ``isMeta``, and ``<system-reminder>`` blocks inside a user's text are
+client text that extraction leaves out (:mod:`memd.engine.learning.templates`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def parse(data: bytes, name: str) -> list[Conversation]:
         raise InvalidInput(f"{name} is not UTF-8 text: {exc}") from None
     turns: list[Turn] = []
     reply_id: str | None = None
+    reply_blocks: set[str] = set()  # the content blocks of that reply read so far
     cwd: str | None = None
     sessions: list[str] = []
     for number, line in enumerate(text.splitlines(), 1):
@@ -68,13 +71,21 @@ def parse(data: bytes, name: str) -> list[Conversation]:
         at = epoch(event.get("timestamp"))
         if event["type"] == "assistant":
             mid = _str(message.get("id"))
-            turn = _assistant(message.get("content"), at)
+            content = message.get("content")
+            blocks = content if isinstance(content, list) else [
+                {"type": "text", "text": content}] if isinstance(content, str) else []
             if mid is not None and mid == reply_id and turns and turns[-1].role == "assistant":
+                # a block of the reply written again (a resumed session rewrites it)
+                # is the same block, not more of the reply
+                new = [b for b in blocks if _block_key(b) not in reply_blocks]
+                turn = _assistant(new, at)
                 last = turns[-1]
                 turns[-1] = Turn("assistant", "\n".join(t for t in (last.text, turn.text) if t),
                                  last.at, last.tool_calls + turn.tool_calls)
             else:
-                turns.append(turn)
+                turns.append(_assistant(blocks, at))
+                reply_blocks = set()
+            reply_blocks.update(_block_key(b) for b in blocks)
             reply_id = mid
         else:
             reply_id = None
@@ -109,6 +120,10 @@ def _user(content: Any, at: float | None) -> list[Turn]:
 
 def _assistant(content: Any, at: float | None) -> Turn:
     return Turn("assistant", block_text(content), at, tool_uses(content))
+
+
+def _block_key(block: Any) -> str:
+    return json.dumps(block, sort_keys=True, ensure_ascii=False)
 
 
 def _str(value: Any) -> str | None:

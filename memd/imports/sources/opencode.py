@@ -14,6 +14,7 @@ session with a parent is a subagent's: the model talking to itself, skipped.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
@@ -157,5 +158,11 @@ def _json(data: str | bytes, where: Path) -> dict[str, Any]:
     return value
 
 
-SOURCE = Source(NAME, "opencode", lambda: [home(".local", "share", "opencode")], files,
-                None, read)
+def _defaults() -> list[Path]:
+    """opencode's data folder: ``$XDG_DATA_HOME/opencode``, else
+    ``~/.local/share/opencode`` (on macOS too: it follows the XDG layout there)."""
+    data = os.environ.get("XDG_DATA_HOME", "").strip()
+    return [(Path(data) if data else home(".local", "share")) / "opencode"]
+
+
+SOURCE = Source(NAME, "opencode", _defaults, files, None, read)
