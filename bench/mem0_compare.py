@@ -40,9 +40,10 @@ until every turn is searchable, like mem0's: its vector and its full-text row wr
 each turn is counted at its share of the call. As ``memd import-history`` does, the
 import leaves the passages of the turns (sentences said in passing, which refine how a
 found turn ranks) to jobs; they run right after it, before any search, and their time
-is reported apart (``passages_after_s``, and ``verdict.ingest_ratio_with_passages``). mem0 gets the same turns in the same order, one ``add`` per turn, as before (it
-has no bulk path: ``add`` takes one message list and stores it as one memory). Throughput
-is turns per second of the timed calls on each side; ``verdict.ingest_ratio`` is
+is reported apart (``passages_after_s``, and ``verdict.ingest_ratio_with_passages``).
+mem0 gets the same turns in the same order, one ``add`` per turn, as before (it has no
+bulk path: ``add`` takes one message list and stores it as one memory). Throughput is
+turns per second of the timed calls on each side; ``verdict.ingest_ratio`` is
 memd's over mem0's. ``search(query, user, k=10, kinds=["message"])``. Both ranked lists
 map back to (haystack session, turn), mem0's through metadata, memd's through the
 stored messages of each session; recall_any@k at turn level is longmemeval.py's
