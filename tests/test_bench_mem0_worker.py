@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.mem0_compare import Item, MemdWorker, by_user
+from bench.mem0_compare import Item, by_user
+from bench.mem0_memd import MemdWorker
 
 T0 = 1_700_000_000.0
 

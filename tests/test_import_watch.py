@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +15,7 @@ from pathlib import Path
 from history_files import claude_code
 from pg import open_engine
 
+import memd
 from memd.imports import ImportCounts, source
 from memd.imports.watch import HistoryWatcher
 
@@ -60,3 +66,36 @@ def test_a_file_that_cannot_be_read_does_not_stop_the_watch(tmp_path: Path) -> N
             '{"sessionId": "ok", "history": [{"message": {"role": "user", '
             '"content": "My name is Alex"}}]}')
         assert watcher.sync().messages == 1
+
+
+def test_the_cli_watch_imports_a_turn_appended_to_a_transcript(tmp_path: Path) -> None:
+    """``memd import-history --watch claude-code`` as a user runs it: the import, then
+    the watch, which stores a turn the client appends to its transcript."""
+    root = tmp_path / "claude"
+    turns = len(claude_code(root)[1][0][2])
+    data = tmp_path / "d"
+    env = {**os.environ, "MEMD_DATA_DIR": str(data), "MEMD_EMBEDDER": "fake",
+           "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memd.cli", "import-history", "claude-code",
+         str(root / "projects"), "--user", "alex", "--watch"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+                              daemon=True)
+    reader.start()
+    try:
+        # the watch is in place once it says so on stderr (after the progress bar)
+        assert any("watching" in line for line in iter(proc.stderr.readline, ""))
+        until(lambda: any(f"imported {turns} messages" in line for line in lines))
+        claude_code(root, grow=True)  # the client writes two more turns of the session
+        until(lambda: any("imported 2 messages" in line for line in lines))
+    finally:
+        proc.send_signal(signal.SIGINT)  # Ctrl-C stops the watch
+        proc.wait(timeout=30)
+    assert proc.returncode == 0
+    with memd.open(data) as engine:
+        sessions = engine.store.list_sessions("alex")
+        texts = [m.content for s in sessions for m in engine.messages(s.id, "alex")]
+    assert "I prefer tabs over spaces" in texts and len(texts) == turns + 2

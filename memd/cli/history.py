@@ -79,13 +79,24 @@ def import_history(ctx: click.Context, source: str, paths: tuple[Path, ...],
                 advance(turns, f"{rate:,.0f} turns/s")
 
             counts = import_conversations(engine, user, conversations, progress=step,
-                                          run_jobs=True)
+                                          run_jobs=True, passages_later=True)
         took = time.monotonic() - started
         click.echo(f"imported {counts.messages} messages of {counts.turns} new turns "
                    f"({counts.sessions} new sessions, {counts.skipped} turns skipped) in "
-                   f"{took:.1f} s, {counts.turns / max(took, 1e-6):,.0f} turns/s")
+                   f"{took:.1f} s, {counts.turns / max(took, 1e-6):,.0f} turns/s; "
+                   "searchable now")
+        _refine(engine)
         if watch:
             _watch(engine, user, src, roots)
+
+
+def _refine(engine: Memd) -> None:
+    """Run what the import left queued: the passages of its messages, which sharpen how
+    search ranks them. Interrupted, the jobs stay queued (durable) for the daemon's
+    worker."""
+    click.echo("embedding passages (Ctrl-C leaves them to the daemon)", err=True)
+    while engine.jobs.run_due():
+        pass
 
 
 def _watch(engine: Memd, user: str, src: Source, roots: list[Path]) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -137,8 +137,8 @@ def plan_import(engine: Memd, user_id: str,
 
 
 def import_conversations(engine: Memd, user_id: str, conversations: Iterable[Conversation],
-                         *, progress: Progress | None = None,
-                         run_jobs: bool = False) -> ImportCounts:
+                         *, progress: Progress | None = None, run_jobs: bool = False,
+                         passages_later: bool = False) -> ImportCounts:
     """Store the turns of ``conversations`` not stored yet (see the module docstring).
 
     Conversations are written in batches of about ``BATCH_TURNS`` new turns, each batch
@@ -148,35 +148,54 @@ def import_conversations(engine: Memd, user_id: str, conversations: Iterable[Con
     first, in one call (sorted by length, padded per model call), then the jobs run as
     a live daemon's worker runs them, each at the time of the turn that made it, in
     time order, finding their vectors in the embedder's cache: what they store is what
-    appending the same turns live stores. ``progress`` is told how many turns each
-    conversation had that were new."""
+    appending the same turns live stores. With ``passages_later`` too, the passages of
+    the messages (sub-turn excerpts that only refine ranking, memd.engine.retrieval.passages) are
+    left to ``embed_passages`` jobs queued at the end, for the caller or the daemon's
+    worker to run: the turns are searchable, by their vectors and full-text rows, when
+    this returns, in less than half the model time. ``progress`` is told how many turns
+    each conversation had that were new."""
     clock = follow_clock(engine)
     counts = ImportCounts()
-    for batch in _batches(conversations, BATCH_TURNS):
-        written: list[ImportCounts] = []
-        stored: list[Message] = []
-        times: set[float | None] = set()
-        with engine.store.transaction():
-            for conv in batch:
-                one, messages, at = _import_one(engine, clock, user_id, conv)
-                written.append(one)
-                stored.extend(messages)
-                times.update(at)
-        if run_jobs and stored:
-            texts, extra = embedded_texts(stored)
-            engine.embedder.embed(texts + extra)
-            for when in sorted(times, key=lambda t: (t is None, t or 0.0)):
-                with clock.at(when):
-                    while engine.jobs.run_due():
-                        pass
-        for one in written:
-            counts.add(one)
-            if progress is not None:
-                progress(one.turns)
-    if run_jobs and counts.messages:
-        # what a job left for later (its follow-ups), at the real time
-        while engine.jobs.run_due():
-            pass
+    deferring: AbstractContextManager[None] = (
+        engine.jobs.passages_later(user_id) if run_jobs and passages_later else nullcontext())
+    with deferring:
+        for batch in _batches(conversations, BATCH_TURNS):
+            counts.add(_import_batch(engine, clock, user_id, batch, run_jobs,
+                                     passages_later, progress))
+        if run_jobs and counts.messages:
+            # what a job left for later (its follow-ups), at the real time
+            while engine.jobs.run_due():
+                pass
+    return counts
+
+
+def _import_batch(engine: Memd, clock: FollowClock, user_id: str, batch: list[Conversation],
+                  run_jobs: bool, passages_later: bool, progress: Progress | None
+                  ) -> ImportCounts:
+    """One batch of conversations written in one transaction, then its jobs run (with
+    ``run_jobs``); what was done."""
+    counts = ImportCounts()
+    written: list[ImportCounts] = []
+    stored: list[Message] = []
+    times: set[float | None] = set()
+    with engine.store.transaction():
+        for conv in batch:
+            one, messages, at = _import_one(engine, clock, user_id, conv)
+            written.append(one)
+            stored.extend(messages)
+            times.update(at)
+    if run_jobs and stored:  # every text the jobs will embed, in one call
+        texts, extra = embedded_texts(stored)
+        memories = engine.jobs.queued_memory_texts(user_id)  # what extraction found
+        engine.embedder.embed(texts + memories + ([] if passages_later else extra))
+        for when in sorted(times, key=lambda t: (t is None, t or 0.0)):
+            with clock.at(when):
+                while engine.jobs.run_due():
+                    pass
+    for one in written:
+        counts.add(one)
+        if progress is not None:
+            progress(one.turns)
     return counts
 
 

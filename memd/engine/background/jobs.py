@@ -23,7 +23,9 @@ message its rule-based title came from, :mod:`memd.engine.conversation.titles`),
 session's oldest turns folded into an episodic summary, :mod:`memd.engine.background.compact`;
 it deletes itself with its effect, as ``ingest`` does, and queues ``consolidate``:
 alike episodes folded into a pattern, :mod:`memd.engine.background.consolidate`) and ``access``
-(retrieval statistics of a compiled context), ``summarize_object`` (the helper's
+(retrieval statistics of a compiled context), ``embed_passages`` (the passages of
+messages whose vectors an import wrote first, :meth:`JobRunner.passages_later`),
+``summarize_object`` (the helper's
 detailed and compact texts of a context object, :mod:`memd.engine.virtual.summaries`);
 ``schedule`` and ``sweep``, the scheduled
 maintenance (:mod:`memd.engine.background.schedule`).
@@ -52,8 +54,9 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, wait
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +104,7 @@ MAX_ATTEMPTS = 5
 # job is parked after its second attempt, where the jobs list shows why.
 MAX_ATTEMPTS_BY_KIND = {"llm_extract": 2, "title": 2, summaries.JOB: 2}
 BATCH = 64
+PASSAGE_JOB_IDS = 256  # messages an ``embed_passages`` job embeds the passages of
 ACCESS_WINDOW = 1.0  # seconds a user's access statistics are gathered before their job
 ACCESS_HITS = 2000  # or this many hits, whichever comes first
 JOB_STATES = ("pending", "dead")
@@ -113,8 +117,12 @@ def embedded_texts(messages: Sequence[Message]) -> tuple[list[str], list[str]]:
     (memd.engine.retrieval.passages). A bulk writer embeds these first, in one call, and the job
     then finds them all in the cache."""
     kept = [m for m in messages if m.safe_text]
-    return ([excerpt(m.safe_text or "", EMBED_CHARS) for m in kept],
-            [p for m in kept if m.role == "user" for p in passages(m.safe_text or "")])
+    return [excerpt(m.safe_text or "", EMBED_CHARS) for m in kept], passage_texts(kept)
+
+
+def passage_texts(messages: Sequence[Message]) -> list[str]:
+    """The passages of ``messages`` that recall reads from the embedder's cache."""
+    return [p for m in messages if m.role == "user" for p in passages(m.safe_text or "")]
 
 
 class JobRunner:
@@ -135,6 +143,8 @@ class JobRunner:
         self._gathered_hits = 0
         self._gathered_since = time.monotonic()
         self.access_window = ACCESS_WINDOW
+        # Per thread: the ids of messages whose passages wait (see passages_later).
+        self._deferred = threading.local()
         # The helper model of LLM extraction: created from the settings on first use, or
         # set by the caller (tests set a scripted one).
         self.helper: HelperModel | None = None
@@ -143,6 +153,7 @@ class JobRunner:
         self.llm_counts: Counter[str] = Counter()
         self.handlers: dict[str, Callable[[Job], bool | None]] = {
             "embed_messages": self._embed_messages,
+            "embed_passages": self._embed_passages,
             "ingest": self._ingest,
             "access": self._access,
             "llm_extract": self._llm_extract,
@@ -264,6 +275,12 @@ class JobRunner:
             raise InvalidInput(f"state must be one of {', '.join(JOB_STATES)}, not {state!r}")
         return self.store.list_jobs(state, user_id, limit)
 
+    def queued_memory_texts(self, user_id: str, limit: int = 10_000) -> list[str]:
+        """The texts of ``user_id``'s pending ``ingest`` jobs: what they will embed, one
+        text at a time, unless a bulk writer embeds them first in one call."""
+        return [q.job.payload["text"] for q in self.store.list_jobs("pending", user_id, limit)
+                if q.job.kind == "ingest" and isinstance(q.job.payload.get("text"), str)]
+
     def retry(self, job_id: str, user_id: str | None = None) -> QueuedJob:
         """Put a dead job back in the queue, due now with its attempts reset. NotFound
         for an unknown job (or, with ``user_id``, another user's); Conflict for a job that
@@ -290,9 +307,38 @@ class JobRunner:
         if msgs:
             texts, extra = embedded_texts(msgs)
             vecs = self.embedder.embed(texts)
-            self.embedder.embed(extra)
+            later: list[str] | None = getattr(self._deferred, "ids", None)
+            if later is None:
+                self.embedder.embed(extra)
+            elif extra:
+                later.extend(m.id for m in msgs if m.role == "user")
             store.set_message_embeddings(job.user_id, list(zip([m.id for m in msgs], vecs,
                                                                strict=True)))
+
+    def _embed_passages(self, job: Job) -> None:
+        assert job.user_id is not None
+        msgs = [m for m in (self.store.get_message(job.user_id, i) for i in job.payload["ids"])
+                if m is not None]  # an erased message's passages are not embedded again
+        self.embedder.embed(passage_texts(msgs))
+
+    @contextmanager
+    def passages_later(self, user_id: str) -> Iterator[None]:
+        """Within the block, jobs run on this thread embed messages without their
+        passages; its end queues those as ``embed_passages`` jobs. A message is found by
+        its own vector and its full-text row: passages only refine how it ranks
+        (memd.engine.retrieval.passages), so a bulk import is searchable without them, sooner,
+        and the queue embeds them next. Other threads (a daemon's live traffic) embed
+        passages with their messages as always."""
+        ids: list[str] = []
+        self._deferred.ids = ids
+        try:
+            yield
+        finally:
+            self._deferred.ids = None
+            for start in range(0, len(ids), PASSAGE_JOB_IDS):
+                self.store.enqueue_job("embed_passages",
+                                       {"ids": ids[start:start + PASSAGE_JOB_IDS]},
+                                       user_id, self.now())
 
     def _ingest(self, job: Job) -> None:
         p: dict[str, Any] = job.payload
