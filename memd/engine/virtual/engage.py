@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memd.config import VirtualZones
+from memd.engine.virtual.admission import Admission, admit, task_terms
 from memd.engine.virtual.fidelity import (
     COMPACT,
     DETAILED,
@@ -30,8 +31,8 @@ from memd.engine.virtual.fidelity import (
     loss_of,
     stub,
 )
-from memd.engine.virtual.pressure import Held, fit_line, plan, zone
-from memd.engine.virtual.segment import Segment, segment, tool_calls
+from memd.engine.virtual.pressure import Held, Step, fit_line, plan, zone
+from memd.engine.virtual.segment import Segment, segment, text_of, tool_calls
 from memd.models.tokens import MESSAGE_OVERHEAD, count_text
 from memd.types import ContextObject, FidelityTransition
 
@@ -94,8 +95,13 @@ def virtualize(store: Store, user_id: str, session_id: str,
         held = [_held(s, objects[s.object_id], _frame(s, calls, model),
                       s.object_id in superseded, s.object_id in pinned) for s in segments]
         before = budget.request + budget.reserve
+        admitted = (_admit(messages, segments, held, objects, {o.object_id for o in new},
+                           budget.window)
+                    if before > zones.caution * budget.window else {})
         tokens = before - sum(h.cost(FULL) - h.cost(h.fidelity) for h in held)
         steps, after = plan(held, tokens, budget.window, zones)
+        steps[:0] = [Step(oid, FULL, a.fidelity, "admission")
+                     for oid, a in admitted.items() if a.fidelity != FULL]
         zone_before, zone_after = (zone(before, budget.window, zones),
                                    zone(after, budget.window, zones))
         transitions = [FidelityTransition(st.object_id, st.from_fidelity, st.to_fidelity,
@@ -111,12 +117,39 @@ def virtualize(store: Store, user_id: str, session_id: str,
         "objects": {"total": len(held), "new": len(new),
                     **{NAMES[f]: sum(1 for h in held if h.fidelity == f)
                        for f in (FULL, DETAILED, COMPACT, STUB, EVICTED)}},
+        "admitted": [{"object_id": oid, "fidelity": NAMES[a.fidelity], "score": a.score,
+                      **a.parts} for oid, a in admitted.items()],
         "held": [_held_report(objects[h.object_id], h) for h in held if h.fidelity != FULL],
         "transitions": [{"object_id": t.object_id, "from": NAMES[t.from_fidelity],
                          "to": NAMES[t.to_fidelity], "trigger": t.trigger}
                         for t in transitions],
     }
     return Virtualized(out, after - budget.reserve, report, kept, new)
+
+
+def _admit(messages: Sequence[Mapping[str, Any]], segments: Sequence[Segment],
+           held: Sequence[Held], objects: Mapping[str, ContextObject], new: set[str],
+           window: int) -> dict[str, Admission]:
+    """The admission of each object first seen in this call (memd.engine.virtual.
+    admission); each one's ``held`` fidelity is set to it."""
+    task = next((text_of(m.get("content")) for m in reversed(messages)
+                 if m.get("role") == "user"), None)
+    terms = task_terms(task or "")
+    last = max((i for i, m in enumerate(messages) if m.get("role") != "tool"), default=-1)
+    out: dict[str, Admission] = {}
+    after = 0
+    for s, h in zip(reversed(segments), reversed(held), strict=True):
+        o = objects[s.object_id]
+        if s.object_id in new and not h.pinned:
+            # an older read of a source the history reads again comes in as its stub
+            # an older read of a source the history reads again comes in as its stub
+            a = (Admission(STUB, 0.0, {"superseded": 1.0}) if h.superseded else
+                 admit(s.object_type, o.content, h.sizes, window, after, s.index > last,
+                       terms))
+            out[s.object_id] = a
+            h.fidelity = a.fidelity
+        after += o.tokens_l0
+    return dict(reversed(out.items()))
 
 
 def _new_object(user_id: str, session_id: str, s: Segment, model: str | None,
