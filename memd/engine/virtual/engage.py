@@ -11,6 +11,7 @@ client's own objects, unchanged, and so is every other message.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -205,8 +206,29 @@ def _frame(s: Segment, calls: Mapping[str, tuple[int, Mapping[str, Any]]],
     if s.tool_call_id is None or s.tool_call_id not in calls:
         return None
     call = calls[s.tool_call_id][1]
-    return (MESSAGE_OVERHEAD + count_text(s.tool_call_id, model)
-            + count_text(json.dumps(call, sort_keys=True), model))
+    fn = call.get("function")
+    fn = fn if isinstance(fn, Mapping) else {}
+    kind, name, arguments = call.get("type"), fn.get("name"), fn.get("arguments")
+    if isinstance(arguments, str) and isinstance(kind, str) and isinstance(name, str) \
+            and call.get("id") == s.tool_call_id and set(call) == {"id", "type", "function"} \
+            and set(fn) == {"name", "arguments"}:  # the usual shape: its cost is kept
+        return _frame_of(s.tool_call_id, kind, name, arguments, model)
+    return _frame_tokens(s.tool_call_id, json.dumps(call, sort_keys=True), model)
+
+
+@functools.lru_cache(maxsize=8192)
+def _frame_of(tool_call_id: str, kind: str, name: str, arguments: str,
+              model: str | None) -> int:
+    """:func:`_frame` of a call of the usual shape, kept: every call of a session resends
+    every earlier exchange, and counting them all again would cost each call more as the
+    session grows."""
+    call = {"id": tool_call_id, "type": kind, "function": {"name": name,
+                                                           "arguments": arguments}}
+    return _frame_tokens(tool_call_id, json.dumps(call, sort_keys=True), model)
+
+
+def _frame_tokens(tool_call_id: str, call_json: str, model: str | None) -> int:
+    return MESSAGE_OVERHEAD + count_text(tool_call_id, model) + count_text(call_json, model)
 
 
 def _rewrite(messages: Sequence[Mapping[str, Any]], segments: Sequence[Segment],
