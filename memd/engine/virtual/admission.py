@@ -24,7 +24,7 @@ The score weighs four things, each in [0, 1]:
 
 A result is admitted whole while the request has room (under the caution line), and when
 admitting it lower would save little. The result the model just asked for comes in
-whole unless it is big (more than a tenth of the window), and never below the detailed
+whole unless it is big (more than 6 % of the window), and never below the detailed
 excerpt.
 """
 
