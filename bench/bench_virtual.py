@@ -103,7 +103,7 @@ def run(session: AgentSession, data_dir: Path, embedder: str) -> dict[str, Any]:
             t0 = time.perf_counter()
             call = prepare_chat(engine, "local", None, messages, model=MODEL,
                                 max_response_tokens=RESERVE, tools=session.tools,
-                                window=window)
+                                window=window, restorable=True)
             t1 = time.perf_counter()
             finish_chat(engine, call, status=200, reply=session.messages[at],
                         finish_reason="stop", usage=None, model=MODEL)

@@ -281,3 +281,46 @@ def test_cli_shows_the_prompt_cache_figures_the_upstream_gave() -> None:
     assert "cache" not in lines[0]
     assert lines[1].endswith("  cache read=768")
     assert lines[2].endswith("  cache read=9000 cache written=300")
+
+
+def test_cli_show_reads_a_virtualized_call_out(hermetic_env: Path) -> None:
+    """The report's ``virtual`` section, as a real virtualized call makes it, printed
+    readably above the JSON: zone, tokens saved, each object's fidelity and declared
+    loss, the faults served."""
+    from memd.config import VirtualZones
+    from memd.engine.virtual import Budget, virtualize
+
+    big = "\n".join(f"line {k}: value_{k} = {k * 7}" for k in range(400))
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are an agent."},
+                                      {"role": "user", "content": "Read app.py"}]
+    for k in range(3):
+        messages += [{"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"c{k}", "type": "function", "function": {
+                "name": "read", "arguments": json.dumps({"path": f"src/app{k}.py"})}}]},
+            {"role": "tool", "tool_call_id": f"c{k}", "content": big}]
+    with memd.open() as m:
+        s = m.create_session("local")
+        done = virtualize(m.store, "local", s.id, messages, Budget(12_000, 500, 14_000),
+                          VirtualZones(), mode="auto", model=None, call_id="v1", now=1.0)
+        report = {"virtual": {**done.report, "faults": [{
+            "fault_id": "f1", "kind": "query", "question": "What is value_7?",
+            "objects": ["ctx-1"], "tokens_avoided": 2900, "latency_ms": 4}]}}
+        record(m, "v1", time.time(), session=s.id, report=report)
+    held = done.report["held"]
+    assert held  # something was held below full
+    res = run("calls", "--show", "v1")
+    assert res.exit_code == 0, res.output
+    text, _, rest = res.output.partition("\n{\n")
+    assert json.loads("{\n" + rest)["report"] == report  # the JSON follows, whole
+    tokens = done.report["tokens"]
+    assert f"zone {done.report['zone']} -> {done.report['zone_after']}" in text
+    assert f"{tokens['request']} asked, {tokens['forwarded']} forwarded, " \
+           f"{tokens['saved']} saved" in text
+    for h in held:
+        assert f"{h['object_id']} {h['fidelity']} ({h['tokens']} of {h['tokens_full']}" \
+               in text
+        assert f"lost: {'; '.join(h['loss']['dropped'])}" in text
+    assert "faults served: 1" in text
+    assert "query f1: What is value_7? (2900 tokens avoided, 4 ms)" in text
+    # --json keeps the JSON alone, for scripts
+    assert json.loads(run("calls", "--show", "v1", "--json").output)["id"] == "v1"

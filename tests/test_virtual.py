@@ -123,7 +123,7 @@ def test_what_a_call_is_of_comes_from_its_arguments() -> None:
 def test_a_stub_names_the_object_its_source_its_size_and_the_way_back() -> None:
     line = stub("ctx-1", "read", "src/app.py", 300, 4100)
     assert "\n" not in line
-    for words in ("ctx-1", "read src/app.py", "300 lines", "4100 tokens", "Run the tool again"):
+    for words in ("ctx-1", "read src/app.py", "300 lines", "4100 tokens", "memory_restore"):
         assert words in line
 
 
@@ -226,15 +226,23 @@ def test_a_call_degrades_stores_and_keeps_what_it_degraded(engine: Memd) -> None
     window = 12_000  # the request is past the caution line; its newest result is recent
     zones = replace(ZONES, keep_recent=0.45)
     first = virtualize(engine.store, "local", s.id, msgs, budget_for(msgs, window), zones,
-                       mode="auto", model=None, call_id="call-1", now=10.0)
+                       mode="auto", model=None, call_id="call-1", now=10.0, restorable=True)
     out = first.messages
     assert first.report["transitions"] and first.report["fits"]
     assert [m["role"] for m in out] == [m["role"] for m in msgs]
     assert out[0] is msgs[0] and out[1] is msgs[1] and out[5] is msgs[5]  # never degraded
     assert [m.get("tool_call_id") for m in out] == [m.get("tool_call_id") for m in msgs]
     assert out[3]["content"].startswith("[memd: output of read src/app.py")  # superseded
-    assert out[-1] is msgs[-1]  # the newest result, whole
     stored = {o.object_id: o for o in engine.store.context_objects("local", s.id)}
+    # the newest result is big (a quarter of the window) and read under pressure: it is
+    # admitted at its detailed excerpt, with the score that chose it in the report
+    newest = next(o for o in stored.values() if o.tool_call_id == "c3")
+    assert out[-1] == {**msgs[-1], "content": newest.detailed}
+    admitted = {a["object_id"]: a for a in first.report["admitted"]}
+    assert admitted[newest.object_id]["fidelity"] == "detailed"
+    assert admitted[newest.object_id]["score"] < 0.8
+    assert any(t["object_id"] == newest.object_id and t["trigger"] == "admission"
+               for t in first.report["transitions"])
     assert len(stored) == 3
     assert engine.store.fidelity_transitions("local", s.id)[0].call_id == "call-1"
     # the next call brings the history again and one more exchange: what degraded stays
@@ -312,3 +320,41 @@ def test_the_newest_result_is_kept_from_eviction_even_past_keep_recent() -> None
     assert newest.fidelity in (FULL, DETAILED) and after <= fit_line(10_000)
     assert all(h.fidelity == EVICTED for h in older)
     assert "new" not in {s.object_id for s in steps if s.to_fidelity == EVICTED}
+
+
+def test_admission_weighs_size_kind_recency_and_the_task() -> None:
+    from memd.engine.virtual.admission import admit, task_terms
+    from memd.engine.virtual.fidelity import COMPACT, DETAILED, FULL
+
+    sizes = {FULL: 3_000, DETAILED: 900, COMPACT: 150}
+    terms = task_terms("Fix the rounding in billing/money.py::round_cents")
+    listing = "\n".join(f"file_{k}.txt" for k in range(300))
+    # a big listing the model just asked for, of no use to the task: its excerpt, where
+    # the model can restore it
+    assert admit("tool_result", listing, sizes, 16_000, 0, True, terms,
+                 restorable=True).fidelity == DETAILED
+    # the same deep in a resent history: compact
+    assert admit("tool_result", listing, sizes, 16_000, 15_000, False, terms).fidelity \
+        == COMPACT
+    # a small newest result comes in whole whatever it scores
+    small = {FULL: 500, DETAILED: 150, COMPACT: 60}
+    assert admit("tool_result", listing, small, 16_000, 0, True, terms,
+                 restorable=True).fidelity == FULL
+    # an error report on the task's own code, just read: whole
+    error = "Traceback in billing/money.py round_cents: rounding mismatch\n" * 50
+    got = admit("error_context", error, {FULL: 1_500, DETAILED: 450, COMPACT: 75}, 16_000,
+                0, True, terms, restorable=True)
+    assert got.fidelity == FULL and got.parts["relevance"] == 1.0
+
+
+def test_the_newest_result_stays_whole_unless_the_model_can_restore_it() -> None:
+    """A big result the model just asked for is admitted as an excerpt only where the
+    call offers memory_restore; elsewhere the model sees what it asked for."""
+    from memd.engine.virtual.admission import admit
+    from memd.engine.virtual.fidelity import DETAILED, FULL
+
+    text = "\n".join(f"line {i} of a long listing" for i in range(400))
+    sizes = {FULL: 3000, DETAILED: 900}
+    args = ("tool_result", text, sizes, 16_384, 0, True, frozenset())
+    assert admit(*args).fidelity == FULL
+    assert admit(*args, restorable=True).fidelity == DETAILED

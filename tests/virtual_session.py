@@ -90,6 +90,18 @@ class AgentSession:
         return sum(count_text(m["content"]) for m in self.messages if m["role"] == "tool")
 
 
+def whole_or_admitted(got: str, mine: str) -> bool:
+    """Whether a newest tool result arrived whole, or as the excerpt memd admits a big
+    one at: its header naming the object, then lines of the original, verbatim."""
+    if got == mine:
+        return True
+    header, *lines = got.splitlines()
+    originals = set(mine.splitlines())
+    return header.startswith("[memd: extractive excerpt of the output of") and all(
+        line in originals or line.startswith("[... ") or line.endswith(" [...]")
+        for line in lines)
+
+
 def _source(rng: random.Random, path: str, version: int) -> str:
     """A Python module of 60 to 140 lines, with names and constants a reader may need."""
     stem = path.rsplit("/", 1)[-1].removesuffix(".py")

@@ -19,6 +19,7 @@ from memd.cli.common import (
     settings_for,
     store_user,
 )
+from memd.cli.virtual_view import virtual_lines
 from memd.errors import InvalidInput, MemdError
 
 if TYPE_CHECKING:
@@ -129,7 +130,9 @@ def calls(ctx: click.Context, user_id: str | None, session_id: str | None,
     injected (the context window and where its size came from, the memory tokens added,
     whether the call was a retry); a side request (a client's title, summary or
     compaction call: forwarded as sent, no memory, no session) says so and why.
-    --show ID prints one call's full report."""
+    --show ID prints one call's full report; for a virtualized call, a readable account
+    of it first (the zone, each object held below full and what it lost, the tokens
+    saved, the faults served); --show ID --json prints the JSON alone."""
     daemon = daemon_for(ctx)
     if daemon is not None:
         # Without --user the daemon decides: its default user, or the key's in auth mode.
@@ -149,6 +152,9 @@ def calls(ctx: click.Context, user_id: str | None, session_id: str | None,
             else:
                 found = m.calls(uid, session_id=session_id, since=since, limit=limit)
     if call_id is not None:
+        virtual = (found[0].get("report") or {}).get("virtual")
+        if virtual and not as_json:
+            click.echo("\n".join(virtual_lines(virtual)))
         click.echo(json.dumps(found[0], indent=2, ensure_ascii=False))
     elif as_json:
         for c in found:

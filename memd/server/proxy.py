@@ -268,6 +268,7 @@ async def chat_completions(request: Request) -> Response:
                 session_id=pinned, model=model, max_response_tokens=max_tokens,
                 tools=body.get("tools"), window=window, client=request.headers.get("user-agent"),
                 virtualize=virtualize, conversation=conversation_of(request.headers),
+                restorable=True,  # this door serves memory_restore (memd.server.faults)
             )
     except Conflict as exc:
         if not pinned:

@@ -77,6 +77,7 @@ def prepare_chat(
     window: WindowInfo | None = None, placement: str | None = None,
     client: str | None = None, note: Mapping[str, Any] | None = None,
     virtualize: str | None = None, conversation: str | None = None,
+    restorable: bool = False,
 ) -> PreparedCall:
     """Resolve the session, store the new messages, and build what to forward.
     ``client`` names the caller (its User-Agent, or a client family's name): with the
@@ -140,7 +141,7 @@ def prepare_chat(
         plain = list(messages)
         counted = resent.tokens(model) + tool_tokens(tools, model)
         virtual = for_call(engine, session, plain, counted, window, max_response_tokens,
-                           virtualize, model, call_id)
+                           virtualize, model, call_id, restorable)
         if virtual is not None:
             plain = virtual.messages
         forward, report = _augment(engine, uid, session, plain, resent, counted, query,

@@ -20,10 +20,13 @@ if TYPE_CHECKING:
 
 def for_call(engine: Memd, session: Session, messages: Sequence[Mapping[str, Any]],
              request_tokens: int, window: WindowInfo, max_response_tokens: int | None,
-             asked: str | None, model: str | None, call_id: str) -> Virtualized | None:
+             asked: str | None, model: str | None, call_id: str,
+             restorable: bool = False) -> Virtualized | None:
     """The call's request virtualized, or None when virtualization does not engage
     (mode "off"; "auto" below the caution line or with the window unknown; "on" with
-    the window unknown measures against ``default_context_window``)."""
+    the window unknown measures against ``default_context_window``). ``restorable``:
+    the call offers the model ``memory_restore``, so even the result it just asked for
+    may be admitted below full."""
     settings = engine.settings
     mode = call_mode(settings, session.workspace, asked)
     tokens = window.tokens
@@ -44,7 +47,7 @@ def for_call(engine: Memd, session: Session, messages: Sequence[Mapping[str, Any
         return None
     done = virtualize(engine.store, session.user_id, session.id, messages, budget,
                       settings.virtual_zones, mode=mode, model=model, call_id=call_id,
-                      now=engine.now(),
+                      now=engine.now(), restorable=restorable,
                       pinned=pinned(engine, session.user_id, session.id, session.turn_count))
     worth = [o.object_id for o in done.new if o.tokens_l0 >= summaries.MIN_TOKENS]
     if worth and engine.jobs.llm_enabled:  # the helper's summaries, in the background

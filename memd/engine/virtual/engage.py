@@ -11,6 +11,7 @@ client's own objects, unchanged, and so is every other message.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memd.config import VirtualZones
+from memd.engine.virtual.admission import Admission, admit, task_terms
 from memd.engine.virtual.fidelity import (
     COMPACT,
     DETAILED,
@@ -30,8 +32,8 @@ from memd.engine.virtual.fidelity import (
     loss_of,
     stub,
 )
-from memd.engine.virtual.pressure import Held, fit_line, plan, zone
-from memd.engine.virtual.segment import Segment, segment, tool_calls
+from memd.engine.virtual.pressure import Held, Step, fit_line, plan, zone
+from memd.engine.virtual.segment import Segment, segment, text_of, tool_calls
 from memd.models.tokens import MESSAGE_OVERHEAD, count_text
 from memd.types import ContextObject, FidelityTransition
 
@@ -79,7 +81,8 @@ def engages(mode: str, budget: Budget, zones: VirtualZones) -> bool:
 def virtualize(store: Store, user_id: str, session_id: str,
                messages: Sequence[Mapping[str, Any]], budget: Budget, zones: VirtualZones,
                *, mode: str, model: str | None, call_id: str, now: float,
-               pinned: frozenset[str] = frozenset()) -> Virtualized:
+               pinned: frozenset[str] = frozenset(), restorable: bool = False,
+               ) -> Virtualized:
     """The call's request with its tool results at the fidelities pressure leaves them
     (see the package docstring); ``pinned`` objects (restored by a fault) stay whole."""
     calls = tool_calls(messages)
@@ -94,8 +97,13 @@ def virtualize(store: Store, user_id: str, session_id: str,
         held = [_held(s, objects[s.object_id], _frame(s, calls, model),
                       s.object_id in superseded, s.object_id in pinned) for s in segments]
         before = budget.request + budget.reserve
+        admitted = (_admit(messages, segments, held, objects, {o.object_id for o in new},
+                           budget.window, restorable)
+                    if before > zones.caution * budget.window else {})
         tokens = before - sum(h.cost(FULL) - h.cost(h.fidelity) for h in held)
         steps, after = plan(held, tokens, budget.window, zones)
+        steps[:0] = [Step(oid, FULL, a.fidelity, "admission")
+                     for oid, a in admitted.items() if a.fidelity != FULL]
         zone_before, zone_after = (zone(before, budget.window, zones),
                                    zone(after, budget.window, zones))
         transitions = [FidelityTransition(st.object_id, st.from_fidelity, st.to_fidelity,
@@ -111,12 +119,39 @@ def virtualize(store: Store, user_id: str, session_id: str,
         "objects": {"total": len(held), "new": len(new),
                     **{NAMES[f]: sum(1 for h in held if h.fidelity == f)
                        for f in (FULL, DETAILED, COMPACT, STUB, EVICTED)}},
+        "admitted": [{"object_id": oid, "fidelity": NAMES[a.fidelity], "score": a.score,
+                      **a.parts} for oid, a in admitted.items()],
         "held": [_held_report(objects[h.object_id], h) for h in held if h.fidelity != FULL],
         "transitions": [{"object_id": t.object_id, "from": NAMES[t.from_fidelity],
                          "to": NAMES[t.to_fidelity], "trigger": t.trigger}
                         for t in transitions],
     }
     return Virtualized(out, after - budget.reserve, report, kept, new)
+
+
+def _admit(messages: Sequence[Mapping[str, Any]], segments: Sequence[Segment],
+           held: Sequence[Held], objects: Mapping[str, ContextObject], new: set[str],
+           window: int, restorable: bool) -> dict[str, Admission]:
+    """The admission of each object first seen in this call (memd.engine.virtual.
+    admission); each one's ``held`` fidelity is set to it."""
+    task = next((text_of(m.get("content")) for m in reversed(messages)
+                 if m.get("role") == "user"), None)
+    terms = task_terms(task or "")
+    last = max((i for i, m in enumerate(messages) if m.get("role") != "tool"), default=-1)
+    out: dict[str, Admission] = {}
+    after = 0
+    for s, h in zip(reversed(segments), reversed(held), strict=True):
+        o = objects[s.object_id]
+        if s.object_id in new and not h.pinned:
+            # an older read of a source the history reads again comes in as its stub
+            # an older read of a source the history reads again comes in as its stub
+            a = (Admission(STUB, 0.0, {"superseded": 1.0}) if h.superseded else
+                 admit(s.object_type, o.content, h.sizes, window, after, s.index > last,
+                       terms, restorable))
+            out[s.object_id] = a
+            h.fidelity = a.fidelity
+        after += o.tokens_l0
+    return dict(reversed(out.items()))
 
 
 def _new_object(user_id: str, session_id: str, s: Segment, model: str | None,
@@ -172,8 +207,29 @@ def _frame(s: Segment, calls: Mapping[str, tuple[int, Mapping[str, Any]]],
     if s.tool_call_id is None or s.tool_call_id not in calls:
         return None
     call = calls[s.tool_call_id][1]
-    return (MESSAGE_OVERHEAD + count_text(s.tool_call_id, model)
-            + count_text(json.dumps(call, sort_keys=True), model))
+    fn = call.get("function")
+    fn = fn if isinstance(fn, Mapping) else {}
+    kind, name, arguments = call.get("type"), fn.get("name"), fn.get("arguments")
+    if isinstance(arguments, str) and isinstance(kind, str) and isinstance(name, str) \
+            and call.get("id") == s.tool_call_id and set(call) == {"id", "type", "function"} \
+            and set(fn) == {"name", "arguments"}:  # the usual shape: its cost is kept
+        return _frame_of(s.tool_call_id, kind, name, arguments, model)
+    return _frame_tokens(s.tool_call_id, json.dumps(call, sort_keys=True), model)
+
+
+@functools.lru_cache(maxsize=8192)
+def _frame_of(tool_call_id: str, kind: str, name: str, arguments: str,
+              model: str | None) -> int:
+    """:func:`_frame` of a call of the usual shape, kept: every call of a session resends
+    every earlier exchange, and counting them all again would cost each call more as the
+    session grows."""
+    call = {"id": tool_call_id, "type": kind, "function": {"name": name,
+                                                           "arguments": arguments}}
+    return _frame_tokens(tool_call_id, json.dumps(call, sort_keys=True), model)
+
+
+def _frame_tokens(tool_call_id: str, call_json: str, model: str | None) -> int:
+    return MESSAGE_OVERHEAD + count_text(tool_call_id, model) + count_text(call_json, model)
 
 
 def _rewrite(messages: Sequence[Mapping[str, Any]], segments: Sequence[Segment],

@@ -59,8 +59,8 @@ def _key_words(tool: str | None, key: str | None) -> str:
 def stub(object_id: str, tool: str | None, key: str | None, lines: int, tokens: int) -> str:
     """L3: one line, made without a model."""
     return (f"[memd: output of {_key_words(tool, key)} held out of context as object "
-            f"{object_id} ({lines} lines, {tokens} tokens). Run the tool again to see it "
-            "whole.]")
+            f"{object_id} ({lines} lines, {tokens} tokens). To see it whole: memory_restore "
+            "with its id where offered, else run the tool again.]")
 
 
 def extractive(object_id: str, tool: str | None, key: str | None, text: str,
@@ -100,7 +100,8 @@ def extractive(object_id: str, tool: str | None, key: str | None, text: str,
     header = (f"[memd: extractive excerpt of the output of {_key_words(tool, key)}, "
               f"object {object_id}: {len(keep)} of {len(lines)} lines kept verbatim (the "
               "first and last ones and those naming identifiers); the rest is held out of "
-              "context. Run the tool again to see it whole.]")
+              "context. To see it whole: memory_restore with its id where offered, else "
+              "run the tool again.]")
     return "\n".join([header, *out])
 
 

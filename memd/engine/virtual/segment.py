@@ -15,6 +15,7 @@ instructions and corrections) and the assistant's messages are never degraded.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -104,10 +105,22 @@ def text_of(content: Any) -> str | None:
 def source_key(arguments: Any) -> str | None:
     """What a tool call is of, from its arguments (a JSON string or an object)."""
     if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return None
+        return _source_key_of_text(arguments)
+    return _source_key_of(arguments)
+
+
+@functools.lru_cache(maxsize=4096)
+def _source_key_of_text(arguments: str) -> str | None:
+    """:func:`source_key` of arguments as JSON text; kept, since every call of a session
+    resends every earlier tool call and parsing them all again would cost each call more
+    as the session grows."""
+    try:
+        return _source_key_of(json.loads(arguments))
+    except ValueError:
+        return None
+
+
+def _source_key_of(arguments: Any) -> str | None:
     if not isinstance(arguments, Mapping):
         return None
     for name in KEY_ARGUMENTS:

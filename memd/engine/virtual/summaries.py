@@ -134,8 +134,8 @@ def _text(o: ContextObject, level: int, helper: str, summary: str,
     answers = "; ".join(loss["answers"]) or "not said"
     return (f"[memd: {NAMES[level]} summary by the helper model {helper} of the output of "
             f"{what}, object {o.object_id} ({o.tokens_l0} tokens whole). It dropped: "
-            f"{dropped}. It can still answer: {answers}. Run the tool again to see it "
-            f"whole.]\n{summary}")
+            f"{dropped}. It can still answer: {answers}. To see it whole: "
+            f"memory_restore with its id where offered, else run the tool again.]\n{summary}")
 
 
 def summaries(o: ContextObject, fields: dict[str, Any], helper: str,
