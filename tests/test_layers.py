@@ -230,3 +230,12 @@ def test_no_module_imports_another_modules_private_names() -> None:
              for name in _private_imports(ast.parse(path.read_text("utf-8")))]
     assert found == []
     assert _private_imports(ast.parse("from memd.engine.x import _y")) == ["memd.engine.x._y"]
+
+
+MODULE_LINES = 500  # a module longer than this is split by what its parts do
+
+
+def test_no_module_of_the_package_is_over_the_limit() -> None:
+    long = {m: n for m, path in modules().items()
+            if (n := len(path.read_text("utf-8").splitlines())) > MODULE_LINES}
+    assert long == {}

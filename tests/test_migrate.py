@@ -30,19 +30,10 @@ from memd.backends.postgres import PostgresStore
 from memd.backends.sqlite import SQLiteStore
 from memd.cli import main
 from memd.config import Settings
+from memd.context_objects import ContextObject, Fault, FidelityTransition
 from memd.engine.memory import Memd
 from memd.models.embedder import FakeEmbedder
-from memd.types import (
-    ContextObject,
-    Fault,
-    FidelityTransition,
-    Memory,
-    MemoryFilter,
-    Provenance,
-    Scope,
-    Tier,
-    Usage,
-)
+from memd.types import Memory, MemoryFilter, Provenance, Scope, Tier, Usage
 
 DIM = 384
 PARTITIONS = (4, 4, 4)

@@ -42,19 +42,9 @@ from store_data import (
 
 from memd import registry
 from memd.backends.base import Store
+from memd.context_objects import ContextObject, Fault, FidelityTransition, ObjectSummaries
 from memd.errors import Conflict, NotFound
-from memd.types import (
-    ContextObject,
-    Fault,
-    FidelityTransition,
-    MemoryFilter,
-    NewMessage,
-    ObjectSummaries,
-    Provenance,
-    Scope,
-    Tier,
-    Usage,
-)
+from memd.types import MemoryFilter, NewMessage, Provenance, Scope, Tier, Usage
 
 BACKENDS = registry.names("memd.stores")
 

@@ -165,8 +165,8 @@ def test_a_restore_brings_the_object_back_whole_and_keeps_the_client_call(
 
 
 def test_hybrid_search_finds_the_object_by_its_words(tmp_path: Path) -> None:
+    from memd.context_objects import ContextObject
     from memd.models.embedder import FakeEmbedder
-    from memd.types import ContextObject
 
     def obj(i: int, text: str) -> ContextObject:
         return ContextObject(object_id=f"o{i}", user_id="u", session_id="s",

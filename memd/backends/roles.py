@@ -10,17 +10,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from memd.context_objects import ContextObject, Fault, FidelityTransition, ObjectSummaries
 from memd.types import (
-    ContextObject,
     Fact,
-    Fault,
-    FidelityTransition,
     Found,
     Memory,
     MemoryFilter,
     Message,
     NewMessage,
-    ObjectSummaries,
     ParagraphSeen,
     Session,
 )

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memd.backends.common.connection import Part
-from memd.types import ContextObject, FidelityTransition, ObjectSummaries
+from memd.context_objects import ContextObject, FidelityTransition, ObjectSummaries
 
 OBJECT_COLUMNS = (
     "object_id, user_id, session_id, content_hash, object_type, source_tool, source_key, "

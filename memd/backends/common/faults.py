@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from memd.backends.common.connection import Part
-from memd.types import Fault
+from memd.context_objects import Fault
 
 COLUMNS = ("fault_id, session_id, call_id, kind, question, answer, object_ids, "
            "tokens_avoided, latency_ms, turn, created_at")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memd.config import VirtualZones
+from memd.context_objects import ContextObject, FidelityTransition
 from memd.engine.virtual.admission import Admission, admit, task_terms
 from memd.engine.virtual.fidelity import (
     COMPACT,
@@ -35,7 +36,6 @@ from memd.engine.virtual.fidelity import (
 from memd.engine.virtual.pressure import Held, Step, fit_line, plan, zone
 from memd.engine.virtual.segment import Segment, segment, text_of, tool_calls
 from memd.models.tokens import MESSAGE_OVERHEAD, count_text
-from memd.types import ContextObject, FidelityTransition
 
 if TYPE_CHECKING:
     from memd.backends.base import Store

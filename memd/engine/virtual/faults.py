@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memd.context_objects import ContextObject, Fault, FidelityTransition
 from memd.engine.virtual.fidelity import FULL, NAMES
 from memd.models.tokens import count_text
-from memd.types import ContextObject, Fault, FidelityTransition
 
 if TYPE_CHECKING:
     from memd.engine.memory import Memd

@@ -26,9 +26,9 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any
 
+from memd.context_objects import ContextObject, ObjectSummaries
 from memd.engine.virtual.fidelity import COMPACT, DETAILED, DETAILED_SHARE, NAMES
 from memd.models.tokens import count_text
-from memd.types import ContextObject, ObjectSummaries
 
 if TYPE_CHECKING:
     from memd.backends.base import Store
