@@ -28,7 +28,7 @@ from memd.engine.inject import StableBlocks
 from memd.engine.jobs import JobRunner
 from memd.engine.notes import NoteCache
 from memd.engine.privacy import SessionPlaceholders, make_sanitizer
-from memd.engine.resend import ResendCache
+from memd.engine.resend import Known, ResendCache
 from memd.engine.retrieve import KINDS, search
 from memd.engine.sessions import SessionsMixin
 from memd.engine.side import RecentTurns
@@ -310,12 +310,13 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
         _check_text_options(options, "model")
         return super().create_session(user_id, **options)
 
-    def append(self, session_id: str, user_id: str,
-               messages: Sequence[Any]) -> builtins.list[Message]:
+    def append(self, session_id: str, user_id: str, messages: Sequence[Any], *,
+               session: Session | None = None,
+               known: Known | None = None) -> builtins.list[Message]:
         """Append messages to a session, atomically (see :meth:`SessionsMixin.append`)."""
         if isinstance(messages, list | tuple):
             messages = [v.check_message(m, i) for i, m in enumerate(messages)]
-        return super().append(session_id, user_id, messages)
+        return super().append(session_id, user_id, messages, session=session, known=known)
 
     def context(self, user_id: str, **options: Any) -> Context:
         """Compile a context (see :meth:`SessionsMixin.context`)."""
