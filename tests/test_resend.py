@@ -184,3 +184,52 @@ def test_the_query_is_the_newest_user_words_and_resent_messages_are_read_once(
     messages.append({"role": "user", "content": "Now also run the tests"})
     assert cache.read("u", copy.deepcopy(messages)).query(100_000, None) \
         == "Now also run the tests"
+
+
+def test_an_append_stores_the_counts_and_hashes_the_request_was_read_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step's new messages are counted and hashed once, when the request is read: the
+    append stores those, equal to what it would work out itself; a message stored in
+    another form than it came in (content parts become their text) is counted again in
+    the form stored, its hash (over the same text) taken."""
+    from memd.engine.conversation import sessions
+
+    engine = Memd.open(tmp_path / "d")
+    worked: list[str] = []
+
+    def count(m: Any, model: str | None = None) -> int:
+        worked.append("count")
+        return message_tokens(m, model)
+
+    def chain(ms: Any, previous: str | None) -> list[str | None]:
+        worked.append("hash")
+        return chains.chain_hashes(ms, previous)
+
+    monkeypatch.setattr(sessions, "message_tokens", count)
+    monkeypatch.setattr(sessions, "chain_hashes", chain)
+    sid = _turn(engine, BASE, "done")
+    assert worked  # the model's reply came in no request: worked out when stored
+    step = [*BASE, {"role": "assistant", "content": "done"},
+            {"role": "user", "content": "thanks, now b.py"}]
+    worked.clear()
+    call = prepare_chat(engine, "local", None, copy.deepcopy(step), model="gpt-4o",
+                        window=WINDOW, client="opencode/1.18.0")
+    assert call.session is not None and call.session.id == sid and worked == []
+    parts = [*step, {"role": "assistant", "content": "ok"},
+             {"role": "user", "content": [{"type": "text", "text": "and c.py"},
+                                          {"type": "image_url", "image_url": {"url": "x"}}]}]
+    finish_chat(engine, call, status=200, reply={"role": "assistant", "content": "ok"},
+                finish_reason="stop", usage=None, model="gpt-4o")
+    worked.clear()
+    prepare_chat(engine, "local", None, copy.deepcopy(parts), model="gpt-4o",
+                 window=WINDOW, client="opencode/1.18.0")
+    assert worked == ["count"]  # the parts' message counted in its stored form
+    stored = [m for m in engine.messages(sid, "local") if m.role != "system"]
+    forms = [{"role": m.role, "content": m.content, **({"tool_calls": m.tool_calls}
+                                                      if m.tool_calls else {}),
+              **({"tool_call_id": m.tool_call_id} if m.tool_call_id else {})}
+             for m in stored]
+    assert [m.chain_hash for m in stored] == chains.chain_hashes(forms, None)
+    assert [m.token_count for m in stored] == [message_tokens(f, "gpt-4o") for f in forms]
+    engine.close()

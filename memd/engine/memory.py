@@ -23,7 +23,7 @@ from memd.engine.background.jobs import JobRunner
 from memd.engine.block.context import ContextMixin
 from memd.engine.block.inject import StableBlocks
 from memd.engine.conversation.history import HistoryCache
-from memd.engine.conversation.resend import ResendCache
+from memd.engine.conversation.resend import Known, ResendCache
 from memd.engine.conversation.sessions import SessionsMixin
 from memd.engine.conversation.side import RecentTurns
 from memd.engine.learning.erase import ErasureMixin
@@ -310,12 +310,13 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
         _check_text_options(options, "model")
         return super().create_session(user_id, **options)
 
-    def append(self, session_id: str, user_id: str,
-               messages: Sequence[Any]) -> builtins.list[Message]:
+    def append(self, session_id: str, user_id: str, messages: Sequence[Any], *,
+               session: Session | None = None,
+               known: Known | None = None) -> builtins.list[Message]:
         """Append messages to a session, atomically (see :meth:`SessionsMixin.append`)."""
         if isinstance(messages, list | tuple):
             messages = [v.check_message(m, i) for i, m in enumerate(messages)]
-        return super().append(session_id, user_id, messages)
+        return super().append(session_id, user_id, messages, session=session, known=known)
 
     def context(self, user_id: str, **options: Any) -> Context:
         """Compile a context (see :meth:`SessionsMixin.context`)."""

@@ -122,8 +122,9 @@ def prepare_chat(
             Identity.of_request(client, model, system),
             new=sum(1 for h in hashes[:resent.reused] if h is not None),
             conversation=conversation)
-        if new:
-            engine.append(session.id, uid, new)
+        if new:  # counted and hashed already, and the session just read
+            engine.append(session.id, uid, new, session=session,
+                          known=resent.known(new, session.model))
         session = engine.session(session.id, uid)
     if vector is not None:
         vector.result()
@@ -378,4 +379,4 @@ def _store_reply(engine: Memd, call: PreparedCall, session: Session,
         "tool_calls": reply.get("tool_calls") or None, "metadata": meta,
         "model": model, "finish_reason": finish_reason, "prompt_tokens": prompt or None,
         "completion_tokens": completion or None, "latency_ms": latency,
-    }])
+    }], session=current)

@@ -25,12 +25,32 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from memd.engine import validate as v
 from memd.engine.conversation import chains
 from memd.engine.conversation.turns import message_words, query_of
 from memd.models.tokens import message_tokens
+from memd.types import openai_message
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What was worked out already of messages about to be appended, so that the append
+    does not work it out again: each one's token count for ``model`` and its chain hash
+    (the chain going on from ``previous``), and its OpenAI form ``forms`` as the store
+    keeps it (content parts joined into their text, as the hash reads them). The append
+    takes them only where they hold: for messages whose stored form is that form, the
+    counts for a session of that model, the hashes when the session's newest stored hash
+    is ``previous``. A message of content parts has no count here (None): its parts
+    were counted, its stored text is counted again."""
+
+    forms: list[dict[str, Any]]
+    counts: list[int | None]
+    chains: list[str | None]
+    model: str | None
+    previous: str | None
 
 
 class Resent:
@@ -85,6 +105,24 @@ class Resent:
         self._put(key, known)
         self._asked = None if found is None else query_of(found)
         return self._asked
+
+    def known(self, new: Sequence[Mapping[str, Any]], model: str | None) -> Known | None:
+        """What is known of ``new``, the last non-system messages of the request (the
+        same objects as in :attr:`clean`), for an append to a session of ``model``;
+        None when they are not those."""
+        at = [i for i, m in enumerate(self.clean) if m.get("role") not in chains.SYSTEM_ROLES]
+        at = at[len(at) - len(new):] if new else []
+        if not new or len(at) != len(new) \
+                or any(self.clean[i] is not m for i, m in zip(at, new, strict=True)):
+            return None
+        counts = self.counts(model)
+        previous = next((h for h in reversed(self.hashes[:at[0]]) if h is not None), None)
+        return Known([openai_message(str(m.get("role")), _stored_content(m.get("content")),
+                                     m.get("name"), m.get("tool_calls"), m.get("tool_call_id"))
+                      for m in new],
+                     [None if isinstance(self.clean[i].get("content"), list) else counts[i]
+                      for i in at],
+                     [self.hashes[i] for i in at], model, previous)
 
     def prefix(self, n: int, size: int) -> dict[Hashable, list[Any]]:
         """What is known of the first ``n`` messages, for a request of ``size`` messages
@@ -143,6 +181,11 @@ class ResendCache:
             while len(self._last) > self.max_requests:
                 self._last.popitem(last=False)
         return out
+
+
+def _stored_content(content: Any) -> Any:
+    """A message's content as it is stored: content parts as their text."""
+    return chains.content_text(content) if isinstance(content, list) else content
 
 
 def _common_prefix(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> int:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from memd.backends.base import Store
     from memd.config import Settings
     from memd.engine.background.jobs import JobRunner
+    from memd.engine.conversation.resend import Known
     from memd.engine.learning.privacy import SessionPlaceholders
     from memd.engine.learning.write import FactResult
     from memd.privacy import Sanitizer
@@ -114,9 +115,13 @@ class SessionsMixin:
         return found
 
     def append(
-        self, session_id: str, user_id: str, messages: Sequence[Any]
+        self, session_id: str, user_id: str, messages: Sequence[Any], *,
+        session: Session | None = None, known: Known | None = None,
     ) -> list[Message]:
-        """Append messages to a session (OpenAI dicts or NewMessage), atomically."""
+        """Append messages to a session (OpenAI dicts or NewMessage), atomically. A caller
+        that has just read the session in its own transaction passes it as ``session``,
+        and one that has counted and hashed the messages (memd.engine.conversation.resend) what it
+        knows of them: neither is worked out again."""
         if isinstance(messages, Mapping | str) or not 1 <= len(messages) <= MAX_MESSAGES_PER_CALL:
             raise InvalidInput(f"messages must be a list of 1-{MAX_MESSAGES_PER_CALL} messages")
         news = [checked_message(m, self.settings.max_message_chars) for m in messages]
@@ -131,13 +136,15 @@ class SessionsMixin:
             for m in news
         ]
         now = self.now()
-        # The session is read in the transaction: one connection and one round of
-        # BEGIN/COMMIT for the whole append on PostgreSQL, not a checkout of its own.
+        # The session is read in the transaction (or was, in the caller's): one
+        # connection and one round of BEGIN/COMMIT for the whole append on PostgreSQL,
+        # not a checkout of its own.
         with self.store.transaction():
-            session = self.session(session_id, user_id)
-            counts = [message_tokens(as_openai(m), session.model) for m in news]
-            chains = chain_hashes([as_openai(m) for m in news],
-                                  self.store.last_chain_hash(session.user_id, session.id))
+            if session is None or (session.id, session.user_id) != (session_id, user_id):
+                session = self.session(session_id, user_id)
+            forms = [as_openai(m) for m in news]
+            last = self.store.last_chain_hash(session.user_id, session.id)
+            counts, chains = _counted(forms, session.model, last, known)
             # activity keeps the session alive: it expires session_ttl_hours after its
             # last append, not after its start
             stored = self.store.append_messages(
@@ -248,3 +255,16 @@ class SessionsMixin:
     ) -> list[Message]:
         session = self.session(session_id, user_id)
         return self.store.get_messages(session.user_id, session.id, active_only=active_only)
+
+
+def _counted(forms: list[dict[str, Any]], model: str | None, last: str | None,
+             known: Known | None) -> tuple[list[int], list[str | None]]:
+    """The messages' token counts for ``model`` and chain hashes after ``last``, taken
+    from ``known`` where it holds (see :class:`memd.engine.conversation.resend.Known`)."""
+    same = known is not None and len(known.forms) == len(forms) \
+        and all(k == f for k, f in zip(known.forms, forms, strict=True))
+    if known is None or not same:
+        return ([message_tokens(f, model) for f in forms], chain_hashes(forms, last))
+    counts = [n if n is not None and known.model == model else message_tokens(f, model)
+              for n, f in zip(known.counts, forms, strict=True)]
+    return counts, known.chains if known.previous == last else chain_hashes(forms, last)
