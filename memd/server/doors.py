@@ -21,13 +21,10 @@ import httpx
 from fastapi import Request
 from fastapi.responses import Response
 
-from memd.engine import virtual
-from memd.engine.conversation import side
 from memd.engine.conversation.chat import prepare_chat, prepare_side
-from memd.engine.conversation.identity import client_family
-from memd.engine.conversation.resolve import conversation_of
 from memd.engine.conversation.side import side_reason
-from memd.server.deps import engine_of, user_of, workspace_of
+from memd.server.caller import Caller
+from memd.server.deps import engine_of
 from memd.server.proxy import CHAT_ERRORS, Door, relay
 from memd.server.threads import in_thread
 from memd.server.upstream import window_of
@@ -66,20 +63,18 @@ async def converse(
     every call). ``put_back`` is given the messages aligned with ``messages`` (None: left
     out)."""
     engine = engine_of(request)
-    session_id = session_id or request.headers.get("x-memd-session") or None
-    asked = virtual.header_mode(request.headers.get(virtual.HEADER))
-    virtualize = virtualize or asked
-    user, workspace = user_of(request), workspace_of(request)
+    caller = Caller.read(request)
+    session_id = session_id or caller.session
+    virtualize = virtualize or caller.virtualize
+    user, workspace = caller.user, caller.workspace
     if window is None:
         window = await window_of(request, model, count)
-    agent = request.headers.get("user-agent")
-    header = request.headers.get(side.HEADER)
     reason = side_because
     if reason is None and session_id is not None:  # a turn of that session, unless told
-        reason = "X-Memd-Memory: off" if side.memory_flag(header) == "off" else None
+        reason = "X-Memd-Memory: off" if caller.memory == "off" else None
     elif reason is None:
         reason = side_reason(
-            shape, header, user_id=user, client=client_family(agent) or "",
+            shape, caller.memory_header, user_id=user, client=caller.client,
             recent=engine.recent_turns, now=engine.now())
     if reason is not None:
         call = await in_thread(prepare_side, engine, user, workspace, model, messages,
@@ -88,8 +83,8 @@ async def converse(
         call = await in_thread(
             prepare_chat, engine, user, workspace, messages, model=model,
             max_response_tokens=max_tokens, tools=body.get("tools"), window=window,
-            placement="user", client=agent, session_id=session_id, note=note,
-            virtualize=virtualize, conversation=conversation_of(request.headers))
+            placement="user", client=caller.agent, session_id=session_id, note=note,
+            virtualize=virtualize, conversation=caller.conversation)
     plain = body[door.field]
     placed = None
     if call.kept is not None:

@@ -28,22 +28,20 @@ import httpx
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from memd.engine import validate, virtual
-from memd.engine.conversation import side
+from memd.engine import validate
 from memd.engine.conversation.chat import (
     PreparedCall,
     finish_chat,
     prepare_chat,
     prepare_side,
 )
-from memd.engine.conversation.identity import client_family
-from memd.engine.conversation.resolve import conversation_of
 from memd.engine.conversation.side import side_reason
 from memd.engine.formats import completions as c
 from memd.engine.memory import Memd
 from memd.errors import Conflict, InvalidInput
 from memd.server import faults
 from memd.server import schemas as s
+from memd.server.caller import Caller
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.failures import error_body
 from memd.server.security import PARSED_BODY, strict_parse
@@ -241,10 +239,8 @@ async def chat_completions(request: Request) -> Response:
     if "messages" not in body:
         raise InvalidInput("'messages' is required")
     model = checked_model(body)
-    side.memory_flag(request.headers.get(side.HEADER))  # refused even with a pinned session
-    virtualize = virtual.header_mode(request.headers.get(virtual.HEADER))
-    user = user_of(request)
-    workspace = workspace_of(request)
+    caller = Caller.read(request)  # a bad memd header is refused even with a pinned session
+    user, workspace, pinned = caller.user, caller.workspace, caller.session
     completion_tokens = token_field(body, "max_completion_tokens")
     legacy_tokens = token_field(body, "max_tokens")
     max_tokens = completion_tokens or legacy_tokens
@@ -253,10 +249,8 @@ async def chat_completions(request: Request) -> Response:
     except NoUpstream as exc:
         return JSONResponse(error_body("upstream_not_configured", str(exc)), status_code=503)
     window = await window_of(request, model)
-    pinned = request.headers.get("x-memd-session")
-    client_name = client_family(request.headers.get("user-agent")) or ""
     reason = None if pinned else side_reason(
-        body, request.headers.get(side.HEADER), user_id=user, client=client_name,
+        body, caller.memory_header, user_id=user, client=caller.client,
         recent=engine.recent_turns, now=engine.now())
     try:
         if reason is not None:
@@ -266,8 +260,8 @@ async def chat_completions(request: Request) -> Response:
             call = await in_thread(
                 prepare_chat, engine, user, workspace, body["messages"],
                 session_id=pinned, model=model, max_response_tokens=max_tokens,
-                tools=body.get("tools"), window=window, client=request.headers.get("user-agent"),
-                virtualize=virtualize, conversation=conversation_of(request.headers),
+                tools=body.get("tools"), window=window, client=caller.agent,
+                virtualize=caller.virtualize, conversation=caller.conversation,
                 restorable=True,  # this door serves memory_restore (memd.server.faults)
             )
     except Conflict as exc:
