@@ -293,7 +293,17 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
     replaces the network for the upstream model server, for in-process tests. While it
     runs, changes to the ``config`` file apply live and, with ``watch_notes``, the notes
     folder is kept in step (:mod:`memd.server.watch`, :mod:`memd.watching`)."""
-    from memd.server import anthropic, api, imports, ollama, proxy, responses, status, upstream
+    from memd.server import (
+        anthropic,
+        api,
+        imports,
+        inspector_api,
+        ollama,
+        proxy,
+        responses,
+        status,
+        upstream,
+    )
     from memd.server.mcp_door import HttpDoor
 
     settings = settings or engine.settings
@@ -390,7 +400,7 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
     scoped = [Depends(_workspace_param)]
     # the chat doors, the hot routes, are matched first
     for router in (proxy.router, anthropic.router, responses.router, ollama.router,
-                   api.router, imports.router):
+                   api.router, inspector_api.router, imports.router):
         app.include_router(router)
         app.include_router(router, prefix="/w/{workspace}", dependencies=scoped)
     app.include_router(status.router)  # the daemon's, not a workspace's
