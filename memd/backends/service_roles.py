@@ -49,6 +49,15 @@ class CallStore(Protocol):
         or after ``since`` and before ``until`` where given. ValueError for another key."""
         ...
 
+    def set_paused(self, user_id: str, workspace: str, paused: bool, now: float) -> bool:
+        """Pause (or resume) learning from the user's calls in ``workspace`` ("": in
+        every workspace); whether that changed anything (False: already so)."""
+        ...
+
+    def pauses(self, user_id: str) -> dict[str, float]:
+        """Where the user paused learning: workspace ("" for all) -> when."""
+        ...
+
 
 class AccountStore(Protocol):
     """Users, API keys and workspace members (authenticated mode; backends/accounts.py)."""

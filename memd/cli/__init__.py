@@ -27,6 +27,7 @@ from memd.cli import admin, daemon, doctor, jobs, mcp_stdio, memories, service, 
 from memd.cli import config as config_commands  # noqa: F401  (main has a config option)
 from memd.cli import encryption as encryption_commands  # noqa: F401
 from memd.cli import history as history_commands  # noqa: F401  (import-history)
+from memd.cli import inspector as inspector_commands  # noqa: F401  (sessions, usage, pause)
 from memd.cli import transfer as transfer_commands  # noqa: F401  (export, import)
 from memd.cli.common import DB_HELP, handles_errors, main
 
