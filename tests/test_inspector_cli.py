@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from test_cli_store import cli, daemon
+
 import memd
 from memd.config import load_settings
 from memd.types import Usage
-from test_cli_store import cli, daemon
 
 
 def seed(data_dir: Path) -> list[str]:

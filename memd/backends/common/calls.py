@@ -72,7 +72,8 @@ class Calls(Part):
                "client": d.json_text("metadata", "client")}.get(group_by)
         if key is None:
             raise ValueError(f"usage is not grouped by {group_by!r}")
-        where, params = ["user_id = ?"], [user_id]
+        where = ["user_id = ?"]
+        params: list[Any] = [user_id]
         if since is not None:
             where.append("created_at >= ?")
             params.append(since)

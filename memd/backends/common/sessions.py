@@ -37,7 +37,8 @@ class Sessions(Part):
         self, user_id: str, limit: int = 50, *, after: tuple[float, str] | None = None,
         workspace: str | None = None, client: str | None = None,
     ) -> list[Session]:
-        where, params = ["user_id = ?"], [user_id]
+        where = ["user_id = ?"]
+        params: list[Any] = [user_id]
         if after is not None:  # the page after the session (created_at, id) ended the last
             where.append("(created_at < ? OR (created_at = ? AND session_id > ?))")
             params += [after[0], after[0], after[1]]
