@@ -67,8 +67,9 @@ def test_sessions_filter_by_workspace_and_client(client: TestClient, engine: Mem
     assert ok(client.get("/v1/sessions", params={"user_id": "someone"}))["data"] == []
 
 
-@pytest.mark.parametrize("params", [{"cursor": "not-a-cursor"}, {"cursor": "MTIzfA"},
-                                    {"limit": 0}, {"limit": 501}, {"limit": "x"}])
+@pytest.mark.parametrize("params", [{"cursor": "not-a-cursor"}, {"cursor": "12~../x"},
+                                    {"cursor": "1e999~s"}, {"limit": 0}, {"limit": 501},
+                                    {"limit": "x"}])
 def test_a_bad_cursor_or_limit_is_a_clear_400(client: TestClient, engine: Memd,
                                                params: dict[str, Any]) -> None:
     sessions(engine, 1)
@@ -107,8 +108,7 @@ def test_usage_sums_per_day_model_client_and_workspace(client: TestClient,
     assert until["total"]["calls"] == 1
 
 
-@pytest.mark.parametrize("query", ["group_by=hour", "since=yesterday",
-                                   "since=200&until=100"])
+@pytest.mark.parametrize("query", ["group_by=hour", "since=yesterday", "until=nan"])
 def test_bad_usage_queries_are_400(client: TestClient, query: str) -> None:
     resp = client.get(f"/v1/usage?{query}")
     assert resp.status_code in (400, 422), resp.text

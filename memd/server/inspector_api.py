@@ -12,7 +12,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 
 from memd.engine import validate as v
-from memd.engine.overview import MAX_PAGE, sessions_page, usage_summary
+from memd.engine.overview import CURSOR_PATTERN, MAX_PAGE, sessions_page, usage_summary
 from memd.engine.pause import pause_state, set_paused
 from memd.server import schemas as s
 from memd.server.api import _INSTANT, UserQuery, WorkspaceQuery, _instant
@@ -30,7 +30,7 @@ def list_sessions(
                                                   "maxLength": 64}),
     limit: int = Query(50, ge=1, le=MAX_PAGE),
     cursor: str | None = Query(None, description="The `next_cursor` of the previous page.",
-                               json_schema_extra={"maxLength": 512}),
+                               json_schema_extra={"pattern": CURSOR_PATTERN}),
 ) -> dict[str, Any]:
     """The user's sessions, newest first, a page at a time: each with its title, client,
     workspace, dates and message count; ``next_cursor`` (null on the last page) fetches
