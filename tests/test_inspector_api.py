@@ -158,3 +158,14 @@ def test_a_paused_chat_is_forwarded_with_memory_and_stores_nothing(
     assert httpx.post(f"{base}/v1/chat/completions", json=chat, timeout=30).status_code == 200
     [session] = engine.store.list_sessions("local")
     assert engine.messages(session.id, "local")[0].content == "My name is Priya"
+
+
+def test_messages_say_where_compaction_left_them(client: TestClient, engine: Memd) -> None:
+    s = engine.create_session("local")
+    stored = engine.append(s.id, "local", [{"role": "user", "content": "first words"},
+                                           {"role": "assistant", "content": "a reply"}])
+    engine.store.mark_compressed("local", s.id, [stored[0].id], "summary-1")
+    got = ok(client.get(f"/v1/sessions/{s.id}/messages"))["messages"]
+    assert [(m["is_compressed"], m["compressed_summary_id"], m["is_pruned"])
+            for m in got] == [(True, "summary-1", False), (False, None, False)]
+    assert all("sanitized" in m for m in got)
