@@ -149,6 +149,7 @@ def test_a_paused_chat_is_forwarded_with_memory_and_stores_nothing(
                                         "content": "Which tool do I deploy with, Kubernetes?"}]}
     resp = httpx.post(f"{base}/v1/chat/completions", json=chat, timeout=30)
     assert resp.status_code == 200, resp.text
+    assert resp.headers["x-memd-paused"] == "true" and "x-memd-session" not in resp.headers
     sent = upstream.requests[-1]["messages"][-1]["content"]
     assert USER_OPEN in str(sent) and "Kubernetes" in str(sent)  # injected all the same
     assert engine.store.list_sessions("local") == []  # nothing of the call stored
