@@ -47,6 +47,8 @@ ROUTE_BODIES: dict[str, dict[str, Any]] = {
     "/v1/search": {"query": "deploy"},
     "/v1/context": {"messages": [{"role": "user", "content": "when do I deploy?"}]},
     "/v1/sessions": {},
+    "/v1/pause": {},
+    "/v1/resume": {},
     "/v1/sessions/{session_id}/messages": {"messages": [{"role": "user", "content": "hi"}]},
     "/v1/facts": {"category": "project", "key": "codename", "value": "falcon"},
     "/v1/embeddings": {"input": "hello"},

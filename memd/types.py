@@ -403,6 +403,18 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class UsageTotal:
+    """Usage summed over one group (a day, a model, a workspace or a client): ``key``
+    is the group's value (an int day since the epoch, else a name; None: not named)."""
+
+    key: str | int | None
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_microcents: int
+
+
+@dataclass(frozen=True, slots=True)
 class User:
     """A user of an authenticated (team) daemon."""
 

@@ -182,6 +182,21 @@ def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team)
         mid = team.engine.messages(s, "bob")[0].id
         call(c, "DELETE", one, f"/v1/sessions/{s}/messages/{mid}", 404)
         call(c, "DELETE", one, f"/v1/sessions/{s}/messages/{mid}?user_id=bob", 403)
+        listed = call(c, "GET", "/v1/sessions", "/v1/sessions", 200)["data"]
+        assert s not in str(listed) and bob["chat_session"] not in str(listed)
+        call(c, "GET", "/v1/sessions", "/v1/sessions?user_id=bob", 403)
+        call(posing, "GET", "/v1/sessions", "/v1/sessions", 403)
+        # usage and the learning pause: her own only, bob's pause untouched
+        call(c, "GET", "/v1/usage", "/v1/usage?user_id=bob", 403)
+        call(posing, "GET", "/v1/usage", "/v1/usage", 403)
+        call(c, "POST", "/v1/pause", "/v1/pause", 403, json={"user_id": "bob"})
+        call(posing, "POST", "/v1/pause", "/v1/pause", 403, json={})
+        assert call(c, "POST", "/v1/pause", "/v1/pause", 200, json={})["user_id"] == "alice"
+        assert team.engine.store.pauses("bob") == {}
+        call(c, "GET", "/v1/pause", "/v1/pause?user_id=bob", 403)
+        assert call(c, "GET", "/v1/pause", "/v1/pause", 200)["paused"] is True
+        call(c, "POST", "/v1/resume", "/v1/resume", 403, json={"user_id": "bob"})
+        assert call(c, "POST", "/v1/resume", "/v1/resume", 200, json={})["paused"] is False
         # erasure: alice cannot erase bob
         call(c, "DELETE", "/v1/users/{user_id}", "/v1/users/bob", 403)
         call(posing, "DELETE", "/v1/users/{user_id}", "/v1/users/alice", 403)
@@ -250,6 +265,8 @@ def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team)
         assert bob["call"] not in str(listed)
         call(c, "GET", "/v1/calls", "/v1/calls?user_id=bob", 403)
         call(posing, "GET", "/v1/calls", "/v1/calls", 403)
+        spent = call(c, "GET", "/v1/usage", "/v1/usage?group_by=model", 200)
+        assert spent["total"]["calls"] >= 1  # her own chats above
         # background jobs: alice lists her own only, and cannot retry bob's
         bob_job = team.engine.store.enqueue_job("access", {"hits": []}, "bob", time.time())
         jobs = call(c, "GET", "/v1/jobs", "/v1/jobs", 200)["data"]

@@ -157,6 +157,8 @@ def build(data_dir: Path, n_sessions: int, per_session: int, n_memories: int) ->
             store.add_fault(user, Fault(f"fault-{user}", sessions[0].id, "query",
                                         "which file?", f"{TEXT} 0", (f"ctx-{user}-0",),
                                         10, 2, 1, "call-x", clock()))
+            # where the user paused learning (memd.engine.learning.pause)
+            store.set_paused(user, "proj-1", True, clock())
     db = apsw.Connection(str(data_dir / "memd.db"))  # auth rows: no engine API yet
     with db:
         db.execute("INSERT INTO users VALUES ('alice', 'Alice Ünver', ?), ('bob', '', ?)",

@@ -1257,6 +1257,60 @@ def test_forgetting_a_memory_drops_its_cached_embedding(store: Store) -> None:
 
 
 # -- the suite's own coverage (keep last) -------------------------------------------------
+def test_sessions_list_by_page_workspace_and_client(store: Store) -> None:
+    made = [store.create_session(replace(
+        session("alice", f"s{i}", metadata={"identity": {"client": f"c{i % 2}"}}),
+        created_at=float(i % 2), workspace="proj" if i < 2 else None)) for i in range(4)]
+    store.create_session(session("bob", "sb"))
+    order = [x.id for x in store.list_sessions("alice")]
+    assert order == ["s1", "s3", "s0", "s2"]  # newest first, then by id
+    pages, after = [], None
+    while page := store.list_sessions("alice", 1, after=after):
+        pages.append(page[0].id)
+        after = (page[0].created_at, page[0].id)
+    assert pages == order
+    assert [x.id for x in store.list_sessions("alice", workspace="proj")] == ["s1", "s0"]
+    assert [x.id for x in store.list_sessions("alice", workspace="")] == ["s3", "s2"]
+    assert [x.id for x in store.list_sessions("alice", client="c0")] == ["s0", "s2"]
+    assert store.list_sessions("alice", client="nobody") == []
+    assert len(made) == 4
+
+
+def test_usage_totals_group_by_day_model_workspace_and_client(store: Store) -> None:
+    def use(uid: str, at: float, model: str, ws: str | None, client: str | None) -> None:
+        store.record_usage(Usage(id=f"{uid}{at}", user_id=uid, created_at=at, workspace=ws,
+                                 model=model, prompt_tokens=10, completion_tokens=2,
+                                 cost_microcents=5, metadata={"client": client}))
+    use("alice", 86400.0 * 3 + 1, "gpt", "proj", "opencode")
+    use("alice", 86400.0 * 3 + 2, "llama", None, None)
+    use("alice", 86400.0 * 4, "gpt", "proj", "opencode")
+    use("bob", 86400.0 * 4, "gpt", None, None)
+    days = store.usage_totals("alice", "day")
+    assert [(t.key, t.calls, t.prompt_tokens, t.completion_tokens, t.cost_microcents)
+            for t in days] == [(3, 2, 20, 4, 10), (4, 1, 10, 2, 5)]
+    assert {t.key: t.calls for t in store.usage_totals("alice", "model")} == \
+        {"gpt": 2, "llama": 1}
+    assert {t.key: t.calls for t in store.usage_totals("alice", "workspace")} == \
+        {"proj": 2, "": 1}
+    assert {t.key: t.calls for t in store.usage_totals("alice", "client")} == \
+        {"opencode": 2, None: 1}
+    window = store.usage_totals("alice", "model", since=86400.0 * 3 + 2, until=86400.0 * 4)
+    assert [(t.key, t.calls) for t in window] == [("llama", 1)]
+    with pytest.raises(ValueError):
+        store.usage_totals("alice", "hour")
+
+
+def test_pauses_are_set_and_cleared_per_user_and_workspace(store: Store) -> None:
+    assert store.pauses("alice") == {}
+    assert store.set_paused("alice", "", True, 5.0)
+    assert not store.set_paused("alice", "", True, 6.0)  # already paused: kept as it was
+    assert store.set_paused("alice", "proj", True, 7.0)
+    assert store.pauses("alice") == {"": 5.0, "proj": 7.0} and store.pauses("bob") == {}
+    assert store.set_paused("alice", "", False, 8.0)
+    assert not store.set_paused("alice", "", False, 9.0)
+    assert store.pauses("alice") == {"proj": 7.0}
+
+
 @pytest.mark.parametrize("name", BACKENDS)
 def test_every_protocol_method_is_exercised(name: str) -> None:
     """Every public method of the Store protocol was called on this backend by the

@@ -35,7 +35,15 @@ class SessionStore(Protocol):
 
     def get_session(self, user_id: str, session_id: str) -> Session | None: ...
 
-    def list_sessions(self, user_id: str, limit: int = 50) -> list[Session]: ...
+    def list_sessions(
+        self, user_id: str, limit: int = 50, *, after: tuple[float, str] | None = None,
+        workspace: str | None = None, client: str | None = None,
+    ) -> list[Session]:
+        """The user's sessions, newest first (then by id); ``after``: only those after
+        the session of that (created_at, id) in this order (a page's cursor);
+        ``workspace`` ("" for none) and ``client`` (the client family its identity
+        names) filter."""
+        ...
 
     def update_session(self, user_id: str, session_id: str, **changes: Any) -> None:
         """Set plain columns (status, summary_text, summary_token_count, expires_at,

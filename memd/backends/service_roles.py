@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from memd.types import ApiKey, Job, Message, QueuedJob, Usage, User
+from memd.types import ApiKey, Job, Message, QueuedJob, Usage, UsageTotal, User
 
 
 class CallStore(Protocol):
@@ -38,6 +38,25 @@ class CallStore(Protocol):
     def record_usage(self, usage: Usage) -> None: ...
 
     def list_usage(self, user_id: str, limit: int = 100) -> list[Usage]: ...
+
+    def usage_totals(
+        self, user_id: str, group_by: str, *, since: float | None = None,
+        until: float | None = None,
+    ) -> list[UsageTotal]:
+        """The user's usage summed per ``group_by`` (``day``: UTC days since the epoch,
+        ``model``, ``workspace`` ("" for none) or ``client``, as the usage's metadata
+        names it; None where it names none), ordered by that key; only usage recorded at
+        or after ``since`` and before ``until`` where given. ValueError for another key."""
+        ...
+
+    def set_paused(self, user_id: str, workspace: str, paused: bool, now: float) -> bool:
+        """Pause (or resume) learning from the user's calls in ``workspace`` ("": in
+        every workspace); whether that changed anything (False: already so)."""
+        ...
+
+    def pauses(self, user_id: str) -> dict[str, float]:
+        """Where the user paused learning: workspace ("" for all) -> when."""
+        ...
 
 
 class AccountStore(Protocol):

@@ -23,7 +23,17 @@ from typing import Any
 import click
 
 # The commands, registered on ``main`` by importing their modules.
-from memd.cli import admin, daemon, doctor, jobs, mcp_stdio, memories, service, storage  # noqa: F401
+from memd.cli import (  # noqa: F401
+    activity,  # noqa: F401  (sessions, usage, pause, resume)
+    admin,
+    daemon,
+    doctor,
+    jobs,
+    mcp_stdio,
+    memories,
+    service,
+    storage,
+)
 from memd.cli import config as config_commands  # noqa: F401  (main has a config option)
 from memd.cli import encryption as encryption_commands  # noqa: F401
 from memd.cli import history as history_commands  # noqa: F401  (import-history)

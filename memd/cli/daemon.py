@@ -174,6 +174,8 @@ def status(ctx: click.Context) -> None:
     this data dir and the store named here (any, when none is named), its store and
     upstream are the daemon's own, as it reports them (with MEMD_API_KEY under --auth)."""
     import memd
+    from memd.cli.activity import pause_line
+    from memd.engine.learning.pause import pause_state
     from memd.server.discovery import find_daemon, served_store, store_place
 
     settings = settings_for(ctx)
@@ -189,8 +191,14 @@ def status(ctx: click.Context) -> None:
             except MemdError as exc:  # a key is needed, or a daemon of an older memd
                 told = None
                 reason = str(exc)
+            try:
+                paused: dict[str, Any] | None = daemon_call(daemon, "GET", "/v1/pause")
+            except MemdError:  # a daemon of a memd without the switch
+                paused = None
         if told is not None:
             _print_daemon_status(told)
+            if paused is not None:
+                click.echo(pause_line(paused))
             return
         served = served_store(settings.data_dir)
         if served is not None:
@@ -208,10 +216,12 @@ def status(ctx: click.Context) -> None:
     if place.backend != "SQLite" or settings.db_path.exists():
         with open_engine(ctx) as m:
             held = m.status()
+            paused_here = pause_state(m.store, store_user(m, None))
         click.echo(f"store:     {held['store']}")
         click.echo(f"schema:    v{held['schema']}")
         click.echo(f"users:     {held['users']}")
         click.echo(f"jobs:      {held['pending_jobs']} pending")
+        click.echo(pause_line(paused_here))
     else:
         click.echo("store:     not created yet (the first write creates it)")
 

@@ -48,6 +48,10 @@ def message_json(m: Message) -> dict[str, Any]:
         "content": m.content, "name": m.name, "tool_calls": m.tool_calls,
         "tool_call_id": m.tool_call_id, "metadata": m.metadata,
         "token_count": m.token_count, "created_at": m.created_at,
+        # the copy with its secrets replaced (null: it had none), and where compaction
+        # or a forget left it: a compressed message's summary is the memory named here
+        "sanitized": m.sanitized, "is_compressed": m.is_compressed,
+        "compressed_summary_id": m.compressed_summary_id, "is_pruned": m.is_pruned,
     }
 
 

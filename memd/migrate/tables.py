@@ -67,6 +67,7 @@ TABLES: tuple[Table, ...] = (
     Table("fault_history", ("user_id", "fault_id")),
     Table("memory_entities", ("user_id", "entity", "memory_id")),
     Table("usage_log", ("user_id", "usage_id")),
+    Table("learning_paused", ("user_id", "workspace")),
     Table("calls", ("call_id",)),
     # The scheduler's recurring jobs (memd.engine.background.schedule) are a daemon's bookkeeping of
     # its own database: a target that a daemon served keeps its own, with their times.

@@ -264,7 +264,7 @@ def delete_fact(request: Request, category: str = _fact_part("category"),
 
 
 # -- calls (what the proxy did) -------------------------------------------------------
-def _instant(value: str | None, name: str) -> float | None:
+def instant(value: str | None, name: str) -> float | None:
     """A query's point in time as a unix time: seconds since the epoch, or an ISO 8601
     datetime (one without a UTC offset is UTC: the server's clock zone is not the
     caller's)."""
@@ -286,7 +286,7 @@ def _instant(value: str | None, name: str) -> float | None:
     return seconds
 
 
-_INSTANT: dict[str, Any] = {"anyOf": [{"type": "number"},
+INSTANT_SCHEMA: dict[str, Any] = {"anyOf": [{"type": "number"},
                                       {"type": "string", "format": "date-time"}]}
 
 
@@ -299,10 +299,10 @@ def list_calls(
     since: str | None = Query(None, description="Only calls made at or after this time: "
                                                 "unix seconds or ISO 8601 (UTC unless "
                                                 "it has an offset).",
-                              json_schema_extra=_INSTANT),
+                              json_schema_extra=INSTANT_SCHEMA),
     until: str | None = Query(None, description="Only calls made before this time, "
                                                 "given as for since.",
-                              json_schema_extra=_INSTANT),
+                              json_schema_extra=INSTANT_SCHEMA),
     limit: int = Query(50, ge=1, le=500),
 ) -> dict[str, Any]:
     """The user's recent proxied chat calls, newest first, each with what memd injected
@@ -310,7 +310,7 @@ def list_calls(
     memd's response headers, so this is where a user sees what memd did."""
     calls = engine_of(request).calls(
         user_of(request, user_id), session_id=session, workspace=workspace_of(request, ws),
-        since=_instant(since, "since"), until=_instant(until, "until"), limit=limit,
+        since=instant(since, "since"), until=instant(until, "until"), limit=limit,
     )
     return {"object": "list", "data": calls}
 

@@ -298,6 +298,7 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
         api,
         imports,
         inspector,
+        inspector_api,
         ollama,
         proxy,
         responses,
@@ -400,7 +401,7 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
     scoped = [Depends(_workspace_param)]
     # the chat doors, the hot routes, are matched first
     for router in (proxy.router, anthropic.router, responses.router, ollama.router,
-                   api.router, imports.router):
+                   api.router, inspector_api.router, imports.router):
         app.include_router(router)
         app.include_router(router, prefix="/w/{workspace}", dependencies=scoped)
     app.include_router(status.router)  # the daemon's, not a workspace's

@@ -107,8 +107,9 @@ def forward_headers(request: Request) -> dict[str, str]:
 
 
 def _memd_headers(call: PreparedCall) -> dict[str, str]:
-    if call.session is None:
-        return {"X-Memd-Call": call.call_id, "X-Memd-Side": "true"}
+    if call.session is None:  # a side request, or a turn while learning is paused
+        flag = "X-Memd-Paused" if call.report.get("paused") else "X-Memd-Side"
+        return {"X-Memd-Call": call.call_id, flag: "true"}
     return {"X-Memd-Session": call.session.id, "X-Memd-Call": call.call_id}
 
 

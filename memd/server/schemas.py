@@ -213,6 +213,14 @@ class SessionCreate(Strict):
     metadata: Metadata | None = None
 
 
+class PauseRequest(Strict):
+    """Whose learning to pause or resume: the acting user's, everywhere or (with a
+    workspace, or under /w/{workspace}) in that workspace only."""
+
+    user_id: UserId = None
+    workspace: Workspace = None
+
+
 class MessagesAppend(Strict):
     user_id: UserId = None
     messages: list[MessageIn] = Field(min_length=1, max_length=1000,

@@ -7,7 +7,7 @@ from typing import Any
 from memd.backends.common.columns import CALL_COLUMNS, USAGE_COLUMNS, marks
 from memd.backends.common.connection import Part
 from memd.backends.common.queries import calls_query
-from memd.types import Usage
+from memd.types import Usage, UsageTotal
 
 
 class Calls(Part):
@@ -62,3 +62,29 @@ class Calls(Part):
             f"SELECT {USAGE_COLUMNS} FROM usage_log WHERE user_id = ? "
             "ORDER BY created_at DESC, usage_id LIMIT ?"), (user_id, limit))
         return [self._map.usage(r) for r in rows]
+
+    def usage_totals(
+        self, user_id: str, group_by: str, *, since: float | None = None,
+        until: float | None = None,
+    ) -> list[UsageTotal]:
+        d = self._dialect
+        key = {"day": d.day_of("created_at"), "model": "model_id", "workspace": "workspace",
+               "client": d.json_text("metadata", "client")}.get(group_by)
+        if key is None:
+            raise ValueError(f"usage is not grouped by {group_by!r}")
+        where = ["user_id = ?"]
+        params: list[Any] = [user_id]
+        if since is not None:
+            where.append("created_at >= ?")
+            params.append(since)
+        if until is not None:
+            where.append("created_at < ?")
+            params.append(until)
+        rows = self._rows(self._sql(
+            f"SELECT {key} AS k, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), "
+            f"SUM(cost_microcents) FROM usage_log WHERE {' AND '.join(where)} "
+            f"GROUP BY {key} ORDER BY {key}"), tuple(params))
+        return [UsageTotal(key=None if r[0] is None else r[0] if group_by == "day"
+                           else str(r[0]), calls=int(r[1]), prompt_tokens=int(r[2] or 0),
+                           completion_tokens=int(r[3] or 0), cost_microcents=int(r[4] or 0))
+                for r in rows]

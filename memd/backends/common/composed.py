@@ -18,6 +18,7 @@ from memd.backends.common.connection import SqlConnection
 from memd.backends.common.context_objects import ContextObjects
 from memd.backends.common.facts import Facts
 from memd.backends.common.faults import Faults
+from memd.backends.common.pauses import Pauses
 from memd.backends.common.recall import Forgotten, Paragraphs, Responses
 from memd.backends.common.sessions import Sessions
 
@@ -124,6 +125,10 @@ class ComposedStore:
         self.list_calls = calls.list_calls
         self.record_usage = calls.record_usage
         self.list_usage = calls.list_usage
+        self.usage_totals = calls.usage_totals
+        pauses = Pauses(conn)
+        self.set_paused = pauses.set_paused
+        self.pauses = pauses.pauses
         # AccountStore
         self.create_user = accounts.create_user
         self.get_user = accounts.get_user

@@ -30,6 +30,20 @@ class Dialect:
         """A test that the flag ``column`` is not set."""
         return f"NOT {column}" if self.bool_columns else f"{column} = 0"
 
+    def json_text(self, column: str, *keys: str) -> str:
+        """The text at ``keys`` inside the JSON ``column`` (NULL where it has none);
+        ``keys`` are names written in code, never a caller's input."""
+        if self.bool_columns:  # PostgreSQL: jsonb
+            path = "".join(f"->'{k}'" for k in keys[:-1])
+            return f"({column}{path}->>'{keys[-1]}')"
+        return f"json_extract({column}, '$.{'.'.join(keys)}')"
+
+    def day_of(self, column: str) -> str:
+        """The UTC day (whole days since the epoch) of the unix time ``column``."""
+        if self.bool_columns:
+            return f"CAST(FLOOR({column} / 86400) AS BIGINT)"
+        return f"CAST({column} / 86400 AS INTEGER)"  # truncates: floor for times >= 0
+
     def among(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         """A test that ``column`` is one of ``values``, and its parameters: one array
         parameter where the driver binds lists, else one placeholder per value."""

@@ -31,7 +31,8 @@ from memd.types import Message
 #: :data:`SHARED_TABLES`. tests/test_erase.py checks this against the schema.
 USER_TABLES = ("memory_entities", "memories", "facts", "forgotten", "paragraphs_seen",
                "response_sessions", "fault_history", "fidelity_transitions",
-               "context_objects", "jobs", "calls", "usage_log", "messages", "sessions")
+               "context_objects", "learning_paused", "jobs", "calls", "usage_log",
+               "messages", "sessions")
 ACCOUNT_TABLES = ("workspace_members", "api_keys", "users")  # keys and members first
 SHARED_TABLES = ("system_prompts", "embedding_cache")
 

@@ -33,10 +33,24 @@ class Sessions(Part):
             (user_id, session_id))
         return self._map.session(rows[0]) if rows else None
 
-    def list_sessions(self, user_id: str, limit: int = 50) -> list[Session]:
+    def list_sessions(
+        self, user_id: str, limit: int = 50, *, after: tuple[float, str] | None = None,
+        workspace: str | None = None, client: str | None = None,
+    ) -> list[Session]:
+        where = ["user_id = ?"]
+        params: list[Any] = [user_id]
+        if after is not None:  # the page after the session (created_at, id) ended the last
+            where.append("(created_at < ? OR (created_at = ? AND session_id > ?))")
+            params += [after[0], after[0], after[1]]
+        if workspace is not None:
+            where.append("workspace = ?")
+            params.append(workspace)
+        if client is not None:
+            where.append(f"{self._dialect.json_text('metadata', 'identity', 'client')} = ?")
+            params.append(client)
         rows = self._rows(self._sql(
-            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE user_id = ? "
-            "ORDER BY created_at DESC, session_id LIMIT ?"), (user_id, limit))
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE {' AND '.join(where)} "
+            "ORDER BY created_at DESC, session_id LIMIT ?"), (*params, limit))
         return [self._map.session(r) for r in rows]
 
     def update_session(self, user_id: str, session_id: str, **changes: Any) -> None:

@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 from memd.engine import validate as v
 from memd.engine.block.inject import Anchored, build, newest_user, place_all, room
 from memd.engine.conversation.chains import SYSTEM_ROLES
-from memd.engine.conversation.identity import Identity, client_family
+from memd.engine.conversation.identity import Identity, client_family, client_of
 from memd.engine.conversation.resend import Resent
 from memd.engine.conversation.resolve import resolve
 from memd.engine.conversation.side import system_hash
+from memd.engine.learning.pause import is_paused
 from memd.engine.retrieval.retrieve import SIDE
 from memd.engine.virtual import Virtualized
 from memd.engine.virtual.call import for_call
@@ -109,6 +110,9 @@ def prepare_chat(
     if not history:
         raise InvalidInput("messages must contain at least one non-system message")
     query = resent.query(engine.settings.max_message_chars, engine.redact)
+    if is_paused(engine.store, uid, ws):
+        return _paused(engine, uid, ws, messages, resent, tools, query, model,
+                       max_response_tokens, window, placement, note)
     # The query's vector is computed while the messages are hashed and stored (the model
     # releases the GIL); retrieval then finds it in the embedder's query cache. The query
     # of the request this one resends was embedded then (an agent's tool loop keeps its
@@ -166,6 +170,30 @@ def prepare_chat(
                         turn=session.turn_count, user_id=uid, workspace=session.workspace,
                         plain_as_sent=client_owns and virtual is None,
                         kept=virtual.kept if virtual is not None else None)
+
+
+def _paused(
+    engine: Memd, user_id: str, workspace: str | None, messages: list[Any], resent: Resent,
+    tools: Any, query: str | None, model: str | None, max_response_tokens: int | None,
+    window: WindowInfo, placement: str | None, note: Mapping[str, Any] | None,
+) -> PreparedCall:
+    """A call while learning is paused (memd.engine.learning.pause): forwarded with its memory
+    block as any other, but of no stored session: an unsaved one stands in for
+    retrieval, no message is stored and the reply is not kept (only the call's report
+    and its usage are)."""
+    now = engine.now()
+    standin = Session(id="paused-" + uuid.uuid4().hex, user_id=user_id, workspace=workspace,
+                      created_at=now, updated_at=now, model=model)
+    plain = list(messages)
+    counted = resent.tokens(model) + tool_tokens(tools, model)
+    forward, report = _augment(engine, user_id, standin, plain, resent, counted, query,
+                               model, max_response_tokens, window, placement)
+    report.update(paused=True, window={"tokens": window.tokens, "source": window.source,
+                                       "detail": window.detail}, **(note or {}))
+    call_id = "call-" + uuid.uuid4().hex
+    engine.store.record_call(call_id, user_id, None, workspace, model, now, report)
+    return PreparedCall(call_id, None, forward, plain, report, store_reply=False,
+                        user_id=user_id, workspace=workspace, plain_as_sent=True)
 
 
 def prepare_side(engine: Memd, user_id: str, workspace: str | None, model: str | None,
@@ -332,7 +360,9 @@ def finish_chat(
                 id=uuid.uuid4().hex, user_id=call.user_id, created_at=engine.now(),
                 session_id=session.id if session else None, workspace=call.workspace,
                 model=model, prompt_tokens=prompt, completion_tokens=completion,
-                cost_microcents=cost, latency_ms=latency, metadata={"call_id": call.call_id},
+                cost_microcents=cost, latency_ms=latency, metadata={
+                    "call_id": call.call_id,  # the client, so usage sums per client
+                    "client": client_of(session.metadata) if session else None},
             ))
             if session is not None:
                 engine.store.add_session_usage(session.user_id, session.id, prompt,

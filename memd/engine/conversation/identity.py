@@ -162,3 +162,9 @@ class Identity:
 
 def _same(a: str | None, b: str | None) -> bool:
     return a is None or b is None or a.casefold() == b.casefold()
+
+
+def client_of(metadata: Mapping[str, Any]) -> str | None:
+    """The client family a session's stored identity names (None: none known)."""
+    identity = Identity.of_session(metadata)
+    return None if identity is None else identity.client
