@@ -41,15 +41,14 @@ from bench.planted import (
     DAY,
     Haystack,
     Question,
-    Session,
-    Turn,
-    _answer,
     _Ask,
     _Picker,
     _Plant,
     _plant_in,
     _requests,
     _Topic,
+    assemble,
+    session_dates,
 )
 
 SPLITS: tuple[str, ...] = ("dev", "aside")
@@ -264,11 +263,7 @@ def history(index: int, *, sessions: int = 30) -> Haystack:
         noise += extra
 
     start = datetime(2026, 1, 5, tzinfo=UTC).timestamp() + rng.randrange(60) * DAY
-    dates: list[float] = []
-    at = start
-    for _ in range(sessions):
-        at += rng.uniform(0.5, 3.5) * DAY
-        dates.append(float(int(at)))
+    dates = session_dates(rng, start, sessions, 3.5)
     names = list(_TOPICS)
     topics = [_WORK if rng.random() < 0.5 else _TOPICS[rng.choice(names)]
               for _ in range(sessions)]
@@ -288,16 +283,7 @@ def history(index: int, *, sessions: int = 30) -> Haystack:
             taken.add(s)
             requests[s][i], p.text = _plant_in(rng, requests[s][i], p.text)
             p.key = (f"{hid}-s{s:02d}", 2 * i)
-    for text in noise[:len(free)]:
-        s, i = rng.choice(sorted(free))
-        free.discard((s, i))
-        requests[s][i] = _plant_in(rng, requests[s][i], text)[0]
-
-    built = tuple(
-        Session(f"{hid}-s{s:02d}", dates[s], tuple(
-            t for req in requests[s]
-            for t in (Turn("user", req), Turn("assistant", _answer(rng, topics[s])))))
-        for s in range(sessions))
+    built = assemble(rng, hid, requests, topics, dates, noise, free)
     questions = tuple(
         Question(f"{hid}-q{n:02d}", a.kind, a.text, a.answer,
                  tuple(p.key for p in a.plants if p.key is not None),
