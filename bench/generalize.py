@@ -172,7 +172,7 @@ def _temporal_month(rng: Random, pick: _Picker, w: _World) -> tuple[list[_Ask], 
 
 
 def _multi_outage(rng: Random, pick: _Picker, w: _World) -> tuple[list[_Ask], list[str]]:
-    comp, fail, fix = pick(_COMPONENTS)  # type: ignore[arg-type]
+    comp, fail, fix = _COMPONENTS[rng.randrange(len(_COMPONENTS))]
     first = _Plant(f"Postmortem summary: the outage came down to {comp}, it {fail}.",
                    (0.0, 0.45))
     then = _Plant(f"About {comp}, we decided: {fix}.", (0.55, 1.0))
