@@ -658,6 +658,32 @@ _KEEP = frozenset("Dr. Postgres SQL FastAPI React Django NumPy Express Celery SQ
 
 # --- haystacks ------------------------------------------------------------------------
 
+def session_dates(rng: Random, start: float, sessions: int, most_days: float) -> list[float]:
+    """Increasing session dates from ``start``, between half a day and ``most_days``
+    apart."""
+    dates: list[float] = []
+    at = start
+    for _ in range(sessions):
+        at += rng.uniform(0.5, most_days) * DAY
+        dates.append(float(int(at)))
+    return dates
+
+
+def assemble(rng: Random, hid: str, requests: list[list[str]], topics: Sequence[_Topic],
+             dates: Sequence[float], noise: Sequence[str],
+             free: set[tuple[int, int]]) -> tuple[Session, ...]:
+    """The sessions: ``noise`` (distractors) put into the ``free`` requests (a small
+    haystack gets fewer), then each request followed by an answer of its topic."""
+    for text in noise[:len(free)]:
+        s, i = rng.choice(sorted(free))
+        free.discard((s, i))
+        requests[s][i] = _plant_in(rng, requests[s][i], text)[0]
+    return tuple(
+        Session(f"{hid}-s{s:02d}", dates[s], tuple(
+            t for req in requests[s]
+            for t in (Turn("user", req), Turn("assistant", _answer(rng, topics[s])))))
+        for s in range(len(requests)))
+
 def seed_of(split: str, index: int) -> int:
     if split not in _SEED_BASE:
         raise ValueError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
@@ -686,11 +712,7 @@ def haystack(split: str, index: int, *, sessions: int = 30, singles: int = 3,
 
     # the filler: dated sessions of one topic each, user and assistant turns alternating
     start = datetime(2024, 1, 1, tzinfo=UTC).timestamp() + rng.randrange(540) * DAY
-    dates: list[float] = []
-    at = start
-    for _ in range(sessions):
-        at += rng.uniform(0.5, 5.0) * DAY
-        dates.append(float(int(at)))
+    dates = session_dates(rng, start, sessions, 5.0)
     names = list(_TOPICS)
     topics = [_TOPICS[rng.choice(names)] for _ in range(sessions)]
     requests = [_requests(rng, t, rng.randint(3, 6)) for t in topics]
@@ -708,16 +730,7 @@ def haystack(split: str, index: int, *, sessions: int = 30, singles: int = 3,
         free.discard((s, i))
         requests[s][i], p.text = _plant_in(rng, requests[s][i], p.text)
         p.key = (f"{hid}-s{s:02d}", 2 * i)
-    for text in noise[:len(free)]:  # a small haystack gets fewer distractors
-        s, i = rng.choice(sorted(free))
-        free.discard((s, i))
-        requests[s][i] = _plant_in(rng, requests[s][i], text)[0]
-
-    built = tuple(
-        Session(f"{hid}-s{s:02d}", dates[s], tuple(
-            t for req in requests[s]
-            for t in (Turn("user", req), Turn("assistant", _answer(rng, topics[s])))))
-        for s in range(sessions))
+    built = assemble(rng, hid, requests, topics, dates, noise, free)
     questions = []
     for n, a in enumerate(asks):
         keys = tuple(p.key for p in a.plants if p.key is not None)
