@@ -237,6 +237,7 @@ def test_sessions_show_a_chat_and_erase_a_message(page: Page, daemon: Daemon) ->
     page.click("nav a[data-page=sessions]")
     expect(page.locator("h1")).to_have_text("Sessions")
     expect(page.locator("main table")).to_be_visible()
+    expect(page.locator("main")).not_to_contain_text("null")
     shot(page, "sessions")
     page.locator("main tbody tr").first.click()
     said = page.locator(".message", has=page.locator(".badge.user"),

@@ -57,12 +57,13 @@ export async function sessionsPage(root) {
         holder.replaceChildren(empty(unavailable(err) ? "Not available in this version of memd." : err.message)); return;
       }
       rows.push(...page.data);
+      // replaceChildren would print a null child as text: only nodes go in
+      const moreButton = page.next_cursor ? [h("button", { onclick: () => more(page.next_cursor) }, "More")] : [];
       holder.replaceChildren(rows.length ? table([
         ["title", (r) => r.title || short(r.id, 12)], ["client", (r) => r.client || ""],
         ["workspace", (r) => r.workspace || ""], ["started", (r) => when(r.created_at)],
         ["last active", (r) => when(r.last_active_at)], ["messages", (r) => r.message_count, "num"],
-      ], rows, (r) => openSession(root, r, list)) : empty("No sessions yet."),
-      page.next_cursor ? h("button", { onclick: () => more(page.next_cursor) }, "More") : null);
+      ], rows, (r) => openSession(root, r, list)) : empty("No sessions yet."), ...moreButton);
     }
     await more(null);
   }
