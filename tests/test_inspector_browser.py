@@ -228,14 +228,53 @@ def test_jobs_health_and_the_later_pages(page: Page, daemon: Daemon) -> None:
     expect(page.locator("main")).to_contain_text("Daemon healthy")
     expect(page.locator("main")).to_contain_text("SQLite")
     shot(page, "health")
-    # the routes of sessions, usage and pause, where this daemon lacks them
-    for name in ("sessions", "usage", "pause"):
-        page.click(f"nav a[data-page={name}]")
-        shown = page.locator("main .empty, main table, main .card").first
-        expect(shown).to_be_visible()
-        if httpx.get(f"{daemon.base}/v1/{name}").status_code in (404, 405):
-            expect(shown).to_have_text("Not available in this version of memd.")
-        shot(page, name)
+
+
+def test_sessions_show_a_chat_and_erase_a_message(page: Page, daemon: Daemon) -> None:
+    chat(daemon, "My favourite editor is Helix")
+    session = httpx.get(f"{daemon.base}/v1/sessions?limit=1").json()["data"][0]
+    signed_in(page, daemon)
+    page.click("nav a[data-page=sessions]")
+    expect(page.locator("h1")).to_have_text("Sessions")
+    expect(page.locator("main table")).to_be_visible()
+    expect(page.locator("main")).not_to_contain_text("null")
+    shot(page, "sessions")
+    page.locator("main tbody tr").first.click()
+    said = page.locator(".message", has=page.locator(".badge.user"),
+                        has_text="My favourite editor is Helix")
+    expect(said).to_be_visible()
+    shot(page, "session")
+    said.locator("button", has_text="Erase").click()
+    expect(said).to_have_count(0)
+    left = httpx.get(f"{daemon.base}/v1/sessions/{session['id']}/messages").json()["messages"]
+    assert [m for m in left if m["role"] == "user" and "Helix" in str(m["content"])] == []
+
+
+def test_usage_shows_the_chats_tokens(page: Page, daemon: Daemon) -> None:
+    chat(daemon, "How many tokens is this?")
+    total = httpx.get(f"{daemon.base}/v1/usage").json()["total"]["total_tokens"]
+    assert total > 0
+    signed_in(page, daemon)
+    page.click("nav a[data-page=usage]")
+    expect(page.locator("main .totals")).to_contain_text(f"{total:,} tokens")
+    expect(page.locator("main")).to_contain_text("fake-model")
+    shot(page, "usage")
+
+
+def test_pause_stops_learning_and_resume_restarts_it(page: Page, daemon: Daemon) -> None:
+    signed_in(page, daemon)
+    page.click("nav a[data-page=pause]")
+    page.click("#pause-toggle")
+    expect(page.locator("#pause-state")).to_have_text("Learning is paused everywhere.")
+    shot(page, "pause")
+    before = httpx.get(f"{daemon.base}/v1/sessions?limit=100").json()["data"]
+    chat(daemon, "While paused: my cat is called Miso")
+    assert httpx.get(f"{daemon.base}/v1/sessions?limit=100").json()["data"] == before
+    page.click("#pause-toggle")
+    expect(page.locator("#pause-state")).to_have_text("memd is learning from your chats.")
+    chat(daemon, "After resuming: my dog is called Pixel")
+    after = httpx.get(f"{daemon.base}/v1/sessions?limit=100").json()["data"]
+    assert len(after) == len(before) + 1
 
 
 def test_memd_ui_prints_the_link(daemon: Daemon) -> None:

@@ -3,7 +3,9 @@ import { h } from "./dom.js";
 import { callsPage } from "./calls.js";
 import { memoriesPage } from "./memories.js";
 import { healthPage } from "./health.js";
-import { sessionsPage, usagePage, pausePage } from "./later.js";
+import { sessionsPage } from "./sessions.js";
+import { usagePage } from "./usage.js";
+import { pausePage } from "./pause.js";
 
 const PAGES = {
   calls: callsPage, memories: memoriesPage, health: healthPage,
