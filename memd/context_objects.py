@@ -93,3 +93,15 @@ class Fault:
     turn: int
     call_id: str | None = None
     created_at: float = 0.0
+
+
+PASSAGE_LINES = 12  # a passage: this many lines of an object, overlapping by half
+
+
+def object_passages(text: str) -> list[str]:
+    """An object's passages for a micro-fault: ``PASSAGE_LINES`` lines each, overlapping
+    by half (erasure finds their embeddings by them)."""
+    lines = text.splitlines() or [text]
+    step = PASSAGE_LINES // 2
+    return ["\n".join(lines[i:i + PASSAGE_LINES])
+            for i in range(0, max(1, len(lines) - step), step)]
