@@ -42,6 +42,7 @@ class ContextObject:
     summarized_by: str = "extractive"  # who made L1 and L2: memd's excerpts, or a helper
     # per lower fidelity ("detailed", "compact"): {"dropped": [...], "answers": [...]}
     losses: dict[str, Any] = field(default_factory=dict)
+    entities: tuple[str, ...] = ()  # the identifiers it names most (paths, names, codes)
 
 
 @dataclass(frozen=True, slots=True)
