@@ -99,6 +99,68 @@ def claude_code(root: Path, grow: bool = False) -> tuple[Path, Expected]:
     return root / "projects", [("rocket", T0, expected)]
 
 
+def claude_code_resumed(root: Path, grow: bool = False) -> tuple[Path, Expected]:
+    """A Claude Code session (``s-9.jsonl``) and its ``claude --continue`` (``r-9.jsonl``),
+    in the shape of happy-cli's ``0-say-lol-session.jsonl`` and
+    ``1-continue-run-ls-tool.jsonl``: the second file starts with a summary, then repeats
+    the first's lines (the same uuids and message id; the first line still naming the
+    old session, its content now blocks; the reply naming the new session, at a later
+    time), then its own turns chained to the repeated reply. ``r-9`` sorts first, so a
+    folder import reads the resumed file before the one it resumed. Returns the project
+    folder."""
+    project = root / "projects" / "-home-u-src-rocket"
+    project.mkdir(parents=True, exist_ok=True)
+    base = {"isSidechain": False, "userType": "external", "cwd": "/home/u/src/rocket",
+            "version": "1.0.56", "gitBranch": "main"}
+
+    def line(kind: str, sid: str, uuid: str, parent: str | None, t: float,
+             message: dict[str, Any]) -> dict[str, Any]:
+        return {"parentUuid": parent, **base, "sessionId": sid, "type": kind,
+                "message": message, "uuid": uuid, "timestamp": iso(t)}
+
+    def reply(mid: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": mid, "type": "message", "role": "assistant", "model": "claude-opus-4",
+                "content": blocks, "stop_reason": None, "stop_sequence": None,
+                "usage": {"input_tokens": 4, "output_tokens": 5}}
+
+    ask = "My name is Alex. Say lol"
+    original = [
+        line("user", "s-9", "u-1", None, T0, {"role": "user", "content": ask}),
+        line("assistant", "s-9", "a-1", "u-1", T0 + 4,
+             reply("msg_1", [{"type": "text", "text": "lol"}]))]
+    resumed = [
+        {"type": "summary", "summary": "Casual greeting", "leafUuid": "a-1"},
+        line("user", "s-9", "u-1", None, T0,
+             {"role": "user", "content": [{"type": "text", "text": ask}]}),
+        line("assistant", "r-9", "a-1", "u-1", T0 + 690,
+             reply("msg_1", [{"type": "text", "text": "lol"}])),
+        line("user", "r-9", "u-2", "a-1", T0 + 700,
+             {"role": "user", "content": "run the ls tool"}),
+        line("assistant", "r-9", "a-2", "u-2", T0 + 704,
+             reply("msg_2", [{"type": "tool_use", "id": "toolu_9", "name": "LS",
+                              "input": {"path": "/home/u/src/rocket"}}])),
+        line("user", "r-9", "u-3", "a-2", T0 + 705,
+             {"role": "user", "content": [{"tool_use_id": "toolu_9", "type": "tool_result",
+                                           "content": "- README.md\n- setup.py"}]}),
+        line("assistant", "r-9", "a-3", "u-3", T0 + 707,
+             reply("msg_3", [{"type": "text", "text": "README.md and setup.py"}]))]
+    expected: list[Message] = [
+        ("user", "Say lol", T0), ("assistant", "lol", T0 + 4),
+        ("user", "run the ls tool", T0 + 700), ("assistant", "", T0 + 704),
+        ("tool", "README.md", T0 + 705), ("assistant", "README.md and setup.py", T0 + 707)]
+    if grow:
+        resumed += [
+            line("user", "r-9", "u-4", "a-3", T0 + 800,
+                 {"role": "user", "content": "I prefer tabs over spaces"}),
+            line("assistant", "r-9", "a-4", "u-4", T0 + 803,
+                 reply("msg_4", [{"type": "text", "text": "Noted."}]))]
+        expected += [("user", "I prefer tabs over spaces", T0 + 800),
+                     ("assistant", "Noted.", T0 + 803)]
+    for name, lines in (("s-9", original), ("r-9", resumed)):
+        (project / f"{name}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return project, [("rocket", T0, expected)]
+
+
 def chatgpt(root: Path) -> tuple[Path, Expected]:
     def node(nid: str, parent: str | None, children: list[str], role: str | None,
              text: str = "", t: float = T0, hidden: bool = False,

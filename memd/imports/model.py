@@ -35,13 +35,16 @@ class Turn:
 
     ``role`` is ``user``, ``assistant`` or ``tool`` (a tool's result, answering
     ``tool_call_id``). ``at`` is when the client recorded it (seconds since the epoch),
-    None when the format keeps no time for it."""
+    None when the format keeps no time for it. ``line`` is the client's own id of the
+    record it was read from, for a format whose files can repeat each other's records
+    (a resumed Claude Code session): the write path finds where it left off by it."""
 
     role: str
     text: str
     at: float | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    line: str | None = None
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,18 @@
 
 Every conversation becomes a session of its own, whose id is derived from (user,
 source, conversation key): a second import of the same file finds the session and
-appends only the turns it has not stored (the session's metadata keeps how many of the
-conversation's turns were read), so re-importing adds nothing and a grown file adds its
-new turns. Turns go through :meth:`memd.engine.memory.Memd.append`, the path of a live
-turn: the sanitizer first, the client's own text (its tags, its prompt lines, tool
-output, text recurring across sessions) kept out of what is extracted, extraction and
-the helper's jobs as for a proxied chat. A turn that opens with a client's side prompt
-(a title or summary request) is skipped with the replies that follow it.
+appends only the turns it has not stored, so re-importing adds nothing and a grown file
+adds its new turns. The session's metadata keeps how many of the conversation's turns
+were read and, for a format that names its records (:attr:`Turn.line`), the last one
+read: the new turns are those after that record when the file holds it, which is how a
+file that repeats another's records before its own (a resumed Claude Code session, keyed
+as the conversation it resumed) adds only what follows them.
+
+Turns go through :meth:`memd.engine.memory.Memd.append`, the path of a live turn: the
+sanitizer first, the client's own text (its tags, its prompt lines, tool output, text
+recurring across sessions) kept out of what is extracted, extraction and the helper's
+jobs as for a proxied chat. A turn that opens with a client's side prompt (a title or
+summary request) is skipped with the replies that follow it.
 
 Original times are kept: while a turn is stored the engine's clock reads the turn's
 time (:class:`FollowClock`, on the importing thread only), so sessions, messages,
@@ -117,6 +122,17 @@ def imported_turns(session: Session | None) -> int:
     return turns if isinstance(turns, int) and not isinstance(turns, bool) else 0
 
 
+def new_turns(conv: Conversation, session: Session | None) -> tuple[Turn, ...]:
+    """The turns of ``conv`` its session has not stored: those after the last record
+    stored when ``conv`` holds it, else those past the count of turns read."""
+    meta = session.metadata.get(META) if session is not None else None
+    last = meta.get("last") if isinstance(meta, Mapping) else None
+    lines = [t.line for t in conv.turns]
+    if isinstance(last, str) and last in lines:
+        return conv.turns[len(lines) - lines[::-1].index(last):]
+    return conv.turns[imported_turns(session):]
+
+
 def plan_import(engine: Memd, user_id: str,
                 conversations: Iterable[Conversation]) -> ImportCounts:
     """What :func:`import_conversations` would import, without writing anything."""
@@ -124,7 +140,7 @@ def plan_import(engine: Memd, user_id: str,
     for conv in conversations:
         session = engine.store.get_session(user_id, session_id_for(user_id, conv.source,
                                                                    conv.key))
-        new = len(conv.turns) - imported_turns(session)
+        new = len(new_turns(conv, session))
         counts.conversations += 1
         if new <= 0:
             continue
@@ -226,7 +242,7 @@ def _import_one(engine: Memd, clock: FollowClock, user_id: str,
     with store.transaction():
         session = store.get_session(user_id, sid)
         done = imported_turns(session)
-        new = conv.turns[done:]
+        new = new_turns(conv, session)
         if not new:
             return counts, stored, times
         counts.turns = len(new)
@@ -249,9 +265,11 @@ def _import_one(engine: Memd, clock: FollowClock, user_id: str,
                 stored.extend(engine.append(sid, user_id, messages))
             times.append(at)
             counts.messages += len(messages)
-        store.update_session(user_id, sid, metadata={
-            **session.metadata,
-            META: {"source": conv.source, "key": conv.key, "turns": len(conv.turns)}})
+        read: dict[str, Any] = {"source": conv.source, "key": conv.key,
+                                "turns": max(len(conv.turns), done + len(new))}
+        if conv.turns[-1].line is not None:
+            read["last"] = conv.turns[-1].line
+        store.update_session(user_id, sid, metadata={**session.metadata, META: read})
     return counts, stored, times
 
 
