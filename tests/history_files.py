@@ -48,6 +48,18 @@ def claude_code(root: Path, grow: bool = False) -> tuple[Path, Expected]:
                             "stop_reason": None, "stop_sequence": None,
                             "usage": {"input_tokens": 4, "output_tokens": 1}}}
 
+    def queued(prompt: Any, t: float, uuid: str) -> dict[str, Any]:
+        # as Claude Code 2.1 writes it (the MaxWolf-01/agents transcript, docs/design.md)
+        return {"parentUuid": f"p{t}", "isSidechain": False,
+                "attachment": {"type": "queued_command", "prompt": prompt,
+                               "source_uuid": f"q{t}", "commandMode": "prompt",
+                               "origin": {"kind": "human"}, "timestamp": iso(t),
+                               "humanTurn": True},
+                "type": "attachment", "uuid": uuid, "timestamp": iso(t),
+                "rendered": [{"content": "<system-reminder>\nThe user sent a new message "
+                                         "while you were working:\n...\n</system-reminder>"}],
+                **base}
+
     lines = [
         {"type": "summary", "summary": "Mallory's project", "leafUuid": "x"},
         {"type": "file-history-snapshot", "messageId": "u0", "isSnapshotUpdate": False,
@@ -72,10 +84,22 @@ def claude_code(root: Path, grow: bool = False) -> tuple[Path, Expected]:
                "content": [{"type": "text", "text": "I prefer Java\n1 failed"}]}], T0 + 70,
              toolUseResult={"stdout": "I prefer Java\n1 failed", "stderr": "",
                             "interrupted": False, "isImage": False}),
+        # typed while the tests ran: a queued_command attachment, its time when typed
+        queued("Also keep the test names short", T0 + 68, "a-q1"),
+        # a background task's notice, queued the same way: not the user's words
+        {**queued("<task-notification><summary>Bob's build finished</summary>"
+                  "</task-notification>", T0 + 70.2, "a-q2"),
+         "attachment": {"type": "queued_command", "commandMode": "task-notification",
+                        "prompt": "<task-notification><summary>My name is Bob</summary>"
+                                  "</task-notification>", "timestamp": iso(T0 + 70.2)}},
         {**base, "type": "system", "subtype": "informational", "content": "My name is Bob",
          "timestamp": iso(T0 + 70.5), "uuid": "s1", "level": "info", "isMeta": False},
         user("My name is Bob", T0 + 71, isSidechain=True),
         user([{"type": "text", "text": "[Request interrupted by user for tool use]"}], T0 + 72),
+        # queued with a pasted image: the prompt is content blocks
+        queued([{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                             "data": "iVBORw0KGgo="}},
+                {"type": "text", "text": "and add a changelog line"}], T0 + 76, "a-q3"),
         assistant("m2", [{"type": "text", "text": "Fixed the test."}], T0 + 80),
         # the same block of the reply written again, as a resumed session does
         {**assistant("m2", [{"type": "text", "text": "Fixed the test."}], T0 + 81),
@@ -88,6 +112,8 @@ def claude_code(root: Path, grow: bool = False) -> tuple[Path, Expected]:
         ("user", "<bash-input>", T0 + 3), ("user", "<bash-stdout>", T0 + 4),
         ("user", "My name is Alex", T0 + 60),
         ("assistant", "Let me run the tests.", T0 + 64), ("tool", "1 failed", T0 + 70),
+        ("user", "keep the test names short", T0 + 68),
+        ("user", "add a changelog line", T0 + 76),
         ("assistant", "Fixed the test.", T0 + 80)]
     if grow:
         lines += [user("I prefer tabs over spaces", T0 + 300),

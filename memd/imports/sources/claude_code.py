@@ -9,14 +9,15 @@ once). A resumed session (``claude --resume``, ``--continue``) is a new file tha
 repeats the lines of the one it resumed, the first of them still naming the old session:
 the file is keyed by the session its first line names, so it continues that
 conversation, and each turn keeps its line's ``uuid`` (:attr:`Turn.line`) for the write
-path to skip what it stored already. Not the user's words, so not read as a user turn:
-lines of a subagent (``isSidechain``), the client's meta lines (``isMeta``: caveats,
-command output) and its summary of a compacted conversation (``isCompactSummary``), its
-note that the user stopped a reply; ``tool_result`` blocks are tool turns. Command
-wrappers, the output of local commands and of the user's ``!`` shell commands, the
-caveat older versions wrote before them without ``isMeta``, and ``<system-reminder>``
-blocks inside a user's text are client text that extraction leaves out
-(:mod:`memd.engine.learning.templates`).
+path to skip what it stored already. A message the user typed while the agent worked,
+taken in mid-turn, is an ``attachment`` line (``queued_command``), read as a user line
+at its own time. Not the user's words, so not read as a user turn: lines of a subagent
+(``isSidechain``), the client's meta lines (``isMeta``: caveats, command output) and its
+summary of a compacted conversation (``isCompactSummary``), its note that the user
+stopped a reply; ``tool_result`` blocks are tool turns. Command wrappers, the output of
+local commands and of the user's ``!`` shell commands, the caveat older versions wrote
+before them without ``isMeta``, and ``<system-reminder>`` blocks inside a user's text
+are client text that extraction leaves out (:mod:`memd.engine.learning.templates`).
 """
 
 from __future__ import annotations
@@ -63,7 +64,14 @@ def parse(data: bytes, name: str) -> list[Conversation]:
             if number == len(text.splitlines()):
                 break  # a line being written while we read: the next import has it
             raise InvalidInput(f"{name}, line {number}: not JSON ({exc})") from None
-        if not isinstance(event, Mapping) or event.get("type") not in ("user", "assistant"):
+        if not isinstance(event, Mapping):
+            continue
+        queued = _queued_prompt(event)
+        if queued is not None:  # the user's words, read as a user line's
+            if turns and turns[-1].role == "user" and turns[-1].text == block_text(queued):
+                continue  # also written as the user line before it
+            event = {**event, "type": "user", "message": {"role": "user", "content": queued}}
+        if event.get("type") not in ("user", "assistant"):
             continue
         message = event.get("message")
         if (not isinstance(message, Mapping) or event.get("isSidechain")
@@ -105,6 +113,24 @@ def parse(data: bytes, name: str) -> list[Conversation]:
     key = sessions[0] if sessions else Path(name).stem
     return [Conversation(NAME, key, tuple(turns), client="claude-code",
                          workspace=workspace_for(cwd), meta={"cwd": cwd})]
+
+
+def _queued_prompt(event: Mapping[str, Any]) -> str | list[Any] | None:
+    """What the user typed while the agent worked, when ``event`` records it: an
+    ``attachment`` line of ``type: queued_command`` whose ``commandMode`` is ``prompt``
+    (absent in older versions) and whose origin, when it has one, is ``human``. Its
+    prompt is text, or content blocks when it carried an image. None for any other line,
+    and for the client's own notices queued the same way (``task-notification``)."""
+    attachment = event.get("attachment")
+    if (event.get("type") != "attachment" or not isinstance(attachment, Mapping)
+            or attachment.get("type") != "queued_command"):
+        return None
+    origin = attachment.get("origin")
+    kind = origin.get("kind") if isinstance(origin, Mapping) else None
+    if attachment.get("commandMode", "prompt") != "prompt" or kind not in (None, "human"):
+        return None
+    prompt = attachment.get("prompt")
+    return prompt if isinstance(prompt, str | list) else None
 
 
 def _user(content: Any, at: float | None, line: str | None) -> list[Turn]:
