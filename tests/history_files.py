@@ -125,15 +125,18 @@ def claude_code(root: Path, grow: bool = False) -> tuple[Path, Expected]:
     return root / "projects", [("rocket", T0, expected)]
 
 
-def claude_code_resumed(root: Path, grow: bool = False) -> tuple[Path, Expected]:
+def claude_code_resumed(root: Path, grow: bool = False, back: bool = False
+                        ) -> tuple[Path, Expected]:
     """A Claude Code session (``s-9.jsonl``) and its ``claude --continue`` (``r-9.jsonl``),
     in the shape of happy-cli's ``0-say-lol-session.jsonl`` and
     ``1-continue-run-ls-tool.jsonl``: the second file starts with a summary, then repeats
     the first's lines (the same uuids and message id; the first line still naming the
     old session, its content now blocks; the reply naming the new session, at a later
     time), then its own turns chained to the repeated reply. ``r-9`` sorts first, so a
-    folder import reads the resumed file before the one it resumed. Returns the project
-    folder."""
+    folder import reads the resumed file before the one it resumed. ``grow``: the resumed
+    session goes on; ``back``: then the old one goes on too (resumed again in another
+    terminal, it writes to its own file), its new turns stored after the others. Returns
+    the project folder."""
     project = root / "projects" / "-home-u-src-rocket"
     project.mkdir(parents=True, exist_ok=True)
     base = {"isSidechain": False, "userType": "external", "cwd": "/home/u/src/rocket",
@@ -174,14 +177,18 @@ def claude_code_resumed(root: Path, grow: bool = False) -> tuple[Path, Expected]
         ("user", "Say lol", T0), ("assistant", "lol", T0 + 4),
         ("user", "run the ls tool", T0 + 700), ("assistant", "", T0 + 704),
         ("tool", "README.md", T0 + 705), ("assistant", "README.md and setup.py", T0 + 707)]
+    def exchange(lines: list[dict[str, Any]], sid: str, n: int, parent: str, t: float,
+                 said: str, answer: str) -> None:
+        """A turn of the user's and its reply, written to ``lines`` and expected."""
+        lines += [line("user", sid, f"u-{n}", parent, t, {"role": "user", "content": said}),
+                  line("assistant", sid, f"a-{n}", f"u-{n}", t + 3,
+                       reply(f"msg_{n}", [{"type": "text", "text": answer}]))]
+        expected.extend([("user", said, t), ("assistant", answer, t + 3)])
+
     if grow:
-        resumed += [
-            line("user", "r-9", "u-4", "a-3", T0 + 800,
-                 {"role": "user", "content": "I prefer tabs over spaces"}),
-            line("assistant", "r-9", "a-4", "u-4", T0 + 803,
-                 reply("msg_4", [{"type": "text", "text": "Noted."}]))]
-        expected += [("user", "I prefer tabs over spaces", T0 + 800),
-                     ("assistant", "Noted.", T0 + 803)]
+        exchange(resumed, "r-9", 4, "a-3", T0 + 800, "I prefer tabs over spaces", "Noted.")
+    if back:
+        exchange(original, "s-9", 5, "a-1", T0 + 900, "Use black for formatting", "Will do.")
     for name, lines in (("s-9", original), ("r-9", resumed)):
         (project / f"{name}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return project, [("rocket", T0, expected)]

@@ -135,6 +135,12 @@ def test_resumed_files_imported_one_at_a_time_in_either_order(
         counts = run_import(engine, "claude-code", project / "r-9.jsonl")
         assert (counts.sessions, counts.messages) == (0, 2)
         assert_matches(stored(engine), expected)
+        # the old file goes on by itself: its new turns, nothing the resumed one holds
+        project, expected = claude_code_resumed(tmp_path / "history", grow=True, back=True)
+        counts = run_import(engine, "claude-code", project)
+        assert (counts.sessions, counts.messages) == (0, 2)
+        assert_matches(stored(engine), expected)
+        assert run_import(engine, "claude-code", project).messages == 0
 
 
 def test_imported_times_are_the_conversations(tmp_path: Path) -> None:

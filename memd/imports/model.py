@@ -50,7 +50,10 @@ class Turn:
 @dataclass(frozen=True)
 class Conversation:
     """One conversation of one client. ``key`` is stable across reads of a growing file
-    (the client's own id for it), so a second import finds what the first one stored."""
+    (the client's own id for it), so a second import finds what the first one stored.
+    ``part`` names the file it was read from when several files hold the same
+    conversation, each growing on its own (a resumed Claude Code session and the one it
+    resumed); None when one file holds it."""
 
     source: str
     key: str
@@ -60,6 +63,7 @@ class Conversation:
     title: str | None = None
     created_at: float | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
+    part: str | None = None
 
     @property
     def first_at(self) -> float | None:

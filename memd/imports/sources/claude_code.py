@@ -110,9 +110,11 @@ def parse(data: bytes, name: str) -> list[Conversation]:
     # lines of the one it resumed, the first of them still naming that session: keyed by
     # it, the file continues the conversation it resumed (memd.imports.write stores
     # only what follows the last line already stored).
+    # Its own lines name the file's own session: the part of the conversation it holds.
     key = sessions[0] if sessions else Path(name).stem
     return [Conversation(NAME, key, tuple(turns), client="claude-code",
-                         workspace=workspace_for(cwd), meta={"cwd": cwd})]
+                         workspace=workspace_for(cwd), meta={"cwd": cwd},
+                         part=sessions[-1] if sessions else None)]
 
 
 def _queued_prompt(event: Mapping[str, Any]) -> str | list[Any] | None:
