@@ -216,9 +216,33 @@ def test_search_edit_and_forget_change_the_next_block(page: Page, daemon: Daemon
     page.locator("tr", has_text="falcon-prod-9").first.get_by_role(
         "button", name="Forget").click()
     expect(page.locator("tr", has_text="falcon-prod-9")).to_have_count(0)
-    assert "Also removed" in asked[0] and "entity links" in asked[0]  # said before it went
+    # said before it went: the memory itself, read from the API's preview of the forget
+    assert "This removes:" in asked[0] and 'memory "The deploy server' in asked[0]
+    assert "cached memory blocks" in asked[0]
     content = last_user(chat(daemon, "Which deploy server does project Falcon use today?"))
     assert "falcon-prod" not in content
+
+
+def test_forget_lists_the_messages_it_prunes_before_it_goes(page: Page,
+                                                            daemon: Daemon) -> None:
+    said = "My name is Zorblax and I fly the Quasar rocket every week"
+    chat(daemon, said)
+    deadline = time.monotonic() + 30  # the daemon's job runner extracts the fact
+    while not [f for f in httpx.get(f"{daemon.base}/v1/facts").json()["facts"]
+               if f["value"] == "Zorblax"]:
+        assert time.monotonic() < deadline, "no fact extracted"
+        time.sleep(0.2)
+    _memories(page, daemon)
+    asked: list[str] = []
+    page.on("dialog", lambda dialog: asked.append(dialog.message))
+    page.select_option("select[aria-label=kind]", "fact")
+    row = page.locator("tr", has_text="name: Zorblax")
+    row.get_by_role("button", name="Forget").click()
+    expect(row).to_have_count(0)
+    assert 'fact identity · name = "Zorblax"' in asked[0]
+    assert 'user message in session' in asked[0] and said in asked[0]
+    assert [f for f in httpx.get(f"{daemon.base}/v1/facts").json()["facts"]
+            if f["value"] == "Zorblax"] == []
 
 
 def test_jobs_health_and_the_later_pages(page: Page, daemon: Daemon) -> None:

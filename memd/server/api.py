@@ -24,6 +24,7 @@ from memd.engine import validate as v
 from memd.engine.shapes import (
     fact_json,
     fact_result_json,
+    forget_preview_json,
     job_json,
     memory_json,
     message_json,
@@ -122,6 +123,16 @@ def delete_memory(request: Request, memory_id: str = MemoryId,
     recalled, searched or replayed again (``pruned`` lists them)."""
     gone = engine_of(request).forget_with_sources(memory_id, user_of(request, user_id))
     return {"deleted": memory_id, "pruned": pruned_json(gone.pruned)}
+
+
+@router.get("/v1/memories/{memory_id}/forget-preview", tags=["memories"])
+def preview_memory_forget(request: Request, memory_id: str = MemoryId,
+                          user_id: str | None = UserQuery) -> dict[str, Any]:
+    """What ``DELETE /v1/memories/{id}`` would remove, changing nothing: the memory,
+    the facts it stated, the messages pruned (with the start of their text), the
+    compaction summaries deleted and the session titles cleared."""
+    return forget_preview_json(engine_of(request).forget_preview(
+        memory_id, user_of(request, user_id)))
 
 
 # -- search and context ---------------------------------------------------------------
@@ -260,6 +271,17 @@ def delete_fact(request: Request, category: str = _fact_part("category"),
     gone = engine_of(request).forget_fact_with_sources(
         user_of(request, user_id), category, key, workspace=workspace_of(request, ws))
     return {"deleted": [fact_json(f) for f in gone.facts], "pruned": pruned_json(gone.pruned)}
+
+
+@router.get("/v1/facts/{category}/{key}/forget-preview", tags=["facts"])
+def preview_fact_forget(request: Request, category: str = _fact_part("category"),
+                        key: str = _fact_part("key"),
+                        user_id: str | None = UserQuery,
+                        ws: str | None = WorkspaceQuery) -> dict[str, Any]:
+    """What ``DELETE /v1/facts/{category}/{key}`` would remove, changing nothing (the
+    shape of ``GET /v1/memories/{id}/forget-preview``)."""
+    return forget_preview_json(engine_of(request).forget_fact_preview(
+        user_of(request, user_id), category, key, workspace=workspace_of(request, ws)))
 
 
 
