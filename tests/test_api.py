@@ -391,7 +391,7 @@ def test_openapi_lists_the_routes(client: TestClient) -> None:
         "/v1/sessions/{session_id}": {"get"},
         "/v1/sessions/{session_id}/messages": {"get", "post"},
         "/v1/facts": {"get", "put"}, "/v1/embeddings": {"post"},
-        "/v1/jobs": {"get"}, "/v1/jobs/{job_id}/retry": {"post"},
+        "/v1/jobs": {"get"}, "/v1/jobs/{job_id}/retry": {"post"}, "/v1/sweeps": {"get"},
     }
     for path, methods in expected.items():
         assert methods <= set(paths[path]), path

@@ -251,6 +251,13 @@ def test_jobs_health_and_the_later_pages(page: Page, daemon: Daemon) -> None:
     expect(page.locator("h1")).to_have_text("Jobs & health")
     expect(page.locator("main")).to_contain_text("Daemon healthy")
     expect(page.locator("main")).to_contain_text("SQLite")
+    # the daemon's first tick runs every sweep that is due: each shows with its jobs
+    ran = {r["task"]: r for r in httpx.get(f"{daemon.base}/v1/sweeps").json()["data"]}
+    assert "expiry" in ran
+    sweeps = page.locator("#sweeps")
+    expect(sweeps.locator("tr", has_text="expiry")).to_have_count(1, timeout=15000)
+    expect(sweeps.locator("tr", has_text="expiry")).to_contain_text("1 done")
+    expect(sweeps.locator("th", has_text="Took")).to_be_visible()
     shot(page, "health")
 
 

@@ -393,6 +393,21 @@ def retry_job(request: Request, job_id: str = JobId,
     return job_json(engine_of(request).jobs.retry(job_id, _jobs_owner(request, user_id)))
 
 
+@router.get("/v1/sweeps", tags=["jobs"])
+def list_sweeps(request: Request,
+                limit: int = Query(50, ge=1, le=100)) -> dict[str, Any]:
+    """The scheduler's recent sweeps as this daemon ran them, newest first: the task,
+    when it ran, the jobs it made (one per user for a fanned-out task) and how many are
+    done, the seconds they took, what they changed (summed counts) and their errors.
+    Kept in memory since the daemon started. With authentication the counts and error
+    messages, which span every user, are left out (``failed`` still says how many)."""
+    runs = [r.to_dict() for r in engine_of(request).jobs.schedule.runs.recent(limit)]
+    if getattr(request.state, "memd_user", None) is not None:
+        for run in runs:
+            run["counts"], run["errors"] = {}, []
+    return {"object": "list", "data": runs}
+
+
 # -- embeddings -----------------------------------------------------------------------
 def _embedding_texts(raw: str | list[Any], max_chars: int) -> list[str]:
     texts = [raw] if isinstance(raw, str) else raw
