@@ -170,6 +170,39 @@ def test_a_proxied_chat_shows_in_calls_with_its_block_as_sent(page: Page,
     shot(page, "calls")
 
 
+def test_a_call_shows_the_near_misses_that_did_not_fit(page: Page, tmp_path: Path) -> None:
+    from memd.server.app import create_app
+    from memd.ui.token import ui_token
+
+    upstream = FakeUpstream()
+    engine = open_memd(tmp_path, embedder="fake", memory_max_tokens=80,
+                       memory_unknown_window_tokens=80, upstream_url="http://upstream/v1")
+    try:
+        for w in ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot"):
+            engine.add(f"Python code formatting with tabs in {w}: {w}s {w}ed {w}ing", "local")
+        engine.run_jobs()
+        app = create_app(engine, engine.settings, run_jobs=False,
+                         upstream_transport=httpx.ASGITransport(app=upstream.app))
+        with serve(app) as base:
+            httpx.post(f"{base}/v1/chat/completions", timeout=30, json={
+                "model": "fake-model", "messages": [
+                    {"role": "user", "content": "format the python code with tabs"}]}
+                       ).raise_for_status()
+            [call] = httpx.get(f"{base}/v1/calls").json()["data"]
+            missed = call["report"]["near_misses"]
+            assert missed and call["report"]["items"]
+            page.goto(f"{base}/ui?token={ui_token(tmp_path)}")
+            page.locator(f"tr[data-call='{call['id']}']").click()
+            rows = page.locator("#near-misses tbody tr")
+            expect(rows).to_have_count(len(missed))
+            expect(rows.first).to_contain_text(missed[0]["text"])
+            expect(rows.first).to_contain_text(f"{missed[0]['score']:.3f}")
+            page.locator("#near-misses").scroll_into_view_if_needed()
+            shot(page, "call-near-misses")
+    finally:
+        engine.close()
+
+
 def _memories(page: Page, d: Daemon) -> None:
     signed_in(page, d)
     page.click("nav a[data-page=memories]")
