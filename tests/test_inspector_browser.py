@@ -140,6 +140,13 @@ def test_the_token_becomes_a_strict_cookie_and_leaves_the_url(page: Page,
         "memd_ui", True, "Strict", "/")
     assert cookie["value"] == daemon.link.split("token=")[1]
     expect(page.locator("nav a.active")).to_have_text("Calls")
+    # each page says when its first data is shown (what bench_ui times)
+    expect(page.locator("html")).to_have_attribute("data-loaded", "calls")
+    page.click("nav a[data-page=memories]")
+    expect(page.locator("html")).to_have_attribute("data-loaded", "memories")
+    expect(page.locator("main table, main .empty").first).to_be_visible()
+    at = page.evaluate("performance.getEntriesByName('memd-loaded:memories')[0].startTime")
+    assert at > 0
 
 
 def test_a_proxied_chat_shows_in_calls_with_its_block_as_sent(page: Page,
