@@ -94,3 +94,15 @@ def test_team_mode_leaves_out_what_spans_every_user(tmp_path: Path) -> None:
             data = c.get("/v1/sweeps", headers={"Authorization": f"Bearer {key}"}).json()
         [expiry] = [r for r in data["data"] if r["task"] == "expiry"]
         assert (expiry["counts"], expiry["errors"], expiry["failed"]) == ({}, [], 1)
+
+
+def test_a_sweep_another_claim_completed_is_not_counted(m: Memd) -> None:
+    m.add("a note", "alice")
+    m.jobs.schedule.tick()
+    for job in m.store.claim_jobs(T0, 100):  # the schedule's jobs: they fan out
+        m.jobs.handlers[job.kind](job)
+    [sweep] = [j for j in m.store.claim_jobs(T0, 100) if j.kind == "sweep"]
+    m.store.complete_job(sweep.id)  # as a worker whose lease ran out did
+    m.jobs.handlers["sweep"](sweep)
+    [promotion] = [r for r in m.jobs.schedule.runs.recent() if r.task == "promotion"]
+    assert (promotion.jobs, promotion.done) == (1, 0)

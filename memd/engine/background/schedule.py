@@ -54,6 +54,7 @@ SCHEDULE = "schedule"  # the job kind of a task's recurring job
 SWEEP = "sweep"  # the job kind of one user's sweep
 
 Counts = object  # what a sweep returns, logged as it is (counts, never content)
+SKIPPED = object()  # a sweep job another claim completed first: not run, not counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +204,8 @@ class Scheduler:
         except Exception as exc:
             self.runs.finished(run, time.perf_counter() - started, None, exc)
             raise
-        self.runs.finished(run, time.perf_counter() - started, counts)
+        if counts is not SKIPPED:
+            self.runs.finished(run, time.perf_counter() - started, counts)
         return counts
 
     def _sweep(self, job: Job) -> None:
@@ -215,11 +217,11 @@ class Scheduler:
         def sweep() -> Counts:
             with self.store.transaction():
                 if not self.store.complete_job(job.id):
-                    return None
+                    return SKIPPED
                 return TASKS[name].run(self.store, self.settings, now, user)
 
         counts = self._timed(run, sweep)
-        if counts is None:
+        if counts is SKIPPED:
             return
         log.debug("%s for %s: %s", name, user, counts)
         if TASKS[name].scrub and isinstance(counts, dict) and counts.get("messages"):
