@@ -385,11 +385,13 @@ def test_openapi_lists_the_routes(client: TestClient) -> None:
     expected = {
         "/v1/memories": {"get", "post"},
         "/v1/memories/{memory_id}": {"get", "patch", "delete"},
+        "/v1/memories/{memory_id}/forget-preview": {"get"},
+        "/v1/facts/{category}/{key}/forget-preview": {"get"},
         "/v1/search": {"post"}, "/v1/context": {"post"}, "/v1/sessions": {"post"},
         "/v1/sessions/{session_id}": {"get"},
         "/v1/sessions/{session_id}/messages": {"get", "post"},
         "/v1/facts": {"get", "put"}, "/v1/embeddings": {"post"},
-        "/v1/jobs": {"get"}, "/v1/jobs/{job_id}/retry": {"post"},
+        "/v1/jobs": {"get"}, "/v1/jobs/{job_id}/retry": {"post"}, "/v1/sweeps": {"get"},
     }
     for path, methods in expected.items():
         assert methods <= set(paths[path]), path

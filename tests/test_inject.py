@@ -11,6 +11,7 @@ import pytest
 from memd.engine.block.compile import Candidate
 from memd.engine.block.inject import (
     MIN_BLOCK_TOKENS,
+    NEAR_MISSES,
     USER_CLOSE,
     USER_OPEN,
     Anchored,
@@ -223,4 +224,40 @@ def test_a_new_user_turn_adds_a_block_and_the_old_one_stays_in_place(tmp_path: P
     new_block = two.forward[3]["content"].split(USER_CLOSE)[0]
     assert "Docker" in new_block and "tabs over spaces" not in new_block
     assert two.forward[3]["content"].endswith("now deploy the service with Docker")
+    engine.close()
+
+
+def test_a_block_names_the_best_items_that_did_not_fit() -> None:
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
+             "india", "juliet", "kilo", "lima"]
+    cands = [Candidate("memory", f"m{i}", f"{w} {w}s {w}ed {w}ing", 9, 1.0 - i / 100)
+             for i, w in enumerate(words)]
+    # a line saying what a chosen one says already is skipped, not missed
+    cands.append(Candidate("memory", "dup", "alpha alphas alphaed alphaing", 9, 0.999))
+    block = build([], cands, 90, "user", "gpt-4o")
+    assert block is not None
+    chosen = {c.id for c in block.memories}
+    left = sorted((c for c in cands if c.id not in chosen | {"dup"}),
+                  key=lambda c: -c.score)
+    assert [c.id for c in block.missed] == [c.id for c in left[:NEAR_MISSES]]
+    assert len(block.missed) == NEAR_MISSES
+    everything = build([], _cands(2), 400, "user", "gpt-4o")
+    assert everything is not None and everything.missed == ()
+
+
+def test_a_calls_report_keeps_its_near_misses(tmp_path: Path) -> None:
+    engine = Memd.open(tmp_path / "m", embedder="fake", memory_max_tokens=60)
+    for i in range(8):
+        engine.add(f"The build system of project {i} uses tabs in python code", "local")
+    engine.run_jobs()
+    call = prepare_chat(engine, "local", None,
+                        [{"role": "user", "content": "format the python code with tabs"}],
+                        model="gpt-4o", window=WindowInfo(128_000, "config"))
+    report = call.report
+    assert report["items"] and report["near_misses"]
+    shown = {i["id"] for i in report["items"]}
+    assert not shown & {m["id"] for m in report["near_misses"]}
+    first = report["near_misses"][0]
+    assert set(first) == {"kind", "id", "tokens", "score", "text"}
+    assert "uses tabs in python code" in first["text"] and first["tokens"] > 0
     engine.close()

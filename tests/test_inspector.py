@@ -3,6 +3,7 @@ its token, the loopback rule, team mode's keys as the pages' credential, its fil
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -44,6 +45,28 @@ def test_personal_mode_opens_with_the_token_only(tmp_path: Path) -> None:
         assert c.get("/ui/static/app.js").headers["content-type"].startswith("text/javascript")
         assert c.get("/ui/static/..%2Fstatic%2Findex.html").status_code == 404
         assert c.get("/ui/static/missing.js").status_code == 404
+
+
+def test_the_page_names_its_files_by_version_so_a_browser_keeps_them(
+        tmp_path: Path) -> None:
+    from memd.server.inspector import assets_version
+
+    version = assets_version()
+    with client(tmp_path) as c:
+        c.get(f"/ui?token={ui_token(tmp_path / 'd')}")
+        page = c.get("/ui")
+        assert page.headers["cache-control"] == "no-store"  # the page itself: always asked
+        found = re.findall(r'(?:src|href)="(/ui/static/[^"]+)"', page.text)
+        assert f"/ui/static/{version}/app.js" in found
+        assert f"/ui/static/{version}/calls.js" in found  # preloaded with app.js
+        assert all(f.startswith(f"/ui/static/{version}/") for f in found)
+        kept = c.get(f"/ui/static/{version}/app.js")
+        assert kept.status_code == 200 and "immutable" in kept.headers["cache-control"]
+        assert kept.content == c.get("/ui/static/app.js").content
+        assert c.get("/ui/static/v-000000000000/app.js").status_code == 404  # stale
+        assert c.get(f"/ui/static/{version}/missing.js").status_code == 404
+        for name in re.findall(r'from "\./([a-z]+\.js)"', kept.text):  # its imports
+            assert c.get(f"/ui/static/{version}/{name}").status_code == 200, name
 
 
 def test_beyond_loopback_without_auth_the_inspector_is_not_served(tmp_path: Path) -> None:

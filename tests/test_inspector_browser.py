@@ -140,6 +140,13 @@ def test_the_token_becomes_a_strict_cookie_and_leaves_the_url(page: Page,
         "memd_ui", True, "Strict", "/")
     assert cookie["value"] == daemon.link.split("token=")[1]
     expect(page.locator("nav a.active")).to_have_text("Calls")
+    # each page says when its first data is shown (what bench_ui times)
+    expect(page.locator("html")).to_have_attribute("data-loaded", "calls")
+    page.click("nav a[data-page=memories]")
+    expect(page.locator("html")).to_have_attribute("data-loaded", "memories")
+    expect(page.locator("main table, main .empty").first).to_be_visible()
+    at = page.evaluate("performance.getEntriesByName('memd-loaded:memories')[0].startTime")
+    assert at > 0
 
 
 def test_a_proxied_chat_shows_in_calls_with_its_block_as_sent(page: Page,
@@ -168,6 +175,39 @@ def test_a_proxied_chat_shows_in_calls_with_its_block_as_sent(page: Page,
     expect(fresh.locator(".badge.side")).to_have_text("side")
     expect(row.locator(".badge.side")).to_have_count(0)
     shot(page, "calls")
+
+
+def test_a_call_shows_the_near_misses_that_did_not_fit(page: Page, tmp_path: Path) -> None:
+    from memd.server.app import create_app
+    from memd.ui.token import ui_token
+
+    upstream = FakeUpstream()
+    engine = open_memd(tmp_path, embedder="fake", memory_max_tokens=80,
+                       memory_unknown_window_tokens=80, upstream_url="http://upstream/v1")
+    try:
+        for w in ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot"):
+            engine.add(f"Python code formatting with tabs in {w}: {w}s {w}ed {w}ing", "local")
+        engine.run_jobs()
+        app = create_app(engine, engine.settings, run_jobs=False,
+                         upstream_transport=httpx.ASGITransport(app=upstream.app))
+        with serve(app) as base:
+            httpx.post(f"{base}/v1/chat/completions", timeout=30, json={
+                "model": "fake-model", "messages": [
+                    {"role": "user", "content": "format the python code with tabs"}]}
+                       ).raise_for_status()
+            [call] = httpx.get(f"{base}/v1/calls").json()["data"]
+            missed = call["report"]["near_misses"]
+            assert missed and call["report"]["items"]
+            page.goto(f"{base}/ui?token={ui_token(tmp_path)}")
+            page.locator(f"tr[data-call='{call['id']}']").click()
+            rows = page.locator("#near-misses tbody tr")
+            expect(rows).to_have_count(len(missed))
+            expect(rows.first).to_contain_text(missed[0]["text"])
+            expect(rows.first).to_contain_text(f"{missed[0]['score']:.3f}")
+            page.locator("#near-misses").scroll_into_view_if_needed()
+            shot(page, "call-near-misses")
+    finally:
+        engine.close()
 
 
 def _memories(page: Page, d: Daemon) -> None:
@@ -216,9 +256,33 @@ def test_search_edit_and_forget_change_the_next_block(page: Page, daemon: Daemon
     page.locator("tr", has_text="falcon-prod-9").first.get_by_role(
         "button", name="Forget").click()
     expect(page.locator("tr", has_text="falcon-prod-9")).to_have_count(0)
-    assert "Also removed" in asked[0] and "entity links" in asked[0]  # said before it went
+    # said before it went: the memory itself, read from the API's preview of the forget
+    assert "This removes:" in asked[0] and 'memory "The deploy server' in asked[0]
+    assert "cached memory blocks" in asked[0]
     content = last_user(chat(daemon, "Which deploy server does project Falcon use today?"))
     assert "falcon-prod" not in content
+
+
+def test_forget_lists_the_messages_it_prunes_before_it_goes(page: Page,
+                                                            daemon: Daemon) -> None:
+    said = "My name is Zorblax and I fly the Quasar rocket every week"
+    chat(daemon, said)
+    deadline = time.monotonic() + 30  # the daemon's job runner extracts the fact
+    while not [f for f in httpx.get(f"{daemon.base}/v1/facts").json()["facts"]
+               if f["value"] == "Zorblax"]:
+        assert time.monotonic() < deadline, "no fact extracted"
+        time.sleep(0.2)
+    _memories(page, daemon)
+    asked: list[str] = []
+    page.on("dialog", lambda dialog: asked.append(dialog.message))
+    page.select_option("select[aria-label=kind]", "fact")
+    row = page.locator("tr", has_text="name: Zorblax")
+    row.get_by_role("button", name="Forget").click()
+    expect(row).to_have_count(0)
+    assert 'fact identity · name = "Zorblax"' in asked[0]
+    assert 'user message in session' in asked[0] and said in asked[0]
+    assert [f for f in httpx.get(f"{daemon.base}/v1/facts").json()["facts"]
+            if f["value"] == "Zorblax"] == []
 
 
 def test_jobs_health_and_the_later_pages(page: Page, daemon: Daemon) -> None:
@@ -227,6 +291,13 @@ def test_jobs_health_and_the_later_pages(page: Page, daemon: Daemon) -> None:
     expect(page.locator("h1")).to_have_text("Jobs & health")
     expect(page.locator("main")).to_contain_text("Daemon healthy")
     expect(page.locator("main")).to_contain_text("SQLite")
+    # the daemon's first tick runs every sweep that is due: each shows with its jobs
+    ran = {r["task"]: r for r in httpx.get(f"{daemon.base}/v1/sweeps").json()["data"]}
+    assert "expiry" in ran
+    sweeps = page.locator("#sweeps")
+    expect(sweeps.locator("tr", has_text="expiry")).to_have_count(1, timeout=15000)
+    expect(sweeps.locator("tr", has_text="expiry")).to_contain_text("1 done")
+    expect(sweeps.locator("th", has_text="Took")).to_be_visible()
     shot(page, "health")
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from memd.engine.learning.forget import ForgetPreview
 from memd.engine.learning.write import FactResult, WriteResult
+from memd.engine.validate import excerpt
 from memd.types import Fact, Memory, Message, QueuedJob, Session
 
 
@@ -79,6 +81,17 @@ def pruned_json(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """The messages a forget pruned, as the owner names them to erase them."""
     return [{"session_id": m.session_id, "message_id": m.id, "role": m.role}
             for m in messages]
+
+
+def forget_preview_json(p: ForgetPreview) -> dict[str, Any]:
+    """What a forget would remove: each pruned message with the start of its text, so
+    that the user recognises it."""
+    return {"memories": [memory_json(m) for m in p.memories],
+            "facts": [fact_json(f) for f in p.facts],
+            "pruned": [{"session_id": m.session_id, "message_id": m.id, "role": m.role,
+                        "text": excerpt(m.safe_text or "", 200)} for m in p.pruned],
+            "summaries": p.summaries,
+            "titles": [{"session_id": sid, "title": title} for sid, title in p.titles]}
 
 
 def job_json(q: QueuedJob) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from memd.engine import validate as v
 from memd.engine.shapes import (
     fact_json,
     fact_result_json,
+    forget_preview_json,
     job_json,
     memory_json,
     message_json,
@@ -122,6 +123,16 @@ def delete_memory(request: Request, memory_id: str = MemoryId,
     recalled, searched or replayed again (``pruned`` lists them)."""
     gone = engine_of(request).forget_with_sources(memory_id, user_of(request, user_id))
     return {"deleted": memory_id, "pruned": pruned_json(gone.pruned)}
+
+
+@router.get("/v1/memories/{memory_id}/forget-preview", tags=["memories"])
+def preview_memory_forget(request: Request, memory_id: str = MemoryId,
+                          user_id: str | None = UserQuery) -> dict[str, Any]:
+    """What ``DELETE /v1/memories/{id}`` would remove, changing nothing: the memory,
+    the facts it stated, the messages pruned (with the start of their text), the
+    compaction summaries deleted and the session titles cleared."""
+    return forget_preview_json(engine_of(request).forget_preview(
+        memory_id, user_of(request, user_id)))
 
 
 # -- search and context ---------------------------------------------------------------
@@ -262,6 +273,17 @@ def delete_fact(request: Request, category: str = _fact_part("category"),
     return {"deleted": [fact_json(f) for f in gone.facts], "pruned": pruned_json(gone.pruned)}
 
 
+@router.get("/v1/facts/{category}/{key}/forget-preview", tags=["facts"])
+def preview_fact_forget(request: Request, category: str = _fact_part("category"),
+                        key: str = _fact_part("key"),
+                        user_id: str | None = UserQuery,
+                        ws: str | None = WorkspaceQuery) -> dict[str, Any]:
+    """What ``DELETE /v1/facts/{category}/{key}`` would remove, changing nothing (the
+    shape of ``GET /v1/memories/{id}/forget-preview``)."""
+    return forget_preview_json(engine_of(request).forget_fact_preview(
+        user_of(request, user_id), category, key, workspace=workspace_of(request, ws)))
+
+
 
 # -- calls (what the proxy did) -------------------------------------------------------
 def instant(value: str | None, name: str) -> float | None:
@@ -369,6 +391,21 @@ def retry_job(request: Request, job_id: str = JobId,
     """Put a dead job back in the queue, due now with its attempts reset (404 for an
     unknown job or another user's, 409 for a job that is not dead)."""
     return job_json(engine_of(request).jobs.retry(job_id, _jobs_owner(request, user_id)))
+
+
+@router.get("/v1/sweeps", tags=["jobs"])
+def list_sweeps(request: Request,
+                limit: int = Query(50, ge=1, le=100)) -> dict[str, Any]:
+    """The scheduler's recent sweeps as this daemon ran them, newest first: the task,
+    when it ran, the jobs it made (one per user for a fanned-out task) and how many are
+    done, the seconds they took, what they changed (summed counts) and their errors.
+    Kept in memory since the daemon started. With authentication the counts and error
+    messages, which span every user, are left out (``failed`` still says how many)."""
+    runs = [r.to_dict() for r in engine_of(request).jobs.schedule.runs.recent(limit)]
+    if getattr(request.state, "memd_user", None) is not None:
+        for run in runs:
+            run["counts"], run["errors"] = {}, []
+    return {"object": "list", "data": runs}
 
 
 # -- embeddings -----------------------------------------------------------------------

@@ -17,6 +17,8 @@ write's body must be JSON), and the strict cookie is not sent by another site's 
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import hmac
 from importlib import resources
 
@@ -44,6 +46,24 @@ _REFUSED = """<!doctype html><html lang="en"><head><meta charset="utf-8">
 <title>memd inspector</title><link rel="stylesheet" href="/ui/static/app.css"></head>
 <body class="refused"><main><h1>memd inspector</h1><p>{message}</p></main></body></html>
 """
+
+
+#: How long a browser keeps a file of the pages under its versioned address: the address
+#: changes with the files, so a kept copy is never stale.
+_KEPT = {**_HEADERS, "Cache-Control": "private, max-age=31536000, immutable"}
+
+
+@functools.cache
+def assets_version() -> str:
+    """A digest of the pages' files: their versioned address (``/ui/static/v-DIGEST/``)
+    changes when any of them does, so a browser may keep them (and the modules they
+    import, by relative address) without asking again."""
+    digest = hashlib.sha256()
+    for path in sorted(resources.files("memd.ui").joinpath("static").iterdir(),
+                       key=lambda p: p.name):
+        if path.is_file():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return f"v-{digest.hexdigest()[:12]}"
 
 
 def _asset(name: str) -> bytes | None:
@@ -98,15 +118,29 @@ async def page(request: Request, token: str | None = None) -> Response:
                              "prints (it also opens it in your browser).")
     body = _asset("index.html")
     assert body is not None, "memd.ui's index.html is missing from the package"
+    body = body.replace(b"/ui/static/", f"/ui/static/{assets_version()}/".encode())
     return Response(body, media_type=_TYPES[".html"], headers=_HEADERS)
 
 
 @router.get("/ui/static/{name}")
 def asset(name: str) -> Response:
     """A file of the pages (they hold no data: served without the cookie)."""
+    return _asset_response(name, _HEADERS)
+
+
+@router.get("/ui/static/{version}/{name}")
+def kept_asset(version: str, name: str) -> Response:
+    """A file of the pages under the current version's address, for the browser to keep
+    (an address of another version is a 404: the page that named it is stale)."""
+    if version != assets_version():
+        return _refused(404, "No such file (the inspector was updated: reload it).")
+    return _asset_response(name, _KEPT)
+
+
+def _asset_response(name: str, headers: dict[str, str]) -> Response:
     body = _asset(name)
     kind = _TYPES.get(name[name.rfind("."):] if "." in name else "")
     if body is None or kind is None:
         return _refused(404, "No such file.")
-    return Response(body, media_type=kind, headers=_HEADERS)
+    return Response(body, media_type=kind, headers=headers)
 

@@ -33,12 +33,14 @@ need the embedder and the helper model: the job runner has them, a sweep does no
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from memd.engine.background import compact, consolidate
 from memd.engine.background import maintenance as mt
+from memd.engine.background.sweeps import SweepLog, SweepRun
 from memd.types import SessionStatus
 
 if TYPE_CHECKING:
@@ -52,6 +54,7 @@ SCHEDULE = "schedule"  # the job kind of a task's recurring job
 SWEEP = "sweep"  # the job kind of one user's sweep
 
 Counts = object  # what a sweep returns, logged as it is (counts, never content)
+SKIPPED = object()  # a sweep job another claim completed first: not run, not counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +133,7 @@ class Scheduler:
         self.store = store
         self.settings = settings
         self.now = now
+        self.runs = SweepLog()  # the recent runs, for the inspector
 
     def interval(self, task: str) -> float:
         """Seconds between runs of ``task``; 0 when it is off."""
@@ -176,7 +180,9 @@ class Scheduler:
         store, now = self.store, self.now()
         after = {"task": name, "last_run": now}
         if task.users is None:
-            log.info("%s: %s", name, task.run(store, self.settings, now, None))
+            run = self.runs.start(name, now, 1)
+            counts = self._timed(run, lambda: task.run(store, self.settings, now, None))
+            log.info("%s: %s", name, counts)
             store.reschedule_job(job.id, job.attempts, now + interval, after, now)
             return True
         with store.transaction():
@@ -186,17 +192,37 @@ class Scheduler:
             for user in users:
                 store.enqueue_job_once(f"{SWEEP}-{name}-{user}", SWEEP, {"task": name},
                                        user, now)
+        self.runs.start(name, now, len(users), per_user=True)
         log.info("%s: queued for %d users", name, len(users))
         return True
+
+    def _timed(self, run: SweepRun, work: Callable[[], Counts]) -> Counts:
+        """``work()``, its time, counts and error (re-raised) added to ``run``."""
+        started = time.perf_counter()
+        try:
+            counts = work()
+        except Exception as exc:
+            self.runs.finished(run, time.perf_counter() - started, None, exc)
+            raise
+        if counts is not SKIPPED:
+            self.runs.finished(run, time.perf_counter() - started, counts)
+        return counts
 
     def _sweep(self, job: Job) -> None:
         """One user's sweep, applied once (see the module docstring)."""
         name, user = str(job.payload["task"]), job.user_id
         now = self.now()
-        with self.store.transaction():
-            if not self.store.complete_job(job.id):
-                return
-            counts = TASKS[name].run(self.store, self.settings, now, user)
+        run = self.runs.latest(name, now)
+
+        def sweep() -> Counts:
+            with self.store.transaction():
+                if not self.store.complete_job(job.id):
+                    return SKIPPED
+                return TASKS[name].run(self.store, self.settings, now, user)
+
+        counts = self._timed(run, sweep)
+        if counts is SKIPPED:
+            return
         log.debug("%s for %s: %s", name, user, counts)
         if TASKS[name].scrub and isinstance(counts, dict) and counts.get("messages"):
             self.store.scrub()

@@ -295,7 +295,7 @@ def compile_context(inp: CompileInput) -> Context:
 def pack_memory_block(
     facts: Sequence[Candidate], memories: Sequence[Candidate], budget: int,
     model: str | None, header: str = MEMORY_HEADER, *, held: Sequence[str] = (),
-    share: float = INSTRUCTION_SHARE,
+    share: float = INSTRUCTION_SHARE, missed: list[Candidate] | None = None,
 ) -> tuple[list[Candidate], list[Candidate], list[str], int]:
     """The memory block that fits ``budget`` tokens as one chat message: (facts, memories,
     its lines, its exact ``message_tokens``); no lines and 0 tokens when nothing fits.
@@ -304,10 +304,13 @@ def pack_memory_block(
     within ``share`` of the budget, and none that says what a chosen item or a text of
     ``held`` (the lines blocks sent earlier hold) says already; the rendered block is
     then measured exactly, and while it is over, the lowest-efficiency memories (then
-    the lowest-scored facts) are dropped until their estimated cost covers the excess."""
+    the lowest-scored facts) are dropped until their estimated cost covers the excess.
+    ``missed``, when given, gets the items left out for want of room (the near misses
+    a call's report shows)."""
     cap = int(budget * share)
     memories = fit_notes(memories, cap, model, header)
-    chosen_facts, chosen_mems = _pack(facts, memories, budget, model, header, held, cap)
+    chosen_facts, chosen_mems = _pack(facts, memories, budget, model, header, held, cap,
+                                      missed)
     while chosen_facts or chosen_mems:
         lines = memory_block_lines(chosen_facts, chosen_mems, header)
         tokens = MESSAGE_OVERHEAD + count_lines(lines, model)  # = message_tokens
@@ -317,6 +320,8 @@ def pack_memory_block(
         while excess > 0 and (chosen_mems or chosen_facts):
             dropped = (chosen_mems or chosen_facts).pop()
             excess -= max(0, dropped.tokens) + LINE_OVERHEAD
+            if missed is not None:
+                missed.append(dropped)
     return [], [], [], 0
 
 
@@ -369,10 +374,11 @@ def _constant_tokens(text: str, model: str | None) -> int:
 def _pack(
     facts: Sequence[Candidate], memories: Sequence[Candidate], budget: int, model: str | None,
     header: str = MEMORY_HEADER, held: Sequence[str] = (), cap: int | None = None,
+    missed: list[Candidate] | None = None,
 ) -> tuple[list[Candidate], list[Candidate]]:
-    """Greedy selection under ``budget`` by estimated cost; skips what does not fit, the
-    standing instructions past ``cap`` tokens, and what a chosen item or a text of
-    ``held`` says already (:func:`same_line`)."""
+    """Greedy selection under ``budget`` by estimated cost; skips what does not fit (into
+    ``missed`` when given), the standing instructions past ``cap`` tokens, and what a
+    chosen item or a text of ``held`` says already (:func:`same_line`)."""
     base = MESSAGE_OVERHEAD + _constant_tokens(header, model) + 1  # + its newline
     section_cost = {h: _constant_tokens(h, model) + 1 for h, _ in _sections((), ())}
     ordered_notes = sorted((m for m in memories if m.kind == NOTE_KIND and m.text.strip()),
@@ -405,6 +411,8 @@ def _pack(
             if not sections:
                 cost += base
             if used + cost > budget or capped and ruled + cost > cap:
+                if missed is not None:
+                    missed.append(item)
                 continue
             words = content_words(item.text)
             if any(same_line(words, other) for other in said):

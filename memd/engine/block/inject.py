@@ -42,6 +42,7 @@ retrieved items change.
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -152,6 +153,18 @@ def place(messages: Sequence[dict[str, Any]], text: str, placement: str,
     return out
 
 
+#: How many of the items left out of a block for want of room its call's report names.
+NEAR_MISSES = 5
+#: How much of a near miss's text the call's report keeps.
+MISSED_CHARS = 200
+
+
+def near_misses(missed: Sequence[Candidate]) -> tuple[Candidate, ...]:
+    """The best-scored of ``missed``, at most :data:`NEAR_MISSES`, each once."""
+    seen = {(c.kind, c.id): c for c in missed}
+    return tuple(heapq.nlargest(NEAR_MISSES, seen.values(), key=lambda c: c.score))
+
+
 @dataclass(frozen=True, slots=True)
 class Block:
     """A rendered memory block: its text as inserted, its cost, what is in it."""
@@ -160,6 +173,8 @@ class Block:
     tokens: int
     facts: tuple[Candidate, ...]
     memories: tuple[Candidate, ...]
+    # the best-scored items left out for want of room, at most NEAR_MISSES of them
+    missed: tuple[Candidate, ...] = ()
 
     @property
     def key(self) -> frozenset[tuple[str, str]]:
@@ -180,16 +195,26 @@ def build(facts: Sequence[Candidate], memories: Sequence[Candidate], budget: int
     wrapper = count_text(USER_OPEN + USER_CLOSE, model) if placement == "user" else 0
     inner = budget - wrapper
     while inner > 0:
+        missed: list[Candidate] = []
         f, m, lines, _ = pack_memory_block(facts, memories, inner, model, BLOCK_HEADER,
-                                           held=held, share=share)
+                                           held=held, share=share, missed=missed)
         if not lines:
             return None
         text = wrap(lines, placement)
         tokens = text_tokens(text, placement, model)
         if tokens <= budget:
-            return Block(text, tokens, tuple(f), tuple(m))
+            return Block(text, tokens, tuple(f), tuple(m), near_misses(missed))
         inner -= tokens - budget  # the wrapper merged differently: shrink and retry
     return None
+
+
+def missed_json(blocks: Sequence[Anchored]) -> list[dict[str, Any]]:
+    """The best items that did not fit ``blocks`` (none that a block holds), as a call's
+    report names them."""
+    held = {(c.kind, c.id) for a in blocks for c in (*a.block.facts, *a.block.memories)}
+    return [{"kind": c.kind, "id": c.id, "tokens": c.tokens, "score": round(c.score, 6),
+             "text": c.text[:MISSED_CHARS]}
+            for a in blocks for c in a.block.missed if (c.kind, c.id) not in held]
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memd.engine import validate as v
-from memd.engine.block.inject import Anchored, build, newest_user, place_all, room
+from memd.engine.block.inject import (
+    Anchored,
+    build,
+    missed_json,
+    newest_user,
+    place_all,
+    room,
+)
 from memd.engine.conversation.chains import SYSTEM_ROLES
 from memd.engine.conversation.identity import Identity, client_family, client_of
 from memd.engine.conversation.resend import Resent
@@ -276,6 +283,7 @@ def _augment(
              "tokens": c.tokens, "score": round(c.score, 6), "text": c.text}
             for a in blocks for c in (*a.block.facts, *a.block.memories)
         ],
+        "near_misses": missed_json(blocks),
     }
     if not blocks:
         return messages, report

@@ -56,6 +56,21 @@ class Forgotten:
     pruned: list[Message]
 
 
+@dataclass(frozen=True, slots=True)
+class ForgetPreview:
+    """What a forget would remove, read without changing anything, so that a user can
+    see it before confirming: the memories and facts deleted (each memory with its
+    vector, keyword-index row and entity links), the messages pruned, the compaction
+    summaries deleted with them and the session titles cleared. The user's cached
+    memory blocks are rebuilt after any forget."""
+
+    memories: list[Memory]
+    facts: list[Fact]
+    pruned: list[Message]
+    summaries: list[str]  # ids of the compaction summaries deleted
+    titles: list[tuple[str, str]]  # (session id, title) of the titles cleared
+
+
 class ForgetMixin:
     """``forget`` and ``forget_fact`` of :class:`memd.engine.memory.Memd`."""
 
@@ -108,6 +123,34 @@ class ForgetMixin:
                                  workspace: str | None = None) -> Forgotten:
         """:meth:`forget_fact`, returning the memories and facts deleted and the messages
         pruned."""
+        with self.store.transaction():
+            uid, found, stating = self._fact_and_stating(user_id, category, key, workspace)
+            self.store.delete_facts(uid, [f.id for f in found])
+            for mem in stating:
+                self.store.delete_memory(uid, mem.id)
+            self._remember_forgotten(uid, stating, found)
+            pruned = self._prune_sources(uid, stating, found)
+        self._after_forget(uid, pruned)
+        return Forgotten(stating, found, pruned)
+
+    def forget_preview(self, memory_id: str, user_id: str) -> ForgetPreview:
+        """What :meth:`forget_with_sources` of ``memory_id`` would remove; nothing is
+        changed."""
+        mem = self.get(v.check_id(memory_id, "id"), user_id)
+        return self._preview(user_id, [mem], self._stated_by(user_id, mem))
+
+    def forget_fact_preview(self, user_id: str, category: str, key: str, *,
+                            workspace: str | None = None) -> ForgetPreview:
+        """What :meth:`forget_fact_with_sources` would remove; nothing is changed.
+        NotFound when the user has no such fact."""
+        uid, found, stating = self._fact_and_stating(user_id, category, key, workspace)
+        return self._preview(uid, stating, found)
+
+    def _fact_and_stating(self, user_id: str, category: str, key: str,
+                          workspace: str | None
+                          ) -> tuple[str, builtins.list[Fact], builtins.list[Memory]]:
+        """The user's id, every value the fact had and the memories that state it (they
+        carry its tag); NotFound when the user has no such fact."""
         uid = v.check_id(user_id, "user_id")
         category, key = v.fact_key(category, key)
         ws = v.check_optional_id(workspace, "workspace")
@@ -116,18 +159,23 @@ class ForgetMixin:
                                      category=category, key=key)
         if not found:
             raise NotFound(f"no fact {category}/{key} for user {uid!r}")
-        tag = fact_tag(category, key)
-        with self.store.transaction():
-            self.store.delete_facts(uid, [f.id for f in found])
-            stating = self.store.list_memories(
-                uid, MemoryFilter(workspaces=scope, tags=(tag,), include_inactive=True,
-                                  include_superseded=True), limit=10_000)
-            for mem in stating:
-                self.store.delete_memory(uid, mem.id)
-            self._remember_forgotten(uid, stating, found)
-            pruned = self._prune_sources(uid, stating, found)
-        self._after_forget(uid, pruned)
-        return Forgotten(stating, found, pruned)
+        stating = self.store.list_memories(
+            uid, MemoryFilter(workspaces=scope, tags=(fact_tag(category, key),),
+                              include_inactive=True, include_superseded=True), limit=10_000)
+        return uid, found, stating
+
+    def _preview(self, user_id: str, memories: Sequence[Memory],
+                 facts: Sequence[Fact]) -> ForgetPreview:
+        pruned = []
+        for message_id in dict.fromkeys(self._source_ids(user_id, memories, facts)):
+            msg = self.store.get_message(user_id, message_id)
+            if msg is not None and not msg.is_pruned:
+                pruned.append(msg)
+        summaries = list(dict.fromkeys(
+            m.compressed_summary_id for m in pruned
+            if m.is_compressed and m.compressed_summary_id is not None))
+        return ForgetPreview(list(memories), list(facts), pruned, summaries,
+                             self._titles_quoting(user_id, pruned))
 
     def _remember_forgotten(self, user_id: str, memories: Sequence[Memory],
                             facts: Sequence[Fact]) -> None:
@@ -164,11 +212,10 @@ class ForgetMixin:
                 and ((source is not None and f.source_message_id == source)
                      or (f.category, f.key, f.value.lower()) in stated)]
 
-    def _prune_sources(self, user_id: str, memories: Sequence[Memory],
-                       facts: Sequence[Fact]) -> builtins.list[Message]:
-        """Prune the messages ``memories`` and ``facts`` came from, with their replies,
-        and clear what memd made of them (see the module docstring); the messages
-        pruned."""
+    def _source_ids(self, user_id: str, memories: Sequence[Memory],
+                    facts: Sequence[Fact]) -> builtins.list[str]:
+        """The ids of the messages ``memories`` and ``facts`` came from, their copies and
+        the replies to each: what a forget of them prunes."""
         sources = dict.fromkeys([m.provenance_message_id for m in memories]
                                 + [f.source_message_id for f in facts])
         ids: list[str] = []
@@ -178,19 +225,36 @@ class ForgetMixin:
                 continue
             for copy in [msg, *_copies(self.store, user_id, msg)]:
                 ids += [copy.id, *_replies(self.store, user_id, copy)]
-        pruned = self.store.prune_messages(user_id, ids)
-        said: dict[str, set[str]] = {}  # session -> the content words its pruned turns say
+        return ids
+
+    def _prune_sources(self, user_id: str, memories: Sequence[Memory],
+                       facts: Sequence[Fact]) -> builtins.list[Message]:
+        """Prune the messages ``memories`` and ``facts`` came from, with their replies,
+        and clear what memd made of them (see the module docstring); the messages
+        pruned."""
+        pruned = self.store.prune_messages(user_id, self._source_ids(user_id, memories, facts))
         for msg in pruned:
-            said.setdefault(msg.session_id, set()).update(content_words(msg.safe_text or ""))
             if msg.is_compressed and msg.compressed_summary_id is not None:
                 self.store.delete_memory(user_id, msg.compressed_summary_id)
                 self.store.update_session(user_id, msg.session_id, summary_text=None,
                                           summary_token_count=0)
+        for session_id, _title in self._titles_quoting(user_id, pruned):
+            self.store.update_session(user_id, session_id, title=None)
+        return pruned
+
+    def _titles_quoting(self, user_id: str, pruned: Sequence[Message]
+                        ) -> builtins.list[tuple[str, str]]:
+        """The sessions (id, title) whose title shares a content word with the pruned
+        messages of that session: titles quote a session's first words."""
+        said: dict[str, set[str]] = {}  # session -> the content words its pruned turns say
+        for msg in pruned:
+            said.setdefault(msg.session_id, set()).update(content_words(msg.safe_text or ""))
+        out = []
         for session_id, words in said.items():
             session = self.store.get_session(user_id, session_id)
             if session is not None and session.title and content_words(session.title) & words:
-                self.store.update_session(user_id, session_id, title=None)
-        return pruned
+                out.append((session_id, session.title))
+        return out
 
     def _after_forget(self, user_id: str, pruned: Sequence[Message]) -> None:
         self.blocks.forget_user(user_id)

@@ -53,7 +53,7 @@ function detail(call) {
   const meta = call.metadata || {};
   const s = sections(report);
   const cache = cacheFigures(meta.usage);
-  const missed = (report.near_misses || (report.dropped || {}).items || []);
+  const missed = report.near_misses || [];
   const facts = h("dl", { class: "kv" },
     h("dt", {}, "Call"), h("dd", { class: "mono" }, call.id),
     h("dt", {}, "Model"), h("dd", {}, call.model || "—"),
@@ -86,12 +86,15 @@ function detail(call) {
       ["Source", (i) => h("span", { class: "mono", title: i.id }, `${i.section} ${short(i.id)}`)],
       ["Text", (i) => i.text],
     ], items) : h("p", { class: "muted" }, "No lines."),
-    h("h2", {}, "Near misses"),
-    missed.length ? table([
+    h("h2", {}, `Near misses (${missed.length}) `,
+      h("span", { class: "muted" }, "· the best that did not fit the block")),
+    missed.length ? h("div", { id: "near-misses" }, table([
       ["Kind", (i) => badge(i.kind || "memory", i.kind || "memory")],
       ["Score", (i) => (i.score ?? 0).toFixed(3), "num"],
+      ["Tokens", (i) => i.tokens ?? "", "num"],
+      ["Source", (i) => h("span", { class: "mono", title: i.id || "" }, short(i.id))],
       ["Text", (i) => i.text],
-    ], missed) : h("p", { class: "muted" }, "None recorded for this call."));
+    ], missed)) : h("p", { class: "muted" }, "None: everything relevant fit."));
 }
 
 export async function callsPage(root) {

@@ -27,6 +27,41 @@ function jobsTable(jobs, dead, refresh) {
   ], jobs);
 }
 
+/** What a run changed, in words: "memories 2 · sessions 1"; nothing when it changed
+ * nothing. */
+function changed(counts) {
+  const parts = Object.entries(counts || {}).filter(([, n]) => n)
+    .map(([k, n]) => `${k.replaceAll("_", " ")} ${n.toLocaleString()}`);
+  return parts.length ? parts.join(" · ") : h("span", { class: "muted" }, "nothing");
+}
+
+function took(seconds) {
+  if (seconds < 0.001) return "< 1 ms";
+  return seconds < 1 ? `${Math.round(seconds * 1000)} ms` : `${seconds.toFixed(1)} s`;
+}
+
+/** A run's jobs: one over the whole store, or one per user it fanned out to. */
+function jobsOf(run) {
+  if (!run.per_user) return run.done ? "1 done" : "running";
+  if (!run.jobs) return run.done ? `${run.done} done` : "no users";
+  return `${run.done} of ${run.jobs} users`;
+}
+
+function sweepsTable(runs) {
+  if (!runs.length) return empty("No sweeps have run since the daemon started.");
+  return table([
+    ["When", (r) => when(r.started_at)],
+    ["Sweep", (r) => badge(r.task, "job")],
+    ["Jobs", jobsOf, "num"],
+    ["Took", (r) => took(r.seconds), "num"],
+    ["Changed", (r) => changed(r.counts)],
+    ["Errors", (r) => r.failed
+      ? h("span", { class: "bad-text" }, r.errors.length ? r.errors.join("; ")
+        : `${r.failed} failed`)
+      : h("span", { class: "muted" }, "none")],
+  ], runs);
+}
+
 /** The last live reload of the config file, in a line. */
 function configState(status) {
   if (!status) return "not watched";
@@ -40,9 +75,9 @@ function configState(status) {
 
 export async function healthPage(root) {
   async function refresh() {
-    const [health, status, pending, dead] = await Promise.all([
+    const [health, status, pending, dead, sweeps] = await Promise.all([
       healthOf(), api("GET", "/v1/status"), api("GET", "/v1/jobs?state=pending"),
-      api("GET", "/v1/jobs?state=dead")]);
+      api("GET", "/v1/jobs?state=dead"), api("GET", "/v1/sweeps?limit=20")]);
     const ok = health.status === "ok";
     const helper = health.helper ? Object.entries(health.helper)
       .map(([k, v]) => `${k} ${v}`).join(" · ") : "off";
@@ -63,6 +98,8 @@ export async function healthPage(root) {
           kv([["Upstream", h("span", { class: "mono" }, status.upstream || "none")],
               ["Auth", status.auth ? "team mode (API keys)" : "personal (loopback)"],
               ["Config", config]]))),
+      h("h2", {}, "Recent sweeps ", h("span", { class: "muted" }, "· since the daemon started")),
+      h("div", { id: "sweeps" }, sweepsTable(sweeps.data)),
       h("h2", {}, `Dead jobs (${dead.data.length})`), jobsTable(dead.data, true, refresh),
       h("h2", {}, `Pending jobs and scheduled sweeps (${pending.data.length})`),
       jobsTable(pending.data, false, refresh));

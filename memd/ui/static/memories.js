@@ -39,40 +39,50 @@ async function load(f) {
     const { hits } = await api("POST", "/v1/search", body);
     return hits.map((hit) => ({ ...hit, tier: (hit.metadata || {}).tier }));
   }
-  const rows = [];
-  if (f.kind !== "fact") {
-    const { memories } = await api("GET", `/v1/memories?limit=200${ws}`);
-    rows.push(...memories);
-  }
-  if (!f.kind || f.kind === "fact") {
-    const { facts } = await api("GET", `/v1/facts${ws.replace("&", "?")}`);
-    rows.push(...facts.map(factRow));
-  }
-  return rows;
+  // both reads at once: the page waits for the slower, not their sum
+  const [mems, facts] = await Promise.all([
+    f.kind !== "fact" ? api("GET", `/v1/memories?limit=200${ws}`) : { memories: [] },
+    !f.kind || f.kind === "fact" ? api("GET", `/v1/facts${ws.replace("&", "?")}`)
+      : { facts: [] }]);
+  return [...mems.memories, ...facts.facts.map(factRow)];
 }
 
-function forgetNote(row) {
-  if (row.kind === "fact") {
-    return `Forget the fact "${row.text}"?\n\nAlso removed: its earlier values, and the ` +
-      "message it came from is pruned (kept for you, never recalled again).";
+/** The address the forget of ``row`` acts on, and its query (a fact's workspace). */
+function forgetTarget(row) {
+  if (row.kind !== "fact") return [`/v1/memories/${encodeURIComponent(row.id)}`, ""];
+  const f = row.fact;
+  return [`/v1/facts/${encodeURIComponent(f.category)}/${encodeURIComponent(f.key)}`,
+          f.workspace ? `?workspace=${encodeURIComponent(f.workspace)}` : ""];
+}
+
+/** What the forget removes, as the lines the confirmation lists (from the API's
+ * preview: the forget itself decides, the page only reads it out). */
+function forgetLines(seen) {
+  const quote = (text, n = 90) => (text.length > n ? `${text.slice(0, n - 1)}…` : text);
+  const lines = [];
+  for (const m of seen.memories) {
+    const links = m.entities.length ? `, entity links (${m.entities.join(", ")})` : "";
+    lines.push(`• memory "${quote(m.text)}": its vector, keyword-index row${links}`);
   }
-  return `Forget "${row.text}"?\n\nAlso removed: its vector, keyword-index row and ` +
-    "entity links; the message it came from" +
-    (row.session_id ? ` (session ${short(row.session_id)})` : "") +
-    ", with its replies, is pruned: kept for you, never recalled, searched or replayed.";
+  for (const f of seen.facts) lines.push(`• fact ${f.category} · ${f.key} = "${quote(f.value)}"`);
+  for (const p of seen.pruned) {
+    lines.push(`• ${p.role} message in session ${short(p.session_id)} pruned ` +
+      `(kept for you, never recalled again): "${quote(p.text, 70)}"`);
+  }
+  for (const id of seen.summaries) lines.push(`• the compaction summary ${short(id)}`);
+  for (const t of seen.titles) lines.push(`• the title "${quote(t.title, 60)}" is cleared`);
+  lines.push("• your cached memory blocks are rebuilt");
+  return lines;
 }
 
 async function forget(row) {
-  if (!confirm(forgetNote(row))) return false;
-  let gone;
-  if (row.kind === "fact") {
-    const f = row.fact;
-    const ws = f.workspace ? `?workspace=${encodeURIComponent(f.workspace)}` : "";
-    gone = await api("DELETE", `/v1/facts/${encodeURIComponent(f.category)}/` +
-      `${encodeURIComponent(f.key)}${ws}`);
-  } else {
-    gone = await api("DELETE", `/v1/memories/${encodeURIComponent(row.id)}`);
+  const [path, query] = forgetTarget(row);
+  const seen = await api("GET", `${path}/forget-preview${query}`);
+  const what = row.kind === "fact" ? `the fact "${row.text}"` : `"${row.text}"`;
+  if (!confirm(`Forget ${what}?\n\nThis removes:\n${forgetLines(seen).join("\n")}`)) {
+    return false;
   }
+  const gone = await api("DELETE", `${path}${query}`);
   const pruned = (gone.pruned || []).length;
   notify(`Forgotten${pruned ? `; ${pruned} source message(s) pruned` : ""}.`);
   return true;
