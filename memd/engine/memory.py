@@ -28,7 +28,7 @@ from memd.engine.conversation.sessions import SessionsMixin
 from memd.engine.conversation.side import RecentTurns
 from memd.engine.learning.erase import ErasureMixin
 from memd.engine.learning.extract import extract, extract_entities
-from memd.engine.learning.forget import ForgetMixin
+from memd.engine.learning.forget import Forgetting, Forgotten, existing_memory
 from memd.engine.learning.notes import NoteCache
 from memd.engine.learning.privacy import SessionPlaceholders, make_sanitizer
 from memd.engine.learning.write import (
@@ -71,7 +71,7 @@ def _check_text_options(options: Mapping[str, Any], *names: str) -> None:
             v.check_chars(value, name)
 
 
-class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
+class Memd(SessionsMixin, ContextMixin, ErasureMixin):
     """A memory engine over one store. Thread-safe as far as its store is."""
 
     def __init__(
@@ -96,6 +96,7 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
         # secrets never become memory (memd.engine.learning.privacy); placeholders per session
         self.sanitizer = make_sanitizer(self.settings)
         self.placeholders = SessionPlaceholders()
+        self.forgetting = Forgetting(store, self.history, self.blocks, self.now)
 
     @classmethod
     def open(
@@ -220,10 +221,7 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
             return ingest(self.store, self.embedder, self.settings, draft, now)
 
     def get(self, memory_id: str, user_id: str) -> Memory:
-        mem = self.store.get_memory(v.check_id(user_id, "user_id"), v.check_id(memory_id, "id"))
-        if mem is None:
-            raise NotFound(f"no memory {memory_id!r} for user {user_id!r}")
-        return mem
+        return existing_memory(self.store, memory_id, user_id)
 
     def update(self, memory_id: str, user_id: str, **changes: Any) -> Memory:
         """Edit a memory's text, tier, scope, tags, importance, confidence or metadata."""
@@ -326,6 +324,14 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
         _check_text_options(options, "query", "model")
         return super().context(user_id, **options)
 
+    def forget(self, memory_id: str, user_id: str | None = None) -> Memory:
+        """Delete a memory and all derived from it (see :meth:`Forgetting.forget`)."""
+        return self.forgetting.forget(memory_id, user_id)
+
+    def forget_with_sources(self, memory_id: str, user_id: str | None = None) -> Forgotten:
+        """:meth:`forget`, with the facts and messages it took (see :class:`Forgetting`)."""
+        return self.forgetting.forget_with_sources(memory_id, user_id)
+
     # -- facts -----------------------------------------------------------------------
     def set_fact(
         self, user_id: str, category: str, key: str, value: str, *,
@@ -353,6 +359,17 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
             workspaces=None if workspace is None else self.visible_workspaces(workspace),
             active_only=not include_history,
         )
+
+    def forget_fact(self, user_id: str, category: str, key: str, *,
+                    workspace: str | None = None) -> builtins.list[Fact]:
+        """Delete a fact and all derived from it (see :meth:`Forgetting.forget_fact`)."""
+        return self.forgetting.forget_fact(user_id, category, key, workspace=workspace)
+
+    def forget_fact_with_sources(self, user_id: str, category: str, key: str, *,
+                                 workspace: str | None = None) -> Forgotten:
+        """:meth:`forget_fact`, with the memories and messages it took."""
+        return self.forgetting.forget_fact_with_sources(user_id, category, key,
+                                                        workspace=workspace)
 
     # -- jobs ------------------------------------------------------------------------
     def call(self, user_id: str, call_id: str) -> dict[str, Any]:
