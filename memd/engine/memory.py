@@ -26,7 +26,7 @@ from memd.engine.conversation.history import HistoryCache
 from memd.engine.conversation.resend import Known, ResendCache
 from memd.engine.conversation.sessions import SessionsMixin
 from memd.engine.conversation.side import RecentTurns
-from memd.engine.learning.erase import ErasureMixin
+from memd.engine.learning.erase import Erasure
 from memd.engine.learning.extract import extract, extract_entities
 from memd.engine.learning.forget import Forgetting, Forgotten, existing_memory
 from memd.engine.learning.notes import NoteCache
@@ -71,7 +71,7 @@ def _check_text_options(options: Mapping[str, Any], *names: str) -> None:
             v.check_chars(value, name)
 
 
-class Memd(SessionsMixin, ContextMixin, ErasureMixin):
+class Memd(SessionsMixin, ContextMixin):
     """A memory engine over one store. Thread-safe as far as its store is."""
 
     def __init__(
@@ -79,7 +79,7 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin):
         clock: Clock = time.time,
     ) -> None:
         self.store = store
-        self.settings = settings or load_settings()
+        self._settings = settings or load_settings()
         self.clock = clock
         cache = store if hasattr(store, "get_cached_embeddings") else None
         self.embedder = (
@@ -96,6 +96,8 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin):
         # secrets never become memory (memd.engine.learning.privacy); placeholders per session
         self.sanitizer = make_sanitizer(self.settings)
         self.placeholders = SessionPlaceholders()
+        self.erasure = Erasure(store, self.settings, self.jobs, self.history, self.blocks,
+                               self.notes_cache)
         self.forgetting = Forgetting(store, self.history, self.blocks, self.now)
 
     @classmethod
@@ -139,6 +141,17 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @settings.setter
+    def settings(self, value: Settings) -> None:
+        """Swap in new settings (a live config reload): the parts that read them on
+        every call see them from the next call on."""
+        self._settings = value
+        self.erasure.settings = value
 
     # -- helpers ---------------------------------------------------------------------
     def now(self) -> float:
@@ -370,6 +383,27 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin):
         """:meth:`forget_fact`, with the memories and messages it took."""
         return self.forgetting.forget_fact_with_sources(user_id, category, key,
                                                         workspace=workspace)
+
+    # -- erasure ---------------------------------------------------------------------
+    def erase_user(self, user_id: str) -> dict[str, int]:
+        """Delete every row of the user (see :meth:`Erasure.erase_user`)."""
+        return self.erasure.erase_user(user_id)
+
+    def erase_session(self, user_id: str, session_id: str) -> dict[str, int]:
+        """Delete a session and what derives from it (see :meth:`Erasure.erase_session`)."""
+        return self.erasure.erase_session(user_id, session_id)
+
+    def erase_message(self, user_id: str, session_id: str, message_id: str) -> dict[str, int]:
+        """Delete a message and what derives from it (see :meth:`Erasure.erase_message`)."""
+        return self.erasure.erase_message(user_id, session_id, message_id)
+
+    def deep_scrub(self) -> builtins.list[str]:
+        """Rewrite the store's files (see :meth:`Erasure.deep_scrub`)."""
+        return self.erasure.deep_scrub()
+
+    def delete_call(self, user_id: str, call_id: str) -> None:
+        """Delete one of the user's call reports (NotFound when there is none)."""
+        self.erasure.delete_call(user_id, call_id)
 
     # -- jobs ------------------------------------------------------------------------
     def call(self, user_id: str, call_id: str) -> dict[str, Any]:
