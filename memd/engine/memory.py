@@ -24,7 +24,7 @@ from memd.engine.block.context import ContextMixin
 from memd.engine.block.inject import StableBlocks
 from memd.engine.conversation.history import HistoryCache
 from memd.engine.conversation.resend import Known, ResendCache
-from memd.engine.conversation.sessions import SessionsMixin
+from memd.engine.conversation.sessions import Sessions
 from memd.engine.conversation.side import RecentTurns
 from memd.engine.learning.erase import Erasure
 from memd.engine.learning.extract import extract, extract_entities
@@ -71,7 +71,7 @@ def _check_text_options(options: Mapping[str, Any], *names: str) -> None:
             v.check_chars(value, name)
 
 
-class Memd(SessionsMixin, ContextMixin):
+class Memd(ContextMixin):
     """A memory engine over one store. Thread-safe as far as its store is."""
 
     def __init__(
@@ -96,6 +96,8 @@ class Memd(SessionsMixin, ContextMixin):
         # secrets never become memory (memd.engine.learning.privacy); placeholders per session
         self.sanitizer = make_sanitizer(self.settings)
         self.placeholders = SessionPlaceholders()
+        self.sessions = Sessions(store, self.settings, self.jobs, self.sanitizer,
+                                 self.placeholders, self.now, self.set_fact)
         self.erasure = Erasure(store, self.settings, self.jobs, self.history, self.blocks,
                                self.notes_cache)
         self.forgetting = Forgetting(store, self.history, self.blocks, self.now)
@@ -151,7 +153,7 @@ class Memd(SessionsMixin, ContextMixin):
         """Swap in new settings (a live config reload): the parts that read them on
         every call see them from the next call on."""
         self._settings = value
-        self.erasure.settings = value
+        self.sessions.settings = self.erasure.settings = value
 
     # -- helpers ---------------------------------------------------------------------
     def now(self) -> float:
@@ -314,20 +316,29 @@ class Memd(SessionsMixin, ContextMixin):
             )
 
     # -- sessions --------------------------------------------------------------------
-    # Whole messages and model names are checked here, before SessionsMixin writes, so
+    # Whole messages and model names are checked here, before Sessions writes, so
     # that what one backend would store and another refuse is refused on every backend.
     def create_session(self, user_id: str, **options: Any) -> Session:
-        """Start a session (see :meth:`SessionsMixin.create_session`)."""
+        """Start a session (see :meth:`Sessions.create_session`)."""
         _check_text_options(options, "model")
-        return super().create_session(user_id, **options)
+        return self.sessions.create_session(user_id, **options)
+
+    def session(self, session_id: str, user_id: str) -> Session:
+        """The user's session ``session_id``; NotFound when there is none."""
+        return self.sessions.session(session_id, user_id)
+
+    def messages(self, session_id: str, user_id: str, *,
+                 active_only: bool = False) -> builtins.list[Message]:
+        """A session's messages in order (see :meth:`Sessions.messages`)."""
+        return self.sessions.messages(session_id, user_id, active_only=active_only)
 
     def append(self, session_id: str, user_id: str, messages: Sequence[Any], *,
                session: Session | None = None,
                known: Known | None = None) -> builtins.list[Message]:
-        """Append messages to a session, atomically (see :meth:`SessionsMixin.append`)."""
+        """Append messages to a session, atomically (see :meth:`Sessions.append`)."""
         if isinstance(messages, list | tuple):
             messages = [v.check_message(m, i) for i, m in enumerate(messages)]
-        return super().append(session_id, user_id, messages, session=session, known=known)
+        return self.sessions.append(session_id, user_id, messages, session=session, known=known)
 
     def context(self, user_id: str, **options: Any) -> Context:
         """Compile a context (see :meth:`SessionsMixin.context`)."""
