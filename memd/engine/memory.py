@@ -13,14 +13,15 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memd.backends.base import Store
 from memd.config import Settings, load_settings
 from memd.engine import validate as v
 from memd.engine.accounts import Accounts
 from memd.engine.background.jobs import JobRunner
-from memd.engine.block.context import ContextMixin
+from memd.engine.block.compile import Candidate
+from memd.engine.block.context import Contexts, shared_owners, visible_workspaces
 from memd.engine.block.inject import StableBlocks
 from memd.engine.conversation.history import HistoryCache
 from memd.engine.conversation.resend import Known, ResendCache
@@ -59,6 +60,9 @@ from memd.types import (
     Tier,
 )
 
+if TYPE_CHECKING:
+    import numpy as np
+
 Clock = Callable[[], float]
 
 
@@ -71,7 +75,7 @@ def _check_text_options(options: Mapping[str, Any], *names: str) -> None:
             v.check_chars(value, name)
 
 
-class Memd(ContextMixin):
+class Memd:
     """A memory engine over one store. Thread-safe as far as its store is."""
 
     def __init__(
@@ -98,6 +102,9 @@ class Memd(ContextMixin):
         self.placeholders = SessionPlaceholders()
         self.sessions = Sessions(store, self.settings, self.jobs, self.sanitizer,
                                  self.placeholders, self.now, self.set_fact)
+        self.contexts = Contexts(store, self.settings, self.embedder, self.jobs, self.history,
+                                 self.notes_cache, self.sanitizer, self.now,
+                                 self.sessions.session)
         self.erasure = Erasure(store, self.settings, self.jobs, self.history, self.blocks,
                                self.notes_cache)
         self.forgetting = Forgetting(store, self.history, self.blocks, self.now)
@@ -153,7 +160,7 @@ class Memd(ContextMixin):
         """Swap in new settings (a live config reload): the parts that read them on
         every call see them from the next call on."""
         self._settings = value
-        self.sessions.settings = self.erasure.settings = value
+        self.sessions.settings = self.contexts.settings = self.erasure.settings = value
 
     # -- helpers ---------------------------------------------------------------------
     def now(self) -> float:
@@ -167,22 +174,14 @@ class Memd(ContextMixin):
         replaced by placeholders (numbered afresh: it belongs to no session)."""
         return self.redact(self._text(text, what))
 
-    def shared_owners(self, user_id: str, workspace: str | None) -> list[tuple[str, MemoryFilter]]:
-        """The other members of ``workspace`` when ``user_id`` is one, each with the
-        filter of what they share: their global memories of that workspace. Membership
-        exists only in authenticated (team) mode, so in local mode this is empty."""
-        if workspace is None:
-            return []
-        members = self.store.workspace_members(workspace)
-        if user_id not in members:
-            return []
-        flt = MemoryFilter(workspaces=(workspace,), scope=Scope.GLOBAL, now=self.now())
-        return [(other, flt) for other in members if other != user_id]
+    def query_vector(self, query: str) -> np.ndarray:
+        """The vector of ``query`` as retrieval embeds it (see
+        :meth:`Contexts.query_vector`)."""
+        return self.contexts.query_vector(query)
 
-    def visible_workspaces(self, workspace: str | None) -> tuple[str, ...]:
-        """What a call scoped to ``workspace`` sees: its own memories plus the user's
-        global ones (no workspace)."""
-        return ("",) if workspace is None else ("", workspace)
+    def redact(self, text: str) -> str:
+        """``text`` with its secrets replaced by placeholders (numbered afresh)."""
+        return self.contexts.redact(text)
 
     # -- memories --------------------------------------------------------------------
     def add(
@@ -274,7 +273,7 @@ class Memd(ContextMixin):
         offset: int = 0, include_inactive: bool = False, tier: Any = None,
     ) -> list[Memory]:
         flt = MemoryFilter(
-            workspaces=None if workspace is None else self.visible_workspaces(workspace),
+            workspaces=None if workspace is None else visible_workspaces(workspace),
             tiers=None if tier is None else (v.check_tier(tier),),
             include_inactive=include_inactive, include_superseded=include_inactive,
             now=self.now(),
@@ -301,7 +300,7 @@ class Memd(ContextMixin):
         ws = v.check_optional_id(workspace, "workspace")
         spans_all = all_workspaces if all_workspaces is not None else ws is None
         flt = MemoryFilter(
-            workspaces=None if spans_all else self.visible_workspaces(ws),
+            workspaces=None if spans_all else visible_workspaces(ws),
             tiers=None if tiers is None else tuple(v.check_tier(t) for t in tiers),
             tags=v.check_tags(tags), include_inactive=include_inactive,
             include_superseded=include_inactive, now=self.now(),
@@ -312,7 +311,7 @@ class Memd(ContextMixin):
             return search(
                 self.store, self.embedder, uid, q, k, kinds_, flt, self.settings.weights,
                 self.now(), session_id=flt.session_id,
-                shared=() if spans_all else self.shared_owners(uid, ws),
+                shared=() if spans_all else shared_owners(self.store, uid, ws, self.now()),
             )
 
     # -- sessions --------------------------------------------------------------------
@@ -341,12 +340,27 @@ class Memd(ContextMixin):
         return self.sessions.append(session_id, user_id, messages, session=session, known=known)
 
     def context(self, user_id: str, **options: Any) -> Context:
-        """Compile a context (see :meth:`SessionsMixin.context`)."""
+        """Compile a context (see :meth:`Contexts.context`)."""
         messages = options.get("messages")
         if isinstance(messages, list | tuple):
             options["messages"] = [v.check_message(m, i) for i, m in enumerate(messages)]
         _check_text_options(options, "query", "model")
-        return super().context(user_id, **options)
+        return self.contexts.context(user_id, **options)
+
+    def memory_candidates(
+        self, user_id: str, query: str, *, session: Session | None = None,
+        workspace: str | None = None, exclude_session: bool = False,
+        sent_chains: Iterable[str] | None = None,
+    ) -> tuple[builtins.list[Candidate], builtins.list[Candidate]]:
+        """The facts and memories a memory block for ``query`` may hold (see
+        :meth:`Contexts.memory_candidates`)."""
+        return self.contexts.memory_candidates(
+            user_id, query, session=session, workspace=workspace,
+            exclude_session=exclude_session, sent_chains=sent_chains)
+
+    def record_used(self, user_id: str, used: Sequence[Candidate]) -> None:
+        """Record access statistics of what a call injected, off the call's path."""
+        self.contexts.record_used(user_id, used)
 
     def forget(self, memory_id: str, user_id: str | None = None) -> Memory:
         """Delete a memory and all derived from it (see :meth:`Forgetting.forget`)."""
@@ -380,7 +394,7 @@ class Memd(ContextMixin):
     ) -> builtins.list[Fact]:
         return self.store.get_facts(
             v.check_id(user_id, "user_id"),
-            workspaces=None if workspace is None else self.visible_workspaces(workspace),
+            workspaces=None if workspace is None else visible_workspaces(workspace),
             active_only=not include_history,
         )
 
