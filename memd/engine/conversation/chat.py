@@ -122,7 +122,8 @@ def prepare_chat(
     hashes = resent.hashes
     with engine.store.transaction():
         session, new, retry, client_owns = resolve(
-            engine, uid, ws, history, [h for h in hashes if h is not None], sid, model,
+            engine.store, engine.create_session, engine.now, uid, ws, history,
+            [h for h in hashes if h is not None], sid, model,
             Identity.of_request(client, model, system),
             new=sum(1 for h in hashes[:resent.reused] if h is not None),
             conversation=conversation)
