@@ -146,7 +146,8 @@ def prepare_chat(
         # _augment hands ``plain`` itself back when it adds nothing (memory_added)
         plain = list(messages)
         counted = resent.tokens(model) + tool_tokens(tools, model)
-        virtual = for_call(engine, session, plain, counted, window, max_response_tokens,
+        virtual = for_call(engine.store, engine.settings, engine.now, engine.jobs.llm_enabled,
+                           session, plain, counted, window, max_response_tokens,
                            virtualize, model, call_id, restorable)
         if virtual is not None:
             plain = virtual.messages
