@@ -61,7 +61,8 @@ class CreateSession(Protocol):
 
 
 def resolve(
-    store: Store, create_session: CreateSession, now: Callable[[], float], user_id: str, workspace: str | None, history: list[dict[str, Any]],
+    store: Store, create_session: CreateSession, now: Callable[[], float], user_id: str,
+    workspace: str | None, history: list[dict[str, Any]],
     hashes: list[str], session_id: str | None, model: str | None, identity: Identity,
     new: int = 0, conversation: str | None = None,
 ) -> tuple[Session, list[dict[str, Any]], bool, bool]:
