@@ -2,7 +2,9 @@
 
 It validates every input before anything is written, owns the clock (injectable, so
 tests drive time), and wires the store, the embedder and the pure engine functions
-together. It never imports HTTP code.
+together. It is a facade: the parts it owns (``sessions``, ``contexts``, ``erasure``,
+``forgetting``, ``jobs``, ``accounts`` and the caches) are each given what they use, and
+its public methods delegate to them. It never imports HTTP code.
 """
 
 from __future__ import annotations
