@@ -42,6 +42,7 @@ class ContextObject:
     summarized_by: str = "extractive"  # who made L1 and L2: memd's excerpts, or a helper
     # per lower fidelity ("detailed", "compact"): {"dropped": [...], "answers": [...]}
     losses: dict[str, Any] = field(default_factory=dict)
+    entities: tuple[str, ...] = ()  # the identifiers it names most (paths, names, codes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,3 +94,15 @@ class Fault:
     turn: int
     call_id: str | None = None
     created_at: float = 0.0
+
+
+PASSAGE_LINES = 12  # a passage: this many lines of an object, overlapping by half
+
+
+def object_passages(text: str) -> list[str]:
+    """An object's passages for a micro-fault: ``PASSAGE_LINES`` lines each, overlapping
+    by half (erasure finds their embeddings by them)."""
+    lines = text.splitlines() or [text]
+    step = PASSAGE_LINES // 2
+    return ["\n".join(lines[i:i + PASSAGE_LINES])
+            for i in range(0, max(1, len(lines) - step), step)]

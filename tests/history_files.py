@@ -48,6 +48,18 @@ def claude_code(root: Path, grow: bool = False) -> tuple[Path, Expected]:
                             "stop_reason": None, "stop_sequence": None,
                             "usage": {"input_tokens": 4, "output_tokens": 1}}}
 
+    def queued(prompt: Any, t: float, uuid: str) -> dict[str, Any]:
+        # as Claude Code 2.1 writes it (the MaxWolf-01/agents transcript, docs/design.md)
+        return {"parentUuid": f"p{t}", "isSidechain": False,
+                "attachment": {"type": "queued_command", "prompt": prompt,
+                               "source_uuid": f"q{t}", "commandMode": "prompt",
+                               "origin": {"kind": "human"}, "timestamp": iso(t),
+                               "humanTurn": True},
+                "type": "attachment", "uuid": uuid, "timestamp": iso(t),
+                "rendered": [{"content": "<system-reminder>\nThe user sent a new message "
+                                         "while you were working:\n...\n</system-reminder>"}],
+                **base}
+
     lines = [
         {"type": "summary", "summary": "Mallory's project", "leafUuid": "x"},
         {"type": "file-history-snapshot", "messageId": "u0", "isSnapshotUpdate": False,
@@ -72,10 +84,22 @@ def claude_code(root: Path, grow: bool = False) -> tuple[Path, Expected]:
                "content": [{"type": "text", "text": "I prefer Java\n1 failed"}]}], T0 + 70,
              toolUseResult={"stdout": "I prefer Java\n1 failed", "stderr": "",
                             "interrupted": False, "isImage": False}),
+        # typed while the tests ran: a queued_command attachment, its time when typed
+        queued("Also keep the test names short", T0 + 68, "a-q1"),
+        # a background task's notice, queued the same way: not the user's words
+        {**queued("<task-notification><summary>Bob's build finished</summary>"
+                  "</task-notification>", T0 + 70.2, "a-q2"),
+         "attachment": {"type": "queued_command", "commandMode": "task-notification",
+                        "prompt": "<task-notification><summary>My name is Bob</summary>"
+                                  "</task-notification>", "timestamp": iso(T0 + 70.2)}},
         {**base, "type": "system", "subtype": "informational", "content": "My name is Bob",
          "timestamp": iso(T0 + 70.5), "uuid": "s1", "level": "info", "isMeta": False},
         user("My name is Bob", T0 + 71, isSidechain=True),
         user([{"type": "text", "text": "[Request interrupted by user for tool use]"}], T0 + 72),
+        # queued with a pasted image: the prompt is content blocks
+        queued([{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                             "data": "iVBORw0KGgo="}},
+                {"type": "text", "text": "and add a changelog line"}], T0 + 76, "a-q3"),
         assistant("m2", [{"type": "text", "text": "Fixed the test."}], T0 + 80),
         # the same block of the reply written again, as a resumed session does
         {**assistant("m2", [{"type": "text", "text": "Fixed the test."}], T0 + 81),
@@ -88,6 +112,8 @@ def claude_code(root: Path, grow: bool = False) -> tuple[Path, Expected]:
         ("user", "<bash-input>", T0 + 3), ("user", "<bash-stdout>", T0 + 4),
         ("user", "My name is Alex", T0 + 60),
         ("assistant", "Let me run the tests.", T0 + 64), ("tool", "1 failed", T0 + 70),
+        ("user", "keep the test names short", T0 + 68),
+        ("user", "add a changelog line", T0 + 76),
         ("assistant", "Fixed the test.", T0 + 80)]
     if grow:
         lines += [user("I prefer tabs over spaces", T0 + 300),
@@ -97,6 +123,75 @@ def claude_code(root: Path, grow: bool = False) -> tuple[Path, Expected]:
     path = project / "s-1.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return root / "projects", [("rocket", T0, expected)]
+
+
+def claude_code_resumed(root: Path, grow: bool = False, back: bool = False
+                        ) -> tuple[Path, Expected]:
+    """A Claude Code session (``s-9.jsonl``) and its ``claude --continue`` (``r-9.jsonl``),
+    in the shape of happy-cli's ``0-say-lol-session.jsonl`` and
+    ``1-continue-run-ls-tool.jsonl``: the second file starts with a summary, then repeats
+    the first's lines (the same uuids and message id; the first line still naming the
+    old session, its content now blocks; the reply naming the new session, at a later
+    time), then its own turns chained to the repeated reply. ``r-9`` sorts first, so a
+    folder import reads the resumed file before the one it resumed. ``grow``: the resumed
+    session goes on; ``back``: then the old one goes on too (resumed again in another
+    terminal, it writes to its own file), its new turns stored after the others. Returns
+    the project folder."""
+    project = root / "projects" / "-home-u-src-rocket"
+    project.mkdir(parents=True, exist_ok=True)
+    base = {"isSidechain": False, "userType": "external", "cwd": "/home/u/src/rocket",
+            "version": "1.0.56", "gitBranch": "main"}
+
+    def line(kind: str, sid: str, uuid: str, parent: str | None, t: float,
+             message: dict[str, Any]) -> dict[str, Any]:
+        return {"parentUuid": parent, **base, "sessionId": sid, "type": kind,
+                "message": message, "uuid": uuid, "timestamp": iso(t)}
+
+    def reply(mid: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": mid, "type": "message", "role": "assistant", "model": "claude-opus-4",
+                "content": blocks, "stop_reason": None, "stop_sequence": None,
+                "usage": {"input_tokens": 4, "output_tokens": 5}}
+
+    ask = "My name is Alex. Say lol"
+    original = [
+        line("user", "s-9", "u-1", None, T0, {"role": "user", "content": ask}),
+        line("assistant", "s-9", "a-1", "u-1", T0 + 4,
+             reply("msg_1", [{"type": "text", "text": "lol"}]))]
+    resumed = [
+        {"type": "summary", "summary": "Casual greeting", "leafUuid": "a-1"},
+        line("user", "s-9", "u-1", None, T0,
+             {"role": "user", "content": [{"type": "text", "text": ask}]}),
+        line("assistant", "r-9", "a-1", "u-1", T0 + 690,
+             reply("msg_1", [{"type": "text", "text": "lol"}])),
+        line("user", "r-9", "u-2", "a-1", T0 + 700,
+             {"role": "user", "content": "run the ls tool"}),
+        line("assistant", "r-9", "a-2", "u-2", T0 + 704,
+             reply("msg_2", [{"type": "tool_use", "id": "toolu_9", "name": "LS",
+                              "input": {"path": "/home/u/src/rocket"}}])),
+        line("user", "r-9", "u-3", "a-2", T0 + 705,
+             {"role": "user", "content": [{"tool_use_id": "toolu_9", "type": "tool_result",
+                                           "content": "- README.md\n- setup.py"}]}),
+        line("assistant", "r-9", "a-3", "u-3", T0 + 707,
+             reply("msg_3", [{"type": "text", "text": "README.md and setup.py"}]))]
+    expected: list[Message] = [
+        ("user", "Say lol", T0), ("assistant", "lol", T0 + 4),
+        ("user", "run the ls tool", T0 + 700), ("assistant", "", T0 + 704),
+        ("tool", "README.md", T0 + 705), ("assistant", "README.md and setup.py", T0 + 707)]
+    def exchange(lines: list[dict[str, Any]], sid: str, n: int, parent: str, t: float,
+                 said: str, answer: str) -> None:
+        """A turn of the user's and its reply, written to ``lines`` and expected."""
+        lines += [line("user", sid, f"u-{n}", parent, t, {"role": "user", "content": said}),
+                  line("assistant", sid, f"a-{n}", f"u-{n}", t + 3,
+                       reply(f"msg_{n}", [{"type": "text", "text": answer}]))]
+        expected.extend([("user", said, t), ("assistant", answer, t + 3)])
+
+    if grow:
+        exchange(resumed, "r-9", 4, "a-3", T0 + 800, "I prefer tabs over spaces", "Noted.")
+    if back:
+        exchange(original, "s-9", 5, "a-1", T0 + 900, "Use black for formatting", "Will do.")
+    for name, lines in (("s-9", original), ("r-9", resumed)):
+        (project / f"{name}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return project, [("rocket", T0, expected)]
 
 
 def chatgpt(root: Path) -> tuple[Path, Expected]:

@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from history_files import PLANTED, T0, WRITERS, Expected, claude_code, opencode_storage
+from history_files import (
+    PLANTED,
+    T0,
+    WRITERS,
+    Expected,
+    claude_code,
+    claude_code_resumed,
+    opencode_storage,
+)
 from pg import open_engine
 
 from memd.engine.memory import Memd
@@ -91,6 +99,48 @@ def test_a_grown_file_adds_only_its_new_turns(backend: str, tmp_path: Path) -> N
         assert_matches(stored(engine), expected)
         assert stored(engine)[0][2][:len(before)] == before
         assert any(f.key == "indentation" and f.value == "tabs" for f in engine.facts(USER))
+
+
+def test_a_resumed_claude_code_session_continues_the_one_it_resumed(
+        backend: str, tmp_path: Path) -> None:
+    """``claude --continue`` writes a file that repeats the resumed one's lines first:
+    imported together (the resumed file read first), its lines are stored once, in the
+    session they began in, and a second import adds nothing."""
+    project, expected = claude_code_resumed(tmp_path / "history")
+    with open_engine(backend, tmp_path / "d") as engine:
+        counts = run_import(engine, "claude-code", project)
+        assert counts.sessions == 1
+        assert_matches(stored(engine), expected)
+        assert any(f.key == "name" and f.value == "Alex" for f in engine.facts(USER))
+        again = run_import(engine, "claude-code", project)
+        assert (again.sessions, again.messages) == (0, 0)
+        assert_matches(stored(engine), expected)
+
+
+@pytest.mark.parametrize("first", ["s-9", "r-9"])
+def test_resumed_files_imported_one_at_a_time_in_either_order(
+        backend: str, first: str, tmp_path: Path) -> None:
+    """Either file alone, then the other, then the resumed file grown: every line is
+    stored once, and the grown file adds only its new turns."""
+    project, expected = claude_code_resumed(tmp_path / "history")
+    second = "r-9" if first == "s-9" else "s-9"
+    with open_engine(backend, tmp_path / "d") as engine:
+        run_import(engine, "claude-code", project / f"{first}.jsonl")
+        run_import(engine, "claude-code", project / f"{second}.jsonl")
+        assert_matches(stored(engine), expected)
+        assert run_import(engine, "claude-code", project).messages == 0
+        project, expected = claude_code_resumed(tmp_path / "history", grow=True)
+        plan = plan_import(engine, USER, SOURCES["claude-code"].conversations([project]))
+        assert (plan.turns, plan.sessions) == (2, 0)
+        counts = run_import(engine, "claude-code", project / "r-9.jsonl")
+        assert (counts.sessions, counts.messages) == (0, 2)
+        assert_matches(stored(engine), expected)
+        # the old file goes on by itself: its new turns, nothing the resumed one holds
+        project, expected = claude_code_resumed(tmp_path / "history", grow=True, back=True)
+        counts = run_import(engine, "claude-code", project)
+        assert (counts.sessions, counts.messages) == (0, 2)
+        assert_matches(stored(engine), expected)
+        assert run_import(engine, "claude-code", project).messages == 0
 
 
 def test_imported_times_are_the_conversations(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from history_files import claude_code
+from history_files import claude_code, claude_code_resumed
 from pg import open_engine
 
 import memd
@@ -99,3 +99,20 @@ def test_the_cli_watch_imports_a_turn_appended_to_a_transcript(tmp_path: Path) -
         sessions = engine.store.list_sessions("alex")
         texts = [m.content for s in sessions for m in engine.messages(s.id, "alex")]
     assert "I prefer tabs over spaces" in texts and len(texts) == turns + 2
+
+
+def test_a_watched_resumed_session_is_stored_once(tmp_path: Path) -> None:
+    """The client resumes a session the watch imported: the new file's repeated lines
+    are not stored again, its new turns join the session they continue."""
+    root = tmp_path / "claude"
+    with open_engine("sqlite", tmp_path / "d") as engine:
+        watcher = HistoryWatcher(engine, "alex", source("claude-code"), [root / "projects"])
+        project, expected = claude_code_resumed(root)
+        resumed = (project / "r-9.jsonl").read_bytes()
+        (project / "r-9.jsonl").unlink()  # the original session, before the resume
+        assert watcher.sync().messages == 2
+        (project / "r-9.jsonl").write_bytes(resumed)  # claude --continue
+        assert watcher.sync().messages == len(expected[0][2]) - 2
+        (session,) = engine.store.list_sessions("alex")
+        assert [m.role for m in engine.messages(session.id, "alex")] == [
+            role for role, _, _ in expected[0][2]]

@@ -578,7 +578,7 @@ def _context_object(oid: str, user: str = "alice", sid: str = "s1",
         object_type="file_context", source_tool="read", source_key=key,
         tool_call_id="tc-" + oid, turn_start=1, turn_end=1, content="line 1\nline 2",
         compact="[extractive] line 1", stub="[stub] " + oid, tokens_l0=10, tokens_l2=4,
-        tokens_l3=3, created_at=1.0, updated_at=1.0)
+        tokens_l3=3, created_at=1.0, updated_at=1.0, entities=("PORT_MAP", "lib/net.py"))
 
 
 def test_context_objects_are_kept_once_per_session_with_their_transitions(

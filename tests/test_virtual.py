@@ -16,7 +16,15 @@ from memd.engine.conversation.chat import WindowInfo
 from memd.engine.memory import Memd
 from memd.engine.virtual import Budget, call_mode, header_mode, virtualize
 from memd.engine.virtual.call import for_call
-from memd.engine.virtual.fidelity import COMPACT, EVICTED, FULL, STUB, extractive, stub
+from memd.engine.virtual.fidelity import (
+    COMPACT,
+    EVICTED,
+    FULL,
+    STUB,
+    extractive,
+    key_entities,
+    stub,
+)
 from memd.engine.virtual.pressure import Held, fit_line, plan, zone
 from memd.engine.virtual.segment import segment, source_key
 from memd.errors import InvalidInput
@@ -125,6 +133,23 @@ def test_a_stub_names_the_object_its_source_its_size_and_the_way_back() -> None:
     assert "\n" not in line
     for words in ("ctx-1", "read src/app.py", "300 lines", "4100 tokens", "memory_restore"):
         assert words in line
+    assert "names" not in line
+    named = stub("ctx-1", "read", "src/app.py", 300, 4100, ("GATEWAY_PORT", "E4091"))
+    assert "It names GATEWAY_PORT, E4091." in named and "\n" not in named
+
+
+def test_key_entities_are_the_identifiers_named_most_but_not_the_source_or_error() -> None:
+    text = "\n".join([
+        "Traceback (most recent call last):", "  File billing/webhooks.py, line 12",
+        "ERROR E4091: duplicate webhook for GATEWAY_PORT", "see billing/webhooks.py",
+        "plain words here", "FAILED tests/test_hooks.py::test_retry", "listen on :8443",
+        "GATEWAY_PORT again and billing/webhooks.py"])
+    found = key_entities(text, key="src/app.py")
+    assert found[:2] == ("billing/webhooks.py", "GATEWAY_PORT")
+    assert found[2:] == ("E4091", "tests/test_hooks.py", "test_retry", ":8443")
+    assert not {"Traceback", "ERROR", "FAILED", "error"} & set(found)
+    assert "src/app.py" not in key_entities("open src/app.py then src/app.py", "src/app.py")
+    assert len(key_entities(" ".join(f"name_{k}" for k in range(30)))) == 8
 
 
 def test_an_extractive_excerpt_keeps_ends_and_identifier_lines_and_says_so() -> None:

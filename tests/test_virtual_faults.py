@@ -17,8 +17,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from virtual_session import agent_session
 
+from memd.context_objects import object_passages
 from memd.engine.virtual import faults
 from memd.engine.virtual.fidelity import FULL
+from memd.models.embedder import text_hash
 
 WINDOW = 16_384
 MODEL = "fake-model"
@@ -238,3 +240,33 @@ def test_a_streamed_reply_calling_both_keeps_the_client_call_only(tmp_path: Path
                     if m.role == "tool" and SECRET in str(m.content))
         engine.erase_message("local", session.id, read.id)
         assert engine.store.faults("local", session.id) == []
+
+
+@pytest.mark.parametrize("scope", ["session", "message"])
+def test_erasing_leaves_no_embedding_of_what_a_micro_fault_searched(
+        tmp_path: Path, scope: str) -> None:
+    upstream = FaultingUpstream(faults.QUERY, {"question": "which DEPLOY_PORT does the "
+                                                           "staging gateway use?"})
+    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, engine):
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0)
+        client.chat.completions.create(
+            model=MODEL, messages=history(),  # type: ignore[arg-type]
+            tools=agent_session(turns=1).tools, max_tokens=1024)  # type: ignore[arg-type]
+        session = engine.store.list_sessions("local")[0]
+        (fault,) = engine.store.faults("local", session.id)
+        objects = engine.store.context_objects("local", session.id)
+        (read,) = [o for o in objects if SECRET in o.content]
+        derived = [text_hash(p) for p in object_passages(read.content)]
+        derived.append(text_hash(fault.question))
+
+        def cached() -> set[str]:
+            return set(engine.store.get_cached_embeddings(engine.embedder.name, derived))
+
+        assert cached() == set(derived)  # the micro-fault embedded them all
+        if scope == "session":
+            engine.erase_session("local", session.id)
+        else:
+            (message,) = [m for m in engine.store.get_messages("local", session.id)
+                          if m.tool_call_id == read.tool_call_id]
+            engine.erase_message("local", session.id, message.id)
+        assert cached() == set()

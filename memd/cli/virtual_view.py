@@ -32,6 +32,8 @@ def virtual_lines(virtual: Mapping[str, Any]) -> list[str]:
                    f"{h.get('tokens_full')} tokens) {what}")
         out.append(f"      lost: {dropped}")
         out.append(f"      still answers: {answers}")
+        if h.get("entities"):
+            out.append(f"      names: {', '.join(h['entities'])}")
     for a in virtual.get("admitted") or ():
         out.append(f"  admitted {a.get('object_id')} at {a.get('fidelity')} "
                    f"(score {a.get('score')})")

@@ -35,19 +35,25 @@ class Turn:
 
     ``role`` is ``user``, ``assistant`` or ``tool`` (a tool's result, answering
     ``tool_call_id``). ``at`` is when the client recorded it (seconds since the epoch),
-    None when the format keeps no time for it."""
+    None when the format keeps no time for it. ``line`` is the client's own id of the
+    record it was read from, for a format whose files can repeat each other's records
+    (a resumed Claude Code session): the write path finds where it left off by it."""
 
     role: str
     text: str
     at: float | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    line: str | None = None
 
 
 @dataclass(frozen=True)
 class Conversation:
     """One conversation of one client. ``key`` is stable across reads of a growing file
-    (the client's own id for it), so a second import finds what the first one stored."""
+    (the client's own id for it), so a second import finds what the first one stored.
+    ``part`` names the file it was read from when several files hold the same
+    conversation, each growing on its own (a resumed Claude Code session and the one it
+    resumed); None when one file holds it."""
 
     source: str
     key: str
@@ -57,6 +63,7 @@ class Conversation:
     title: str | None = None
     created_at: float | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
+    part: str | None = None
 
     @property
     def first_at(self) -> float | None:

@@ -2,13 +2,19 @@
 
 Every conversation becomes a session of its own, whose id is derived from (user,
 source, conversation key): a second import of the same file finds the session and
-appends only the turns it has not stored (the session's metadata keeps how many of the
-conversation's turns were read), so re-importing adds nothing and a grown file adds its
-new turns. Turns go through :meth:`memd.engine.memory.Memd.append`, the path of a live
-turn: the sanitizer first, the client's own text (its tags, its prompt lines, tool
-output, text recurring across sessions) kept out of what is extracted, extraction and
-the helper's jobs as for a proxied chat. A turn that opens with a client's side prompt
-(a title or summary request) is skipped with the replies that follow it.
+appends only the turns it has not stored, so re-importing adds nothing and a grown file
+adds its new turns. The session's metadata keeps how many of the conversation's turns
+were read and, for a format that names its records (:attr:`Turn.line`), the last record
+read from each file (:attr:`Conversation.part`): the new turns are those after that
+record when the file holds it, which is how a file that repeats another's records
+before its own (a resumed Claude Code session, keyed as the conversation it resumed)
+adds only what follows them.
+
+Turns go through :meth:`memd.engine.memory.Memd.append`, the path of a live turn: the
+sanitizer first, the client's own text (its tags, its prompt lines, tool output, text
+recurring across sessions) kept out of what is extracted, extraction and the helper's
+jobs as for a proxied chat. A turn that opens with a client's side prompt (a title or
+summary request) is skipped with the replies that follow it.
 
 Original times are kept: while a turn is stored the engine's clock reads the turn's
 time (:class:`FollowClock`, on the importing thread only), so sessions, messages,
@@ -117,6 +123,47 @@ def imported_turns(session: Session | None) -> int:
     return turns if isinstance(turns, int) and not isinstance(turns, bool) else 0
 
 
+def new_turns(conv: Conversation, session: Session | None) -> tuple[Turn, ...]:
+    """The turns of ``conv`` its session has not stored: those after the last record
+    stored from the same file (:attr:`Conversation.part`) when ``conv`` holds it, else
+    after the last stored from another file that ``conv`` repeats, else those past the
+    count of turns read."""
+    lasts = _lasts(session)
+    lines = [t.line for t in conv.turns]
+
+    def after(line: str) -> int:
+        return len(lines) - lines[::-1].index(line)
+
+    own = lasts.get(conv.part) if conv.part is not None else None
+    if own is not None and own in lines:
+        return conv.turns[after(own):]
+    found = [after(line) for line in lasts.values() if line in lines]
+    if found:
+        return conv.turns[max(found):]
+    return conv.turns[imported_turns(session):]
+
+
+def _lasts(session: Session | None) -> dict[str, str]:
+    """The record each file of a conversation was last read to, by file."""
+    meta = session.metadata.get(META) if session is not None else None
+    lasts = meta.get("last") if isinstance(meta, Mapping) else None
+    if not isinstance(lasts, Mapping):
+        return {}
+    return {k: v for k, v in lasts.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _read_to(conv: Conversation, session: Session, new: Sequence[Turn]) -> dict[str, Any]:
+    """The session's import metadata once ``new`` of ``conv``'s turns are stored."""
+    read: dict[str, Any] = {"source": conv.source, "key": conv.key,
+                            "turns": max(len(conv.turns), imported_turns(session) + len(new))}
+    lasts = _lasts(session)
+    if conv.part is not None and conv.turns and conv.turns[-1].line is not None:
+        lasts[conv.part] = conv.turns[-1].line
+    if lasts:
+        read["last"] = lasts
+    return read
+
+
 def plan_import(engine: Memd, user_id: str,
                 conversations: Iterable[Conversation]) -> ImportCounts:
     """What :func:`import_conversations` would import, without writing anything."""
@@ -124,7 +171,7 @@ def plan_import(engine: Memd, user_id: str,
     for conv in conversations:
         session = engine.store.get_session(user_id, session_id_for(user_id, conv.source,
                                                                    conv.key))
-        new = len(conv.turns) - imported_turns(session)
+        new = len(new_turns(conv, session))
         counts.conversations += 1
         if new <= 0:
             continue
@@ -225,9 +272,12 @@ def _import_one(engine: Memd, clock: FollowClock, user_id: str,
     store = engine.store
     with store.transaction():
         session = store.get_session(user_id, sid)
-        done = imported_turns(session)
-        new = conv.turns[done:]
+        new = new_turns(conv, session)
         if not new:
+            if session is not None and _lasts(session) != _read_to(conv, session, new).get(
+                    "last", {}):  # a file whose turns another stored: where it ends now
+                store.update_session(user_id, sid, metadata={
+                    **session.metadata, META: _read_to(conv, session, new)})
             return counts, stored, times
         counts.turns = len(new)
         counts.by_workspace[(conv.source, conv.workspace)] = [1, len(new)]
@@ -250,8 +300,7 @@ def _import_one(engine: Memd, clock: FollowClock, user_id: str,
             times.append(at)
             counts.messages += len(messages)
         store.update_session(user_id, sid, metadata={
-            **session.metadata,
-            META: {"source": conv.source, "key": conv.key, "turns": len(conv.turns)}})
+            **session.metadata, META: _read_to(conv, session, new)})
     return counts, stored, times
 
 

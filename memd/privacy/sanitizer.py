@@ -10,12 +10,9 @@ idempotent.
 
 Speed: a text is scanned once per rule with regexes that start with a literal (re then
 jumps from one occurrence to the next), case-insensitive ones on a lowercased copy;
-Python code runs only on matches. Yelp's detect-secrets was measured as the run-time
-detector and not adopted: scanning line by line with its default plugins and filters, as
-it scans a string, it took 17 ms for a 2 KB turn and over 1 s for a 100 KB source file or
-log, where this module took 0.15 ms and 5 ms on the same inputs and machine
-(``bench/bench_sanitizer.py --detect-secrets``); the targets are 1 ms and 10 ms. Several
-of its plugin regexes are ported in ``memd.privacy.providers``.
+Python code runs only on matches. Yelp's detect-secrets, scanning line by line, was far
+slower on the same inputs (bench/README.md, ``bench_sanitizer.py --detect-secrets``);
+several of its plugin regexes are ported in ``memd.privacy.providers``.
 
 Modes: ``off`` changes nothing; ``secrets`` (the default) redacts keys, tokens, passwords
 and private keys; ``secrets+pii`` also emails, phone numbers, card numbers and IBANs.

@@ -15,7 +15,7 @@ OBJECT_COLUMNS = (
     "object_id, user_id, session_id, content_hash, object_type, source_tool, source_key, "
     "tool_call_id, turn_start, turn_end, content, compact, stub, tokens_l0, tokens_l2, "
     "tokens_l3, fidelity, pinned, superseded_by, created_at, updated_at, detailed, "
-    "tokens_l1, summarized_by, losses")
+    "tokens_l1, summarized_by, losses, key_entities")
 TRANSITION_COLUMNS = ("object_id, from_fidelity, to_fidelity, trigger, zone, tokens, "
                       "call_id, created_at")
 
@@ -36,12 +36,13 @@ class ContextObjects(Part):
             f"AND session_id = {d.mark} AND {test}", (first.user_id, first.session_id, *values))}
         new = [o for o in dict((o.object_id, o) for o in objects).values()
                if o.object_id not in have]
-        marks = ", ".join(["?"] * 25)
+        marks = ", ".join(["?"] * 26)
         self._write_many(
             d.sql(f"{d.ignore_prefix} context_objects ({OBJECT_COLUMNS}) "
                   f"VALUES ({marks}){d.ignore_suffix}"),
             [(*_object_params(o, d.bool_columns), o.detailed, o.tokens_l1, o.summarized_by,
-              json.dumps(o.losses, sort_keys=True)) for o in new])
+              json.dumps(o.losses, sort_keys=True), json.dumps(list(o.entities)))
+             for o in new])
         return len(new)
 
     def context_objects(self, user_id: str, session_id: str) -> list[ContextObject]:
@@ -57,7 +58,8 @@ class ContextObjects(Part):
             tokens_l2=int(r[14]), tokens_l3=int(r[15]), fidelity=int(r[16]),
             pinned=bool(r[17]), superseded_by=r[18], created_at=float(r[19]),
             updated_at=float(r[20]), detailed=str(r[21]), tokens_l1=int(r[22]),
-            summarized_by=str(r[23]), losses=json.loads(r[24]) if r[24] else {})
+            summarized_by=str(r[23]), losses=json.loads(r[24]) if r[24] else {},
+            entities=tuple(json.loads(r[25]) if r[25] else ()))
             for r in rows]
 
     def set_object_summaries(self, user_id: str, session_id: str, object_id: str,

@@ -6,7 +6,8 @@ row behind, and on SQLite no byte of its text in the files.
 The store deletes the rows (:class:`memd.backends.base.ErasureStore`); the engine adds
 what only it knows: the embedding cache's keys of the texts that go (the embedder hashes
 the exact text it was given: a memory's text, a message's excerpt and a user message's
-passages, a fact's line, an extraction job's text), and its own in-process copies
+passages, a fact's line, an extraction job's text, a context object's passages and
+the questions a micro-fault asked of them), and its own in-process copies
 (histories, memory blocks).
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from memd.context_objects import object_passages
 from memd.engine import validate as v
 from memd.engine.retrieval.passages import passages
 from memd.engine.validate import EMBED_CHARS, excerpt
@@ -40,14 +42,19 @@ def cache_keys(store: Store, user_id: str, session_id: str | None = None,
     texts: list[str] = []
     message_ids: set[str] = set()
     for sid in sessions:
+        tool_calls: set[str] = set()
         for m in store.get_messages(user_id, sid):
             if message_id is not None and m.id != message_id:
                 continue
             message_ids.add(m.id)
+            if m.tool_call_id is not None:
+                tool_calls.add(m.tool_call_id)
             if m.safe_text:
                 texts.append(excerpt(m.safe_text, EMBED_CHARS))
                 if m.role == "user":
                     texts += passages(m.safe_text)
+        texts += _fault_texts(store, user_id, sid,
+                              None if message_id is None else tool_calls)
 
     def erased(session: str | None, from_message: str | None) -> bool:
         if message_id is not None:
@@ -65,6 +72,20 @@ def cache_keys(store: Store, user_id: str, session_id: str | None = None,
                                                          p.get("message_id")):
                 texts.append(p["text"])
     return sorted({text_hash(t) for t in texts})
+
+
+def _fault_texts(store: Store, user_id: str, session_id: str,
+                 tool_calls: set[str] | None) -> list[str]:
+    """The texts a micro-fault embedded in the session: its context objects' passages
+    and the questions asked of them (only the objects of ``tool_calls``' results, and
+    the questions answered from them, when one message goes)."""
+    objects = [o for o in store.context_objects(user_id, session_id)
+               if tool_calls is None or o.tool_call_id in tool_calls]
+    held = {o.object_id for o in objects}
+    texts = [p for o in objects for p in object_passages(o.content)]
+    texts += [f.question for f in store.faults(user_id, session_id) if f.kind == "query"
+              and (tool_calls is None or held & set(f.object_ids))]
+    return texts
 
 
 class Erasure:

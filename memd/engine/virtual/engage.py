@@ -30,6 +30,7 @@ from memd.engine.virtual.fidelity import (
     STUB,
     extractive,
     extractive_losses,
+    key_entities,
     loss_of,
     stub,
 )
@@ -144,7 +145,6 @@ def _admit(messages: Sequence[Mapping[str, Any]], segments: Sequence[Segment],
         o = objects[s.object_id]
         if s.object_id in new and not h.pinned:
             # an older read of a source the history reads again comes in as its stub
-            # an older read of a source the history reads again comes in as its stub
             a = (Admission(STUB, 0.0, {"superseded": 1.0}) if h.superseded else
                  admit(s.object_type, o.content, h.sizes, window, after, s.index > last,
                        terms, restorable))
@@ -162,7 +162,8 @@ def _new_object(user_id: str, session_id: str, s: Segment, model: str | None,
                          lambda t: count_text(t, model))
     detailed = extractive(s.object_id, s.source_tool, s.source_key, s.text, tokens,
                           lambda t: count_text(t, model), DETAILED)
-    short = stub(s.object_id, s.source_tool, s.source_key, lines, tokens)
+    entities = key_entities(s.text, s.source_key)
+    short = stub(s.object_id, s.source_tool, s.source_key, lines, tokens, entities)
     return ContextObject(
         object_id=s.object_id, user_id=user_id, session_id=session_id,
         content_hash=s.content_hash, object_type=s.object_type, source_tool=s.source_tool,
@@ -170,7 +171,7 @@ def _new_object(user_id: str, session_id: str, s: Segment, model: str | None,
         turn_end=s.turn, content=s.text, compact=compact, stub=short, tokens_l0=tokens,
         tokens_l2=count_text(compact, model), tokens_l3=count_text(short, model),
         created_at=now, updated_at=now, detailed=detailed,
-        tokens_l1=count_text(detailed, model), losses=extractive_losses())
+        tokens_l1=count_text(detailed, model), losses=extractive_losses(), entities=entities)
 
 
 def _superseded(segments: Sequence[Segment], objects: Mapping[str, ContextObject],
@@ -277,4 +278,4 @@ def _held_report(o: ContextObject, h: Held) -> dict[str, Any]:
             "key": o.source_key, "fidelity": NAMES[h.fidelity], "tokens": h.cost(h.fidelity),
             "tokens_full": o.tokens_l0, "loss": loss_of(o.losses, h.fidelity),
             "by": o.summarized_by if h.fidelity in (DETAILED, COMPACT) else None,
-            "superseded_by": o.superseded_by}
+            "superseded_by": o.superseded_by, "entities": list(o.entities)}

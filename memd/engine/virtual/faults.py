@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from memd.context_objects import ContextObject, Fault, FidelityTransition
+from memd.context_objects import ContextObject, Fault, FidelityTransition, object_passages
 from memd.engine.virtual.fidelity import FULL, NAMES
 from memd.models.tokens import count_text
 
@@ -54,7 +54,6 @@ TOOLS: tuple[dict[str, Any], ...] = (
             "required": ["object_id"]}}},
 )
 
-PASSAGE_LINES = 12  # a passage: this many lines of an object, overlapping by half
 TOP_OBJECTS = 3
 ANSWER_TOKENS = 1200  # what a micro-fault's answer may take
 RESTORE_TOKENS = 6000  # what a restore's related objects may add to it
@@ -101,7 +100,7 @@ def search(objects: Sequence[ContextObject], question: str, embedder: Embedder,
     its embedding's cosine to the question's, half by the share of the question's words
     it holds, each weighted by its rarity among the passages (identifiers count whole);
     an object scores its best passage."""
-    passages = [(o, p) for o in objects for p in _passages(o.content)]
+    passages = [(o, p) for o in objects for p in object_passages(o.content)]
     if not passages or not question.strip():
         return []
     vectors = embedder.embed([question, *(p for _, p in passages)])
@@ -126,13 +125,6 @@ def search(objects: Sequence[ContextObject], question: str, embedder: Embedder,
 
 def _words(text: str) -> list[str]:
     return [w.lower().strip(".:") for w in _WORD.findall(text)]
-
-
-def _passages(text: str) -> list[str]:
-    lines = text.splitlines() or [text]
-    step = PASSAGE_LINES // 2
-    return ["\n".join(lines[i:i + PASSAGE_LINES])
-            for i in range(0, max(1, len(lines) - step), step)]
 
 
 @dataclass(frozen=True, slots=True)

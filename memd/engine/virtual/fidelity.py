@@ -16,6 +16,7 @@ sent stays the text sent and the prompt's prefix stays the one the model server 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -51,16 +52,43 @@ _IDENTIFIER = re.compile(
     r"|:\d{2,5}\b|\bE\d{3,4}\b")
 
 
+ENTITIES = 8  # the identifiers an object's record and stub name
+_TOKEN = re.compile(r"[\w./:-]+")
+_GENERIC = frozenset({"error", "exception", "traceback", "panic"})
+
+
+def key_entities(text: str, key: str | None = None, limit: int = ENTITIES) -> tuple[str, ...]:
+    """The identifiers ``text`` names most (paths, dotted or snake/camel names, error
+    codes, ports), most frequent first, then in order of appearance; not the object's
+    own ``key`` nor generic words like "error". They are what a later turn may ask about
+    once the text is held out of context, so the stub names them."""
+    counts: dict[str, int] = {}
+    # the identifier patterns run once per distinct token, not over the whole text:
+    # a tool result repeats its tokens, and the patterns are slow to scan with
+    for token, seen in Counter(_TOKEN.findall(text)).items():
+        for found in _IDENTIFIER.findall(token):
+            word = found.strip(".-")
+            if len(word) < 3 or word == key or word.lower().rstrip("s") in _GENERIC \
+                    or word.upper().startswith("FAIL") and word.isupper():
+                continue
+            counts[word] = counts.get(word, 0) + seen
+    ranked = sorted(counts, key=lambda w: -counts[w])  # stable: ties keep their order
+    return tuple(ranked[:limit])
+
+
 def _key_words(tool: str | None, key: str | None) -> str:
     what = tool or "tool"
     return f"{what} {key}" if key else what
 
 
-def stub(object_id: str, tool: str | None, key: str | None, lines: int, tokens: int) -> str:
-    """L3: one line, made without a model."""
+def stub(object_id: str, tool: str | None, key: str | None, lines: int, tokens: int,
+         entities: tuple[str, ...] = ()) -> str:
+    """L3: one line, made without a model, naming the object's key entities (so the
+    model knows what to ask memory_query about)."""
+    names = f" It names {', '.join(entities)}." if entities else ""
     return (f"[memd: output of {_key_words(tool, key)} held out of context as object "
-            f"{object_id} ({lines} lines, {tokens} tokens). To see it whole: memory_restore "
-            "with its id where offered, else run the tool again.]")
+            f"{object_id} ({lines} lines, {tokens} tokens).{names} To see it whole: "
+            "memory_restore with its id where offered, else run the tool again.]")
 
 
 def extractive(object_id: str, tool: str | None, key: str | None, text: str,
