@@ -306,12 +306,13 @@ def test_a_call_engages_only_as_its_mode_says(engine: Memd) -> None:
     s = engine.create_session("local")
     msgs = history()
     small = WindowInfo(100_000, "test")
-    args = (engine, s, msgs, 900, small, 100)
+    deps = (engine.store, engine.settings, engine.now, engine.jobs.llm_enabled)
+    args = (*deps, s, msgs, 900, small, 100)
     assert for_call(*args, None, None, "x") is None  # auto, far below the line
     assert for_call(*args, "on", None, "x") is not None
-    assert for_call(engine, s, msgs, 90_000, small, 100, "off", None, "x") is None
-    assert for_call(engine, s, msgs, 90_000, small, 100, None, None, "x") is not None
-    assert for_call(engine, s, msgs, 90_000, WindowInfo(None), 100, None, None, "x") is None
+    assert for_call(*deps, s, msgs, 90_000, small, 100, "off", None, "x") is None
+    assert for_call(*deps, s, msgs, 90_000, small, 100, None, None, "x") is not None
+    assert for_call(*deps, s, msgs, 90_000, WindowInfo(None), 100, None, None, "x") is None
 
 
 def test_an_answer_limit_past_a_quarter_of_the_window_does_not_starve_the_prompt(
@@ -323,8 +324,8 @@ def test_an_answer_limit_past_a_quarter_of_the_window_does_not_starve_the_prompt
     s = engine.create_session("local")
     msgs = history()[:5]
     tokens = sum(message_tokens(m) for m in msgs)
-    done = for_call(engine, s, msgs, tokens, WindowInfo(16_384, "test"), 32_000, "on", None,
-                    "x")
+    done = for_call(engine.store, engine.settings, engine.now, engine.jobs.llm_enabled, s,
+                    msgs, tokens, WindowInfo(16_384, "test"), 32_000, "on", None, "x")
     assert done is not None
     assert done.report["reserve"] == 4096
     assert done.messages == msgs and done.report["fits"]

@@ -53,7 +53,8 @@ def virtualize_call(engine: Memd, session_id: str, messages: list[dict[str, Any]
     """One call of ``messages`` with virtualization on; its report's ``virtual``."""
     session = engine.session(session_id, "local")
     tokens = sum(message_tokens(m) for m in messages)
-    done = for_call(engine, session, messages, tokens, WindowInfo(window, "test"), 100, "on",
+    done = for_call(engine.store, engine.settings, engine.now, engine.jobs.llm_enabled,
+                    session, messages, tokens, WindowInfo(window, "test"), 100, "on",
                     None, "call-x")
     assert done is not None
     return done.report

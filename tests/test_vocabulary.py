@@ -116,7 +116,7 @@ def test_a_short_history_is_not_gated_but_judged_on_higher_floors(tmp_path: Path
     engine = Memd.open(tmp_path / "m", embedder="fake")
     history(engine, "u", 3)
     assert not has_vocabulary(engine.store, "u")
-    floor = engine._floor("How old is my dog Rex's puppy Biscuit?", "u",
+    floor = engine.contexts._floor("How old is my dog Rex's puppy Biscuit?", "u",
                           lambda m: False, [], [])
     assert floor.known
     settings = engine.settings

@@ -2,7 +2,9 @@
 
 It validates every input before anything is written, owns the clock (injectable, so
 tests drive time), and wires the store, the embedder and the pure engine functions
-together. It never imports HTTP code.
+together. It is a facade: the parts it owns (``sessions``, ``contexts``, ``erasure``,
+``forgetting``, ``jobs``, ``accounts`` and the caches) are each given what they use, and
+its public methods delegate to them. It never imports HTTP code.
 """
 
 from __future__ import annotations
@@ -13,22 +15,28 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memd.backends.base import Store
 from memd.config import Settings, load_settings
 from memd.engine import validate as v
 from memd.engine.accounts import Accounts
 from memd.engine.background.jobs import JobRunner
-from memd.engine.block.context import ContextMixin
+from memd.engine.block.compile import Candidate
+from memd.engine.block.context import Contexts, shared_owners, visible_workspaces
 from memd.engine.block.inject import StableBlocks
 from memd.engine.conversation.history import HistoryCache
 from memd.engine.conversation.resend import Known, ResendCache
-from memd.engine.conversation.sessions import SessionsMixin
+from memd.engine.conversation.sessions import Sessions
 from memd.engine.conversation.side import RecentTurns
-from memd.engine.learning.erase import ErasureMixin
+from memd.engine.learning.erase import Erasure
 from memd.engine.learning.extract import extract, extract_entities
-from memd.engine.learning.forget import ForgetMixin
+from memd.engine.learning.forget import (
+    ForgetPreview,
+    Forgetting,
+    Forgotten,
+    existing_memory,
+)
 from memd.engine.learning.notes import NoteCache
 from memd.engine.learning.privacy import SessionPlaceholders, make_sanitizer
 from memd.engine.learning.write import (
@@ -59,6 +67,9 @@ from memd.types import (
     Tier,
 )
 
+if TYPE_CHECKING:
+    import numpy as np
+
 Clock = Callable[[], float]
 
 
@@ -71,7 +82,7 @@ def _check_text_options(options: Mapping[str, Any], *names: str) -> None:
             v.check_chars(value, name)
 
 
-class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
+class Memd:
     """A memory engine over one store. Thread-safe as far as its store is."""
 
     def __init__(
@@ -79,7 +90,7 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
         clock: Clock = time.time,
     ) -> None:
         self.store = store
-        self.settings = settings or load_settings()
+        self._settings = settings or load_settings()
         self.clock = clock
         cache = store if hasattr(store, "get_cached_embeddings") else None
         self.embedder = (
@@ -96,6 +107,14 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
         # secrets never become memory (memd.engine.learning.privacy); placeholders per session
         self.sanitizer = make_sanitizer(self.settings)
         self.placeholders = SessionPlaceholders()
+        self.sessions = Sessions(store, self.settings, self.jobs, self.sanitizer,
+                                 self.placeholders, self.now, self.set_fact)
+        self.contexts = Contexts(store, self.settings, self.embedder, self.jobs, self.history,
+                                 self.notes_cache, self.sanitizer, self.now,
+                                 self.sessions.session)
+        self.erasure = Erasure(store, self.settings, self.jobs, self.history, self.blocks,
+                               self.notes_cache)
+        self.forgetting = Forgetting(store, self.history, self.blocks, self.now)
 
     @classmethod
     def open(
@@ -139,6 +158,17 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @settings.setter
+    def settings(self, value: Settings) -> None:
+        """Swap in new settings (a live config reload): the parts that read them on
+        every call see them from the next call on."""
+        self._settings = value
+        self.sessions.settings = self.contexts.settings = self.erasure.settings = value
+
     # -- helpers ---------------------------------------------------------------------
     def now(self) -> float:
         return float(self.clock())
@@ -151,22 +181,14 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
         replaced by placeholders (numbered afresh: it belongs to no session)."""
         return self.redact(self._text(text, what))
 
-    def shared_owners(self, user_id: str, workspace: str | None) -> list[tuple[str, MemoryFilter]]:
-        """The other members of ``workspace`` when ``user_id`` is one, each with the
-        filter of what they share: their global memories of that workspace. Membership
-        exists only in authenticated (team) mode, so in local mode this is empty."""
-        if workspace is None:
-            return []
-        members = self.store.workspace_members(workspace)
-        if user_id not in members:
-            return []
-        flt = MemoryFilter(workspaces=(workspace,), scope=Scope.GLOBAL, now=self.now())
-        return [(other, flt) for other in members if other != user_id]
+    def query_vector(self, query: str) -> np.ndarray:
+        """The vector of ``query`` as retrieval embeds it (see
+        :meth:`Contexts.query_vector`)."""
+        return self.contexts.query_vector(query)
 
-    def visible_workspaces(self, workspace: str | None) -> tuple[str, ...]:
-        """What a call scoped to ``workspace`` sees: its own memories plus the user's
-        global ones (no workspace)."""
-        return ("",) if workspace is None else ("", workspace)
+    def redact(self, text: str) -> str:
+        """``text`` with its secrets replaced by placeholders (numbered afresh)."""
+        return self.contexts.redact(text)
 
     # -- memories --------------------------------------------------------------------
     def add(
@@ -220,10 +242,7 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
             return ingest(self.store, self.embedder, self.settings, draft, now)
 
     def get(self, memory_id: str, user_id: str) -> Memory:
-        mem = self.store.get_memory(v.check_id(user_id, "user_id"), v.check_id(memory_id, "id"))
-        if mem is None:
-            raise NotFound(f"no memory {memory_id!r} for user {user_id!r}")
-        return mem
+        return existing_memory(self.store, memory_id, user_id)
 
     def update(self, memory_id: str, user_id: str, **changes: Any) -> Memory:
         """Edit a memory's text, tier, scope, tags, importance, confidence or metadata."""
@@ -261,7 +280,7 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
         offset: int = 0, include_inactive: bool = False, tier: Any = None,
     ) -> list[Memory]:
         flt = MemoryFilter(
-            workspaces=None if workspace is None else self.visible_workspaces(workspace),
+            workspaces=None if workspace is None else visible_workspaces(workspace),
             tiers=None if tier is None else (v.check_tier(tier),),
             include_inactive=include_inactive, include_superseded=include_inactive,
             now=self.now(),
@@ -288,7 +307,7 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
         ws = v.check_optional_id(workspace, "workspace")
         spans_all = all_workspaces if all_workspaces is not None else ws is None
         flt = MemoryFilter(
-            workspaces=None if spans_all else self.visible_workspaces(ws),
+            workspaces=None if spans_all else visible_workspaces(ws),
             tiers=None if tiers is None else tuple(v.check_tier(t) for t in tiers),
             tags=v.check_tags(tags), include_inactive=include_inactive,
             include_superseded=include_inactive, now=self.now(),
@@ -299,32 +318,64 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
             return search(
                 self.store, self.embedder, uid, q, k, kinds_, flt, self.settings.weights,
                 self.now(), session_id=flt.session_id,
-                shared=() if spans_all else self.shared_owners(uid, ws),
+                shared=() if spans_all else shared_owners(self.store, uid, ws, self.now()),
             )
 
     # -- sessions --------------------------------------------------------------------
-    # Whole messages and model names are checked here, before SessionsMixin writes, so
+    # Whole messages and model names are checked here, before Sessions writes, so
     # that what one backend would store and another refuse is refused on every backend.
     def create_session(self, user_id: str, **options: Any) -> Session:
-        """Start a session (see :meth:`SessionsMixin.create_session`)."""
+        """Start a session (see :meth:`Sessions.create_session`)."""
         _check_text_options(options, "model")
-        return super().create_session(user_id, **options)
+        return self.sessions.create_session(user_id, **options)
+
+    def session(self, session_id: str, user_id: str) -> Session:
+        """The user's session ``session_id``; NotFound when there is none."""
+        return self.sessions.session(session_id, user_id)
+
+    def messages(self, session_id: str, user_id: str, *,
+                 active_only: bool = False) -> builtins.list[Message]:
+        """A session's messages in order (see :meth:`Sessions.messages`)."""
+        return self.sessions.messages(session_id, user_id, active_only=active_only)
 
     def append(self, session_id: str, user_id: str, messages: Sequence[Any], *,
                session: Session | None = None,
                known: Known | None = None) -> builtins.list[Message]:
-        """Append messages to a session, atomically (see :meth:`SessionsMixin.append`)."""
+        """Append messages to a session, atomically (see :meth:`Sessions.append`)."""
         if isinstance(messages, list | tuple):
             messages = [v.check_message(m, i) for i, m in enumerate(messages)]
-        return super().append(session_id, user_id, messages, session=session, known=known)
+        return self.sessions.append(session_id, user_id, messages, session=session, known=known)
 
     def context(self, user_id: str, **options: Any) -> Context:
-        """Compile a context (see :meth:`SessionsMixin.context`)."""
+        """Compile a context (see :meth:`Contexts.context`)."""
         messages = options.get("messages")
         if isinstance(messages, list | tuple):
             options["messages"] = [v.check_message(m, i) for i, m in enumerate(messages)]
         _check_text_options(options, "query", "model")
-        return super().context(user_id, **options)
+        return self.contexts.context(user_id, **options)
+
+    def memory_candidates(
+        self, user_id: str, query: str, *, session: Session | None = None,
+        workspace: str | None = None, exclude_session: bool = False,
+        sent_chains: Iterable[str] | None = None,
+    ) -> tuple[builtins.list[Candidate], builtins.list[Candidate]]:
+        """The facts and memories a memory block for ``query`` may hold (see
+        :meth:`Contexts.memory_candidates`)."""
+        return self.contexts.memory_candidates(
+            user_id, query, session=session, workspace=workspace,
+            exclude_session=exclude_session, sent_chains=sent_chains)
+
+    def record_used(self, user_id: str, used: Sequence[Candidate]) -> None:
+        """Record access statistics of what a call injected, off the call's path."""
+        self.contexts.record_used(user_id, used)
+
+    def forget(self, memory_id: str, user_id: str | None = None) -> Memory:
+        """Delete a memory and all derived from it (see :meth:`Forgetting.forget`)."""
+        return self.forgetting.forget(memory_id, user_id)
+
+    def forget_with_sources(self, memory_id: str, user_id: str | None = None) -> Forgotten:
+        """:meth:`forget`, with the facts and messages it took (see :class:`Forgetting`)."""
+        return self.forgetting.forget_with_sources(memory_id, user_id)
 
     # -- facts -----------------------------------------------------------------------
     def set_fact(
@@ -350,9 +401,51 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
     ) -> builtins.list[Fact]:
         return self.store.get_facts(
             v.check_id(user_id, "user_id"),
-            workspaces=None if workspace is None else self.visible_workspaces(workspace),
+            workspaces=None if workspace is None else visible_workspaces(workspace),
             active_only=not include_history,
         )
+
+    def forget_fact(self, user_id: str, category: str, key: str, *,
+                    workspace: str | None = None) -> builtins.list[Fact]:
+        """Delete a fact and all derived from it (see :meth:`Forgetting.forget_fact`)."""
+        return self.forgetting.forget_fact(user_id, category, key, workspace=workspace)
+
+    def forget_fact_with_sources(self, user_id: str, category: str, key: str, *,
+                                 workspace: str | None = None) -> Forgotten:
+        """:meth:`forget_fact`, with the memories and messages it took."""
+        return self.forgetting.forget_fact_with_sources(user_id, category, key,
+                                                        workspace=workspace)
+
+    def forget_preview(self, memory_id: str, user_id: str) -> ForgetPreview:
+        """What :meth:`forget_with_sources` would remove; nothing is changed."""
+        return self.forgetting.forget_preview(memory_id, user_id)
+
+    def forget_fact_preview(self, user_id: str, category: str, key: str, *,
+                            workspace: str | None = None) -> ForgetPreview:
+        """What :meth:`forget_fact_with_sources` would remove; nothing is changed."""
+        return self.forgetting.forget_fact_preview(user_id, category, key,
+                                                   workspace=workspace)
+
+    # -- erasure ---------------------------------------------------------------------
+    def erase_user(self, user_id: str) -> dict[str, int]:
+        """Delete every row of the user (see :meth:`Erasure.erase_user`)."""
+        return self.erasure.erase_user(user_id)
+
+    def erase_session(self, user_id: str, session_id: str) -> dict[str, int]:
+        """Delete a session and what derives from it (see :meth:`Erasure.erase_session`)."""
+        return self.erasure.erase_session(user_id, session_id)
+
+    def erase_message(self, user_id: str, session_id: str, message_id: str) -> dict[str, int]:
+        """Delete a message and what derives from it (see :meth:`Erasure.erase_message`)."""
+        return self.erasure.erase_message(user_id, session_id, message_id)
+
+    def deep_scrub(self) -> builtins.list[str]:
+        """Rewrite the store's files (see :meth:`Erasure.deep_scrub`)."""
+        return self.erasure.deep_scrub()
+
+    def delete_call(self, user_id: str, call_id: str) -> None:
+        """Delete one of the user's call reports (NotFound when there is none)."""
+        self.erasure.delete_call(user_id, call_id)
 
     # -- jobs ------------------------------------------------------------------------
     def call(self, user_id: str, call_id: str) -> dict[str, Any]:

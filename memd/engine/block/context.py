@@ -1,6 +1,6 @@
-"""The context of a call, as ``Memd`` methods: the token-budgeted message list a model
-gets (history, facts, memories, recalled messages), and the memory candidates the proxy
-builds its memory block from. The reads of one compile share a unit of work
+"""The context of a call, the part of ``Memd`` that compiles it: the token-budgeted
+message list a model gets (history, facts, memories, recalled messages), and the memory
+candidates the proxy builds its memory block from. The reads of one compile share a unit of work
 (``Store.read_batch``); on PostgreSQL the history and the facts are read in a side thread
 while the query is embedded.
 """
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from memd.backends.base import Store
+    from memd.backends.service_roles import AccountStore
     from memd.config import Settings
     from memd.engine.background.jobs import JobRunner
     from memd.engine.conversation.history import HistoryCache
@@ -58,23 +59,47 @@ if TYPE_CHECKING:
 FACT_MIN_IMPORTANCE = 0.5  # facts this important are candidates for every context
 
 
-class ContextMixin:
-    """Context and memory-candidate methods of :class:`memd.engine.memory.Memd`."""
+def visible_workspaces(workspace: str | None) -> tuple[str, ...]:
+    """What a call scoped to ``workspace`` sees: its own memories plus the user's
+    global ones (no workspace)."""
+    return ("",) if workspace is None else ("", workspace)
 
-    if TYPE_CHECKING:  # provided by Memd
-        store: Store
-        settings: Settings
-        embedder: CachedEmbedder
-        jobs: JobRunner
-        history: HistoryCache
-        notes_cache: NoteCache
-        sanitizer: Sanitizer
 
-        def now(self) -> float: ...
-        def session(self, session_id: str, user_id: str) -> Session: ...
-        def visible_workspaces(self, workspace: str | None) -> tuple[str, ...]: ...
-        def shared_owners(self, user_id: str,
-                          workspace: str | None) -> list[tuple[str, MemoryFilter]]: ...
+def shared_owners(store: AccountStore, user_id: str, workspace: str | None,
+                  now: float) -> list[tuple[str, MemoryFilter]]:
+    """The other members of ``workspace`` when ``user_id`` is one, each with the
+    filter of what they share: their global memories of that workspace. Membership
+    exists only in authenticated (team) mode, so in local mode this is empty."""
+    if workspace is None:
+        return []
+    members = store.workspace_members(workspace)
+    if user_id not in members:
+        return []
+    flt = MemoryFilter(workspaces=(workspace,), scope=Scope.GLOBAL, now=now)
+    return [(other, flt) for other in members if other != user_id]
+
+
+class Contexts:
+    """Compiles contexts and gathers memory-block candidates for
+    :class:`memd.engine.memory.Memd` (which delegates ``context``,
+    ``memory_candidates``, ``query_vector``, ``redact`` and ``record_used`` here). What
+    it reads (the store, the embedder, the caches), what it reads by (the settings, the
+    clock, the sanitizer), the session lookup and the job runner that records access
+    statistics are passed in."""
+
+    def __init__(self, store: Store, settings: Settings, embedder: CachedEmbedder,
+                 jobs: JobRunner, history: HistoryCache, notes_cache: NoteCache,
+                 sanitizer: Sanitizer, now: Callable[[], float],
+                 session: Callable[[str, str], Session]) -> None:
+        self.store = store
+        self.settings = settings
+        self.embedder = embedder
+        self.jobs = jobs
+        self.history = history
+        self.notes_cache = notes_cache
+        self.sanitizer = sanitizer
+        self.now = now
+        self.session = session
 
 
     def context(
@@ -115,7 +140,7 @@ class ContextMixin:
         if session is not None and ws is None:
             ws = session.workspace
         now = self.now()
-        visible = self.visible_workspaces(ws)
+        visible = visible_workspaces(ws)
         chains = frozenset(sent_chains or ())
         own = session.id if session is not None and exclude_session else None
         with self.store.read_batch():
@@ -199,7 +224,7 @@ class ContextMixin:
                            session_id=session.id if session else None,
                            scope=None if session else Scope.GLOBAL)
         return score_memories(self.store, user_id, query, qvec, flt, self.settings.weights,
-                              now, shared=self.shared_owners(user_id, workspace))
+                              now, shared=shared_owners(self.store, user_id, workspace, now))
 
     def query_vector(self, query: str) -> np.ndarray:
         """The vector of ``query`` as retrieval embeds it: its first and last
@@ -247,7 +272,7 @@ class ContextMixin:
         if query is None:
             query = newest_user_words((m for _, m in reversed(pending)), self.redact)
         now = self.now()
-        visible = self.visible_workspaces(ws)
+        visible = visible_workspaces(ws)
         reserve = (max_response_tokens if max_response_tokens is not None
                    else (session.max_response_tokens if session
                          else self.settings.default_max_response_tokens))
@@ -368,7 +393,7 @@ def _candidates(
 
 
 def _history_and_facts(
-    engine: ContextMixin, user_id: str, session: Session, reach: int,
+    engine: Contexts, user_id: str, session: Session, reach: int,
     visible: Sequence[str],
 ) -> tuple[list[Message], list[Fact]]:
     with engine.store.read_batch():  # one connection for both reads

@@ -129,7 +129,8 @@ def prepare_chat(
     hashes = resent.hashes
     with engine.store.transaction():
         session, new, retry, client_owns = resolve(
-            engine, uid, ws, history, [h for h in hashes if h is not None], sid, model,
+            engine.store, engine.create_session, engine.now, uid, ws, history,
+            [h for h in hashes if h is not None], sid, model,
             Identity.of_request(client, model, system),
             new=sum(1 for h in hashes[:resent.reused] if h is not None),
             conversation=conversation)
@@ -152,7 +153,8 @@ def prepare_chat(
         # _augment hands ``plain`` itself back when it adds nothing (memory_added)
         plain = list(messages)
         counted = resent.tokens(model) + tool_tokens(tools, model)
-        virtual = for_call(engine, session, plain, counted, window, max_response_tokens,
+        virtual = for_call(engine.store, engine.settings, engine.now, engine.jobs.llm_enabled,
+                           session, plain, counted, window, max_response_tokens,
                            virtualize, model, call_id, restorable)
         if virtual is not None:
             plain = virtual.messages

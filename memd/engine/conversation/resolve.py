@@ -31,15 +31,14 @@ A client pinning ``X-Memd-Session`` names its session: no inference, no identity
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memd.engine.conversation.identity import Identity
 from memd.types import Message, Session
 
 if TYPE_CHECKING:
     from memd.backends.base import Store
-    from memd.engine.memory import Memd
 
 #: Headers in which clients name their conversation, the first one sent counts: opencode's
 #: ``x-session-id`` (and ``x-session-affinity``), Claude Code's
@@ -52,8 +51,18 @@ CONVERSATION_HEADERS = ("x-session-id", "x-claude-code-session-id", "session-id"
 _CONVERSATION = "conversation:"
 
 
+class CreateSession(Protocol):
+    """How a call starts a session: the engine's checked
+    :meth:`memd.engine.memory.Memd.create_session`."""
+
+    def __call__(self, user_id: str, *, workspace: str | None = ..., model: str | None = ...,
+                 session_id: str | None = ..., parent_session_id: str | None = ...,
+                 metadata: Mapping[str, Any] | None = ...) -> Session: ...
+
+
 def resolve(
-    engine: Memd, user_id: str, workspace: str | None, history: list[dict[str, Any]],
+    store: Store, create_session: CreateSession, now: Callable[[], float], user_id: str,
+    workspace: str | None, history: list[dict[str, Any]],
     hashes: list[str], session_id: str | None, model: str | None, identity: Identity,
     new: int = 0, conversation: str | None = None,
 ) -> tuple[Session, list[dict[str, Any]], bool, bool]:
@@ -67,14 +76,14 @@ def resolve(
     agent's tool loop, the model's reply that ends the stored session, then the tool
     results): they are looked up first, and the rest only when they continue no session.
     The deepest match decides, so a session continued or retried from one of the newest
-    hashes is the one all of them would give."""
-    store = engine.store
+    hashes is the one all of them would give. A new session is made by
+    ``create_session``; ``now`` dates a conversation name's link to it."""
     depth = {h: i for i, h in enumerate(hashes)}
     metadata = {"identity": identity.to_metadata()}
     if session_id is not None:
         session = store.get_session(user_id, session_id)
         if session is None:
-            session = engine.create_session(user_id, workspace=workspace, model=model,
+            session = create_session(user_id, workspace=workspace, model=model,
                                             session_id=session_id, metadata=metadata)
         mine: list[Message] = []
         for part in _lookups(hashes, new):
@@ -99,32 +108,32 @@ def resolve(
                 continue
             start = depth[m.chain_hash or ""] + 1
             if m.turn_index == s.turn_count:
-                return _keep(engine, s, identity), history[start:], False, True
+                return _keep(store, s, identity), history[start:], False, True
             if start == len(history):
                 after = store.get_messages(user_id, s.id, after_turn=m.turn_index)
                 if all(x.role == "assistant" for x in after):
-                    return _keep(engine, s, identity), [], True, True
+                    return _keep(store, s, identity), [], True, True
     if conversation is not None and not matches:
-        named = _named(engine, user_id, workspace, conversation, identity)
+        named = _named(store, user_id, workspace, conversation, identity)
         if named is not None:  # the client rewrote its history: stored as it now reads
-            return _keep(engine, named, identity), history, False, True
+            return _keep(store, named, identity), history, False, True
     parent = matches[0].session_id if matches else None
     if parent is not None and sessions.get(parent) is None:
         parent = None
-    session = engine.create_session(user_id, workspace=workspace, model=model,
+    session = create_session(user_id, workspace=workspace, model=model,
                                     parent_session_id=parent, metadata=metadata)
     if conversation is not None:
-        store.link_response(user_id, _CONVERSATION + conversation, session.id, engine.now())
+        store.link_response(user_id, _CONVERSATION + conversation, session.id, now())
     return session, history, False, True
 
 
-def _named(engine: Memd, user_id: str, workspace: str | None, conversation: str,
+def _named(store: Store, user_id: str, workspace: str | None, conversation: str,
            identity: Identity) -> Session | None:
     """The session the client's name for its conversation was linked to, if it is of
     the same workspace and its identity agrees with the call's (a sub-agent that shares
     its parent's name has a system prompt of its own: a session of its own)."""
-    sid = engine.store.response_session(user_id, _CONVERSATION + conversation)
-    session = engine.store.get_session(user_id, sid) if sid is not None else None
+    sid = store.response_session(user_id, _CONVERSATION + conversation)
+    session = store.get_session(user_id, sid) if sid is not None else None
     if session is None or session.workspace != workspace \
             or not identity.agrees(Identity.of_session(session.metadata)):
         return None
@@ -156,13 +165,13 @@ def _matches(store: Store, user_id: str, hashes: list[str],
                   key=lambda m: (-depth[m.chain_hash or ""], -m.created_at, m.id))
 
 
-def _keep(engine: Memd, session: Session, identity: Identity) -> Session:
+def _keep(store: Store, session: Session, identity: Identity) -> Session:
     """``session``, its stored identity brought up to the call's: a system prompt that
     changes a little at every call is compared with its newest form, and never drifts
     away from its conversation. Writes only when something changed."""
     stored = Identity.of_session(session.metadata)
     newest = identity.over(stored)
     if newest != stored:
-        engine.store.update_session(session.user_id, session.id, metadata={
+        store.update_session(session.user_id, session.id, metadata={
             **session.metadata, "identity": newest.to_metadata()})
     return session

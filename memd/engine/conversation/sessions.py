@@ -1,5 +1,5 @@
-"""Sessions and the append-only message log, as ``Memd`` methods (the context of a
-call: :mod:`memd.engine.block.context`).
+"""Sessions and the append-only message log: the part of ``Memd`` that writes them
+(the context of a call: :mod:`memd.engine.block.context`).
 
 The synchronous part of appending a turn is cheap and model-free, so a chat call never
 waits for a model (docs/design.md, "Appending a turn"): validate, count tokens, store the
@@ -11,9 +11,10 @@ ingesting the extracted memories (which needs an embedding for dedup) are durabl
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memd.engine import validate as v
 from memd.engine.background import compact
@@ -52,23 +53,33 @@ MAX_MESSAGES_PER_CALL = 1000
 MAX_WINDOW = 100_000_000  # tokens; far above any model, far below SQLite's int64
 
 
-class SessionsMixin:
-    """Session and message methods of :class:`memd.engine.memory.Memd`."""
+class SetFact(Protocol):
+    """How an append sets the facts a user message states: the engine's checked,
+    confidence-gated write (:meth:`memd.engine.memory.Memd.set_fact`)."""
 
-    if TYPE_CHECKING:  # provided by Memd
-        store: Store
-        settings: Settings
-        jobs: JobRunner
-        sanitizer: Sanitizer
-        placeholders: SessionPlaceholders
+    def __call__(self, user_id: str, category: str, key: str, value: str, *,
+                 workspace: str | None = None, confidence: float = 1.0,
+                 importance: float = 0.8, is_correction: bool = False,
+                 source_message_id: str | None = None,
+                 metadata: Mapping[str, Any] | None = None) -> FactResult: ...
 
-        def now(self) -> float: ...
-        def new_id(self) -> str: ...
-        def set_fact(self, user_id: str, category: str, key: str, value: str, *,
-                     workspace: str | None = None, confidence: float = 1.0,
-                     importance: float = 0.8, is_correction: bool = False,
-                     source_message_id: str | None = None,
-                     metadata: Mapping[str, Any] | None = None) -> FactResult: ...
+
+class Sessions:
+    """Creates sessions and appends their messages for :class:`memd.engine.memory.Memd`
+    (which delegates ``create_session``, ``session``, ``append`` and ``messages`` here,
+    after checking whole messages): what it writes through, and what it enqueues
+    jobs on, are passed in."""
+
+    def __init__(self, store: Store, settings: Settings, jobs: JobRunner,
+                 sanitizer: Sanitizer, placeholders: SessionPlaceholders,
+                 now: Callable[[], float], set_fact: SetFact) -> None:
+        self.store = store
+        self.settings = settings
+        self.jobs = jobs
+        self.sanitizer = sanitizer
+        self.placeholders = placeholders
+        self.now = now
+        self.set_fact = set_fact
 
     def create_session(
         self, user_id: str, *, workspace: str | None = None, model: str | None = None,
@@ -93,7 +104,7 @@ class SessionsMixin:
                 prompt_tokens = message_tokens({"role": "system", "content": text}, model)
                 self.store.register_system_prompt(prompt_hash, text, prompt_tokens)
             session = Session(
-                id=v.check_id(session_id, "session_id") if session_id else self.new_id(),
+                id=v.check_id(session_id, "session_id") if session_id else uuid.uuid4().hex,
                 user_id=uid, workspace=v.check_optional_id(workspace, "workspace"),
                 created_at=now, updated_at=now,
                 expires_at=now + self.settings.session_ttl_hours * 3600, model=model,

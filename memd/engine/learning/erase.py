@@ -88,17 +88,20 @@ def _fault_texts(store: Store, user_id: str, session_id: str,
     return texts
 
 
-class ErasureMixin:
-    """``erase_user``, ``erase_session``, ``erase_message`` and ``delete_call`` of
-    :class:`memd.engine.memory.Memd`."""
+class Erasure:
+    """Erases users, sessions, messages and call reports for
+    :class:`memd.engine.memory.Memd` (which delegates ``erase_*``, ``deep_scrub`` and
+    ``delete_call`` here): the store deletes the rows, the job runner is flushed first
+    (its gathered statistics name what goes), and the in-process caches are cleared."""
 
-    if TYPE_CHECKING:  # provided by Memd
-        settings: Settings
-        store: Store
-        jobs: JobRunner
-        history: HistoryCache
-        blocks: StableBlocks
-        notes_cache: NoteCache
+    def __init__(self, store: Store, settings: Settings, jobs: JobRunner,
+                 history: HistoryCache, blocks: StableBlocks, notes_cache: NoteCache) -> None:
+        self.store = store
+        self.settings = settings
+        self.jobs = jobs
+        self.history = history
+        self.blocks = blocks
+        self.notes_cache = notes_cache
 
     def erase_user(self, user_id: str) -> dict[str, int]:
         """Delete every row of the user in every table (messages, sessions, memories with

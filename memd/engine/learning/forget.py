@@ -35,7 +35,9 @@ from memd.errors import NotFound
 from memd.types import Fact, Memory, MemoryFilter, Message
 
 if TYPE_CHECKING:
-    from memd.backends.base import MessageStore, Store
+    from collections.abc import Callable
+
+    from memd.backends.base import MemoryStore, MessageStore, Store
     from memd.engine.block.inject import StableBlocks
     from memd.engine.conversation.history import HistoryCache
 
@@ -71,17 +73,25 @@ class ForgetPreview:
     titles: list[tuple[str, str]]  # (session id, title) of the titles cleared
 
 
-class ForgetMixin:
-    """``forget`` and ``forget_fact`` of :class:`memd.engine.memory.Memd`."""
+def existing_memory(store: MemoryStore, memory_id: str, user_id: str) -> Memory:
+    """The user's memory ``memory_id``; NotFound when the user has none of that id."""
+    mem = store.get_memory(v.check_id(user_id, "user_id"), v.check_id(memory_id, "id"))
+    if mem is None:
+        raise NotFound(f"no memory {memory_id!r} for user {user_id!r}")
+    return mem
 
-    if TYPE_CHECKING:  # provided by Memd
-        store: Store
-        history: HistoryCache
-        blocks: StableBlocks
 
-        def get(self, memory_id: str, user_id: str) -> Memory: ...
+class Forgetting:
+    """Forgets memories and facts for :class:`memd.engine.memory.Memd` (which delegates
+    ``forget`` and ``forget_fact`` here): it needs the store, the clock, and the
+    in-process caches a forget makes stale."""
 
-        def now(self) -> float: ...
+    def __init__(self, store: Store, history: HistoryCache, blocks: StableBlocks,
+                 now: Callable[[], float]) -> None:
+        self.store = store
+        self.history = history
+        self.blocks = blocks
+        self.now = now
 
     def forget(self, memory_id: str, user_id: str | None = None) -> Memory:
         """Delete a memory and every derived copy (vector, full-text row, entity links,
@@ -100,7 +110,7 @@ class ForgetMixin:
                 raise NotFound(f"no memory {memory_id!r}")
             user_id, mem = found
         else:
-            mem = self.get(memory_id, user_id)
+            mem = existing_memory(self.store, memory_id, user_id)
         with self.store.transaction():
             stated = self._stated_by(user_id, mem)
             self.store.delete_memory(user_id, memory_id)
@@ -136,7 +146,7 @@ class ForgetMixin:
     def forget_preview(self, memory_id: str, user_id: str) -> ForgetPreview:
         """What :meth:`forget_with_sources` of ``memory_id`` would remove; nothing is
         changed."""
-        mem = self.get(v.check_id(memory_id, "id"), user_id)
+        mem = existing_memory(self.store, memory_id, user_id)
         return self._preview(user_id, [mem], self._stated_by(user_id, mem))
 
     def forget_fact_preview(self, user_id: str, category: str, key: str, *,

@@ -3,7 +3,7 @@ budget and, when it engages, the rewritten request."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memd.engine.virtual import summaries
@@ -14,11 +14,13 @@ from memd.engine.virtual.modes import call_mode
 RESERVE_SHARE = 0.25  # of the window: the most of it a response reserve holds back
 
 if TYPE_CHECKING:
-    from memd.engine.memory import Memd
+    from memd.backends.base import Store
+    from memd.config import Settings
     from memd.types import Session, WindowInfo
 
 
-def for_call(engine: Memd, session: Session, messages: Sequence[Mapping[str, Any]],
+def for_call(store: Store, settings: Settings, now: Callable[[], float], llm_enabled: bool,
+             session: Session, messages: Sequence[Mapping[str, Any]],
              request_tokens: int, window: WindowInfo, max_response_tokens: int | None,
              asked: str | None, model: str | None, call_id: str,
              restorable: bool = False) -> Virtualized | None:
@@ -26,8 +28,8 @@ def for_call(engine: Memd, session: Session, messages: Sequence[Mapping[str, Any
     (mode "off"; "auto" below the caution line or with the window unknown; "on" with
     the window unknown measures against ``default_context_window``). ``restorable``:
     the call offers the model ``memory_restore``, so even the result it just asked for
-    may be admitted below full."""
-    settings = engine.settings
+    may be admitted below full. ``llm_enabled``: a helper model runs, and summarizes
+    the objects held out in the background."""
     mode = call_mode(settings, session.workspace, asked)
     tokens = window.tokens
     if tokens is None and mode == "on":
@@ -45,12 +47,12 @@ def for_call(engine: Memd, session: Session, messages: Sequence[Mapping[str, Any
     budget = Budget.of(tokens, reserve, request_tokens, window.token_scale)
     if not engages(mode, budget, settings.virtual_zones):
         return None
-    done = virtualize(engine.store, session.user_id, session.id, messages, budget,
+    done = virtualize(store, session.user_id, session.id, messages, budget,
                       settings.virtual_zones, mode=mode, model=model, call_id=call_id,
-                      now=engine.now(), restorable=restorable,
-                      pinned=pinned(engine, session.user_id, session.id, session.turn_count))
+                      now=now(), restorable=restorable,
+                      pinned=pinned(store, settings.virtual_restore_turns, session.user_id,
+                                    session.id, session.turn_count))
     worth = [o.object_id for o in done.new if o.tokens_l0 >= summaries.MIN_TOKENS]
-    if worth and engine.jobs.llm_enabled:  # the helper's summaries, in the background
-        summaries.enqueue(engine.store, session.user_id, session.id, worth, model,
-                          engine.now())
+    if worth and llm_enabled:  # the helper's summaries, in the background
+        summaries.enqueue(store, session.user_id, session.id, worth, model, now())
     return done

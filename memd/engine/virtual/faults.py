@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from memd.engine.virtual.fidelity import FULL, NAMES
 from memd.models.tokens import count_text
 
 if TYPE_CHECKING:
-    from memd.engine.memory import Memd
+    from memd.backends.roles import ContextObjectStore
     from memd.models.embedder import Embedder
 
 QUERY, RESTORE = "memory_query", "memory_restore"
@@ -135,7 +135,21 @@ class Served:
     fault: Fault
 
 
-def serve(engine: Memd, user_id: str, session_id: str, turn: int, call_id: str,
+class FaultHost(Protocol):
+    """What serving a fault uses: the session's objects and the fault log (the store),
+    the embedder a micro-fault searches with, and the clock. The engine is one; the
+    server passes it."""
+
+    @property
+    def store(self) -> ContextObjectStore: ...
+
+    @property
+    def embedder(self) -> Embedder: ...
+
+    def now(self) -> float: ...
+
+
+def serve(engine: FaultHost, user_id: str, session_id: str, turn: int, call_id: str,
           tool_call: Mapping[str, Any], answerer: Answerer | None = None) -> Served:
     """Serve one of memd's tool calls and record it (see the module docstring). A call
     with bad arguments gets an answer that says so, as a tool would."""
@@ -153,13 +167,14 @@ def serve(engine: Memd, user_id: str, session_id: str, turn: int, call_id: str,
             text, used, avoided = "memory_query needs a 'question' string.", [], 0
             question = str(fn.get("arguments") or "")
         else:
-            text, used, avoided = _query(engine, objects, question, answerer, None)
+            text, used, avoided = _query(engine.embedder, objects, question, answerer, None)
         kind = "query"
     else:
         question = args.get("object_id") if isinstance(args, dict) else None
         if not isinstance(question, str):
             question = str(fn.get("arguments") or "")
-        text, used = _restore(engine, user_id, session_id, objects, question, call_id)
+        text, used = _restore(engine.store, engine.now(), user_id, session_id, objects,
+                              question, call_id)
         avoided, kind = 0, "restore"
     fault = Fault(f"{round(engine.now() * 1e6):017d}-{uuid.uuid4().hex[:8]}", session_id,
                   kind, question, text, tuple(o.object_id for o in used), avoided,
@@ -168,10 +183,10 @@ def serve(engine: Memd, user_id: str, session_id: str, turn: int, call_id: str,
     return Served(text, fault)
 
 
-def _query(engine: Memd, objects: Sequence[ContextObject], question: str,
+def _query(embedder: Embedder, objects: Sequence[ContextObject], question: str,
            answerer: Answerer | None, model: str | None,
            ) -> tuple[str, list[ContextObject], int]:
-    hits = search(objects, question, engine.embedder)
+    hits = search(objects, question, embedder)
     if not hits:
         return "memd holds no earlier tool output for this session.", [], 0
     found = [(h.object, h.passage) for h in hits]
@@ -193,7 +208,7 @@ def _query(engine: Memd, objects: Sequence[ContextObject], question: str,
     return answer, [o for o, _ in found], max(0, whole - count_text(answer, model))
 
 
-def _restore(engine: Memd, user_id: str, session_id: str,
+def _restore(store: ContextObjectStore, now: float, user_id: str, session_id: str,
              objects: Sequence[ContextObject], object_id: str, call_id: str,
              ) -> tuple[str, list[ContextObject]]:
     by_id = {o.object_id: o for o in objects}
@@ -208,10 +223,10 @@ def _restore(engine: Memd, user_id: str, session_id: str,
         if o.tokens_l0 <= budget:
             back.append(o)
             budget -= o.tokens_l0
-    engine.store.apply_transitions(user_id, session_id, [
+    store.apply_transitions(user_id, session_id, [
         FidelityTransition(o.object_id, o.fidelity, FULL, "fault", "-", o.tokens_l0,
-                           call_id, engine.now())
-        for o in back if o.fidelity != FULL], {}, engine.now())
+                           call_id, now)
+        for o in back if o.fidelity != FULL], {}, now)
     text = "\n\n".join(
         f"[memd: object {o.object_id}, the output of {o.source_tool or 'a tool'}"
         f"{' ' + o.source_key if o.source_key else ''}, whole"
@@ -235,8 +250,9 @@ def _related(target: ContextObject, objects: Sequence[ContextObject],
     return sorted((by_id[i] for i in ids), key=lambda o: -o.created_at)
 
 
-def pinned(engine: Memd, user_id: str, session_id: str, turn: int) -> frozenset[str]:
-    """The objects a restore keeps whole at this turn of the session."""
-    turns = engine.settings.virtual_restore_turns
-    return frozenset(i for f in engine.store.faults(user_id, session_id)
+def pinned(store: ContextObjectStore, turns: int, user_id: str, session_id: str,
+           turn: int) -> frozenset[str]:
+    """The objects a restore keeps whole at this turn of the session (for ``turns``
+    turns after it)."""
+    return frozenset(i for f in store.faults(user_id, session_id)
                      if f.kind == "restore" and turn - f.turn < turns for i in f.object_ids)
