@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from memd.errors import InvalidInput
+from memd.server import schemas
 from memd.server.bodies import (
     completions_body,
     messages_body,
@@ -15,6 +17,7 @@ from memd.server.bodies import (
     plain_body,
     responses_body,
 )
+from memd.server.ollama_schema import CHAT_REQUEST as OLLAMA_CHAT_REQUEST
 
 
 def test_a_chat_completions_body_is_read_once_and_kept_as_sent() -> None:
@@ -36,7 +39,7 @@ def test_a_body_that_says_nothing_of_streaming_leaves_it_to_the_door() -> None:
     assert plain_body({"prompt": "x", "stream": False}).stream is False
 
 
-@pytest.mark.parametrize("raw,message", [
+BAD_CHATS: list[tuple[dict[str, Any], str]] = [
     ({}, "'messages' is required"),
     ({"messages": []}, "'messages' is required"),
     ({"messages": "hi"}, "'messages' is required"),
@@ -47,7 +50,10 @@ def test_a_body_that_says_nothing_of_streaming_leaves_it_to_the_door() -> None:
      "max_tokens must be a non-negative integer"),
     ({"messages": [{"role": "user"}], "max_completion_tokens": True},
      "max_completion_tokens must be a non-negative integer"),
-])
+]
+
+
+@pytest.mark.parametrize("raw,message", BAD_CHATS)
 def test_a_bad_chat_completions_body_is_refused_by_name(raw: dict[str, Any],
                                                          message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
@@ -70,7 +76,7 @@ def test_a_messages_body_is_seen_in_the_conversation_model() -> None:
     assert raw["messages"][0]["content"] == [{"type": "text", "text": "hi"}]
 
 
-@pytest.mark.parametrize("raw,message", [
+BAD_MESSAGES: list[tuple[dict[str, Any], str]] = [
     ({"messages": []}, "'messages' is required"),
     ({"messages": [{"role": "tool", "content": "x"}]}, r"messages\[0\] must be an object"),
     ({"messages": [{"role": "user", "content": [{"text": "x"}]}]},
@@ -78,7 +84,10 @@ def test_a_messages_body_is_seen_in_the_conversation_model() -> None:
     ({"messages": [{"role": "user", "content": "x"}], "system": 3}, "'system' must be"),
     ({"messages": [{"role": "user", "content": "x"}], "max_tokens": "9"},
      "max_tokens must be a non-negative integer"),
-])
+]
+
+
+@pytest.mark.parametrize("raw,message", BAD_MESSAGES)
 def test_a_bad_messages_body_is_refused_by_name(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
         messages_body(raw)
@@ -93,14 +102,17 @@ def test_a_responses_body_names_the_answer_it_continues() -> None:
     assert responses_body({"input": "hello", "previous_response_id": ""}).previous is None
 
 
-@pytest.mark.parametrize("raw,message", [
+BAD_RESPONSES: list[tuple[dict[str, Any], str]] = [
     ({"input": ""}, "'input' is required"),
     ({"input": ["x"]}, "'input' items must be objects"),
     ({"input": [{"role": "user", "content": ["x"]}]}, r"input\[0\].content parts"),
     ({"input": [{"role": "system", "content": "x"}]}, "needs an item that is not"),
     ({"input": "x", "previous_response_id": 4}, "'previous_response_id' must be a string"),
     ({"input": "x", "max_output_tokens": 1.5}, "max_output_tokens must be"),
-])
+]
+
+
+@pytest.mark.parametrize("raw,message", BAD_RESPONSES)
 def test_a_bad_responses_body_is_refused_by_name(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
         responses_body(raw)
@@ -117,3 +129,33 @@ def test_an_ollama_body_carries_the_window_it_asks_for() -> None:
         ollama_body({**raw, "options": {"num_ctx": 0}})
     with pytest.raises(InvalidInput, match="'model' is required"):
         ollama_body({"messages": []})
+
+
+DOORS: list[tuple[Any, dict[str, Any], dict[str, Any], list[tuple[dict[str, Any], str]]]] = [
+    (completions_body, schemas.CHAT_REQUEST,
+     {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5},
+     BAD_CHATS),
+    (messages_body, schemas.MESSAGES_REQUEST,
+     {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+     BAD_MESSAGES),
+    (responses_body, schemas.RESPONSES_REQUEST, {"model": "m", "input": "hi"}, BAD_RESPONSES),
+    (ollama_body, OLLAMA_CHAT_REQUEST,
+     {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+     [({"messages": []}, ""), ({"model": "m", "options": {"num_ctx": 0}}, "")]),
+]
+
+
+@pytest.mark.parametrize("parse,schema,good,bad", DOORS,
+                         ids=["chat", "messages", "responses", "ollama"])
+def test_a_doors_schema_and_its_parser_agree(parse: Any, schema: dict[str, Any],
+                                             good: dict[str, Any],
+                                             bad: list[tuple[dict[str, Any], str]]) -> None:
+    """What the OpenAPI schema tells a client is what the door refuses: a body the parser
+    refuses breaks the schema too, and the schema's valid example parses."""
+    validator = Draft202012Validator(schema)
+    assert validator.is_valid(good)
+    parse(good)
+    for raw, _ in bad:
+        with pytest.raises(InvalidInput):
+            parse(raw)
+        assert not validator.is_valid(raw), raw
