@@ -1,8 +1,9 @@
 """What every door of a chat API does with a call, once the door has read its format.
 
-A door (Anthropic Messages, OpenAI Responses) converts its request into memd's
-conversation model (:mod:`memd.engine.formats.anthropic`, :mod:`memd.engine.formats.responses`) and
-hands it here: a side request is recorded and forwarded as sent; a turn is stored and
+A door (Anthropic Messages, OpenAI Responses, Ollama) parses its request once
+(:mod:`memd.server.bodies`), its conversation converted into memd's conversation model
+(:mod:`memd.engine.formats.anthropic`, :mod:`memd.engine.formats.responses`), and hands
+it here: a side request is recorded and forwarded as sent; a turn is stored and
 gets its memory block, which the door puts back into its own format; then the call goes
 upstream and its answer is relayed and stored (:func:`memd.server.proxy.relay`).
 
