@@ -170,3 +170,17 @@ def test_messages_say_where_compaction_left_them(client: TestClient, engine: Mem
     assert [(m["is_compressed"], m["compressed_summary_id"], m["is_pruned"])
             for m in got] == [(True, "summary-1", False), (False, None, False)]
     assert all("sanitized" in m for m in got)
+
+
+def test_calls_and_usage_take_the_same_time_bounds(client: TestClient) -> None:
+    """One pair of since/until parameters serves both listings: their schemas agree."""
+    paths = ok(client.get("/openapi.json"))["paths"]
+
+    def bounds(path: str) -> dict[str, Any]:
+        return {p["name"]: p for p in paths[path]["get"]["parameters"]
+                if p["name"] in ("since", "until")}
+
+    calls, usage = bounds("/v1/calls"), bounds("/v1/usage")
+    assert set(calls) == {"since", "until"}
+    assert calls == usage
+    assert "date-time" in str(calls["since"]["schema"])

@@ -169,6 +169,27 @@ def test_only_the_cli_imports_the_cli() -> None:
             if _within(e.imported, "memd.cli") and not _within(e.importer, "memd.cli")] == []
 
 
+# What the CLI may import of the server: what it starts (the daemon's app, its listener,
+# config watching and local model transport; the MCP stdio server and its tools) and the
+# daemon's record in the data dir (written by the daemon, read to find it). What it
+# prints of API objects comes from memd.engine.shapes, below both.
+CLI_MAY_START = frozenset({
+    "memd.server.app", "memd.server.listen", "memd.server.watch",
+    "memd.server.local_upstream", "memd.server.mcp_server", "memd.server.mcp_tools",
+    "memd.server.discovery"})
+
+
+def _cli_reaching_into_the_server(found: tuple[Edge, ...]) -> list[str]:
+    return [str(e) for e in found if _within(e.importer, "memd.cli")
+            and _within(e.imported, "memd.server") and e.imported not in CLI_MAY_START]
+
+
+def test_the_cli_imports_of_the_server_only_what_it_starts() -> None:
+    assert _cli_reaching_into_the_server(edges()) == []
+    planted = Edge("memd.cli.memories", "memd.server.api", 1, lazy=True, typing_only=False)
+    assert _cli_reaching_into_the_server((planted,)) == [str(planted)]
+
+
 def test_the_server_reaches_no_backend() -> None:
     """The server talks to the engine; the shared types (queued jobs included) live in
     memd.types, not in the backends."""

@@ -26,20 +26,12 @@ from fastapi.responses import JSONResponse, Response
 
 from memd.engine.formats import anthropic as a
 from memd.engine.validate import is_count
-from memd.errors import InvalidInput
 from memd.models.tokens import count_text
 from memd.server import schemas as s
+from memd.server.bodies import messages_body
 from memd.server.doors import DOOR_RESPONSES, converse
 from memd.server.failures import error_body
-from memd.server.proxy import (
-    CHAT_ERRORS,
-    Door,
-    body_of,
-    checked_model,
-    forward_headers,
-    out_of_reach,
-    token_field,
-)
+from memd.server.proxy import CHAT_ERRORS, Door, body_of, forward_headers, out_of_reach
 from memd.server.upstream import NO_UPSTREAM, NoUpstream, cached_client, upstream_client
 
 router = APIRouter()
@@ -72,49 +64,20 @@ def _path(request: Request, path: str, suffix: str = "") -> str:
     return path + suffix + ("?" + query if query else "")
 
 
-def _blocks_or_text(value: Any) -> bool:
-    return isinstance(value, str) or (isinstance(value, list) and all(
-        isinstance(b, dict) and isinstance(b.get("type"), str) for b in value))
-
-
-def _check_shape(body: dict[str, Any]) -> None:
-    """What this door reads of a Messages request is what the API defines: a list of
-    messages, each with a role and content (text or blocks), and a system prompt of text
-    or blocks (schemas.MESSAGES_REQUEST says the same)."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise InvalidInput("'messages' is required and must be a non-empty list")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant", "system"):
-            raise InvalidInput(f"messages[{i}] must be an object with a role of user, "
-                               "assistant or system")
-        if not _blocks_or_text(m.get("content")):
-            raise InvalidInput(f"messages[{i}].content must be text or a list of blocks, "
-                               "each with a type")
-    if "system" in body and not _blocks_or_text(body["system"]):
-        raise InvalidInput("'system' must be text or a list of blocks")
-
-
 @router.post("/v1/messages", responses=DOOR_RESPONSES, openapi_extra={
     "requestBody": {"required": True, "content": {"application/json": {
         "schema": s.MESSAGES_REQUEST}}}})
 async def messages(request: Request) -> Response:
     """Anthropic Messages through memd: memory in, the model's answer out."""
-    body = await body_of(request)
-    _check_shape(body)
-    model = checked_model(body)
-    max_tokens = token_field(body, "max_tokens")
+    sent = messages_body(await body_of(request))
     try:
         client, path = _upstream(request)
     except NoUpstream:
         return JSONResponse(error_body("upstream_not_configured", NO_UPSTREAM),
                             status_code=503)
-    seen = a.view(body)
     door = Door(_path(request, path), a.StreamReply, a.whole, _anthropic_headers)
-    return await converse(request, client, door, body, model=model, messages=seen.messages,
-                          shape=a.side_body(body, seen),
-                          put_back=lambda placed: a.forward(body, seen, placed),
-                          max_tokens=max_tokens, count=_counter(request, client, path, model))
+    return await converse(request, client, door, sent,
+                          count=_counter(request, client, path, sent.model))
 
 
 def _counter(request: Request, client: httpx.AsyncClient, path: str,

@@ -310,6 +310,13 @@ def instant(value: str | None, name: str) -> float | None:
 
 INSTANT_SCHEMA: dict[str, Any] = {"anyOf": [{"type": "number"},
                                       {"type": "string", "format": "date-time"}]}
+# The time bounds of every listing that takes them (calls, usage), read by :func:`instant`.
+SinceQuery = Query(None, description="Only what happened at or after this time: unix "
+                                     "seconds or ISO 8601 (UTC unless it has an offset).",
+                   json_schema_extra=INSTANT_SCHEMA)
+UntilQuery = Query(None, description="Only what happened before this time, given as for "
+                                     "since.",
+                   json_schema_extra=INSTANT_SCHEMA)
 
 
 @router.get("/v1/calls", tags=["calls"])
@@ -318,13 +325,7 @@ def list_calls(
     session: str | None = Query(None, description="Only this session's calls.",
                                 json_schema_extra={"pattern": v.OPTIONAL_ID_PATTERN,
                                                    "maxLength": 128}),
-    since: str | None = Query(None, description="Only calls made at or after this time: "
-                                                "unix seconds or ISO 8601 (UTC unless "
-                                                "it has an offset).",
-                              json_schema_extra=INSTANT_SCHEMA),
-    until: str | None = Query(None, description="Only calls made before this time, "
-                                                "given as for since.",
-                              json_schema_extra=INSTANT_SCHEMA),
+    since: str | None = SinceQuery, until: str | None = UntilQuery,
     limit: int = Query(50, ge=1, le=500),
 ) -> dict[str, Any]:
     """The user's recent proxied chat calls, newest first, each with what memd injected

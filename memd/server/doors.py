@@ -1,8 +1,9 @@
 """What every door of a chat API does with a call, once the door has read its format.
 
-A door (Anthropic Messages, OpenAI Responses) converts its request into memd's
-conversation model (:mod:`memd.engine.formats.anthropic`, :mod:`memd.engine.formats.responses`) and
-hands it here: a side request is recorded and forwarded as sent; a turn is stored and
+A door (Anthropic Messages, OpenAI Responses, Ollama) parses its request once
+(:mod:`memd.server.bodies`), its conversation converted into memd's conversation model
+(:mod:`memd.engine.formats.anthropic`, :mod:`memd.engine.formats.responses`), and hands
+it here: a side request is recorded and forwarded as sent; a turn is stored and
 gets its memory block, which the door puts back into its own format; then the call goes
 upstream and its answer is relayed and stored (:func:`memd.server.proxy.relay`).
 
@@ -23,6 +24,7 @@ from fastapi.responses import Response
 
 from memd.engine.conversation.chat import prepare_chat, prepare_side
 from memd.engine.conversation.side import side_reason
+from memd.server.bodies import ChatBody, Placed
 from memd.server.caller import Caller
 from memd.server.deps import engine_of
 from memd.server.proxy import CHAT_ERRORS, Door, relay
@@ -42,28 +44,30 @@ NO_PLACE = ("the block has no place in what this request sends (no message of th
 
 
 async def converse(
-    request: Request, client: httpx.AsyncClient, door: Door, body: dict[str, Any], *,
-    model: str | None, messages: list[dict[str, Any]], shape: dict[str, Any],
-    put_back: Callable[[Sequence[Mapping[str, Any] | None]], Any], max_tokens: int | None,
-    side_because: str | None = None,
+    request: Request, client: httpx.AsyncClient, door: Door, sent: ChatBody, *,
+    messages: list[dict[str, Any]] | None = None,
+    put_back: Callable[[Placed], Any] | None = None, side_because: str | None = None,
     count: Callable[[str], Awaitable[int | None]] | None = None,
     session_id: str | None = None, note: Mapping[str, Any] | None = None,
     virtualize: str | None = None, window: WindowInfo | None = None,
 ) -> Response:
-    """One call through memd: ``messages`` is the request in the conversation model,
-    ``shape`` what :func:`side_reason` reads of it, ``put_back`` gives the door's own
-    ``door.field`` with the block the engine placed in the messages (None: it cannot),
-    ``side_because`` makes it a side request whatever its shape, ``count`` is the model
-    server's own token count of a text, where the door has one (it calibrates memd's);
-    ``session_id`` names the session the call is a turn of (no inference, and no side
-    request; else the ``X-Memd-Session`` header's, as on the Chat Completions door),
-    ``note`` goes into the call's report, ``virtualize`` is the call's
-    virtualization mode (default: the ``X-Memd-Virtualize`` header's, if any), ``window``
-    is the model's window when the request itself says it (else it is resolved as for
-    every call). ``put_back`` is given the messages aligned with ``messages`` (None: left
-    out)."""
+    """One call through memd: ``sent`` is the request as its door parsed it (its
+    conversation in memd's model, unless ``messages`` gives another), ``put_back``
+    gives the door's own ``door.field`` with the block the engine placed in the messages
+    (None: it cannot; default: ``sent.put_back``), ``side_because`` makes it a side
+    request whatever its shape, ``count`` is the model server's own token count of a
+    text, where the door has one (it calibrates memd's); ``session_id`` names the session
+    the call is a turn of (no inference, and no side request; else the
+    ``X-Memd-Session`` header's, as on the Chat Completions door), ``note`` goes into
+    the call's report, ``virtualize`` is the call's virtualization mode (default: the
+    ``X-Memd-Virtualize`` header's, if any), ``window`` is the model's window when the
+    request itself says it (else it is resolved as for every call). ``put_back`` is
+    given the messages aligned with ``messages`` (None: left out)."""
     engine = engine_of(request)
     caller = Caller.read(request)
+    model = sent.model
+    messages = sent.messages if messages is None else messages
+    put_back = sent.put_back if put_back is None else put_back
     session_id = session_id or caller.session
     virtualize = virtualize or caller.virtualize
     user, workspace = caller.user, caller.workspace
@@ -74,7 +78,7 @@ async def converse(
         reason = "X-Memd-Memory: off" if caller.memory == "off" else None
     elif reason is None:
         reason = side_reason(
-            shape, caller.memory_header, user_id=user, client=caller.client,
+            sent.shape, caller.memory_header, user_id=user, client=caller.client,
             recent=engine.recent_turns, now=engine.now())
     if reason is not None:
         call = await in_thread(prepare_side, engine, user, workspace, model, messages,
@@ -82,10 +86,10 @@ async def converse(
     else:
         call = await in_thread(
             prepare_chat, engine, user, workspace, messages, model=model,
-            max_response_tokens=max_tokens, tools=body.get("tools"), window=window,
+            max_response_tokens=sent.max_tokens, tools=sent.tools, window=window,
             placement="user", client=caller.agent, session_id=session_id, note=note,
             virtualize=virtualize, conversation=caller.conversation)
-    plain = body[door.field]
+    plain = sent.raw[door.field]
     placed = None
     if call.kept is not None:
         plain = put_back(aligned(call.plain, call.kept, len(messages))) or plain
@@ -96,7 +100,7 @@ async def converse(
     dropped = NO_PLACE if call.memory_added and placed is None else None
     call = replace(call, forward=placed if placed is not None else plain, plain=plain,
                    dropped=dropped)
-    return await relay(request, client, call, body, model, door)
+    return await relay(request, client, call, sent, door)
 
 
 def aligned(rewritten: Sequence[Mapping[str, Any]], kept: Sequence[int],

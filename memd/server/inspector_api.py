@@ -15,7 +15,7 @@ from memd.engine import validate as v
 from memd.engine.conversation.overview import CURSOR_PATTERN, MAX_PAGE, sessions_page, usage_summary
 from memd.engine.learning.pause import pause_state, set_paused
 from memd.server import schemas as s
-from memd.server.api import INSTANT_SCHEMA, UserQuery, WorkspaceQuery, instant
+from memd.server.api import SinceQuery, UntilQuery, UserQuery, WorkspaceQuery, instant
 from memd.server.deps import engine_of, user_of, workspace_of
 
 router = APIRouter(responses=s.ERRORS)
@@ -44,13 +44,7 @@ def usage(
     request: Request, user_id: str | None = UserQuery,
     group_by: Literal["day", "model", "client", "workspace"] = Query(
         "day", description="Sum per UTC day, model, client family or workspace."),
-    since: str | None = Query(None, description="Only usage recorded at or after this "
-                                                "time: unix seconds or ISO 8601 (UTC "
-                                                "unless it has an offset).",
-                              json_schema_extra=INSTANT_SCHEMA),
-    until: str | None = Query(None, description="Only usage recorded before this time, "
-                                                "given as for since.",
-                              json_schema_extra=INSTANT_SCHEMA),
+    since: str | None = SinceQuery, until: str | None = UntilQuery,
 ) -> dict[str, Any]:
     """Tokens, calls and cost (US dollars at the configured prices) of the user's proxied
     calls, per group and in total, from the usage memd records for every call."""

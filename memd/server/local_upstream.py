@@ -45,6 +45,7 @@ import httpx
 from memd.errors import InvalidInput, ModelError
 from memd.models.helper import ChatMessage, HelperModel, PromptTooLong
 from memd.models.tokens import MESSAGE_OVERHEAD
+from memd.server.bodies import completions_body
 from memd.server.failures import error_body
 
 DEFAULT_MAX_TOKENS = 512
@@ -218,13 +219,9 @@ def _parse(raw: bytes, upstream: LocalUpstreamTransport) -> _Chat:
         raise InvalidInput(f"the request body is not JSON ({exc})") from exc
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise InvalidInput("messages must be a non-empty list")
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
-    if max_tokens is None:
-        max_tokens = upstream.max_tokens
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+    sent = completions_body(body)  # what the Chat Completions door checks, checked alike
+    max_tokens = upstream.max_tokens if sent.max_tokens is None else sent.max_tokens
+    if max_tokens < 1:
         raise InvalidInput("max_tokens must be a positive integer")
     temperature = body.get("temperature")
     if temperature is None:
@@ -233,8 +230,8 @@ def _parse(raw: bytes, upstream: LocalUpstreamTransport) -> _Chat:
             or not 0 <= temperature <= 2:
         raise InvalidInput("temperature must be a number from 0 to 2")
     options = body.get("stream_options")
-    return _Chat(messages=[_plain(m) for m in messages], max_tokens=max_tokens,
-                 temperature=float(temperature), stream=body.get("stream") is True,
+    return _Chat(messages=[_plain(m) for m in sent.messages], max_tokens=max_tokens,
+                 temperature=float(temperature), stream=sent.stream is True,
                  include_usage=isinstance(options, dict) and options.get("include_usage") is True,
                  json_schema=_schema(body.get("response_format")))
 

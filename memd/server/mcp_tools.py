@@ -3,7 +3,7 @@
 An MCP client (Claude Code, Claude Desktop, Cursor, Cline, opencode...) calls memory tools
 explicitly instead of routing its chats through the proxy. The tools are the engine's
 public operations, the ones the native HTTP API calls, and answer with the same JSON
-shapes (:mod:`memd.server.api`), so a memory looks the same whichever way it is read.
+shapes (:mod:`memd.engine.shapes`), so a memory looks the same whichever way it is read.
 :mod:`memd.server.mcp_server` turns these methods into MCP tools and resources, both for
 the daemon's ``/mcp`` route and for ``memd mcp`` when no daemon runs.
 

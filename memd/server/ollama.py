@@ -32,11 +32,12 @@ from fastapi.responses import JSONResponse, Response
 from memd.engine.conversation.chat import prepare_side
 from memd.engine.formats import ollama as o
 from memd.errors import MemdError
+from memd.server.bodies import Body, ollama_body, plain_body
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.doors import converse
 from memd.server.failures import reply_for, status_for
-from memd.server.ollama_schema import CHAT_REQUEST, OBJECT_REQUEST, check_chat
-from memd.server.proxy import Door, body_of, checked_model, forward_headers, out_of_reach, relay
+from memd.server.ollama_schema import CHAT_REQUEST, OBJECT_REQUEST
+from memd.server.proxy import Door, body_of, forward_headers, out_of_reach, relay
 from memd.server.threads import in_thread
 from memd.server.upstream import cached_client
 from memd.types import WindowInfo
@@ -116,21 +117,15 @@ async def chat(request: Request) -> Response:
     """Ollama chat through memd: memory in, the model's answer out (NDJSON unless
     ``"stream": false``)."""
     async def route() -> Response:
-        body = await body_of(request)
-        check_chat(body)
-        model = checked_model(body)
-        seen = o.view(body)
-        limit = o.num_ctx(body)
+        sent = ollama_body(await body_of(request))
+        limit = sent.num_ctx
         window = (WindowInfo(limit, "request", "options.num_ctx")
                   if limit is not None and "x-memd-context-window" not in request.headers
                   else None)
-        if not seen:
-            return await _as_sent(request, body, model, CHAT,
+        if not sent.messages:
+            return await _as_sent(request, sent, CHAT,
                                   "no messages (a request that loads the model)")
-        return await converse(
-            request, _client(request), CHAT, body, model=model, messages=seen,
-            shape=o.side_body(body, seen), put_back=lambda placed: o.forward(body, seen, placed),
-            max_tokens=None, window=window)
+        return await converse(request, _client(request), CHAT, sent, window=window)
 
     return await _answered(route)
 
@@ -142,20 +137,18 @@ async def generate(request: Request) -> Response:
     """A raw completion (a prompt, fill-in-the-middle): forwarded exactly as sent, with no
     memory and no session."""
     async def route() -> Response:
-        body = await body_of(request)
-        return await _as_sent(request, body, checked_model(body), GENERATE,
-                              "a text completion (/api/generate)")
+        sent = plain_body(await body_of(request))
+        return await _as_sent(request, sent, GENERATE, "a text completion (/api/generate)")
 
     return await _answered(route)
 
 
-async def _as_sent(request: Request, body: dict[str, Any], model: str | None, door: Door,
-                   reason: str) -> Response:
+async def _as_sent(request: Request, sent: Body, door: Door, reason: str) -> Response:
     """The request forwarded byte for byte, a side request of no session, for
     ``reason``."""
     call = await in_thread(prepare_side, engine_of(request), user_of(request),
-                                   workspace_of(request), model, None, reason)
-    return await relay(request, _client(request), call, body, model, door)
+                           workspace_of(request), sent.model, None, reason)
+    return await relay(request, _client(request), call, sent, door)
 
 
 async def _relayed(request: Request, method: str, path: str) -> Response:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,6 +41,7 @@ from memd.engine.memory import Memd
 from memd.errors import Conflict, InvalidInput
 from memd.server import faults
 from memd.server import schemas as s
+from memd.server.bodies import Body, completions_body, plain_body
 from memd.server.caller import Caller
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.failures import error_body
@@ -183,26 +184,6 @@ CHAT_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def checked_model(body: Mapping[str, Any]) -> str | None:
-    """The request's model as memd records it, after the checks every door makes of the
-    fields it reads (the body itself goes upstream as sent)."""
-    if "stream" in body and not isinstance(body["stream"], bool):
-        raise InvalidInput("'stream' must be a boolean")
-    if "model" in body and not isinstance(body["model"], str):
-        raise InvalidInput(f"'model' must be a string, not {type(body['model']).__name__}")
-    return validate.clean_chars(body["model"]) if "model" in body else None
-
-
-def token_field(body: Mapping[str, Any], name: str) -> int | None:
-    value = body.get(name)
-    if isinstance(value, float) and value.is_integer():  # JSON does not tell 3.0 from 3
-        value = int(value)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                              or value < 0):
-        raise InvalidInput(f"{name} must be a non-negative integer, not {value!r}")
-    return value
-
-
 @router.post(
     "/v1/chat/completions", responses={
         200: {"description": "The model server's answer, relayed (SSE when streaming)",
@@ -236,32 +217,27 @@ def token_field(body: Mapping[str, Any], name: str) -> int | None:
 async def chat_completions(request: Request) -> Response:
     """OpenAI chat completions through memd: memory in, the model's answer out."""
     engine = engine_of(request)
-    body = await body_of(request)
-    if "messages" not in body:
-        raise InvalidInput("'messages' is required")
-    model = checked_model(body)
+    sent = completions_body(await body_of(request))
+    model = sent.model
     caller = Caller.read(request)  # a bad memd header is refused even with a pinned session
     user, workspace, pinned = caller.user, caller.workspace, caller.session
-    completion_tokens = token_field(body, "max_completion_tokens")
-    legacy_tokens = token_field(body, "max_tokens")
-    max_tokens = completion_tokens or legacy_tokens
     try:
         client = upstream_client(request)
     except NoUpstream as exc:
         return JSONResponse(error_body("upstream_not_configured", str(exc)), status_code=503)
     window = await window_of(request, model)
     reason = None if pinned else side_reason(
-        body, caller.memory_header, user_id=user, client=caller.client,
+        sent.shape, caller.memory_header, user_id=user, client=caller.client,
         recent=engine.recent_turns, now=engine.now())
     try:
         if reason is not None:
             call = await in_thread(prepare_side, engine, user, workspace, model,
-                                   body["messages"], reason, window)
+                                   sent.messages, reason, window)
         else:
             call = await in_thread(
-                prepare_chat, engine, user, workspace, body["messages"],
-                session_id=pinned, model=model, max_response_tokens=max_tokens,
-                tools=body.get("tools"), window=window, client=caller.agent,
+                prepare_chat, engine, user, workspace, sent.messages,
+                session_id=pinned, model=model, max_response_tokens=sent.max_tokens,
+                tools=sent.tools, window=window, client=caller.agent,
                 virtualize=caller.virtualize, conversation=caller.conversation,
                 restorable=True,  # this door serves memory_restore (memd.server.faults)
             )
@@ -272,7 +248,7 @@ async def chat_completions(request: Request) -> Response:
         # first gets here. Say so instead of the store's words.
         raise Conflict(f"session {pinned!r} was being created by another call at the same "
                        "moment; send the request again") from exc
-    return await relay(request, client, call, body, model, CHAT)
+    return await relay(request, client, call, sent, CHAT)
 
 
 @router.post(
@@ -287,26 +263,26 @@ async def completions(request: Request) -> Response:
     """Text completions (an editor's autocomplete, fill-in-the-middle): forwarded exactly
     as sent, a side request of no session (memd learns nothing from code being typed)."""
     engine = engine_of(request)
-    body = await body_of(request)
-    model = checked_model(body)
+    sent = plain_body(await body_of(request))
     try:
         client = upstream_client(request)
     except NoUpstream as exc:
         return JSONResponse(error_body("upstream_not_configured", str(exc)), status_code=503)
     call = await in_thread(prepare_side, engine, user_of(request), workspace_of(request),
-                           model, None, "a text completion (/v1/completions)")
-    return await relay(request, client, call, body, model, COMPLETIONS)
+                           sent.model, None, "a text completion (/v1/completions)")
+    return await relay(request, client, call, sent, COMPLETIONS)
 
 
 async def relay(request: Request, client: httpx.AsyncClient, call: PreparedCall,
-                 body: dict[str, Any], model: str | None, door: Door) -> Response:
+                sent: Body, door: Door) -> Response:
     """Send the call upstream and relay the answer (streamed or whole), storing it."""
     engine = engine_of(request)
     headers = _memd_headers(call)
+    body, model = sent.raw, sent.model
     faulting = door is CHAT and faults.engaged(call)
     if faulting:
         body = faults.with_tools(body)
-    if body.get("stream", door.streams):
+    if door.streams if sent.stream is None else sent.stream:
         return await _stream(request, client, call, body, headers, model, door)
     changed = None
     try:

@@ -30,12 +30,12 @@ from fastapi.responses import JSONResponse, Response
 
 from memd.engine.formats import responses as r
 from memd.engine.memory import Memd
-from memd.errors import InvalidInput
 from memd.server import schemas as s
+from memd.server.bodies import ResponsesBody, responses_body
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.doors import DOOR_RESPONSES, converse
 from memd.server.failures import error_body
-from memd.server.proxy import Door, body_of, checked_model, forward_headers, token_field
+from memd.server.proxy import Door, body_of, forward_headers
 from memd.server.threads import in_thread
 from memd.server.upstream import NoUpstream, upstream_client
 from memd.types import Session
@@ -49,39 +49,18 @@ RESPONSES = Door("responses", r.StreamReply, r.whole, forward_headers, field="in
         "schema": s.RESPONSES_REQUEST}}}})
 async def responses(request: Request) -> Response:
     """OpenAI Responses through memd: memory in, the model's answer out."""
-    body = await body_of(request)
-    if not isinstance(body.get("input"), str | list) or not body["input"]:
-        raise InvalidInput("'input' is required: a string or a non-empty list of items")
-    if isinstance(body["input"], list) and not all(isinstance(i, dict) for i in body["input"]):
-        raise InvalidInput("'input' items must be objects")
-    for i, item in enumerate(body["input"] if isinstance(body["input"], list) else ()):
-        content = item.get("content")
-        if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
-            raise InvalidInput(f"input[{i}].content parts must be objects")
-    if isinstance(body["input"], list) and all(
-            i.get("role") in s.INSTRUCTION_ROLES for i in body["input"]):
-        raise InvalidInput("'input' needs an item that is not a system or developer message")
-    model = checked_model(body)
-    max_tokens = token_field(body, "max_output_tokens")
+    sent = responses_body(await body_of(request))
     try:
         client = upstream_client(request)
     except NoUpstream as exc:
         return JSONResponse(error_body("upstream_not_configured", str(exc)), status_code=503)
-    seen = r.view(body)
-    previous = body.get("previous_response_id")
-    if previous is not None and not isinstance(previous, str):
-        raise InvalidInput("'previous_response_id' must be a string")
-    if previous:
-        return await _continued(request, client, body, seen, previous, model, max_tokens)
-    return await converse(
-        request, client, RESPONSES, body, model=model, messages=seen.messages,
-        shape=r.side_body(body, seen), put_back=lambda placed: r.forward(body, seen, placed),
-        max_tokens=max_tokens)
+    if sent.previous is not None:
+        return await _continued(request, client, sent, sent.previous)
+    return await converse(request, client, RESPONSES, sent)
 
 
-async def _continued(request: Request, client: httpx.AsyncClient, body: dict[str, Any],
-                     seen: r.View, previous: str, model: str | None,
-                     max_tokens: int | None) -> Response:
+async def _continued(request: Request, client: httpx.AsyncClient, sent: ResponsesBody,
+                     previous: str) -> Response:
     """A request that continues the response ``previous``: a turn of its session, after
     the session's stored turns, or a side request when memd does not know it."""
     engine = engine_of(request)
@@ -90,9 +69,8 @@ async def _continued(request: Request, client: httpx.AsyncClient, body: dict[str
     if session is None:
         outcome = "without memory: previous response unknown"
         return await converse(
-            request, client, RESPONSES, body, model=model, messages=seen.messages,
-            shape=r.side_body(body, seen), put_back=lambda placed: None,
-            max_tokens=max_tokens, side_because=outcome,
+            request, client, RESPONSES, sent, put_back=lambda placed: None,
+            side_because=outcome,
             note={"previous_response": {"id": previous, "outcome": outcome}})
     stored = [m.to_openai() for m in await in_thread(
         engine.store.get_messages, user, session.id)]
@@ -102,12 +80,11 @@ async def _continued(request: Request, client: httpx.AsyncClient, body: dict[str
         # this request's own items
         if any(mine is not theirs for mine, theirs in zip(placed, stored, strict=False)):
             return None
-        return r.forward(body, seen, placed[len(stored):])
+        return sent.put_back(placed[len(stored):])
 
     return await converse(
-        request, client, RESPONSES, body, model=model, messages=[*stored, *seen.messages],
-        shape=r.side_body(body, seen), put_back=put_back, max_tokens=max_tokens,
-        session_id=session.id, virtualize="off", note={"previous_response": {
+        request, client, RESPONSES, sent, messages=[*stored, *sent.messages],
+        put_back=put_back, session_id=session.id, virtualize="off", note={"previous_response": {
             "id": previous, "outcome": f"continued session {session.id}"}})
 
 

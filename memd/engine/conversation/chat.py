@@ -79,7 +79,7 @@ class PreparedCall:
 
 
 def prepare_chat(
-    engine: Memd, user_id: str, workspace: str | None, messages: Sequence[Any],
+    engine: Memd, user_id: str, workspace: str | None, messages: list[dict[str, Any]],
     *, session_id: str | None = None, model: str | None = None,
     max_response_tokens: int | None = None, tools: Any = None,
     window: WindowInfo | None = None, placement: str | None = None,
@@ -101,10 +101,6 @@ def prepare_chat(
     uid = v.check_id(user_id, "user_id")
     ws = v.check_optional_id(workspace, "workspace")
     sid = v.check_optional_id(session_id, "session_id")
-    if not isinstance(messages, list) or not messages:
-        raise InvalidInput("messages must be a non-empty list")
-    if not all(isinstance(m, Mapping) for m in messages):
-        raise InvalidInput("each message must be an object")
     # An agent's tool output may hold a NUL or a lone surrogate: the request still goes
     # upstream as sent, and memd hashes, stores and searches a copy with U+FFFD there.
     # What the agent sent before is not checked again (memd.engine.conversation.resend).
@@ -206,7 +202,8 @@ def _paused(
 
 
 def prepare_side(engine: Memd, user_id: str, workspace: str | None, model: str | None,
-                 messages: list[Any] | None, reason: str, window: WindowInfo | None = None,
+                 messages: list[dict[str, Any]] | None, reason: str,
+                 window: WindowInfo | None = None,
                  note: Mapping[str, Any] | None = None) -> PreparedCall:
     """A side request (:mod:`memd.engine.conversation.side`): forwarded as sent, of no session, with
     nothing stored or retrieved; only its call record (and later its usage) is kept.
@@ -215,10 +212,6 @@ def prepare_side(engine: Memd, user_id: str, workspace: str | None, model: str |
     ws = v.check_optional_id(workspace, "workspace")
     if messages is None:
         messages = []
-    elif not isinstance(messages, list) or not messages:
-        raise InvalidInput("messages must be a non-empty list")
-    if not all(isinstance(m, Mapping) for m in messages):
-        raise InvalidInput("each message must be an object")
     window = window or WindowInfo(None)
     report = {"mode": "side", "reason": reason,
               "window": {"tokens": window.tokens, "source": window.source,
