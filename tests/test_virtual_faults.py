@@ -238,3 +238,17 @@ def test_a_streamed_reply_calling_both_keeps_the_client_call_only(tmp_path: Path
                     if m.role == "tool" and SECRET in str(m.content))
         engine.erase_message("local", session.id, read.id)
         assert engine.store.faults("local", session.id) == []
+
+
+def test_a_fault_round_that_would_pass_the_window_gets_a_shortened_answer() -> None:
+    from memd.models.tokens import count_text
+    from memd.server.faults import _fitted
+
+    long = "\n".join(f"line {i}: DEPLOY_PORT = {48000 + i}" for i in range(400))
+    short = "a short answer"
+    room = 300
+    fitted = _fitted([long, short], room, MODEL)
+    assert fitted[1] == short  # within its share: as served
+    assert fitted[0].startswith("line 0:") and "shortened to fit" in fitted[0]
+    assert sum(count_text(t, MODEL) for t in fitted) <= room
+    assert _fitted([long], 10**6, MODEL) == [long]  # room enough: untouched
