@@ -31,6 +31,7 @@ from memd.models.tokens import count_text
 from memd.server import schemas as s
 from memd.server.doors import DOOR_RESPONSES, converse
 from memd.server.failures import error_body
+from memd.server.fault_formats import MESSAGES_FAULTS
 from memd.server.proxy import (
     CHAT_ERRORS,
     Door,
@@ -110,7 +111,8 @@ async def messages(request: Request) -> Response:
         return JSONResponse(error_body("upstream_not_configured", NO_UPSTREAM),
                             status_code=503)
     seen = a.view(body)
-    door = Door(_path(request, path), a.StreamReply, a.whole, _anthropic_headers)
+    door = Door(_path(request, path), a.StreamReply, a.whole, _anthropic_headers,
+                faults=MESSAGES_FAULTS)
     return await converse(request, client, door, body, model=model, messages=seen.messages,
                           shape=a.side_body(body, seen),
                           put_back=lambda placed: a.forward(body, seen, placed),

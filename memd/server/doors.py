@@ -84,7 +84,8 @@ async def converse(
             prepare_chat, engine, user, workspace, messages, model=model,
             max_response_tokens=max_tokens, tools=body.get("tools"), window=window,
             placement="user", client=caller.agent, session_id=session_id, note=note,
-            virtualize=virtualize, conversation=caller.conversation)
+            virtualize=virtualize, conversation=caller.conversation,
+            restorable=door.faults is not None)  # it serves memory_restore
     plain = body[door.field]
     placed = None
     if call.kept is not None:

@@ -14,7 +14,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from memd.engine.formats import anthropic as a
 from memd.engine.formats import completions as c
+from memd.engine.formats.sse import json_event
 from memd.engine.virtual import faults as f
 from memd.server.upstream import encode_body
 
@@ -144,3 +146,143 @@ def _without_ours(raw: bytes, ours: set[int]) -> bytes:
 
 
 CHAT_FAULTS = FaultFormat()
+
+
+def _ours(block: Any) -> bool:
+    return isinstance(block, Mapping) and block.get("type") == "tool_use" \
+        and block.get("name") in f.NAMES_OF_TOOLS
+
+
+class MessagesFaults(FaultFormat):
+    """The Anthropic Messages format: memd's tools as ``name``, ``description`` and
+    ``input_schema``; its calls are ``tool_use`` blocks, answered by ``tool_result``
+    blocks in the next user turn; a streamed later round's events continue the message
+    the client already has (its ``message_start`` left out, its blocks numbered on)."""
+
+    def tools(self, tools: Any) -> list[Any]:
+        own = list(tools) if isinstance(tools, list) else []
+        named = {t.get("name") for t in own if isinstance(t, Mapping)}
+        if named & f.NAMES_OF_TOOLS:  # the client's own of those names: its own
+            return own
+        return [*own, *({"name": t["function"]["name"],
+                         "description": t["function"]["description"],
+                         "input_schema": t["function"]["parameters"]} for t in f.TOOLS)]
+
+    def whole(self, data: Any) -> tuple[list[dict[str, Any]], Calls] | None:
+        content = data.get("content") if isinstance(data, dict) else None
+        if not isinstance(content, list):
+            return None
+        return self._turn(content)
+
+    @staticmethod
+    def _turn(blocks: list[Any]) -> tuple[list[dict[str, Any]], Calls]:
+        calls = a.assistant(blocks).get("tool_calls") or []
+        return [{"role": "assistant", "content": blocks}], calls
+
+    def results(self, ours: Calls, texts: Sequence[str]) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": tc.get("id"), "content": text}
+            for tc, text in zip(ours, texts, strict=True)]}]
+
+    def strip_whole(self, data: dict[str, Any]) -> dict[str, Any]:
+        content = [b for b in data["content"] if not _ours(b)]
+        out = {**data, "content": content}
+        if out.get("stop_reason") == "tool_use" and not any(
+                isinstance(b, Mapping) and b.get("type") == "tool_use" for b in content):
+            out["stop_reason"] = "end_turn"
+        return out
+
+    def reader(self) -> Any:
+        return a.StreamReply()
+
+    def holding(self, acc: Any) -> bool:
+        return any(b.get("type") == "tool_use" for b in acc.blocks.values())
+
+    def streamed(self, acc: Any) -> tuple[list[dict[str, Any]], Calls]:
+        return self._turn([acc.blocks[i] for i in sorted(acc.blocks)])
+
+    def stored(self, acc: Any) -> dict[str, Any]:
+        reply = strip(acc.reply())
+        if isinstance(reply.get("content"), list):
+            reply["content"] = [b for b in reply["content"] if not _ours(b)]
+        return reply
+
+    def strip_stream(self, held: bytes, acc: Any) -> bytes:
+        """The held events without those of memd's ``tool_use`` blocks, the rest
+        numbered on from the first left out; a message left with no tool call ends as
+        ``end_turn``."""
+        ours = {i for i, b in acc.blocks.items() if _ours(b)}
+        theirs = any(b.get("type") == "tool_use" and i not in ours
+                     for i, b in acc.blocks.items())
+        out: list[bytes] = []
+        for event in events(held):
+            data = json_event(data_of(event))
+            if data is None:
+                out.append(event + b"\n\n")
+                continue
+            index = data.get("index")
+            if isinstance(index, int):
+                if index in ours:
+                    continue
+                data["index"] = index - sum(1 for i in ours if i < index)
+            delta = data.get("delta")
+            if data.get("type") == "message_delta" and isinstance(delta, dict) \
+                    and delta.get("stop_reason") == "tool_use" and not theirs:
+                delta["stop_reason"] = "end_turn"
+            out.append(sse_event(data))
+        return b"".join(out)
+
+    def relay(self) -> Relay:
+        return MessagesRelay()
+
+
+class MessagesRelay(Relay):
+    """The first round's events go as they came; a later round's continue the message
+    the client has: no second ``message_start``, content blocks numbered after the ones
+    it got."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._offset = 0
+        self._next = 0  # the number of the next block the client would see
+        self._later = False
+
+    def next_round(self) -> None:
+        self._offset, self._later, self._buffer = self._next, True, b""
+
+    def __call__(self, chunk: bytes) -> bytes:
+        self._buffer += chunk.replace(b"\r\n", b"\n")
+        *done, self._buffer = self._buffer.split(b"\n\n")
+        out: list[bytes] = []
+        for event in done:
+            data = json_event(data_of(event))
+            if data is not None and isinstance(data.get("index"), int):
+                data["index"] += self._offset
+                self._next = max(self._next, data["index"] + 1)
+            if not self._later:
+                continue
+            if data is None:
+                out.append(event + b"\n\n")
+            elif data.get("type") != "message_start":
+                out.append(sse_event(data))
+        return chunk if not self._later else b"".join(out)
+
+
+def events(raw: bytes) -> list[bytes]:
+    """The complete events of a stream's bytes."""
+    return [e for e in raw.replace(b"\r\n", b"\n").split(b"\n\n") if e.strip()]
+
+
+def data_of(event: bytes) -> bytes:
+    """An event's data, its ``data:`` lines joined."""
+    return b"".join(line[5:].strip() for line in event.splitlines()
+                    if line.startswith(b"data:"))
+
+
+def sse_event(data: Mapping[str, Any]) -> bytes:
+    """An event as the Messages and Responses APIs frame it: its type, then its data."""
+    return b"event: " + str(data.get("type")).encode() + b"\ndata: " + encode_body(
+        dict(data)) + b"\n\n"
+
+
+MESSAGES_FAULTS = MessagesFaults()

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from memd.engine.virtual import summaries
 from memd.engine.virtual.engage import Budget, Virtualized, engages, virtualize
-from memd.engine.virtual.faults import pinned
+from memd.engine.virtual.faults import TOOLS, pinned
 from memd.engine.virtual.modes import call_mode
+from memd.models.tokens import tool_tokens
 
 RESERVE_SHARE = 0.25  # of the window: the most of it a response reserve holds back
 
@@ -42,6 +43,8 @@ def for_call(engine: Memd, session: Session, messages: Sequence[Mapping[str, Any
     # model server answers within what its window leaves, so the reserve counts at most
     # a share of the window.
     reserve = min(reserve, int(tokens * RESERVE_SHARE))
+    if restorable:  # memd's memory tools go with the request when it engages
+        request_tokens += tool_tokens(list(TOOLS), model)
     budget = Budget.of(tokens, reserve, request_tokens, window.token_scale)
     if not engages(mode, budget, settings.virtual_zones):
         return None
