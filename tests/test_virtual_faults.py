@@ -5,6 +5,7 @@ needs lies only in an evicted read, through memd on a real port, to the official
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from virtual_session import agent_session
 
+from memd.context_objects import ContextObject
+from memd.engine.memory import Memd
 from memd.engine.virtual import faults
 from memd.engine.virtual.fidelity import FULL
 
@@ -84,6 +87,41 @@ def history() -> list[dict[str, Any]]:
     return messages
 
 
+def held_read(engine: Memd) -> tuple[str, ContextObject]:
+    """The session's id and its read holding ``SECRET``, held below full."""
+    session = engine.store.list_sessions("local")[0]
+    held = [o for o in engine.store.context_objects("local", session.id)
+            if SECRET in o.content]
+    assert held and held[0].fidelity != FULL
+    return session.id, held[0]
+
+
+def assert_restored(engine: Memd, session_id: str, read: ContextObject) -> None:
+    """One fault served, a restore of ``read`` whole, which is held whole again."""
+    (fault,) = engine.store.faults("local", session_id)
+    assert fault.kind == "restore" and fault.object_ids[0] == read.object_id
+    assert read.content in fault.answer  # whole
+    again = {o.object_id: o for o in engine.store.context_objects("local", session_id)}
+    assert again[read.object_id].fidelity == FULL
+
+
+def restored_on_a_door(engine: Memd, upstream: Any, ask: Callable[[], Any]) -> Any:
+    """A door's restore, end to end: a first call holds the read out; on the next the
+    model restores it (beside a call of the client's: no further round), and the call
+    after carries it whole (pinned). The restoring call's reply."""
+    ask()
+    session_id, read = held_read(engine)
+    upstream.tool = faults.RESTORE
+    upstream.args = {"object_id": read.object_id}
+    reply = ask()
+    assert len(upstream.requests) == 2  # no further round: the client's call stands
+    assert_restored(engine, session_id, read)
+    upstream.tool = "none"
+    ask()
+    assert SECRET in json.dumps(upstream.requests[-1])
+    return reply
+
+
 def forwarded_text(body: dict[str, Any]) -> str:
     return "\n".join(str(m.get("content")) for m in body["messages"])
 
@@ -138,25 +176,18 @@ def test_a_restore_brings_the_object_back_whole_and_keeps_the_client_call(
         client.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
                                        max_tokens=1024, extra_headers={
                                            "X-Memd-Virtualize": "off"})
-        session = engine.store.list_sessions("local")[0]
         upstream.tool = "none"
         client.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
                                        max_tokens=1024)
-        held = [o for o in engine.store.context_objects("local", session.id)
-                if SECRET in o.content]
-        assert held and held[0].fidelity != FULL
+        session_id, read = held_read(engine)
         upstream.tool = faults.RESTORE
-        upstream.args = {"object_id": held[0].object_id}
+        upstream.args = {"object_id": read.object_id}
         done = client.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
                                               max_tokens=1024)
         # memd served its call, the client's stays: it gets its own call only
         calls = done.choices[0].message.tool_calls or []
         assert [c.id for c in calls] == ["own-1"]
-        (fault,) = engine.store.faults("local", session.id)
-        assert fault.kind == "restore" and fault.object_ids[0] == held[0].object_id
-        assert held[0].content in fault.answer  # whole
-        again = {o.object_id: o for o in engine.store.context_objects("local", session.id)}
-        assert again[held[0].object_id].fidelity == FULL
+        assert_restored(engine, session_id, read)
         # the next call carries it whole (pinned), where it was degraded before
         upstream.tool = "none"
         client.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]

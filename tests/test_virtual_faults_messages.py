@@ -15,12 +15,11 @@ import pytest
 from anthropic_upstream import FakeAnthropic, last_text
 from servers import memd_in_front
 from test_virtual_doors import anthropic_messages, anthropic_tools
-from test_virtual_faults import MODEL, SECRET, WINDOW, history
+from test_virtual_faults import MODEL, SECRET, WINDOW, history, restored_on_a_door
 from virtual_session import agent_session
 
 from memd.engine.formats import anthropic as a
 from memd.engine.virtual import faults
-from memd.engine.virtual.fidelity import FULL
 from memd.engine.virtual.segment import text_of
 from memd.server.fault_formats import MESSAGES_FAULTS
 
@@ -131,28 +130,11 @@ def test_a_restore_brings_the_object_back_whole_and_keeps_the_client_call(
                                         tools=tools, max_tokens=1024) as events:  # type: ignore[arg-type]
                 return events.get_final_message()
 
-        ask()  # the read is held out on this call; the model restores it on the next
-        session = engine.store.list_sessions("local")[0]
-        held = [o for o in engine.store.context_objects("local", session.id)
-                if SECRET in o.content]
-        assert held and held[0].fidelity != FULL
-        upstream.tool = faults.RESTORE
-        upstream.args = {"object_id": held[0].object_id}
-        reply = ask()
+        reply = restored_on_a_door(engine, upstream, ask)
         # memd served its call, the client's stays: it gets its own call only
         calls = [b for b in reply.content if b.type == "tool_use"]
         assert [(c.id, c.name) for c in calls] == [("toolu_own", "bash")]
         assert reply.stop_reason == "tool_use"
-        assert len(upstream.requests) == 2  # no further round: the client's call stands
-        (fault,) = engine.store.faults("local", session.id)
-        assert fault.kind == "restore" and fault.object_ids[0] == held[0].object_id
-        assert held[0].content in fault.answer  # whole
-        again = {o.object_id: o for o in engine.store.context_objects("local", session.id)}
-        assert again[held[0].object_id].fidelity == FULL
-        # the next call carries it whole (pinned), where it was degraded before
-        upstream.tool = "none"
-        ask()
-        assert SECRET in sent_text(upstream.requests[-1])
 
 
 def test_memds_tools_go_in_anthropics_shape_beside_the_clients() -> None:

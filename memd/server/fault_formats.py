@@ -11,7 +11,7 @@ round go to a client that already got the first round's start.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from memd.engine.formats import anthropic as a
@@ -202,10 +202,7 @@ class MessagesFaults(FaultFormat):
         return self._turn([acc.blocks[i] for i in sorted(acc.blocks)])
 
     def stored(self, acc: Any) -> dict[str, Any]:
-        reply = strip(acc.reply())
-        if isinstance(reply.get("content"), list):
-            reply["content"] = [b for b in reply["content"] if not _ours(b)]
-        return reply
+        return stored_without(acc, _ours)
 
     def strip_stream(self, held: bytes, acc: Any) -> bytes:
         """The held events without those of memd's ``tool_use`` blocks, the rest
@@ -214,23 +211,14 @@ class MessagesFaults(FaultFormat):
         ours = {i for i, b in acc.blocks.items() if _ours(b)}
         theirs = any(b.get("type") == "tool_use" and i not in ours
                      for i, b in acc.blocks.items())
-        out: list[bytes] = []
-        for event in events(held):
-            data = json_event(data_of(event))
-            if data is None:
-                out.append(event + b"\n\n")
-                continue
-            index = data.get("index")
-            if isinstance(index, int):
-                if index in ours:
-                    continue
-                data["index"] = index - sum(1 for i in ours if i < index)
+
+        def fix(data: dict[str, Any]) -> None:
             delta = data.get("delta")
             if data.get("type") == "message_delta" and isinstance(delta, dict) \
                     and delta.get("stop_reason") == "tool_use" and not theirs:
                 delta["stop_reason"] = "end_turn"
-            out.append(sse_event(data))
-        return b"".join(out)
+
+        return without(held, "index", ours, fix)
 
     def relay(self) -> Relay:
         return MessagesRelay()
@@ -266,6 +254,35 @@ class MessagesRelay(Relay):
             elif data.get("type") != "message_start":
                 out.append(sse_event(data))
         return chunk if not self._later else b"".join(out)
+
+
+def stored_without(acc: Any, ours: Callable[[Any], bool]) -> dict[str, Any]:
+    """A streamed reply as stored, without memd's calls and the content parts (blocks,
+    items) that made them."""
+    reply = strip(acc.reply())
+    if isinstance(reply.get("content"), list):
+        reply["content"] = [p for p in reply["content"] if not ours(p)]
+    return reply
+
+
+def without(held: bytes, key: str, ours: set[int],
+            fix: Callable[[dict[str, Any]], None]) -> bytes:
+    """Typed events without those of the parts numbered ``ours`` (by ``key``), the rest
+    numbered on from the first left out, each also given to ``fix``."""
+    out: list[bytes] = []
+    for event in events(held):
+        data = json_event(data_of(event))
+        if data is None:
+            out.append(event + b"\n\n")
+            continue
+        index = data.get(key)
+        if isinstance(index, int):
+            if index in ours:
+                continue
+            data[key] = index - sum(1 for i in ours if i < index)
+        fix(data)
+        out.append(sse_event(data))
+    return b"".join(out)
 
 
 def events(raw: bytes) -> list[bytes]:
