@@ -283,3 +283,29 @@ def test_a_fault_round_that_would_pass_the_window_gets_a_shortened_answer() -> N
     assert fitted[0].startswith("line 0:") and "shortened to fit" in fitted[0]
     assert sum(count_text(t, MODEL) for t in fitted) <= room
     assert _fitted([long], 10**6, MODEL) == [long]  # room enough: untouched
+
+
+def test_a_round_keeps_within_what_the_request_left_of_the_window() -> None:
+    from memd.engine.conversation.chat import PreparedCall
+    from memd.engine.virtual.pressure import fit_line
+    from memd.models.tokens import count_text
+    from memd.server.fault_formats import MESSAGES_FAULTS
+    from memd.server.faults import _Rounds
+
+    # the virtualized request left 400 tokens of the window, the memory block took 100
+    report = {"virtual": {"window": 4096, "tokens": {"forwarded": fit_line(4096) - 400}},
+              "tokens": {"memory": 100}}
+    call = PreparedCall("c1", None, [{"role": "user", "content": "go"}], [], report, True)
+    rounds = _Rounds(call, MESSAGES_FAULTS, MODEL)
+    turn = [{"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t1", "name": faults.QUERY, "input": {}}]}]
+    ours = [{"id": "t1", "function": {"name": faults.QUERY, "arguments": "{}"}}]
+    long = "\n".join(f"line {i}: DEPLOY_PORT = {48000 + i}" for i in range(400))
+    sent = rounds.again(turn, ours, [long])
+    assert sent[:2] == [*call.forward, *turn]
+    (block,) = sent[-1]["content"]
+    assert block["tool_use_id"] == "t1" and block["content"].startswith("line 0:")
+    assert "shortened to fit" in block["content"]
+    assert count_text(block["content"], MODEL) <= 300
+    # what is left for a further round shrinks by what this one added
+    assert rounds.room is not None and 0 <= rounds.room < 100

@@ -89,6 +89,9 @@ def test_a_micro_fault_answers_from_an_evicted_read_and_the_client_never_sees_it
         if stream:  # the first round's text, if it went before the call, then the answer
             assert texts[:-1] in ([], ["Checking."])
         first, again = upstream.requests
+        # each round fits the window as this model server counts (bytes / 4, its
+        # count_tokens, which memd's counter calibrates to)
+        assert all(len(raw) // 4 <= WINDOW for raw in upstream.raw)
         assert SECRET not in sent_text(first)  # the read was held out of the request
         offered = {t["name"]: t for t in first["tools"]}
         assert set(offered) >= faults.NAMES_OF_TOOLS
