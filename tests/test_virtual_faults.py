@@ -22,9 +22,12 @@ from memd.context_objects import ContextObject
 from memd.engine.memory import Memd
 from memd.engine.virtual import faults
 from memd.engine.virtual.fidelity import FULL
+from memd.types import Message
 
 WINDOW = 16_384
 MODEL = "fake-model"
+# what the scripted model asks memory_query
+ASKED = {"question": "which DEPLOY_PORT does the staging gateway use?"}
 SECRET = "DEPLOY_PORT = 48213  # the staging gateway, see deploy/gateway_ports.toml"
 
 
@@ -87,6 +90,22 @@ def history() -> list[dict[str, Any]]:
     return messages
 
 
+def assert_queried(engine: Memd, marker: str) -> Message:
+    """One micro-fault served and recorded with the answer, tokens avoided and its call's
+    report; the session ends on the answer the client got (the fault round, whose call
+    id is ``marker``, is not stored). That stored answer."""
+    session = engine.store.list_sessions("local")[0]
+    (fault,) = engine.store.faults("local", session.id)
+    assert fault.kind == "query" and SECRET in fault.answer
+    assert fault.tokens_avoided > 0
+    report = engine.call("local", fault.call_id or "")["report"]
+    assert [f["fault_id"] for f in report["virtual"]["faults"]] == [fault.fault_id]
+    stored = engine.store.get_messages("local", session.id)[-1]
+    assert stored.role == "assistant" and not stored.tool_calls
+    assert marker not in json.dumps(stored.content)
+    return stored
+
+
 def held_read(engine: Memd) -> tuple[str, ContextObject]:
     """The session's id and its read holding ``SECRET``, held below full."""
     session = engine.store.list_sessions("local")[0]
@@ -130,8 +149,7 @@ def forwarded_text(body: dict[str, Any]) -> str:
 def test_a_micro_fault_answers_from_an_evicted_read_and_the_client_never_sees_it(
         tmp_path: Path, stream: bool) -> None:
     messages = history()
-    upstream = FaultingUpstream(faults.QUERY, {"question": "which DEPLOY_PORT does the "
-                                                           "staging gateway use?"})
+    upstream = FaultingUpstream(faults.QUERY, ASKED)
     with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, engine):
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0)
         tools = agent_session(turns=1).tools
@@ -154,16 +172,7 @@ def test_a_micro_fault_answers_from_an_evicted_read_and_the_client_never_sees_it
         assert result["role"] == "tool" and result["tool_call_id"] == "mem-1"
         assert SECRET in result["content"]
         assert text.startswith("answer: ") and SECRET in text
-        session = engine.store.list_sessions("local")[0]
-        (fault,) = engine.store.faults("local", session.id)
-        assert fault.kind == "query" and SECRET in fault.answer
-        assert fault.tokens_avoided > 0
-        # the fault round is not stored: the session ends with the final answer
-        stored = engine.store.get_messages("local", session.id)
-        assert not any(m.tool_calls for m in stored[-1:])
-        assert stored[-1].content == text
-        report = engine.call("local", fault.call_id or "")["report"]
-        assert [f["fault_id"] for f in report["virtual"]["faults"]] == [fault.fault_id]
+        assert assert_queried(engine, "mem-1").content == text
 
 
 def test_a_restore_brings_the_object_back_whole_and_keeps_the_client_call(
