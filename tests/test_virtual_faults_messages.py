@@ -78,8 +78,8 @@ def test_a_micro_fault_answers_from_an_evicted_read_and_the_client_never_sees_it
         tmp_path: Path, stream: bool) -> None:
     system, messages, tools = request()
     upstream = FaultingAnthropic(faults.QUERY, ASKED)
-    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, engine):
-        claude = anthropic.Anthropic(base_url=base, api_key="sk-test", max_retries=0)
+    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, engine), \
+            anthropic.Anthropic(base_url=base, api_key="sk-test", max_retries=0) as claude:
         if stream:
             with claude.messages.stream(model=MODEL, system=system, messages=messages,  # type: ignore[arg-type]
                                         tools=tools, max_tokens=1024) as events:  # type: ignore[arg-type]
@@ -118,8 +118,8 @@ def test_a_restore_brings_the_object_back_whole_and_keeps_the_client_call(
         tmp_path: Path, stream: bool) -> None:
     system, messages, tools = request()
     upstream = FaultingAnthropic("none", {}, client_call=True)
-    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, engine):
-        claude = anthropic.Anthropic(base_url=base, api_key="sk-test", max_retries=0)
+    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, engine), \
+            anthropic.Anthropic(base_url=base, api_key="sk-test", max_retries=0) as claude:
 
         def ask() -> anthropic.types.Message:
             if not stream:

@@ -82,8 +82,8 @@ def test_a_micro_fault_answers_from_an_evicted_read_and_the_client_never_sees_it
         tmp_path: Path, stream: bool) -> None:
     instructions, items, tools = request()
     upstream = FaultingResponses(faults.QUERY, ASKED)
-    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, engine):
-        client = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0)
+    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, engine), \
+            openai.OpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0) as client:
         if stream:
             with client.responses.stream(model=MODEL, instructions=instructions,
                                          input=items, tools=tools,  # type: ignore[arg-type]
@@ -123,8 +123,8 @@ def test_a_restore_brings_the_object_back_whole_and_keeps_the_client_call(
         tmp_path: Path, stream: bool) -> None:
     instructions, items, tools = request()
     upstream = FaultingResponses("none", {}, client_call=True)
-    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, engine):
-        client = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0)
+    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, engine), \
+            openai.OpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0) as client:
 
         def ask() -> Any:
             if not stream:
