@@ -178,3 +178,33 @@ def test_a_held_stream_loses_memds_block_and_a_later_round_numbers_on() -> None:
                   + _event("content_block_start", index=0, content_block={"type": "text"}))
     assert b"message_start" not in later
     assert json.loads(later.split(b"data: ")[1])["index"] == 1
+
+
+class AlwaysFaulting(FaultingAnthropic):
+    """Calls ``tool`` on every request, answered or not."""
+
+    def _content(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": MEM_ID, "name": self.tool, "input": self.args}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_past_k_faults_the_client_gets_the_reply_without_memds_call(
+        tmp_path: Path, stream: bool) -> None:
+    system, messages, tools = request()
+    upstream = AlwaysFaulting(faults.QUERY, ASKED)
+    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW,
+                       virtual_max_faults=1) as (base, engine), \
+            anthropic.Anthropic(base_url=base, api_key="sk-test", max_retries=0) as claude:
+        if stream:
+            with claude.messages.stream(model=MODEL, system=system, messages=messages,  # type: ignore[arg-type]
+                                        tools=tools, max_tokens=1024) as events:  # type: ignore[arg-type]
+                reply = events.get_final_message()
+        else:
+            reply = claude.messages.create(model=MODEL, system=system, messages=messages,  # type: ignore[arg-type]
+                                           tools=tools, max_tokens=1024)  # type: ignore[arg-type]
+        assert len(upstream.requests) == 2  # the call, and one more for the fault served
+        assert [b.type for b in reply.content if b.type != "text"] == []
+        assert reply.stop_reason == "end_turn"
+        session = engine.store.list_sessions("local")[0]
+        assert len(engine.store.faults("local", session.id)) == 1
