@@ -43,11 +43,14 @@ def for_call(engine: Memd, session: Session, messages: Sequence[Mapping[str, Any
     # model server answers within what its window leaves, so the reserve counts at most
     # a share of the window.
     reserve = min(reserve, int(tokens * RESERVE_SHARE))
-    if restorable:  # memd's memory tools go with the request when it engages
-        request_tokens += tool_tokens(list(TOOLS), model)
     budget = Budget.of(tokens, reserve, request_tokens, window.token_scale)
     if not engages(mode, budget, settings.virtual_zones):
         return None
+    if restorable and any(m.get("role") == "tool" for m in messages):
+        # memd's memory tools go with the request when it holds results out (a request
+        # with none has nothing to hold): they count in what has to fit
+        budget = Budget.of(tokens, reserve, request_tokens + tool_tokens(list(TOOLS), model),
+                           window.token_scale)
     done = virtualize(engine.store, session.user_id, session.id, messages, budget,
                       settings.virtual_zones, mode=mode, model=model, call_id=call_id,
                       now=engine.now(), restorable=restorable,
