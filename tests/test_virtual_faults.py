@@ -5,6 +5,7 @@ needs lies only in an evicted read, through memd on a real port, to the official
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,17 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from virtual_session import agent_session
 
-from memd.context_objects import object_passages
+from memd.context_objects import ContextObject, object_passages
+from memd.engine.memory import Memd
 from memd.engine.virtual import faults
 from memd.engine.virtual.fidelity import FULL
 from memd.models.embedder import text_hash
+from memd.types import Message
 
 WINDOW = 16_384
 MODEL = "fake-model"
+# what the scripted model asks memory_query
+ASKED = {"question": "which DEPLOY_PORT does the staging gateway use?"}
 SECRET = "DEPLOY_PORT = 48213  # the staging gateway, see deploy/gateway_ports.toml"
 
 
@@ -86,6 +91,57 @@ def history() -> list[dict[str, Any]]:
     return messages
 
 
+def assert_queried(engine: Memd, marker: str) -> Message:
+    """One micro-fault served and recorded with the answer, tokens avoided and its call's
+    report; the session ends on the answer the client got (the fault round, whose call
+    id is ``marker``, is not stored). That stored answer."""
+    session = engine.store.list_sessions("local")[0]
+    (fault,) = engine.store.faults("local", session.id)
+    assert fault.kind == "query" and SECRET in fault.answer
+    assert fault.tokens_avoided > 0
+    report = engine.call("local", fault.call_id or "")["report"]
+    assert [f["fault_id"] for f in report["virtual"]["faults"]] == [fault.fault_id]
+    stored = engine.store.get_messages("local", session.id)[-1]
+    assert stored.role == "assistant" and not stored.tool_calls
+    assert marker not in json.dumps(stored.content)
+    return stored
+
+
+def held_read(engine: Memd) -> tuple[str, ContextObject]:
+    """The session's id and its read holding ``SECRET``, held below full."""
+    session = engine.store.list_sessions("local")[0]
+    held = [o for o in engine.store.context_objects("local", session.id)
+            if SECRET in o.content]
+    assert held and held[0].fidelity != FULL
+    return session.id, held[0]
+
+
+def assert_restored(engine: Memd, session_id: str, read: ContextObject) -> None:
+    """One fault served, a restore of ``read`` whole, which is held whole again."""
+    (fault,) = engine.store.faults("local", session_id)
+    assert fault.kind == "restore" and fault.object_ids[0] == read.object_id
+    assert read.content in fault.answer  # whole
+    again = {o.object_id: o for o in engine.store.context_objects("local", session_id)}
+    assert again[read.object_id].fidelity == FULL
+
+
+def restored_on_a_door(engine: Memd, upstream: Any, ask: Callable[[], Any]) -> Any:
+    """A door's restore, end to end: a first call holds the read out; on the next the
+    model restores it (beside a call of the client's: no further round), and the call
+    after carries it whole (pinned). The restoring call's reply."""
+    ask()
+    session_id, read = held_read(engine)
+    upstream.tool = faults.RESTORE
+    upstream.args = {"object_id": read.object_id}
+    reply = ask()
+    assert len(upstream.requests) == 2  # no further round: the client's call stands
+    assert_restored(engine, session_id, read)
+    upstream.tool = "none"
+    ask()
+    assert SECRET in json.dumps(upstream.requests[-1])
+    return reply
+
+
 def forwarded_text(body: dict[str, Any]) -> str:
     return "\n".join(str(m.get("content")) for m in body["messages"])
 
@@ -94,8 +150,7 @@ def forwarded_text(body: dict[str, Any]) -> str:
 def test_a_micro_fault_answers_from_an_evicted_read_and_the_client_never_sees_it(
         tmp_path: Path, stream: bool) -> None:
     messages = history()
-    upstream = FaultingUpstream(faults.QUERY, {"question": "which DEPLOY_PORT does the "
-                                                           "staging gateway use?"})
+    upstream = FaultingUpstream(faults.QUERY, ASKED)
     with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, engine):
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0)
         tools = agent_session(turns=1).tools
@@ -118,16 +173,7 @@ def test_a_micro_fault_answers_from_an_evicted_read_and_the_client_never_sees_it
         assert result["role"] == "tool" and result["tool_call_id"] == "mem-1"
         assert SECRET in result["content"]
         assert text.startswith("answer: ") and SECRET in text
-        session = engine.store.list_sessions("local")[0]
-        (fault,) = engine.store.faults("local", session.id)
-        assert fault.kind == "query" and SECRET in fault.answer
-        assert fault.tokens_avoided > 0
-        # the fault round is not stored: the session ends with the final answer
-        stored = engine.store.get_messages("local", session.id)
-        assert not any(m.tool_calls for m in stored[-1:])
-        assert stored[-1].content == text
-        report = engine.call("local", fault.call_id or "")["report"]
-        assert [f["fault_id"] for f in report["virtual"]["faults"]] == [fault.fault_id]
+        assert assert_queried(engine, "mem-1").content == text
 
 
 def test_a_restore_brings_the_object_back_whole_and_keeps_the_client_call(
@@ -140,25 +186,18 @@ def test_a_restore_brings_the_object_back_whole_and_keeps_the_client_call(
         client.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
                                        max_tokens=1024, extra_headers={
                                            "X-Memd-Virtualize": "off"})
-        session = engine.store.list_sessions("local")[0]
         upstream.tool = "none"
         client.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
                                        max_tokens=1024)
-        held = [o for o in engine.store.context_objects("local", session.id)
-                if SECRET in o.content]
-        assert held and held[0].fidelity != FULL
+        session_id, read = held_read(engine)
         upstream.tool = faults.RESTORE
-        upstream.args = {"object_id": held[0].object_id}
+        upstream.args = {"object_id": read.object_id}
         done = client.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
                                               max_tokens=1024)
         # memd served its call, the client's stays: it gets its own call only
         calls = done.choices[0].message.tool_calls or []
         assert [c.id for c in calls] == ["own-1"]
-        (fault,) = engine.store.faults("local", session.id)
-        assert fault.kind == "restore" and fault.object_ids[0] == held[0].object_id
-        assert held[0].content in fault.answer  # whole
-        again = {o.object_id: o for o in engine.store.context_objects("local", session.id)}
-        assert again[held[0].object_id].fidelity == FULL
+        assert_restored(engine, session_id, read)
         # the next call carries it whole (pinned), where it was degraded before
         upstream.tool = "none"
         client.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
@@ -270,3 +309,41 @@ def test_erasing_leaves_no_embedding_of_what_a_micro_fault_searched(
                           if m.tool_call_id == read.tool_call_id]
             engine.erase_message("local", session.id, message.id)
         assert cached() == set()
+def test_a_fault_round_that_would_pass_the_window_gets_a_shortened_answer() -> None:
+    from memd.models.tokens import count_text
+    from memd.server.faults import _fitted
+
+    long = "\n".join(f"line {i}: DEPLOY_PORT = {48000 + i}" for i in range(400))
+    short = "a short answer"
+    room = 300
+    fitted = _fitted([long, short], room, MODEL)
+    assert fitted[1] == short  # within its share: as served
+    assert fitted[0].startswith("line 0:") and "shortened to fit" in fitted[0]
+    assert sum(count_text(t, MODEL) for t in fitted) <= room
+    assert _fitted([long], 10**6, MODEL) == [long]  # room enough: untouched
+
+
+def test_a_round_keeps_within_what_the_request_left_of_the_window() -> None:
+    from memd.engine.conversation.chat import PreparedCall
+    from memd.engine.virtual.pressure import fit_line
+    from memd.models.tokens import count_text
+    from memd.server.fault_formats import MESSAGES_FAULTS
+    from memd.server.faults import _Rounds
+
+    # the virtualized request left 400 tokens of the window, the memory block took 100
+    report = {"virtual": {"window": 4096, "tokens": {"forwarded": fit_line(4096) - 400}},
+              "tokens": {"memory": 100}}
+    call = PreparedCall("c1", None, [{"role": "user", "content": "go"}], [], report, True)
+    rounds = _Rounds(call, MESSAGES_FAULTS, MODEL)
+    turn = [{"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t1", "name": faults.QUERY, "input": {}}]}]
+    ours = [{"id": "t1", "function": {"name": faults.QUERY, "arguments": "{}"}}]
+    long = "\n".join(f"line {i}: DEPLOY_PORT = {48000 + i}" for i in range(400))
+    sent = rounds.again(turn, ours, [long])
+    assert sent[:2] == [*call.forward, *turn]
+    (block,) = sent[-1]["content"]
+    assert block["tool_use_id"] == "t1" and block["content"].startswith("line 0:")
+    assert "shortened to fit" in block["content"]
+    assert count_text(block["content"], MODEL) <= 300
+    # what is left for a further round shrinks by what this one added
+    assert rounds.room is not None and 0 <= rounds.room < 100

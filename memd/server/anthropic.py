@@ -31,6 +31,7 @@ from memd.server import schemas as s
 from memd.server.bodies import messages_body
 from memd.server.doors import DOOR_RESPONSES, converse
 from memd.server.failures import error_body
+from memd.server.fault_formats import MESSAGES_FAULTS
 from memd.server.proxy import CHAT_ERRORS, Door, body_of, forward_headers, out_of_reach
 from memd.server.upstream import NO_UPSTREAM, NoUpstream, cached_client, upstream_client
 
@@ -75,7 +76,8 @@ async def messages(request: Request) -> Response:
     except NoUpstream:
         return JSONResponse(error_body("upstream_not_configured", NO_UPSTREAM),
                             status_code=503)
-    door = Door(_path(request, path), a.StreamReply, a.whole, _anthropic_headers)
+    door = Door(_path(request, path), a.StreamReply, a.whole, _anthropic_headers,
+                faults=MESSAGES_FAULTS)
     return await converse(request, client, door, sent,
                           count=_counter(request, client, path, sent.model))
 

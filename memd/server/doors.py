@@ -88,7 +88,8 @@ async def converse(
             prepare_chat, engine, user, workspace, messages, model=model,
             max_response_tokens=sent.max_tokens, tools=sent.tools, window=window,
             placement="user", client=caller.agent, session_id=session_id, note=note,
-            virtualize=virtualize, conversation=caller.conversation)
+            virtualize=virtualize, conversation=caller.conversation,
+            restorable=door.faults is not None)  # it serves memory_restore
     plain = sent.raw[door.field]
     placed = None
     if call.kept is not None:

@@ -1,4 +1,5 @@
-"""The fault loop of a virtualized Chat Completions call (memd.engine.virtual.faults).
+"""The fault loop of a virtualized call, on every door that offers memd's tools
+(memd.engine.virtual.faults; each API's format in memd.server.fault_formats).
 
 memd's two memory tools go upstream with the client's. When the model's reply calls
 them, memd serves the calls and asks the model again with the calls and their results
@@ -6,6 +7,10 @@ appended, up to ``virtual_max_faults`` times per client call; the client gets on
 final answer, streamed as usual when it streams, and never sees a memory tool call.
 A streamed answer passes through as it arrives until a tool call starts; from there it
 is held until the round ends, since only then is it known whose calls they are.
+
+Each round's request must still fit the model's window: the results are measured
+against what the virtualized request left of it (after the memory block and what
+earlier rounds added), and a result that would not fit goes shortened, saying so.
 
 A reply that calls memd's tools and the client's together: memd serves its own (a
 restore takes effect on the next call; the fault is recorded) and the client gets the
@@ -19,7 +24,7 @@ the one the client got.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -28,11 +33,16 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
 from memd.engine.conversation.chat import PreparedCall, finish_chat
-from memd.engine.formats import completions as c
 from memd.engine.virtual import faults as f
+from memd.engine.virtual.pressure import fit_line
+from memd.models.tokens import count_text
 from memd.server.deps import engine_of
+from memd.server.fault_formats import FaultFormat
 from memd.server.threads import in_thread
 from memd.server.upstream import encode_body
+
+SHORTENED = ("[memd: this answer was shortened to fit the model's window: {kept} of its "
+             "{total} lines; ask a narrower question for the rest]")
 
 
 def engaged(call: PreparedCall) -> bool:
@@ -42,29 +52,28 @@ def engaged(call: PreparedCall) -> bool:
     return bool(virtual.get("engaged") and virtual.get("held"))
 
 
-def with_tools(body: dict[str, Any]) -> dict[str, Any]:
-    return {**body, "tools": f.with_tools(body.get("tools"))}
+def with_tools(body: dict[str, Any], fmt: FaultFormat) -> dict[str, Any]:
+    return {**body, "tools": fmt.tools(body.get("tools"))}
 
 
-
-
-async def _serve(request: Request, call: PreparedCall, ours: list[Mapping[str, Any]],
-                 ) -> list[dict[str, Any]]:
-    """Serve memd's calls of a reply; their tool messages, and the call report's list."""
+async def _serve(request: Request, call: PreparedCall, ours: Sequence[Mapping[str, Any]],
+                 ) -> list[str]:
+    """Serve memd's calls of a reply: their answers, in order; each listed in the call
+    report."""
     engine = engine_of(request)
     session = call.session
     assert session is not None  # a virtualized call is of a session
-    out: list[dict[str, Any]] = []
+    out: list[str] = []
     listed = call.report.setdefault("virtual", {}).setdefault("faults", [])
     for tc in ours:
         served = await in_thread(f.serve, engine, call.user_id, session.id,
-                                         call.turn, call.call_id, tc)
+                                 call.turn, call.call_id, tc)
         fault = served.fault
         listed.append({"fault_id": fault.fault_id, "kind": fault.kind,
                        "question": fault.question, "objects": list(fault.object_ids),
                        "tokens_avoided": fault.tokens_avoided,
                        "latency_ms": fault.latency_ms})
-        out.append({"role": "tool", "tool_call_id": tc.get("id"), "content": served.content})
+        out.append(served.content)
     return out
 
 
@@ -73,51 +82,82 @@ def _faults_left(request: Request, call: PreparedCall) -> int:
     return engine_of(request).settings.virtual_max_faults - served
 
 
-def _again(messages: list[dict[str, Any]],
-           ours: list[Mapping[str, Any]], results: list[dict[str, Any]],
-           content: Any) -> list[dict[str, Any]]:
-    return [*messages, {"role": "assistant", "content": content, "tool_calls": ours},
-            *results]
+class _Rounds:
+    """The conversation a call's fault rounds send, and what they add to the request."""
+
+    def __init__(self, call: PreparedCall, fmt: FaultFormat, model: str | None) -> None:
+        self.fmt, self.model = fmt, model
+        self.sent: list[Any] = list(call.forward)
+        virtual = call.report.get("virtual") or {}
+        window = virtual.get("window")
+        forwarded = (virtual.get("tokens") or {}).get("forwarded") or 0
+        block = (call.report.get("tokens") or {}).get("memory") or 0
+        # None: no window known, nothing to measure against
+        self.room: int | None = (fit_line(window) - forwarded - block
+                                 if isinstance(window, int) else None)
+
+    def _cost(self, items: Sequence[Any]) -> int:
+        return count_text(json.dumps(list(items), ensure_ascii=False), self.model)
+
+    def again(self, turn: list[dict[str, Any]], ours: Sequence[Mapping[str, Any]],
+              texts: list[str]) -> list[Any]:
+        """The next round's conversation: the reply's turn and the results, each result
+        shortened, if need be, to what the window has left."""
+        if self.room is not None:
+            self.room -= self._cost(turn) + self._cost(self.fmt.results(ours, [""] * len(ours)))
+            texts = _fitted(texts, self.room, self.model)
+        results = self.fmt.results(ours, texts)
+        if self.room is not None:
+            self.room -= sum(count_text(t, self.model) for t in texts)
+        self.sent = [*self.sent, *turn, *results]
+        return self.sent
 
 
-def _strip(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A reply's message without memd's calls (None when it had only those)."""
-    _, theirs = f.split_calls(message.get("tool_calls") or ())
-    out = {k: v for k, v in message.items() if k != "tool_calls"}
-    if theirs:
-        out["tool_calls"] = theirs
+def _fitted(texts: list[str], room: int, model: str | None) -> list[str]:
+    """``texts`` within ``room`` tokens between them: each over its even share keeps its
+    first lines and says it was shortened."""
+    if sum(count_text(t, model) for t in texts) <= room:
+        return texts
+    share = max(0, room // max(1, len(texts)))
+    out: list[str] = []
+    for text in texts:
+        lines = text.splitlines()
+        kept = len(lines)
+        note = SHORTENED.format(kept=0, total=len(lines))
+        budget = share - count_text(note, model)
+        while kept and count_text("\n".join(lines[:kept]), model) > budget:
+            kept = kept * 3 // 4 if kept > 4 else kept - 1
+        out.append(text if kept == len(lines) else
+                   "\n".join([*lines[:kept], SHORTENED.format(kept=kept, total=len(lines))]))
     return out
 
 
 async def whole(request: Request, client: httpx.AsyncClient, call: PreparedCall,
                 body: dict[str, Any], resp: httpx.Response, door_path: str,
-                headers: dict[str, str]) -> tuple[httpx.Response, dict[str, Any] | None]:
+                headers: dict[str, str], fmt: FaultFormat,
+                ) -> tuple[httpx.Response, dict[str, Any] | None]:
     """Serve the faults of a whole answer: the final response, and its JSON when memd
     changed it (memd's calls taken out of a reply that also calls the client's)."""
-    messages = list(call.forward)
+    rounds = _Rounds(call, fmt, body.get("model") if isinstance(body.get("model"), str)
+                     else None)
     while resp.is_success:
         try:
             data = resp.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             return resp, None
-        choices = data.get("choices") if isinstance(data, dict) else None
-        if not (isinstance(choices, list) and choices and isinstance(choices[0], dict)):
+        found = fmt.whole(data)
+        if found is None:
             return resp, None
-        message = choices[0].get("message")
-        if not isinstance(message, Mapping):
-            return resp, None
-        ours, theirs = f.split_calls(message.get("tool_calls") or ())
+        turn, calls = found
+        ours, theirs = f.split_calls(calls)
         if not ours:
             return resp, None
-        results = await _serve(request, call, ours) if _faults_left(request, call) > 0 \
+        texts = await _serve(request, call, ours) if _faults_left(request, call) > 0 \
             else []
-        if theirs or not results:
-            choices[0] = {**choices[0], "message": _strip(message)}
-            if not theirs and choices[0].get("finish_reason") == "tool_calls":
-                choices[0]["finish_reason"] = "stop"
-            return resp, data
-        messages = _again(messages, ours, results, message.get("content"))
-        resp = await client.post(door_path, content=encode_body({**body, "messages": messages}),
+        if theirs or not texts:
+            return resp, fmt.strip_whole(data)
+        sent = rounds.again(turn, ours, texts)
+        resp = await client.post(door_path, content=encode_body({**body, fmt.field: sent}),
                                  headers=headers)
     return resp, None
 
@@ -125,23 +165,23 @@ async def whole(request: Request, client: httpx.AsyncClient, call: PreparedCall,
 async def stream(request: Request, client: httpx.AsyncClient, call: PreparedCall,
                  body: dict[str, Any], first: httpx.Response, door_path: str,
                  upstream_headers: dict[str, str], headers: dict[str, str],
-                 model: str | None, retried: bool) -> Response:
+                 model: str | None, retried: bool, fmt: FaultFormat) -> Response:
     """Relay a streamed answer, serving its faults (see the module docstring)."""
     engine = engine_of(request)
 
-    async def rounds() -> AsyncIterator[bytes]:
+    async def relayed() -> AsyncIterator[bytes]:
         resp = first
-        messages = list(call.forward)
-        acc = c.StreamReply()
+        rounds = _Rounds(call, fmt, model)
+        relay = fmt.relay()
+        acc = fmt.reader()
         stored = False
 
-        def store(final: c.StreamReply, strip: bool) -> None:
+        def store(final: Any, strip: bool) -> None:
             nonlocal stored
             if not stored:
                 stored = True
-                reply = final.reply()
                 finish_chat(engine, call, status=resp.status_code,
-                            reply=_strip(reply) if strip else reply,
+                            reply=fmt.stored(final) if strip else final.reply(),
                             finish_reason=final.finish_reason, usage=final.usage,
                             model=final.model or model,
                             incomplete=not (final.done or final.finish_reason),
@@ -149,80 +189,43 @@ async def stream(request: Request, client: httpx.AsyncClient, call: PreparedCall
 
         try:
             while True:
-                acc = c.StreamReply()
+                acc = fmt.reader()
                 held: list[bytes] = []
                 async for chunk in resp.aiter_raw():
                     acc.feed(chunk)
-                    if held or acc.tool_calls:
+                    if held or fmt.holding(acc):
                         held.append(chunk)
                         continue
                     if acc.done:  # stored before the client sees the end (memd.server.proxy)
                         await in_thread(store, acc, False)
-                    yield chunk
+                    yield relay(chunk)
                 await resp.aclose()
-                ours, theirs = f.split_calls(acc.reply().get("tool_calls") or ())
+                turn, calls = fmt.streamed(acc)
+                ours, theirs = f.split_calls(calls)
                 if not ours:
                     await in_thread(store, acc, False)
                     for chunk in held:
-                        yield chunk
+                        yield relay(chunk)
                     return
-                results = (await _serve(request, call, ours)
-                           if _faults_left(request, call) > 0 else [])
-                if theirs or not results:
+                texts = (await _serve(request, call, ours)
+                         if _faults_left(request, call) > 0 else [])
+                if theirs or not texts:
                     await in_thread(store, acc, True)
-                    yield _without_ours(b"".join(held), {
-                        i for i, tc in acc.tool_calls.items()
-                        if tc["function"]["name"] in f.NAMES_OF_TOOLS})
+                    yield relay(fmt.strip_stream(b"".join(held), acc))
                     return
-                messages = _again(messages, ours, results, acc.reply().get("content"))
+                sent = rounds.again(turn, ours, texts)
                 req = client.build_request(
-                    "POST", door_path, content=encode_body({**body, "messages": messages}),
+                    "POST", door_path, content=encode_body({**body, fmt.field: sent}),
                     headers=upstream_headers)
                 resp = await client.send(req, stream=True)
                 if not resp.is_success:
                     yield await resp.aread()
                     return
+                relay.next_round()
         finally:
             store(acc, True)
             with anyio.CancelScope(shield=True):
                 await resp.aclose()
 
-    return StreamingResponse(rounds(), status_code=first.status_code, headers=headers,
+    return StreamingResponse(relayed(), status_code=first.status_code, headers=headers,
                              media_type=first.headers.get("content-type", "text/event-stream"))
-
-
-def _without_ours(raw: bytes, ours: set[int]) -> bytes:
-    """SSE events with memd's tool calls (by their index) taken out and the client's
-    numbered from 0; a choice whose reply ends with only memd's calls ends as "stop"."""
-    keep = 0
-    index: dict[int, int] = {}
-    out: list[bytes] = []
-    for event in raw.split(b"\n\n"):
-        text = event.strip()
-        if not text.startswith(b"data:") or text == b"data: [DONE]":
-            out.append(event)
-            continue
-        try:
-            chunk = json.loads(text[5:])
-        except json.JSONDecodeError:
-            out.append(event)
-            continue
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta") or {}
-            calls = []
-            for tc in delta.get("tool_calls") or ():
-                i = int(tc.get("index", 0))
-                if i in ours:
-                    continue
-                if i not in index:
-                    index[i] = keep
-                    keep += 1
-                calls.append({**tc, "index": index[i]})
-            if "tool_calls" in delta:
-                delta["tool_calls"] = calls
-                if not calls:
-                    del delta["tool_calls"]
-            if choice.get("finish_reason") == "tool_calls" and not index:
-                choice["finish_reason"] = "stop"
-        out.append(b"data: " + encode_body(chunk))
-    return b"\n\n".join(out)

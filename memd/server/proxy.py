@@ -45,6 +45,7 @@ from memd.server.bodies import Body, completions_body, plain_body
 from memd.server.caller import Caller
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.failures import error_body
+from memd.server.fault_formats import CHAT_FAULTS, FaultFormat
 from memd.server.security import PARSED_BODY, strict_parse
 from memd.server.threads import in_thread
 from memd.server.upstream import (
@@ -171,9 +172,11 @@ class Door:
     headers: Callable[[Request], dict[str, str]]
     field: str = "messages"  # the body's field memd adds its block to
     streams: bool = False  # whether a request that says nothing of "stream" streams
+    faults: FaultFormat | None = None  # the format memd's memory tools go in, if served
 
 
-CHAT = Door("chat/completions", c.StreamReply, c.whole, forward_headers)
+CHAT = Door("chat/completions", c.StreamReply, c.whole, forward_headers,
+            faults=CHAT_FAULTS)
 COMPLETIONS = Door("completions", c.StreamReply, c.whole, forward_headers)
 
 CHAT_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -279,17 +282,17 @@ async def relay(request: Request, client: httpx.AsyncClient, call: PreparedCall,
     engine = engine_of(request)
     headers = _memd_headers(call)
     body, model = sent.raw, sent.model
-    faulting = door is CHAT and faults.engaged(call)
-    if faulting:
-        body = faults.with_tools(body)
+    fmt = door.faults if door.faults is not None and faults.engaged(call) else None
+    if fmt is not None:
+        body = faults.with_tools(body, fmt)
     if door.streams if sent.stream is None else sent.stream:
         return await _stream(request, client, call, body, headers, model, door)
     changed = None
     try:
         resp, retried = await _send(client, request, call, body, stream=False, door=door)
-        if faulting:
+        if fmt is not None:
             resp, changed = await faults.whole(request, client, call, body, resp, door.path,
-                                               door.headers(request))
+                                               door.headers(request), fmt)
     except httpx.HTTPError as exc:
         return await _unreachable(engine, call, exc, headers, model)
     data: Any = changed
@@ -354,9 +357,10 @@ async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCal
                         finish_reason=None, usage=None, model=model, retried=retried)
         return Response(content=content, status_code=resp.status_code, headers=headers,
                         media_type=resp.headers.get("content-type", "application/json"))
-    if door is CHAT and faults.engaged(call):
+    if door.faults is not None and faults.engaged(call):
         return await faults.stream(request, client, call, body, resp, door.path,
-                                   door.headers(request), headers, model, retried)
+                                   door.headers(request), headers, model, retried,
+                                   door.faults)
 
     async def pass_through() -> AsyncIterator[bytes]:
         acc = door.stream()

@@ -35,13 +35,15 @@ from memd.server.bodies import ResponsesBody, responses_body
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.doors import DOOR_RESPONSES, converse
 from memd.server.failures import error_body
+from memd.server.fault_responses import RESPONSES_FAULTS
 from memd.server.proxy import Door, body_of, forward_headers
 from memd.server.threads import in_thread
 from memd.server.upstream import NoUpstream, upstream_client
 from memd.types import Session
 
 router = APIRouter()
-RESPONSES = Door("responses", r.StreamReply, r.whole, forward_headers, field="input")
+RESPONSES = Door("responses", r.StreamReply, r.whole, forward_headers, field="input",
+                 faults=RESPONSES_FAULTS)
 
 
 @router.post("/v1/responses", responses=DOOR_RESPONSES, openapi_extra={

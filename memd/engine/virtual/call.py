@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from memd.engine.virtual import summaries
 from memd.engine.virtual.engage import Budget, Virtualized, engages, virtualize
-from memd.engine.virtual.faults import pinned
+from memd.engine.virtual.faults import TOOLS, pinned
 from memd.engine.virtual.modes import call_mode
+from memd.models.tokens import tool_tokens
 
 RESERVE_SHARE = 0.25  # of the window: the most of it a response reserve holds back
 
@@ -47,6 +48,11 @@ def for_call(store: Store, settings: Settings, now: Callable[[], float], llm_ena
     budget = Budget.of(tokens, reserve, request_tokens, window.token_scale)
     if not engages(mode, budget, settings.virtual_zones):
         return None
+    if restorable and any(m.get("role") == "tool" for m in messages):
+        # memd's memory tools go with the request when it holds results out (a request
+        # with none has nothing to hold): they count in what has to fit
+        budget = Budget.of(tokens, reserve, request_tokens + tool_tokens(list(TOOLS), model),
+                           window.token_scale)
     done = virtualize(store, session.user_id, session.id, messages, budget,
                       settings.virtual_zones, mode=mode, model=model, call_id=call_id,
                       now=now(), restorable=restorable,
