@@ -147,6 +147,9 @@ class Settings:
     # best user turn names beyond the question rise after that turn, so a question that
     # needs two remarks finds the second (memd.engine.retrieval.rounds)
     search_second_round: bool = True
+    # and a question that names a vocabulary term (a language, a database, a cloud...)
+    # also finds the messages that name others of its kind ("in Rust?" -> "we use Go")
+    search_expand_kinds: bool = True
     # messages of recent session histories kept in the process between compiles, checked
     # against each session's history state (memd.engine.conversation.history); 0 turns it off
     history_cache_messages: int = 50_000
@@ -289,7 +292,7 @@ def _coerce(name: str, value: Any) -> Any:
     if choices is not None and value not in choices:
         raise InvalidInput(f"{name} must be one of {', '.join(choices)}, not {value!r}")
     if name in ("auth", "memory_recall", "recall_keyword", "known_words",
-                "search_second_round") and isinstance(
+                "search_second_round", "search_expand_kinds") and isinstance(
             value, str):
         if value.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             raise InvalidInput(f"{name} must be true or false, not {value!r}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import memd
+from memd.engine.retrieval.rounds import kin_terms
 from memd.types import Hit
 
 SEED = "Tomasz is the lead on Lumen now, he runs the whole thing."
@@ -13,20 +14,24 @@ SECOND = "The Lumen launch has to be live before the audit in May."
 QUESTION = "What deadline does the thing Tomasz runs have?"
 
 
-def ranked(tmp_path: Path, on: bool) -> list[Hit]:
-    with memd.open(tmp_path / ("on" if on else "off"), embedder="fake",
-                   search_second_round=on) as m:
-        first = m.create_session("u")
-        m.append(first.id, "u", [{"role": "user", "content": SEED}])
-        # remarks closer to the question's words than the second hop is
-        fillers = [{"role": "user", "content": f"the deadline for chore {i} is what it is, "
-                                               f"whatever runs has to run"}
-                   for i in range(15)]
-        m.append(m.create_session("u").id, "u", fillers)
-        m.append(m.create_session("u").id, "u", [{"role": "user", "content": SECOND}])
+def searched(data_dir: Path, question: str, sessions: list[list[str]],
+             **settings: bool) -> list[Hit]:
+    """The message hits for ``question`` over one session per list of user turns."""
+    with memd.open(data_dir, embedder="fake", **settings) as m:
+        for turns in sessions:
+            m.append(m.create_session("u").id, "u",
+                     [{"role": "user", "content": t} for t in turns])
         while m.run_jobs():
             pass
-        return m.search(QUESTION, "u", k=10, kinds=["message"])
+        return m.search(question, "u", k=10, kinds=["message"])
+
+
+def ranked(tmp_path: Path, on: bool) -> list[Hit]:
+    # remarks closer to the question's words than the second hop is
+    fillers = [f"the deadline for chore {i} is what it is, whatever runs has to run"
+               for i in range(15)]
+    return searched(tmp_path / str(on), QUESTION, [[SEED], fillers, [SECOND]],
+                    search_second_round=on)
 
 
 def test_second_hop_follows_its_seed(tmp_path: Path) -> None:
@@ -43,3 +48,30 @@ def test_without_the_round_the_second_hop_stays_low(tmp_path: Path) -> None:
     assert hits[0].text == SEED
     assert SECOND not in [h.text for h in hits[:5]]
     assert all("second_round" not in h.breakdown for h in hits)
+
+
+RUST = "Would the others be comfortable if I wrote the new parser in Rust?"
+KIN = "Most of us came from Python and JavaScript, nobody has shipped systems code."
+
+
+def kin_ranked(tmp_path: Path, on: bool) -> list[Hit]:
+    """The hits for the Rust question, among its own turn and remarks that share a word
+    with it (closer to it than the kin remark by the fake embedder's cosine)."""
+    fillers = [f"others {i} came by" for i in range(8)]
+    return searched(tmp_path / str(on), RUST, [[RUST], fillers, [KIN]],
+                    search_expand_kinds=on, search_second_round=False)
+
+
+def test_kin_terms_of_the_question() -> None:
+    kin = kin_terms(RUST)
+    assert {"python", "javascript", "go"} <= set(kin) and "rust" not in kin
+    assert kin_terms("What did we settle on after the outage?") == []
+
+
+def test_a_language_question_finds_the_other_languages(tmp_path: Path) -> None:
+    hits = kin_ranked(tmp_path, on=True)
+    on = [h.text for h in hits]
+    off = [h.text for h in kin_ranked(tmp_path, on=False)]
+    assert on[0] == RUST  # the best direct hit stays first
+    assert hits[on.index(KIN)].breakdown["second_round"] > 0
+    assert on.index(KIN) < off.index(KIN)

@@ -41,7 +41,7 @@ from memd.engine.learning.write import (
     upsert_fact,
 )
 from memd.engine.retrieval.retrieve import KINDS, search
-from memd.engine.retrieval.rounds import SecondRound
+from memd.engine.retrieval.rounds import rule_of
 from memd.errors import InvalidInput, NotFound, StorageError
 from memd.models.embedder import CachedEmbedder, Embedder
 from memd.models.tokens import count_text
@@ -301,7 +301,8 @@ class Memd(SessionsMixin, ContextMixin, ErasureMixin, ForgetMixin):
                 self.store, self.embedder, uid, q, k, kinds_, flt, self.settings.weights,
                 self.now(), session_id=flt.session_id,
                 shared=() if spans_all else self.shared_owners(uid, ws),
-                second=SecondRound() if self.settings.search_second_round else None,
+                second=rule_of(self.settings.search_second_round,
+                               self.settings.search_expand_kinds),
             )
 
     # -- sessions --------------------------------------------------------------------

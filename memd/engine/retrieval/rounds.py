@@ -16,6 +16,11 @@ just under theirs), so the turn that answered the question directly stays first 
 second hop comes right after it. Entities, not the seed's vector, seed the round: on the
 generated team histories of ``bench/bench_generalize.py`` the seed's vector neighbours
 pushed single-hop evidence out of the top ten, its entities did not.
+
+With ``kin`` the question is expanded too: a question that names a vocabulary term
+("Rust", a language) asks about the others of its kind the user has spoken of ("most of
+us came from Python", "we picked Go"), so the messages that name another term of the
+same kind gain the same bonus, under the same cap.
 """
 
 from __future__ import annotations
@@ -23,12 +28,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
 from memd.backends.base import MessageStore
 from memd.config import Weights
 from memd.engine.learning.extract import extract_entities
+from memd.engine.learning.extract.entities import scan_terms
+from memd.engine.learning.extract.vocab import TERMS
 from memd.engine.retrieval.score import Signals, score
 from memd.models.embedder import CachedEmbedder
 from memd.types import Message, Provenance
@@ -39,12 +47,35 @@ Scored = list[tuple[Message, float, dict[str, float]]]
 @dataclass(frozen=True, slots=True)
 class SecondRound:
     """How the second round runs: how many of the first round's best user messages seed
-    it, how many messages each seed's entities fetch, and what a reached message gains
-    (a share of the similarity weight)."""
+    it (0: none), whether the question's vocabulary terms bring their kin, how many
+    messages each lookup fetches, and what a reached message gains (a share of the
+    similarity weight)."""
 
     seeds: int = 1
+    kin: bool = True
     fetch: int = 20
     bonus: float = 0.15
+
+
+def rule_of(second_round: bool, expand_kinds: bool) -> SecondRound | None:
+    """The round the two settings ask for; None when both are off."""
+    if not (second_round or expand_kinds):
+        return None
+    return SecondRound(seeds=1 if second_round else 0, kin=expand_kinds)
+
+
+@cache
+def _kin_of(kind: str) -> tuple[str, ...]:
+    """Every canonical vocabulary term of ``kind``."""
+    return tuple(sorted({name for name, k in TERMS.values() if k == kind}))
+
+
+def kin_terms(query: str) -> list[str]:
+    """The other vocabulary terms of the kinds the query's terms are of ("rust", a
+    language: "go", "python", ...), without the query's own."""
+    terms = [t for t in scan_terms(query) if t.kind]
+    named = {t.name for t in terms}
+    return sorted({n for t in terms for n in _kin_of(t.kind)} - named)
 
 
 def message_score(msg: Message, similarity: float, keyword: float, weights: Weights,
@@ -67,10 +98,16 @@ def _seeds(first: Scored, n: int) -> tuple[list[Message], int]:
 
 
 def _reached(store: MessageStore, user_id: str, query: str, seeds: Sequence[Message],
-             fetch: int, session_id: str | None) -> dict[str, Message]:
-    """Messages that name what a seed names beyond the query, outside the seed's session."""
+             rule: SecondRound, session_id: str | None) -> dict[str, Message]:
+    """Messages that name what a seed names beyond the query, outside the seed's session,
+    and (``rule.kin``) those that name a kin of the query's vocabulary terms."""
+    fetch = rule.fetch
     asked = set(extract_entities(query))
     out: dict[str, Message] = {}
+    kin = kin_terms(query) if rule.kin else []
+    if kin:
+        for msg, _ in store.keyword_messages(user_id, " ".join(kin), fetch, session_id):
+            out.setdefault(msg.id, msg)
     for seed in seeds:
         named = sorted(set(extract_entities(seed.safe_text or "")) - asked)
         if not named:
@@ -87,8 +124,8 @@ def second_round(
     session_id: str | None = None, rule: SecondRound = SecondRound(),
 ) -> Scored:
     """``first`` (best first) with the second round's messages merged in, best first."""
-    seeds, pinned = _seeds(first, rule.seeds)
-    reached = _reached(store, user_id, query, seeds, rule.fetch, session_id)
+    seeds, pinned = _seeds(first, max(rule.seeds, 1))  # the best user hit stays on top
+    reached = _reached(store, user_id, query, seeds[:rule.seeds], rule, session_id)
     if not reached:
         return first
     known = {m.id for m, _, _ in first}
