@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pg
+
 from memd.engine.retrieval.rounds import kin_terms
 from memd.types import Hit
 
