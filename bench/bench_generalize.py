@@ -74,8 +74,10 @@ def timed_search(engine: Memd, loaded: Loaded, q: Question) -> float:
 
 
 def run(hays: Iterable[Haystack], embedder: str, cache: Path | None,
-        progress: bool = True) -> tuple[list[dict[str, Any]], list[float]]:
-    """Every question's scores per method, and each search's milliseconds."""
+        progress: bool = True, settings: Mapping[str, str] | None = None,
+        ) -> tuple[list[dict[str, Any]], list[float]]:
+    """Every question's scores per method, and each search's milliseconds (``settings``:
+    memd settings to open each store with, as ``--set`` gives them)."""
     emb, rec = make_embedder(embedder, cache)
     clock = SimClock()
     rows: list[dict[str, Any]] = []
@@ -87,7 +89,7 @@ def run(hays: Iterable[Haystack], embedder: str, cache: Path | None,
             rec.prefetch([t.content for s in hay.sessions for t in s.turns]
                          + [q.text for q in hay.questions])
         with tempfile.TemporaryDirectory(prefix="memd-generalize-") as tmp:
-            engine = memd.open(Path(tmp), embedder=emb, clock=clock)
+            engine = memd.open(Path(tmp), embedder=emb, clock=clock, **(settings or {}))
             try:
                 loaded = ingest(engine, hay, clock)
                 base = Baselines.of(hay, emb)
@@ -142,20 +144,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help=f"persistent embedding cache (default {GEN_CACHE})")
     ap.add_argument("--no-cache", action="store_true", help="embed every text afresh")
     ap.add_argument("--out", type=Path, help="also write the figures to this JSON file")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="a memd setting for the stores (repeatable), e.g. to compare "
+                         "with a retrieval method off: --set search_second_round=false")
     args = ap.parse_args(argv)
+    overrides = dict(item.partition("=")[::2] for item in args.set)
+    if any(not name or not value for name, value in overrides.items()):
+        ap.error("--set takes NAME=VALUE")
     split = SPLITS[1] if args.aside else SPLITS[0]
     if args.aside:
         print(ASIDE_WARNING, file=sys.stderr, flush=True)
     users, sessions = (2, 14) if args.quick else (args.users, args.sessions)
     started = time.perf_counter()
     hays = histories(split, users, sessions=sessions)
-    rows, latencies = run(hays, args.embedder, None if args.no_cache else args.cache)
+    rows, latencies = run(hays, args.embedder, None if args.no_cache else args.cache,
+                          settings=overrides)
     by_kind = figures(rows)
     print(table(by_kind), file=sys.stderr)
     result: dict[str, Any] = {
         "split": split, "users": users, "sessions_per_user": sessions,
         "turns": sum(len(s.turns) for h in hays for s in h.sessions),
         "questions": len(rows), "embedder": args.embedder, "ks": list(KS),
+        "settings": overrides,
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "figures": by_kind,
         "search_p50_ms": round(statistics.median(latencies), 2) if latencies else 0.0,

@@ -143,6 +143,13 @@ class Settings:
     # recall also through full text: more of what was said is found, at the cost of a
     # full-text ranking over all the user's messages on each new question
     recall_keyword: bool = True
+    # search over messages asks a second round: the messages that name the entities its
+    # best user turn names beyond the question rise after that turn, so a question that
+    # needs two remarks finds the second (memd.engine.retrieval.rounds)
+    search_second_round: bool = True
+    # and a question that names a vocabulary term (a language, a database, a cloud...)
+    # also finds the messages that name others of its kind ("in Rust?" -> "we use Go")
+    search_expand_kinds: bool = True
     # messages of recent session histories kept in the process between compiles, checked
     # against each session's history state (memd.engine.conversation.history); 0 turns it off
     history_cache_messages: int = 50_000
@@ -284,7 +291,8 @@ def _coerce(name: str, value: Any) -> Any:
     choices = CHOICES.get(name)
     if choices is not None and value not in choices:
         raise InvalidInput(f"{name} must be one of {', '.join(choices)}, not {value!r}")
-    if name in ("auth", "memory_recall", "recall_keyword", "known_words") and isinstance(
+    if name in ("auth", "memory_recall", "recall_keyword", "known_words",
+                "search_second_round", "search_expand_kinds") and isinstance(
             value, str):
         if value.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             raise InvalidInput(f"{name} must be true or false, not {value!r}")

@@ -40,7 +40,8 @@ LIVE_KEYS = frozenset({
     "default_max_response_tokens", "context_windows", "context_window", "upstream_url",
     "upstream_anthropic_url", "upstream_ollama_url", "upstream_api_key", "upstream_timeout",
     "upstream_probe_timeout",
-    "prices", "virtualize", "virtualize_workspaces", "virtual_zones",
+    "prices", "virtualize", "virtualize_workspaces", "virtual_zones", "search_second_round",
+    "search_expand_kinds",
 })
 UPSTREAM_KEYS = frozenset({"upstream_url", "upstream_anthropic_url", "upstream_ollama_url",
                            "upstream_api_key", "upstream_timeout"})

@@ -28,6 +28,7 @@ import numpy as np
 from memd.backends.base import Lifecycle, MemoryStore, MessageStore, Store
 from memd.config import Weights
 from memd.engine.learning.extract import extract_entities
+from memd.engine.retrieval.rounds import SecondRound, second_round
 from memd.engine.retrieval.score import Signals, score
 from memd.models.embedder import CachedEmbedder
 from memd.types import (
@@ -208,9 +209,11 @@ def search(
     store: Store, embedder: CachedEmbedder, user_id: str, query: str, k: int,
     kinds: Sequence[str], flt: MemoryFilter, weights: Weights, now: float,
     session_id: str | None = None, shared: Sequence[tuple[str, MemoryFilter]] = (),
+    second: SecondRound | None = None,
 ) -> list[Hit]:
     """Search memories, summaries, messages and facts; the best ``k`` hits overall
-    (``shared``: see :func:`score_memories`)."""
+    (``shared``: see :func:`score_memories`; ``second``: how the messages' second round
+    runs, None for none, :mod:`memd.engine.retrieval.rounds`)."""
     message_k = max(k, 10)
     pending: Future[KeywordMessages] | None = None
     if "message" in kinds and not store.in_transaction():
@@ -236,10 +239,14 @@ def search(
                     metadata={**m.metadata, "tier": int(m.tier), "tags": list(m.tags)},
                 ))
     if "message" in kinds:
-        for msg, total, parts in score_messages(
+        scored = score_messages(
             store, user_id, query, qvec, weights, now, message_k, session_id, embedder,
             pending.result() if pending is not None else None,
-        ):
+        )
+        if second is not None:
+            scored = second_round(store, embedder, user_id, query, qvec, scored, weights,
+                                  now, session_id, second)
+        for msg, total, parts in scored:
             hits.append(Hit(
                 kind="message", id=msg.id, text=msg.safe_text or "", score=total,
                 breakdown=parts, session_id=msg.session_id, token_count=msg.token_count,
