@@ -59,6 +59,7 @@ from starlette.routing import Route
 import memd
 from bench.output import emit
 from memd.config import load_settings
+from memd.engine.block.inject import BLOCK_HEADER
 from memd.engine.conversation.turns import last_user_text
 from memd.engine.memory import Memd
 from memd.models.tokens import counter_for
@@ -166,6 +167,32 @@ def prefix_shares(requests: list[dict[str, Any]]) -> tuple[float, float, float]:
             cached / total)
 
 
+def prefix_breaks(forwarded: list[dict[str, Any]], sent: list[dict[str, Any]]
+                  ) -> dict[str, int]:
+    """The steps whose forwarded request departs from the previous forwarded one at an
+    earlier message than the client's own request departs from its previous one: what
+    memd costs a prefix cache beyond what the client does. Counted by cause: ``block``
+    when the first differing message holds memd's block (it changed or moved),
+    ``rewritten`` otherwise (a message memd rewrote: a tool result virtualization held
+    out of context, or restored)."""
+    out = {"block": 0, "rewritten": 0}
+    for n in range(1, min(len(forwarded), len(sent))):
+        memd_at = _first_difference(forwarded[n - 1]["messages"], forwarded[n]["messages"])
+        client_at = _first_difference(sent[n - 1]["messages"], sent[n]["messages"])
+        if memd_at < client_at:
+            pair = (forwarded[n - 1]["messages"], forwarded[n]["messages"])
+            block = any(memd_at < len(ms) and BLOCK_HEADER in str(ms[memd_at].get("content"))
+                        for ms in pair)
+            out["block" if block else "rewritten"] += 1
+    return out
+
+
+def _first_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> int:
+    """The index of the first message in which ``b`` differs from ``a``."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)))
+
+
 def settle(engine: Memd, timeout: float = 30.0) -> None:
     """Wait until memd's background jobs (embedding the last call's messages, ingesting
     what was extracted) are done, as the model's own answer time lets them finish between
@@ -190,6 +217,7 @@ def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[i
         memd_cached: list[float] = []
         client_stable: list[float] = []
         client_cached: list[float] = []
+        breaks = {"block": 0, "rewritten": 0}
         tokens: list[int] = []
         for kind in kinds:
             session: AgentSession = generate(kind, seed=size, target_tokens=size)
@@ -216,6 +244,8 @@ def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[i
             memd_stable.append(stable)
             memd_reused.append(reused)
             memd_cached.append(cached)
+            for cause, n in prefix_breaks(via_memd, [s.request for s in session.steps]).items():
+                breaks[cause] += n
             client = prefix_shares([s.request for s in session.steps])
             client_stable.append(client[0])
             client_cached.append(client[2])
@@ -230,6 +260,7 @@ def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[i
             "previous_reused_memd": round(sum(memd_reused) / len(memd_reused), 4),
             "prefix_tokens_memd": round(sum(memd_cached) / len(memd_cached), 4),
             "prefix_tokens_client": round(sum(client_cached) / len(client_cached), 4),
+            "prefix_breaks_memd": breaks,
         }
         print(f"agent sessions ~{size} tokens: {out[str(size)]}", file=sys.stderr)
     return out

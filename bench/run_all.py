@@ -224,9 +224,12 @@ def agent_targets(agent: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         got = largest[memd_key]
         every = sum(a[memd_key] for a in agent.values()) / len(agent)
         ceiling = sum(a[client_key] for a in agent.values()) / len(agent)
+        breaks = largest.get("prefix_breaks_memd")
+        why = ("" if breaks is None else f"; steps memd breaks earlier than the client: "
+               f"{breaks['block']} by its block, {breaks['rewritten']} by a rewrite")
         yield _row(f"prompt-prefix stability, ~{size}-token sessions: {name}",
                    f"{got:.3f} (client's own {largest[client_key]:.3f}; all sizes "
-                   f"{every:.3f}, client's own {ceiling:.3f})", f">= {PREFIX_SHARE}",
+                   f"{every:.3f}, client's own {ceiling:.3f}{why})", f">= {PREFIX_SHARE}",
                    got >= PREFIX_SHARE)
     reused = [a["previous_reused_memd"] for a in agent.values()]
     kept = sum(reused) / len(reused)

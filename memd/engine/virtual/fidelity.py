@@ -15,6 +15,7 @@ sent stays the text sent and the prompt's prefix stays the one the model server 
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -102,11 +103,13 @@ def extractive(object_id: str, tool: str | None, key: str | None, text: str,
     budget = max(low, min(high, int(tokens * share)))
     head = list(range(min(HEAD_LINES, len(lines))))
     tail = list(range(max(len(head), len(lines) - TAIL_LINES), len(lines)))
-    named = [i for i in range(len(head), len(lines) - len(tail))
-             if _IDENTIFIER.search(lines[i])]
+    # scanned lazily: the excerpt is full long before a long output's last lines are
+    # read, and a new tool result is excerpted on the call that brings it
+    named = (i for i in range(len(head), len(lines) - len(tail))
+             if _IDENTIFIER.search(lines[i]))
     keep: list[int] = []
     used = 0
-    for i in (*head, *tail, *named):
+    for i in itertools.chain(head, tail, named):
         cost = count(lines[i][:LINE_CHARS]) + 1
         if used + cost > budget and keep:
             if i in head or i in tail:
