@@ -151,6 +151,10 @@ def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team)
         call(c, "PATCH", "/v1/memories/{memory_id}", f"/v1/memories/{m}", 403,
              json={"text": "hijacked", "user_id": "bob"})
         call(c, "DELETE", "/v1/memories/{memory_id}", f"/v1/memories/{m}", 404)
+        call(c, "GET", "/v1/memories/{memory_id}/forget-preview",
+             f"/v1/memories/{m}/forget-preview", 404)
+        call(posing, "GET", "/v1/memories/{memory_id}/forget-preview",
+             f"/v1/memories/{m}/forget-preview", 403)
         call(c, "DELETE", "/v1/memories/{memory_id}", f"/v1/memories/{m}?user_id=bob", 403)
         no_trace(call(c, "GET", "/v1/memories", "/v1/memories", 200))
         call(c, "GET", "/v1/memories", "/v1/memories?user_id=bob", 403)
@@ -206,6 +210,10 @@ def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team)
         call(c, "PUT", "/v1/facts", "/v1/facts", 403, json={
             "category": "project", "key": "codename", "value": "planted", "user_id": "bob"})
         call(c, "DELETE", "/v1/facts/{category}/{key}", "/v1/facts/project/codename", 404)
+        call(c, "GET", "/v1/facts/{category}/{key}/forget-preview",
+             "/v1/facts/project/codename/forget-preview", 404)
+        call(posing, "GET", "/v1/facts/{category}/{key}/forget-preview",
+             "/v1/facts/project/codename/forget-preview", 403)
         call(c, "DELETE", "/v1/facts/{category}/{key}",
              "/v1/facts/project/codename?user_id=bob", 403)
         call(posing, "DELETE", "/v1/facts/{category}/{key}", "/v1/facts/project/codename",
@@ -272,6 +280,13 @@ def test_a_user_cannot_touch_another_users_data_through_any_endpoint(team: Team)
         jobs = call(c, "GET", "/v1/jobs", "/v1/jobs", 200)["data"]
         assert bob_job not in str(jobs) and {j["user_id"] for j in jobs} <= {"alice"}
         call(c, "GET", "/v1/jobs", "/v1/jobs?user_id=bob", 403)
+        runs = team.engine.jobs.schedule.runs  # a sweep over every user's rows
+        runs.finished(runs.start("prune", time.time(), 2, per_user=True), 0.1,
+                      {"pruned": 3}, RuntimeError("bob's row 7 is locked"))
+        sweeps = call(c, "GET", "/v1/sweeps", "/v1/sweeps", 200)["data"]
+        assert sweeps[0]["task"] == "prune" and sweeps[0]["failed"] == 1
+        # their counts and errors span every user
+        assert all(r["counts"] == {} and r["errors"] == [] for r in sweeps)
         call(c, "POST", "/v1/jobs/{job_id}/retry", f"/v1/jobs/{bob_job}/retry", 404)
         # importing history: as herself only
         export = json.dumps([{"uuid": "c-1", "name": "x", "chat_messages": [
