@@ -83,7 +83,7 @@ TOPICAL = 0.7
 FLOORS = (0.2, 0.25, 0.3, 0.35, 0.4)  # --sweep's grid: the floor, with shared words
 SURE = (0.4, 0.45, 0.5, 0.55, 0.6, 1.0)  # and the cosine that is enough alone
 ANSWERS = (0.0, 0.03, 0.05, 0.07, 0.1, 0.12, 0.15)  # recall_answer_floor, at the defaults
-QUESTIONS = (0.0, 0.07, 0.1, 0.12, 0.15, 0.18, 0.2, 0.25)  # recall_question_floor
+QUESTIONS = (0.0, 0.07, 0.1, 0.12, 0.15, 0.17, 0.18, 0.2, 0.25)  # recall_question_floor
 _USER_PART = re.compile(r"User: (.*?)(?:\nAssistant \(earlier reply\): |$)", re.DOTALL)
 _WORD = re.compile(r"[a-z0-9]+")
 #: Words a memory adds to frame what the user said ("User prefers ...", "User's name is"

@@ -139,7 +139,7 @@ class Settings:
     # and nothing is recalled for a request unless the likeliest answer among the lines
     # about it reaches this score: one decision per request, not per line (a block that
     # holds any line about a question it cannot answer misleads); 0 turns it off
-    recall_question_floor: float = 0.15
+    recall_question_floor: float = 0.17
     # recall also through full text: more of what was said is found, at the cost of a
     # full-text ranking over all the user's messages on each new question
     recall_keyword: bool = True
