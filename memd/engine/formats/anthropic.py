@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memd.engine.formats.sse import DataEvents, json_event
+from memd.engine.formats.sse import EventReply
 from memd.engine.validate import clean_chars, is_count, sanitized
 
 
@@ -318,7 +318,7 @@ def whole(data: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None,
             clean_chars(stop) if isinstance(stop, str) else None, usage(data.get("usage")))
 
 
-class StreamReply(DataEvents):
+class StreamReply(EventReply):
     """Rebuilds the reply from a Messages event stream as it passes through: its content
     blocks (text, tool_use with its input from the JSON deltas, thinking with its
     signature), stop reason, usage and model."""
@@ -327,15 +327,9 @@ class StreamReply(DataEvents):
         super().__init__()
         self.blocks: dict[int, dict[str, Any]] = {}
         self._json: dict[int, list[str]] = {}
-        self.finish_reason: str | None = None
-        self.model: str | None = None
         self._usage: dict[str, Any] = {}
-        self.done = False
 
-    def _data(self, payload: bytes) -> None:
-        event = json_event(payload)
-        if event is None:
-            return
+    def _event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         index = event.get("index")
         if kind == "message_start" and isinstance(event.get("message"), Mapping):

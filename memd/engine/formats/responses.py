@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memd.engine.formats.sse import DataEvents, json_event
+from memd.engine.formats.sse import EventReply
 from memd.engine.validate import is_count, sanitized
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
@@ -333,7 +333,7 @@ def whole(data: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None,
     return (got, status if isinstance(status, str) else None, usage(data.get("usage")))
 
 
-class StreamReply(DataEvents):
+class StreamReply(EventReply):
     """Rebuilds the reply from a Responses event stream as it passes through: the final
     ``response.completed`` (or ``incomplete`` / ``failed``) event holds the whole
     response; until then, the items done so far."""
@@ -341,16 +341,10 @@ class StreamReply(DataEvents):
     def __init__(self) -> None:
         super().__init__()
         self.items: list[Any] = []
-        self.finish_reason: str | None = None
-        self.model: str | None = None
         self.usage: dict[str, Any] | None = None
         self.response_id: str | None = None
-        self.done = False
 
-    def _data(self, payload: bytes) -> None:
-        event = json_event(payload)
-        if event is None:
-            return
+    def _event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         response = event.get("response")
         if isinstance(response, Mapping) and isinstance(response.get("id"), str):

@@ -26,6 +26,26 @@ class DataEvents:
         raise NotImplementedError
 
 
+class EventReply(DataEvents):
+    """Reads a reply's stream of JSON events (the Messages and Responses APIs): what
+    every such reader learns, the reply's model, why it finished and whether the stream
+    ended; a subclass reads each event in :meth:`_event`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finish_reason: str | None = None
+        self.model: str | None = None
+        self.done = False
+
+    def _data(self, payload: bytes) -> None:
+        event = json_event(payload)
+        if event is not None:
+            self._event(event)
+
+    def _event(self, event: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
 def json_event(payload: bytes) -> dict[str, Any] | None:
     """An event's data as a JSON object, or None when it is not one (a ``[DONE]``, a
     comment, a broken chunk: the client gets it as sent, memd reads nothing from it)."""
