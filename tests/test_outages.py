@@ -91,6 +91,8 @@ def test_models_answers_like_the_chat_route_when_the_upstream_is_out_of_reach(
 _NO_STORE = {(method, prefix + path) for prefix in ("", "/w/{workspace}")
              for method, path in (("GET", "/v1/models"),
                                   ("POST", "/v1/messages/count_tokens"),
+                                  # the scheduler's recent sweeps are kept in memory
+                                  ("GET", "/v1/sweeps"),
                                   # Ollama's routes that only relay (generate records its call)
                                   ("GET", "/api/tags"),
                                   ("GET", "/api/ps"), ("GET", "/api/version"),
