@@ -12,7 +12,8 @@ evidence is always a user turn), as in ``bench.longmemeval``: memd's
 ``search(question, k=50, kinds=["message"])`` with assistant hits dropped; ``bm25``
 (rank_bm25's BM25Okapi on whitespace tokens) and ``dense`` (cosine of the same
 embedder's vectors) over the same turns. ``recall@k`` is the share of a question's
-evidence turns among the top k, ``any@k`` whether any is; means per kind and overall, and per question template (``families``).
+evidence turns among the top k, ``any@k`` whether any is; means per kind and overall,
+and per question template (``families``).
 ``search_p50_ms`` times ``search(question, k=10, kinds=["message"])``; with MiniLM the
 question's vector is already in the recording embedder's cache (it is prefetched with the
 history's texts), so the figure is the search without the query embedding.
