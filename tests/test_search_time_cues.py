@@ -95,16 +95,18 @@ def test_boost_raises_dated_hits_under_the_best() -> None:
 
 EARLY = "What time does Yuki want the daily standup? At 9:30 sharp."
 LATE = "Yuki moved it to 10:15."
+OLD = "Yuki wants the notes kept short."
 QUESTION = "What time does Yuki want the daily standup, most recently?"
 
 
 def ranked(backend: str, data_dir: Path, on: bool) -> list[Hit]:
-    """The hits for a recency question over a remark made 60 days ago and one made
-    two days ago, the older worded closer to the question."""
+    """The hits for a recency question over two remarks made some 60 days ago and one
+    made two days ago, the first worded closest to the question."""
     clock = [NOW - 60 * DAY]
     with pg.open_engine(backend, data_dir, clock=lambda: clock[0],
                         search_time_cues=on) as m:
-        for when, text in ((NOW - 60 * DAY, EARLY), (NOW - 2 * DAY, LATE)):
+        for when, text in ((NOW - 60 * DAY, EARLY), (NOW - 59 * DAY, OLD),
+                           (NOW - 2 * DAY, LATE)):
             clock[0] = when
             m.append(m.create_session("u").id, "u", [{"role": "user", "content": text}])
         clock[0] = NOW
@@ -120,4 +122,5 @@ def test_a_recency_question_raises_the_recent_remark(backend: str, tmp_path: Pat
     late_off = next(h for h in off if h.text == LATE)
     assert late_on.breakdown["time_cue"] > 0 and "time_cue" not in late_off.breakdown
     assert late_on.score > late_off.score
-    assert on[0].score >= late_on.score  # never above the best direct hit
+    assert on[0].text == EARLY and on[0].score > late_on.score  # the best hit stays first
+    assert on[1].text == LATE  # right after it, above the older remark OLD
