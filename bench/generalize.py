@@ -10,9 +10,10 @@ Question kinds, each with its evidence turns (session id, turn index):
 
 - ``single-hop``: one remark answers it, worded apart from the question ("Kemi takes
   over code review for billing" -> "Whose approval do I need for a billing change?").
-- ``temporal``: a value said twice, before and after an event or in two months; the
-  question names the event or the month ("after the outage", "in January"), and the
-  evidence is the remark on the asked side only.
+- ``temporal``: a value said twice, before and after an event or weeks apart; the
+  question names the event or a time relative to its date ("since it went down that
+  night", "most recently", "about 7 weeks ago"), and the evidence is the remark on the
+  asked side only.
 - ``multi-hop``: two remarks in different sessions that only a chain links ("the outage
   was the Redis session store running out of memory" ... later "we are moving the
   session store onto Postgres"; "what did we decide about the thing that broke in the
@@ -20,6 +21,12 @@ Question kinds, each with its evidence turns (session id, turn index):
 - ``open-domain``: an inference from two or three remarks in different sessions ("would
   the team be fine with Rust here?" from remarks about experience, hiring and deadlines);
   the evidence is every remark.
+
+Each hard kind has several templates, each its own relation (a chain through an outage,
+a person's project, a customer's request, a ticket, a date; an inference from a team's
+background, diets, a budget, a person's leave, a customer's data residency, a rejected
+tool), and a question's ``sub`` names its template, so that a method fitted to one
+template shows it in the per-template figures.
 
 Questions paraphrase their evidence: they keep the names a user would repeat (people,
 projects, customers) and never its other content words, so that word overlap alone does
