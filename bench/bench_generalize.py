@@ -12,7 +12,8 @@ evidence is always a user turn), as in ``bench.longmemeval``: memd's
 ``search(question, k=50, kinds=["message"])`` with assistant hits dropped; ``bm25``
 (rank_bm25's BM25Okapi on whitespace tokens) and ``dense`` (cosine of the same
 embedder's vectors) over the same turns. ``recall@k`` is the share of a question's
-evidence turns among the top k, ``any@k`` whether any is; means per kind and overall.
+evidence turns among the top k, ``any@k`` whether any is; means per kind and overall,
+and per question template (``families``).
 ``search_p50_ms`` times ``search(question, k=10, kinds=["message"])``; with MiniLM the
 question's vector is already in the recording embedder's cache (it is prefetched with the
 history's texts), so the figure is the search without the query embedding.
@@ -111,8 +112,20 @@ def run(hays: Iterable[Haystack], embedder: str, cache: Path | None,
 
 def figures(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
     """Per kind and overall, per method, the mean of each score."""
-    groups = {**{kind: [r for r in rows if r["kind"] == kind] for kind in KINDS},
-              "overall": list(rows)}
+    return _means({**{kind: [r for r in rows if r["kind"] == kind] for kind in KINDS},
+                   "overall": list(rows)})
+
+
+def families(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """The same per question template ("multi-hop/ticket"), so that a method built on one
+    template shows whether it helps the others of its kind."""
+    names = sorted({f"{r['kind']}/{r['sub']}" for r in rows if r["sub"]},
+                   key=lambda n: (KINDS.index(n.split("/")[0]), n))
+    return _means({n: [r for r in rows if f"{r['kind']}/{r['sub']}" == n] for n in names})
+
+
+def _means(groups: Mapping[str, Sequence[Mapping[str, Any]]],
+           ) -> dict[str, dict[str, dict[str, float]]]:
     out: dict[str, dict[str, dict[str, float]]] = {}
     for name, group in groups.items():
         out[name] = {m: {key: round(statistics.fmean(r[m][key] for r in group), 4)
@@ -124,10 +137,10 @@ def figures(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, 
 
 def table(by_kind: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
     cols = [f"{m} r@{k}" for m in METHODS for k in KS]
-    lines = [f"{'':>12} {'n':>4} " + " ".join(f"{c:>10}" for c in cols)]
+    lines = [f"{'':>22} {'n':>4} " + " ".join(f"{c:>10}" for c in cols)]
     for name, f in by_kind.items():
         cells = [f[m][f"recall@{k}"] for m in METHODS for k in KS]
-        lines.append(f"{name:>12} {f['n']['questions']:>4.0f} "
+        lines.append(f"{name:>22} {f['n']['questions']:>4.0f} "
                      + " ".join(f"{c:>10.3f}" for c in cells))
     return "\n".join(lines)
 
@@ -160,7 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows, latencies = run(hays, args.embedder, None if args.no_cache else args.cache,
                           settings=overrides)
     by_kind = figures(rows)
+    by_family = families(rows)
     print(table(by_kind), file=sys.stderr)
+    print(table(by_family), file=sys.stderr)
     result: dict[str, Any] = {
         "split": split, "users": users, "sessions_per_user": sessions,
         "turns": sum(len(s.turns) for h in hays for s in h.sessions),
@@ -168,6 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "settings": overrides,
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "figures": by_kind,
+        "families": by_family,
         "search_p50_ms": round(statistics.median(latencies), 2) if latencies else 0.0,
         "wall_s": round(time.perf_counter() - started, 1),
     }

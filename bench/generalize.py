@@ -10,9 +10,10 @@ Question kinds, each with its evidence turns (session id, turn index):
 
 - ``single-hop``: one remark answers it, worded apart from the question ("Kemi takes
   over code review for billing" -> "Whose approval do I need for a billing change?").
-- ``temporal``: a value said twice, before and after an event or in two months; the
-  question names the event or the month ("after the outage", "in January"), and the
-  evidence is the remark on the asked side only.
+- ``temporal``: a value said twice, before and after an event or weeks apart; the
+  question names the event or a time relative to its date ("since it went down that
+  night", "most recently", "about 7 weeks ago"), and the evidence is the remark on the
+  asked side only.
 - ``multi-hop``: two remarks in different sessions that only a chain links ("the outage
   was the Redis session store running out of memory" ... later "we are moving the
   session store onto Postgres"; "what did we decide about the thing that broke in the
@@ -20,6 +21,12 @@ Question kinds, each with its evidence turns (session id, turn index):
 - ``open-domain``: an inference from two or three remarks in different sessions ("would
   the team be fine with Rust here?" from remarks about experience, hiring and deadlines);
   the evidence is every remark.
+
+Each hard kind has several templates, each its own relation (a chain through an outage,
+a person's project, a customer's request, a ticket, a date; an inference from a team's
+background, diets, a budget, a person's leave, a customer's data residency, a rejected
+tool), and a question's ``sub`` names its template, so that a method fitted to one
+template shows it in the per-template figures.
 
 Questions paraphrase their evidence: they keep the names a user would repeat (people,
 projects, customers) and never its other content words, so that word overlap alone does
@@ -114,7 +121,7 @@ class _World:
     """One user's team: who is in it and what it works on."""
 
     def __init__(self, rng: Random, pick: _Picker) -> None:
-        self.team = rng.sample(_PEOPLE, 10)  # each question's people drawn apart by pick
+        self.team = rng.sample(_PEOPLE, 14)  # each question's people drawn apart by pick
         self.projects = [pick(_PROJECTS) for _ in range(2)]
         self.rng = rng
 
@@ -171,13 +178,26 @@ def _temporal_month(rng: Random, pick: _Picker, w: _World) -> tuple[list[_Ask], 
                  [early], sub="before")], []
 
 
+def _temporal_cue(rng: Random, pick: _Picker, w: _World) -> tuple[list[_Ask], list[str]]:
+    """Said early and said again lately; the questions name a time relative to today,
+    ``AGO`` standing for how long ago the early remark was (filled once it is placed)."""
+    who = w.person(pick)
+    a, b = rng.sample(("9:00", "9:30", "10:00", "10:15", "11:00"), 2)
+    early = _Plant(f"{who} wants our standup at {a} sharp.", (0.0, 0.35))
+    late = _Plant(f"{who} moved the standup to {b}.", (0.85, 1.0))
+    return [_Ask("temporal", f"What time does {who} most recently want the daily sync?",
+                 b, [late], sub="recently"),
+            _Ask("temporal", f"What time did {who} ask the team to meet AGO?", a,
+                 [early], sub="ago")], []
+
+
 def _multi_outage(rng: Random, pick: _Picker, w: _World) -> tuple[list[_Ask], list[str]]:
     comp, fail, fix = _COMPONENTS[rng.randrange(len(_COMPONENTS))]
     first = _Plant(f"Postmortem summary: the outage came down to {comp}, it {fail}.",
                    (0.0, 0.45))
     then = _Plant(f"About {comp}, we decided: {fix}.", (0.55, 1.0))
     q = "What did we settle on for the piece that broke during the outage?"
-    return [_Ask("multi-hop", q, fix, [first, then])], [
+    return [_Ask("multi-hop", q, fix, [first, then], sub="outage")], [
         "The outage review meeting got moved to next week."]
 
 
@@ -188,7 +208,7 @@ def _multi_lead(rng: Random, pick: _Picker, w: _World) -> tuple[list[_Ask], list
     then = _Plant(f"The {proj} project has to be live before the compliance audit in "
                   f"{month}.", _ANY)
     q = f"What is the deadline for the thing {who} is running?"
-    return [_Ask("multi-hop", q, month, [first, then])], [
+    return [_Ask("multi-hop", q, month, [first, then], sub="lead")], [
         f"{who} is out on holiday the first week of {month}."]
 
 
@@ -197,7 +217,7 @@ def _multi_owner(rng: Random, pick: _Picker, w: _World) -> tuple[list[_Ask], lis
     first = _Plant(f"{cust} asked us for audit logs they can export to their SIEM.", _ANY)
     then = _Plant(f"Anything touching logging or compliance goes to {who} from now on.", _ANY)
     q = f"Who should pick up the feature request from {cust}?"
-    return [_Ask("multi-hop", q, who, [first, then])], [
+    return [_Ask("multi-hop", q, who, [first, then], sub="owner")], [
         f"{cust} liked the demo last week."]
 
 
@@ -210,7 +230,7 @@ def _open_rust(rng: Random, pick: _Picker, w: _World) -> tuple[list[_Ask], list[
               _Plant("We picked Go for the ingest service mainly because hiring for it "
                      "is easy around here.", _ANY)]
     q = "Would the others be comfortable if I wrote the new parser in Rust?"
-    return [_Ask("open-domain", q, "probably not", plants)], []
+    return [_Ask("open-domain", q, "probably not", plants, sub="rust")], []
 
 
 def _open_dinner(rng: Random, pick: _Picker, w: _World) -> tuple[list[_Ask], list[str]]:
@@ -218,7 +238,7 @@ def _open_dinner(rng: Random, pick: _Picker, w: _World) -> tuple[list[_Ask], lis
     plants = [_Plant(f"{a} went vegan in the autumn and is strict about it.", _ANY),
               _Plant(f"{b} has coeliac disease, so bread and pasta are out.", _ANY)]
     q = "Is a steakhouse with a pasta bar a good pick for the team celebration?"
-    return [_Ask("open-domain", q, "no", plants)], [
+    return [_Ask("open-domain", q, "no", plants, sub="dinner")], [
         f"{a} booked the meeting room for the celebration."]
 
 
@@ -226,13 +246,67 @@ def _open_budget(rng: Random, pick: _Picker, w: _World) -> tuple[list[_Ask], lis
     plants = [_Plant("Finance froze all new SaaS subscriptions until July.", _ANY),
               _Plant("We already pay for Datadog and barely use half of it.", _ANY)]
     q = "Should I sign us up for a new observability product this spring?"
-    return [_Ask("open-domain", q, "no", plants)], []
+    return [_Ask("open-domain", q, "no", plants, sub="budget")], []
+
+
+def _multi_ticket(rng: Random, pick: _Picker, w: _World) -> tuple[list[_Ask], list[str]]:
+    ticket, who = f"#{rng.randrange(3000, 9000)}", w.person(pick)
+    first = _Plant(f"Ticket {ticket} is the one where the mobile login spins forever on "
+                   "slow networks.", (0.0, 0.45))
+    then = _Plant(f"{who} volunteered to rewrite the app's sign-in flow next sprint.",
+                  (0.55, 1.0))
+    q = f"Is anybody going to deal with {ticket}, and who?"
+    return [_Ask("multi-hop", q, who, [first, then], sub="ticket")], [
+        f"{who} closed a few stale tickets on Friday."]
+
+
+def _multi_date(rng: Random, pick: _Picker, w: _World) -> tuple[list[_Ask], list[str]]:
+    day, who = rng.choice(("12th", "14th", "19th", "21st")), w.person(pick)
+    month = rng.choice(_MONTHS)
+    first = _Plant(f"The board meeting is on the {day} of {month}.", (0.0, 0.45))
+    then = _Plant(f"{who} needs the revenue slides finished before the board sees them.",
+                  (0.55, 1.0))
+    q = f"What has to be ready by {month} {day}?"
+    return [_Ask("multi-hop", q, "the revenue slides", [first, then], sub="date")], [
+        f"{who} asked what the dress code is in {month}."]
+
+
+def _open_leave(rng: Random, pick: _Picker, w: _World) -> tuple[list[_Ask], list[str]]:
+    who = w.person(pick)
+    plants = [_Plant(f"{who} starts parental leave at the end of May, gone three months.",
+                     _ANY),
+              _Plant("The database migration is planned for July and August.", _ANY)]
+    q = f"Should {who} be the one driving the big move over the summer?"
+    return [_Ask("open-domain", q, "no", plants, sub="leave")], [
+        f"{who} shared photos from the team offsite."]
+
+
+def _open_residency(rng: Random, pick: _Picker, w: _World) -> tuple[list[_Ask], list[str]]:
+    cust = pick(_CUSTOMERS)
+    plants = [_Plant(f"{cust}'s contract says their data may only be stored inside the EU.",
+                     _ANY),
+              _Plant("Our analytics vendor keeps everything in us-east-1, no other region.",
+                     _ANY)]
+    q = f"Can we switch on the usage dashboards for {cust}?"
+    return [_Ask("open-domain", q, "no", plants, sub="residency")], [
+        f"{cust} asked for a copy of last quarter's invoice."]
+
+
+def _open_rejected(rng: Random, pick: _Picker, w: _World) -> tuple[list[_Ask], list[str]]:
+    plants = [_Plant("We tried MongoDB last year and dropped it; the reports were a pain "
+                     "to write.", _ANY),
+              _Plant("Most of the new work joins orders against invoices and refunds.",
+                     _ANY)]
+    q = "Would a document store be a sensible fit for the next analytics service?"
+    return [_Ask("open-domain", q, "probably not", plants, sub="rejected")], []
 
 
 _SINGLES: tuple[_Maker, ...] = (_single_review, _single_customer, _single_staging)
-_TEMPORALS: tuple[_Maker, ...] = (_temporal_outage, _temporal_month)
-_MULTIS: tuple[_Maker, ...] = (_multi_outage, _multi_lead, _multi_owner)
-_OPENS: tuple[_Maker, ...] = (_open_rust, _open_dinner, _open_budget)
+_TEMPORALS: tuple[_Maker, ...] = (_temporal_outage, _temporal_month, _temporal_cue)
+_MULTIS: tuple[_Maker, ...] = (_multi_outage, _multi_lead, _multi_owner, _multi_ticket,
+                               _multi_date)
+_OPENS: tuple[_Maker, ...] = (_open_rust, _open_dinner, _open_budget, _open_leave,
+                              _open_residency, _open_rejected)
 
 
 # --- histories ------------------------------------------------------------------------
@@ -284,12 +358,23 @@ def history(index: int, *, sessions: int = 30) -> Haystack:
             requests[s][i], p.text = _plant_in(rng, requests[s][i], p.text)
             p.key = (f"{hid}-s{s:02d}", 2 * i)
     built = assemble(rng, hid, requests, topics, dates, noise, free)
+    now = dates[-1] + DAY
     questions = tuple(
-        Question(f"{hid}-q{n:02d}", a.kind, a.text, a.answer,
+        Question(f"{hid}-q{n:02d}", a.kind, _ago(a, dates, now), a.answer,
                  tuple(p.key for p in a.plants if p.key is not None),
                  tuple(p.text for p in a.plants), a.sub)
         for n, a in enumerate(asks))
     return Haystack(hid, split, seed, built, questions, dates[-1] + DAY)
+
+
+def _ago(ask: _Ask, dates: Sequence[float], now: float) -> str:
+    """The question with ``AGO`` replaced by how long before ``now`` its evidence was said,
+    in whole weeks, as a user would put it ("about 9 weeks ago")."""
+    if "AGO" not in ask.text or ask.plants[0].key is None:
+        return ask.text
+    session = int(ask.plants[0].key[0].rsplit("-s", 1)[1])
+    weeks = max(1, round((now - dates[session]) / (7 * DAY)))
+    return ask.text.replace("AGO", f"about {weeks} weeks ago")
 
 
 def histories(split: str, count: int, *, sessions: int = 30) -> list[Haystack]:

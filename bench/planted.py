@@ -68,7 +68,7 @@ class Question:
     answer: str
     evidence: tuple[TurnKey, ...]  # the user turns holding the planted facts
     planted: tuple[str, ...]  # the planted sentence of each evidence turn, in order
-    sub: str = ""  # temporal questions: "now" (the later value) or "before" (the earlier)
+    sub: str = ""  # temporal: the asked side ("now", "before"...); generalize: the template
 
 
 @dataclass(frozen=True)

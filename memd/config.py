@@ -150,6 +150,9 @@ class Settings:
     # and a question that names a vocabulary term (a language, a database, a cloud...)
     # also finds the messages that name others of its kind ("in Rust?" -> "we use Go")
     search_expand_kinds: bool = True
+    # and a question that names a time ("two weeks ago", "last month", "most recently",
+    # "before March 3") raises the messages dated then (memd.engine.retrieval.timecues)
+    search_time_cues: bool = True
     # messages of recent session histories kept in the process between compiles, checked
     # against each session's history state (memd.engine.conversation.history); 0 turns it off
     history_cache_messages: int = 50_000
@@ -292,8 +295,8 @@ def _coerce(name: str, value: Any) -> Any:
     if choices is not None and value not in choices:
         raise InvalidInput(f"{name} must be one of {', '.join(choices)}, not {value!r}")
     if name in ("auth", "memory_recall", "recall_keyword", "known_words",
-                "search_second_round", "search_expand_kinds") and isinstance(
-            value, str):
+                "search_second_round", "search_expand_kinds",
+                "search_time_cues") and isinstance(value, str):
         if value.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             raise InvalidInput(f"{name} must be true or false, not {value!r}")
         return value.lower() in ("1", "true", "yes", "on")

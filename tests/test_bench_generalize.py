@@ -77,12 +77,15 @@ def test_quick_run_gives_every_kind_and_method(tmp_path: Path) -> None:
     out = tmp_path / "gen.json"
     assert bench_generalize.main(["--quick", "--embedder", "fake", "--out", str(out)]) == 0
     result = json.loads(out.read_text("utf-8"))
-    assert result["split"] == "dev" and result["questions"] == 26
+    assert result["split"] == "dev" and result["questions"] == 40
     for kind in (*KINDS, "overall"):
         for method in bench_generalize.METHODS:
             got = result["figures"][kind][method]
             assert 0.0 <= got["recall@1"] <= got["recall@5"] <= got["recall@10"] <= 1.0
     assert result["search_p50_ms"] > 0
+    fams = result["families"]
+    for kind in ("multi-hop", "open-domain"):  # four or more templates each, told apart
+        assert len([f for f in fams if f.startswith(kind + "/")]) >= 4
 
 
 def test_aside_prints_its_warning(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -322,6 +322,7 @@ class Memd:
                 shared=() if spans_all else shared_owners(self.store, uid, ws, self.now()),
                 second=rule_of(self.settings.search_second_round,
                                self.settings.search_expand_kinds),
+                time_cues=self.settings.search_time_cues,
             )
 
     # -- sessions --------------------------------------------------------------------

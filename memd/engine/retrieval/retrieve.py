@@ -30,6 +30,7 @@ from memd.config import Weights
 from memd.engine.learning.extract import extract_entities
 from memd.engine.retrieval.rounds import SecondRound, second_round
 from memd.engine.retrieval.score import Signals, score
+from memd.engine.retrieval.timecues import boost, window
 from memd.models.embedder import CachedEmbedder
 from memd.types import (
     Fact,
@@ -209,11 +210,12 @@ def search(
     store: Store, embedder: CachedEmbedder, user_id: str, query: str, k: int,
     kinds: Sequence[str], flt: MemoryFilter, weights: Weights, now: float,
     session_id: str | None = None, shared: Sequence[tuple[str, MemoryFilter]] = (),
-    second: SecondRound | None = None,
+    second: SecondRound | None = None, time_cues: bool = False,
 ) -> list[Hit]:
     """Search memories, summaries, messages and facts; the best ``k`` hits overall
     (``shared``: see :func:`score_memories`; ``second``: how the messages' second round
-    runs, None for none, :mod:`memd.engine.retrieval.rounds`)."""
+    runs, None for none, :mod:`memd.engine.retrieval.rounds`; ``time_cues``: messages
+    dated where the question's time cue points rise, :mod:`memd.engine.retrieval.timecues`)."""
     message_k = max(k, 10)
     pending: Future[KeywordMessages] | None = None
     if "message" in kinds and not store.in_transaction():
@@ -246,6 +248,9 @@ def search(
         if second is not None:
             scored = second_round(store, embedder, user_id, query, qvec, scored, weights,
                                   now, session_id, second)
+        cue = window(query, now) if time_cues else None
+        if cue is not None:
+            scored = boost(scored, cue, weights)
         for msg, total, parts in scored:
             hits.append(Hit(
                 kind="message", id=msg.id, text=msg.safe_text or "", score=total,
