@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 import openai
-import pytest
 from servers import FakeUpstream, memd_in_front
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -106,7 +105,6 @@ def replay(session: AgentSession, base: str, upstream: WindowedUpstream,
     return ids, sessions
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_a_replayed_agent_session_fits_a_16k_window_losing_nothing_it_must_not(
         tmp_path: Path, backend: str) -> None:
     session = agent_session()

@@ -55,12 +55,12 @@ def test_forms_reach_the_plain_and_the_plural_word() -> None:
     assert "bu" not in forms("bus")  # no form shorter than four letters
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Memd]:
+@pytest.fixture
+def engine(backend: str, tmp_path: Path) -> Iterator[Memd]:
     """An engine on each backend: the look-ups go through each one's full-text index."""
     import pg
 
-    opened = pg.open_engine(request.param, tmp_path / "d")
+    opened = pg.open_engine(backend, tmp_path / "d")
     yield opened
     opened.close()
 
