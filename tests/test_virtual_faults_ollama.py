@@ -29,6 +29,7 @@ from virtual_session import agent_session
 from memd.engine.formats import ollama as o
 from memd.engine.memory import Memd
 from memd.engine.virtual import faults
+from memd.models.tokens import count_text
 from memd.server.fault_ollama import OLLAMA_FAULTS
 
 OWN_CALL = {"function": {"name": "read_file", "arguments": {"path": "setup.cfg"}}}
@@ -132,6 +133,7 @@ def test_a_micro_fault_answers_from_an_evicted_read_and_the_client_never_sees_it
     assert reply["content"].startswith("answer: ") and SECRET in reply["content"]
     first, again = upstream.requests
     assert SECRET not in json.dumps(first["messages"])  # the read was held out
+    assert all(count_text(json.dumps(r), MODEL) <= WINDOW for r in upstream.requests)
     offered = {t["function"]["name"]: t for t in first["tools"]}
     assert set(offered) >= faults.NAMES_OF_TOOLS
     assert offered[faults.QUERY]["type"] == "function"
