@@ -180,3 +180,27 @@ def test_forward_puts_back_a_degraded_result_and_leaves_out_an_evicted_exchange(
     assert out[0] == body["messages"][0] and out[3] == body["messages"][5]
     placed[0] = None  # a user message is never left out: the request goes as sent
     assert o.forward(body, seen, placed) is None
+
+
+def test_forward_leaves_out_the_calls_whose_results_were_evicted() -> None:
+    """Of parallel calls, those whose results virtualization evicted go with them; the
+    rest stay as the client sent them, their results after them in the same order."""
+    run = {"function": {"name": "bash", "arguments": {"command": "pytest"}}}
+    read = {"function": {"name": "read", "arguments": {"path": "a.py"}}}
+    body = {"model": "m", "messages": [
+        {"role": "user", "content": "Run the tests and read a.py."},
+        {"role": "assistant", "content": "", "tool_calls": [run, read]},
+        {"role": "tool", "content": "1 failed", "tool_name": "bash"},
+        {"role": "tool", "content": "x = 1\n" * 500, "tool_name": "read"},
+        {"role": "user", "content": "Now fix it."}]}
+    seen = o.view(body)
+    placed: list[Any] = list(seen)
+    placed[1] = {**seen[1], "tool_calls": seen[1]["tool_calls"][:1]}
+    placed[3] = None  # the read's result evicted
+    out = o.forward(body, seen, placed)
+    assert out is not None
+    assert out[1] == {"role": "assistant", "content": "", "tool_calls": [run]}
+    assert out[2:] == [body["messages"][2], body["messages"][4]]
+    # an assistant message changed otherwise cannot be put back: the request goes as sent
+    placed[1] = {**placed[1], "content": "rewritten"}
+    assert o.forward(body, seen, placed) is None

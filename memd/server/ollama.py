@@ -36,6 +36,7 @@ from memd.server.bodies import Body, ollama_body, plain_body
 from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.doors import converse
 from memd.server.failures import reply_for, status_for
+from memd.server.fault_ollama import OLLAMA_FAULTS
 from memd.server.ollama_schema import CHAT_REQUEST, OBJECT_REQUEST
 from memd.server.proxy import Door, body_of, forward_headers, out_of_reach, relay
 from memd.server.threads import in_thread
@@ -73,7 +74,8 @@ def _headers(request: Request) -> dict[str, str]:
 
 
 # Ollama streams unless the request says "stream": false
-CHAT = Door("api/chat", o.StreamReply, o.whole, _headers, streams=True)
+CHAT = Door("api/chat", o.StreamReply, o.whole, _headers, streams=True,
+            faults=OLLAMA_FAULTS)
 GENERATE = Door("api/generate", o.StreamReply, o.whole, _headers, streams=True)
 
 def _client(request: Request) -> httpx.AsyncClient:

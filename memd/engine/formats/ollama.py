@@ -118,7 +118,8 @@ def forward(body: Mapping[str, Any], seen: Sequence[Any],
     messages, None where one was left out) put back, or None when a change is not one this
     door can put back (the request then goes as sent): the memory block before the text
     of a user message; a degraded tool result's new content; an evicted exchange (the
-    assistant message of its calls and their results) left out whole."""
+    assistant message of its calls and their results) left out whole, or some of its
+    calls left out with their results."""
     original = list(body.get("messages") or ())
     if len(placed) != len(seen):
         return None
@@ -132,9 +133,38 @@ def forward(body: Mapping[str, Any], seen: Sequence[Any],
             if role not in ("assistant", "tool"):
                 return None
             continue
+        if role == "assistant":
+            narrowed = _narrowed(original[at], theirs, mine)
+            if narrowed is None:
+                return None
+            out.append(narrowed)
+            continue
         if role not in ("user", "tool") or not isinstance(mine.get("content"), str):
             return None
         out.append({**original[at], "content": mine["content"]})
+    return out
+
+
+def _narrowed(raw: Mapping[str, Any], theirs: Mapping[str, Any],
+              mine: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The client's assistant message with only the calls ``mine`` kept of ``theirs``
+    (the others' results were evicted), or None when something else changed. The
+    results that stay answer the calls that stay in the same order, which is how Ollama
+    pairs them."""
+    if {k: v for k, v in mine.items() if k != "tool_calls"} != \
+            {k: v for k, v in theirs.items() if k != "tool_calls"}:
+        return None
+    kept = {c.get("id") for c in mine.get("tool_calls") or () if isinstance(c, Mapping)}
+    # the client's calls that have a place in the view, in its order
+    calls = [c for c in raw.get("tool_calls") or ()
+             if isinstance(c, Mapping) and isinstance(c.get("function"), Mapping)]
+    ids = [c["id"] for c in theirs.get("tool_calls") or ()]
+    if len(calls) != len(ids) or not kept <= set(ids):
+        return None
+    left = [c for c, ident in zip(calls, ids, strict=True) if ident in kept]
+    out = {k: v for k, v in raw.items() if k != "tool_calls"}
+    if left:
+        out["tool_calls"] = left
     return out
 
 
