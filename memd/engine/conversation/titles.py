@@ -44,7 +44,9 @@ _LEAD = re.compile(
     r"|would you|can u|will you|i need you to|i want you to|i'd like you to"
     r"|help me with|help me|quick question)\b[\s,.!:;-]*)+", re.I)
 _TRAIL = re.compile(r"(?:[\s,;:]+(?:please|pls|thanks|thank you))?[\s.,;:!?…-]*$", re.I)
-_MARKUP = re.compile(r"^[\s#>*`_-]+|[*`_]+")
+# Markdown's marks: a heading's or quote's lead, emphasis and code ticks. An underscore
+# inside a word is the word's own (snake_case, rocketdb_prod_v7) and stays.
+_MARKUP = re.compile(r"^[\s#>*`_-]+|[*`]+|(?<!\w)_+|_+(?!\w)")
 _WORD = re.compile(r"\w+")
 # A title's words that say nothing of the conversation: the extraction's stop words and
 # the words of a request ("how do I", "can you make")
