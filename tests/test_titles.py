@@ -63,6 +63,7 @@ def title_of(m: memd.Memd, sid: str) -> str | None:
     ("Our deploy database is called rocketdb_prod_v7, remember that.",
      "Our deploy database is called rocketdb_prod_v7, remember"),
     ("_Really_ fix **the** parse_args bug", "Really fix the parse_args bug"),
+    ('"What is the staging host again?"', "What is the staging host again"),
     ("hi", None),
     ("ok.", None),
     ("", None),

@@ -70,7 +70,8 @@ def rule_title(words: str) -> str | None:
     """A short title for a message whose user words are ``words`` (already sanitized),
     from its first sentence that says something; None when none does."""
     for sentence in _SENTENCE.split(_PLACEHOLDER.sub(" ", words[:4 * MAX_SOURCE_CHARS])):
-        text = _TRAIL.sub("", _LEAD.sub("", _MARKUP.sub("", sentence.strip())))
+        # a client may send the typed prompt in double quotes (opencode's run does)
+        text = _TRAIL.sub("", _LEAD.sub("", _MARKUP.sub("", sentence.strip().strip('"“”'))))
         kept = " ".join(text.split()[:MAX_WORDS])
         while len(kept) > MAX_CHARS and " " in kept:
             kept = kept.rsplit(" ", 1)[0]
