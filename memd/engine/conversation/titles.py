@@ -44,7 +44,9 @@ _LEAD = re.compile(
     r"|would you|can u|will you|i need you to|i want you to|i'd like you to"
     r"|help me with|help me|quick question)\b[\s,.!:;-]*)+", re.I)
 _TRAIL = re.compile(r"(?:[\s,;:]+(?:please|pls|thanks|thank you))?[\s.,;:!?…-]*$", re.I)
-_MARKUP = re.compile(r"^[\s#>*`_-]+|[*`_]+")
+# Markdown's marks: a heading's or quote's lead, emphasis and code ticks. An underscore
+# inside a word is the word's own (snake_case, rocketdb_prod_v7) and stays.
+_MARKUP = re.compile(r"^[\s#>*`_-]+|[*`]+|(?<!\w)_+|_+(?!\w)")
 _WORD = re.compile(r"\w+")
 # A title's words that say nothing of the conversation: the extraction's stop words and
 # the words of a request ("how do I", "can you make")
@@ -68,7 +70,8 @@ def rule_title(words: str) -> str | None:
     """A short title for a message whose user words are ``words`` (already sanitized),
     from its first sentence that says something; None when none does."""
     for sentence in _SENTENCE.split(_PLACEHOLDER.sub(" ", words[:4 * MAX_SOURCE_CHARS])):
-        text = _TRAIL.sub("", _LEAD.sub("", _MARKUP.sub("", sentence.strip())))
+        # a client may send the typed prompt in double quotes (opencode's run does)
+        text = _TRAIL.sub("", _LEAD.sub("", _MARKUP.sub("", sentence.strip().strip('"“”'))))
         kept = " ".join(text.split()[:MAX_WORDS])
         while len(kept) > MAX_CHARS and " " in kept:
             kept = kept.rsplit(" ", 1)[0]
