@@ -236,6 +236,24 @@ def test_side_reason_signals() -> None:
                                      compaction]}, None)
 
 
+def test_qwen_codes_managed_memory_extraction_is_a_side_request() -> None:
+    # as qwen-code 0.15 sends it: the conversation so far, then its extraction task as a
+    # user message (under its usual system prompt, or the extraction subagent's)
+    history = [{"role": "user", "content": "This is the Qwen Code. We are setting up the "
+                                           "context for our chat."},
+               {"role": "assistant", "content": "Got it. Thanks for the context!"},
+               {"role": "user", "content": "What is the staging host again?"},
+               {"role": "assistant", "content": "staging.rocket.internal"}]
+    task = {"role": "user", "content": "Managed memory directory: `/home/u/.qwen/projects/"
+                                       "x/memory`\n\nScan the recent conversation history "
+                                       "in your context and update durable managed memory."}
+    assert side_reason({"messages": [*history, task]}, None)
+    subagent = {"role": "system", "content": "You are now acting as the managed memory "
+                                             "extraction subagent for an AI coding assistant."}
+    assert side_reason({"messages": [subagent, *history]}, None)
+    assert side_reason({"messages": history}, None) is None
+
+
 def test_recent_turns_quote_only_the_same_client_under_another_prompt() -> None:
     recent = RecentTurns()
     said = "the staging host is staging.rocket.internal"

@@ -61,6 +61,11 @@ SIDE_PROMPTS: tuple[str, ...] = (
     # qwen-code (and the Gemini CLI it comes from)
     "You are the component that summarizes internal chat history into a given structure",
     "Analyze *only* the content and structure of your immediately preceding response",
+    # qwen-code's managed memory: the extraction and "dream" subagents' system prompts,
+    # and the extraction task appended to the conversation as a user message
+    "You are now acting as the managed memory extraction subagent",
+    "You are performing a managed memory dream",
+    "Managed memory directory:",
     # Aider
     "You are an expert software engineer that generates concise, one-line Git commit",
     "*Briefly* summarize this partial conversation about programming",
