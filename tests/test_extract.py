@@ -128,6 +128,14 @@ def test_provenance_and_tier(text: str, provenance: Provenance, tier: Tier) -> N
         ("Use tabs from now on", "User wants the assistant to use tabs from now on"),
         ("Remember that the staging DB is on port 5433", "the staging DB is on port 5433"),
         ("Remember to run the linter", "User wants the assistant to run the linter"),
+        # the request to remember said after what it is about
+        ("Our deploy database is called rocketdb_prod_v7, remember that.",
+         "Our deploy database is called rocketdb_prod_v7"),
+        ("The staging host is staging.rocket.internal, please remember it.",
+         "The staging host is staging.rocket.internal"),
+        ("We deploy from the release branch, keep that in mind.",
+         "We deploy from the release branch"),
+        ("The build uses Bazel; don't forget that!", "The build uses Bazel"),
         ("I never use semicolons", "User never uses semicolons"),
         ("I never learned Rust", "User never learned Rust"),  # a past tense stays one
         ("I always need coffee first", "User always needs coffee first"),

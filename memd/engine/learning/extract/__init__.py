@@ -72,6 +72,7 @@ from memd.engine.learning.extract.rules import (
     CLAUSE_SPLIT,
     ELIDED,
     PROMPT_OPENING,
+    REMEMBER_THAT,
     SUBJECT_WORD,
     WORD,
 )
@@ -93,9 +94,10 @@ def extract(text: str) -> list[Extraction]:
     pasted = False  # in a paragraph of a prompt the user pasted ("You are a ...")
     for line in prose_lines(text):
         pasted = bool(line) and (pasted or bool(PROMPT_OPENING.match(line)))
+        missed: tuple[str, str, Markers] | None = None  # the clause before, if no hit
         for sentence in sentences_of(line):
             if is_question(sentence):
-                carry = Markers()
+                carry, missed = Markers(), None
                 continue
             # a sentence in quotes is someone else's words ("'I'm Lirien,' she says"),
             # and so are the orders of a prompt the user pasted
@@ -104,7 +106,13 @@ def extract(text: str) -> list[Extraction]:
             for clause, joined in _clauses(sentence):
                 clause = clause.strip(EDGE)
                 body, marks = strip_markers(clause)
-                if not body:
+                if missed is not None and REMEMBER_THAT.match(clause):
+                    # "..., remember that.": the request to remember is said after what
+                    # it is about; read that clause again as asked to be remembered
+                    clause, body, marks = missed[0], missed[1], missed[2].merged(
+                        Markers(remember=True))
+                    joined = False
+                elif not body:
                     carry = carry.merged(marks)
                     continue
                 marks, carry = marks.merged(carry), Markers()
@@ -115,6 +123,7 @@ def extract(text: str) -> list[Extraction]:
                 if elided and before and not before[0] and not before[1]:
                     hits = [h for h in hits if h.kind != "instruction"]
                 before = _subject(body, hits)
+                missed = None if hits else (clause, body, marks)
                 for hit in hits:
                     if quoted or (pasted and hit.kind == "instruction"):
                         continue

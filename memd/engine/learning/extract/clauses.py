@@ -32,6 +32,7 @@ from memd.engine.learning.extract.rules import (
     NEGATED,
     NOTE_FACT,
     QUESTION_START,
+    REMEMBER_TRAIL,
     RULES,
     SENT_SPLIT,
     STYLE,
@@ -153,6 +154,9 @@ def strip_markers(clause: str) -> tuple[str, Markers]:
                 break
         else:
             break
+    trail = REMEMBER_TRAIL.search(body)
+    if trail is not None and trail.start() > 0:
+        body, rem = body[:trail.start()], True
     body = body.strip()
     corr |= fnow or bool(INSTEAD.search(body))
     hedge |= bool(HEDGE.search(body))

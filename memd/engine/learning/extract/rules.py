@@ -66,6 +66,16 @@ LEAD = re.compile(
     r"|not\s+that\s+it\s+matters|while\s+i\s+(?:remember|think\s+of\s+it))\b[\s,:;.!-]*",
     re.I,
 )
+#: A clause that only asks to remember what the clause before it said ("..., remember
+#: that.", "..., please keep it in mind").
+_REMEMBER_IT = (
+    r"(?:please\s+)?(?:remember\s+(?:that|this|it)|keep\s+(?:that|this|it)\s+in\s+mind"
+    r"|(?:don'?t|do\s+not|never)\s+forget\s+(?:that|this|it)|note\s+(?:that|this|it)"
+    r"\s+down)(?:\s+(?:please|for\s+later|for\s+next\s+time))?[\s.!]*$")
+REMEMBER_THAT = re.compile(_REMEMBER_IT, re.I)
+#: The same request closing a clause after a comma ("We deploy on Fridays, keep that in
+#: mind"): cut off, and the clause read as asked to be remembered.
+REMEMBER_TRAIL = re.compile(r"[,;:\s-]+" + _REMEMBER_IT, re.I)
 TRAILERS = (("from now on", "fnow"), ("going forward", "fnow"), ("in the future", "fnow"),
              ("from here on", "fnow"), ("instead", "corr"), ("please", ""), ("thanks", ""),
              ("thank you", ""), ("btw", ""), ("lol", ""))
