@@ -39,6 +39,7 @@ def test_cli_dry_run_then_import_then_nothing_new(engine: Memd, tmp_path: Path,
     done = cli("import-history", "aider", str(path), *data)
     assert "imported 4 messages of 4 new turns (2 new sessions" in done
     assert "turns/s" in done
+    assert "importing: 4 of 4" in done  # no terminal: one line of progress, at the end
     again = cli("import-history", "aider", str(path), *data)
     assert "nothing to import" in again
 

@@ -175,7 +175,18 @@ def _settings_named(ctx: click.Context) -> tuple[Settings, bool]:
 @contextmanager
 def progressbar(label: str, total: int) -> Iterator[Advance]:
     """A progress bar on stderr (stdout stays clean for --json): rows done of ``total``,
-    and beside it what is being done (a table), when the caller names it."""
+    and beside it what is being done (a table), when the caller names it. When stderr is
+    no terminal (a log, a pipe), one line at the end says how many were done."""
+    if not sys.stderr.isatty():
+        done = 0
+
+        def count(n: int, item: str | None = None) -> None:
+            nonlocal done
+            done += n
+
+        yield count
+        click.echo(f"{label}: {done:,} of {total:,}", err=True)
+        return
     with click.progressbar(length=max(total, 1), label=f"{label:<10}", file=sys.stderr,
                            show_pos=True, item_show_func=lambda item: item) as bar:
         def advance(n: int, item: str | None = None) -> None:
