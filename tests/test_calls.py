@@ -207,11 +207,13 @@ def test_cli_json_prints_full_records_one_a_line(stored: dict[str, float]) -> No
 
 
 def test_cli_show_prints_one_call_in_full(stored: dict[str, float]) -> None:
-    res = run("calls", "--show", "legacy")
+    res = run("calls", "--show", "legacy", "--json")
     assert res.exit_code == 0, res.output
     assert res.output.startswith("{\n  ")  # indented
     shown = json.loads(res.output)
     assert shown["id"] == "legacy" and shown["report"] == OLD_REPORT
+    text, _, rest = run("calls", "--show", "legacy").output.partition("report (JSON):\n")
+    assert text.startswith("call legacy: ") and json.loads(rest) == shown
     missing = run("calls", "--show", "bobs")  # another user's: not found
     assert missing.exit_code == 2 and "no call 'bobs'" in missing.output
 
@@ -256,13 +258,39 @@ def test_cli_goes_through_a_running_daemon(tmp_path: Path, hermetic_env: Path) -
                 assert run("calls", "--since", "1h", "--json").output.count("\n") == 1
                 assert json.loads(run("calls", "--user", "bob", "--json").output)["id"] \
                     == "bobs"
-                assert json.loads(run("calls", "--show", "near").output)["session_id"] == "s9"
+                assert json.loads(run("calls", "--show", "near", "--json").output)[
+                    "session_id"] == "s9"
                 missing = run("calls", "--show", "bobs")
                 assert missing.exit_code == 2 and "bobs" in missing.output
             finally:
                 remove_daemon_file(marker)
     finally:
         served.close()
+
+
+def test_cli_show_reads_the_block_its_lines_and_near_misses_without_json() -> None:
+    block = "<memory source=\"memd\">\n- deploys go out on Thursdays\n</memory>"
+    report = {"mode": "inject", "injected": block,
+              "tokens": {"request": 120, "memory": 14},
+              "room": {"reserve": 1024}, "window": {"tokens": 8192, "source": "config"},
+              "items": [{"kind": "memory", "score": 0.61, "tokens": 9, "section": "memory",
+                         "id": "m-1", "text": "deploys go out on Thursdays"}],
+              "near_misses": [{"kind": "recall", "score": 0.33, "tokens": 700,
+                               "id": "msg-9", "text": "a long earlier exchange " * 20}]}
+    with memd.open() as m:
+        record(m, "c1", time.time(), report=report)
+        m.store.finish_call("c1", 200, {"usage": {"prompt_tokens": 134,
+                                                  "prompt_tokens_details": {
+                                                      "cached_tokens": 96}}})
+        res = run("calls", "--show", "c1")
+    assert res.exit_code == 0, res.output
+    text = res.output.partition("report (JSON):")[0]
+    assert "window 8192 (config): request 120, memory 14, response reserve 1024" in text
+    assert "    - deploys go out on Thursdays" in text  # the block, as sent
+    assert "memory    0.610    9 tok  memory m-1  deploys go out on Thursdays" in text
+    assert "near misses:" in text and "recall    0.330  700 tok  msg-9" in text
+    assert "prompt cache: read 96, written 0 tokens" in text
+    assert max(len(line) for line in text.splitlines()) < 160  # a long text is cut
 
 
 def test_cli_shows_the_prompt_cache_figures_the_upstream_gave() -> None:

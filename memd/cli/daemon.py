@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from memd.cli.call_view import call_lines
 from memd.cli.common import (
     daemon_call,
     daemon_for,
@@ -119,7 +120,7 @@ def _cache_figures(usage: Any) -> str:
 @click.option("--json", "as_json", is_flag=True,
               help="Print each call's full record as JSON, one object a line.")
 @click.option("--show", "call_id", metavar="ID",
-              help="Print this one call in full, its report included, as indented JSON.")
+              help="Print this one call readably, then its full report as JSON.")
 @click.pass_context
 @handles_errors
 def calls(ctx: click.Context, user_id: str | None, session_id: str | None,
@@ -130,9 +131,11 @@ def calls(ctx: click.Context, user_id: str | None, session_id: str | None,
     injected (the context window and where its size came from, the memory tokens added,
     whether the call was a retry); a side request (a client's title, summary or
     compaction call: forwarded as sent, no memory, no session) says so and why.
-    --show ID prints one call's full report; for a virtualized call, a readable account
-    of it first (the zone, each object held below full and what it lost, the tokens
-    saved, the faults served); --show ID --json prints the JSON alone."""
+    --show ID prints one call readably (the window and the tokens of each part, the
+    block exactly as sent, its lines with kind, score and source, the near misses, the
+    prompt-cache figures; for a virtualized call the zone, each object held below full
+    and what it lost, the faults served), then its full report as JSON; --show ID --json
+    prints the JSON alone."""
     daemon = daemon_for(ctx)
     if daemon is not None:
         # Without --user the daemon decides: its default user, or the key's in auth mode.
@@ -153,8 +156,11 @@ def calls(ctx: click.Context, user_id: str | None, session_id: str | None,
                 found = m.calls(uid, session_id=session_id, since=since, limit=limit)
     if call_id is not None:
         virtual = (found[0].get("report") or {}).get("virtual")
-        if virtual and not as_json:
-            click.echo("\n".join(virtual_lines(virtual)))
+        if not as_json:
+            click.echo("\n".join(call_lines(found[0])))
+            if virtual:
+                click.echo("\n".join(virtual_lines(virtual)))
+            click.echo("report (JSON):")
         click.echo(json.dumps(found[0], indent=2, ensure_ascii=False))
     elif as_json:
         for c in found:
