@@ -114,6 +114,21 @@ def test_tool_results_become_objects_of_their_call() -> None:
     assert segs[0].text == history()[3]["content"]
 
 
+def test_a_resent_tool_result_is_hashed_and_scanned_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from memd.engine.virtual import segment as seg
+    seg._read.cache_clear()
+    first = segment("s1", history())
+    seen: list[str] = []
+    real_kind = seg.kind
+    monkeypatch.setattr(seg, "kind", lambda tool, text: seen.append(text) or real_kind(tool, text))
+    again = segment("s1", history())  # equal strings, not the same objects
+    assert again == first and seen == []
+    seg._read.cache_clear()
+    assert segment("s1", history()) == first  # worked out anew: the same
+    assert len(seen) == 3
+
+
 def test_what_a_call_is_of_comes_from_its_arguments() -> None:
     assert source_key('{"file_path": "/a/b.py", "limit": 10}') == "/a/b.py"
     assert source_key({"cmd": ["git", "status"]}) == "git status"

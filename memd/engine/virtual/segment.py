@@ -70,12 +70,23 @@ def segment(session_id: str, messages: Sequence[Mapping[str, Any]],
             fn = fn if isinstance(fn, Mapping) else {}
             tool = fn.get("name") if isinstance(fn.get("name"), str) else None
             arguments = fn.get("arguments")
-            digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+            digest, object_type = _read(tool, text)
             oid = hashlib.sha256(
                 f"{session_id}\0{call_id or ''}\0{digest}".encode()).hexdigest()[:16]
-            out.append(Segment(i, "ctx-" + oid, digest, kind(tool, text), tool,
+            out.append(Segment(i, "ctx-" + oid, digest, object_type, tool,
                                source_key(arguments), call_id, turn, text))
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _read(tool: str | None, text: str) -> tuple[str, str]:
+    """A tool result's content hash and object type; kept, since every call of a session
+    resends every earlier tool result, and hashing and scanning them all again (a long
+    session's are ~300 KB) would cost each call more as the session grows. A resent
+    result is usually the very string read before (the resend cache keeps the earlier
+    request's messages), whose lookup then compares nothing; the bound holds a few long
+    sessions' results."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(), kind(tool, text)
 
 
 def tool_calls(messages: Sequence[Mapping[str, Any]],
