@@ -221,3 +221,13 @@ def test_shown_never_tells_a_secret() -> None:
     assert shown("min_similarity", 0.5) == "0.5"
     assert {"weights", "preset", "min_similarity", "upstream_url", "prices"} <= LIVE_KEYS
     assert not {"port", "db", "host", "auth", "notes_dir"} & LIVE_KEYS
+
+
+def test_the_readme_names_every_key_read_live() -> None:
+    """A key the daemon reloads live but the README does not name is a setting users
+    cannot know takes effect without a restart."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### Live config"):]
+    section = section[:section.index("\n### ", 1)]
+    unnamed = sorted(key for key in LIVE_KEYS if key not in section)
+    assert unnamed == []
