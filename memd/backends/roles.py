@@ -42,7 +42,7 @@ class SessionStore(Protocol):
         """The user's sessions, newest first (then by id); ``after``: only those after
         the session of that (created_at, id) in this order (a page's cursor);
         ``workspace`` ("" for none) and ``client`` (the client family its identity
-        names) filter."""
+        names, else the ``client`` of its metadata: an imported history's) filter."""
         ...
 
     def update_session(self, user_id: str, session_id: str, **changes: Any) -> None:

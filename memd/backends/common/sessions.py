@@ -46,7 +46,9 @@ class Sessions(Part):
             where.append("workspace = ?")
             params.append(workspace)
         if client is not None:
-            where.append(f"{self._dialect.json_text('metadata', 'identity', 'client')} = ?")
+            d = self._dialect  # the identity's client, else the one an import named
+            where.append(f"COALESCE({d.json_text('metadata', 'identity', 'client')}, "
+                         f"{d.json_text('metadata', 'client')}) = ?")
             params.append(client)
         rows = self._rows(self._sql(
             f"SELECT {SESSION_COLUMNS} FROM sessions WHERE {' AND '.join(where)} "

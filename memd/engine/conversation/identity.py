@@ -165,6 +165,12 @@ def _same(a: str | None, b: str | None) -> bool:
 
 
 def client_of(metadata: Mapping[str, Any]) -> str | None:
-    """The client family a session's stored identity names (None: none known)."""
+    """The client family a session's stored identity names, else the client its
+    metadata names (an imported conversation: the client whose history it was read
+    from, ``claude-code`` or ``chatgpt``); None: none known. The store's listing filters
+    by the same rule (``list_sessions``)."""
     identity = Identity.of_session(metadata)
-    return None if identity is None else identity.client
+    if identity is not None and identity.client is not None:
+        return identity.client
+    named = metadata.get("client")
+    return named if isinstance(named, str) and named else None

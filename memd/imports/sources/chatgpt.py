@@ -7,8 +7,13 @@ Not turns: messages of role ``system``, hidden ones (``is_visually_hidden_from_c
 the user's custom instructions (``is_user_system_message``, content
 ``user_editable_context``), non-text content (images, code sent to a tool, browsing
 state), and an assistant message addressed to a tool (``recipient`` other than ``all``:
-a call, such as the text it saves to its own memory). A ``tool`` message is a tool's
-output. The export has no project folders: no workspace.
+a call, such as the text it saves to its own memory) or on a channel other than the
+final answer's (``analysis``: its reasoning). A ``tool`` message is a tool's output. In a
+voice conversation the words are ``audio_transcription`` parts of a ``multimodal_text``
+message, beside pointers to the audio: the words are the turn. Real exports also hold
+empty messages (the hidden system message at the root, an assistant's placeholder
+before its answer) and branch at the first message when it was edited; neither is a
+turn. The export has no project folders: no workspace.
 """
 
 from __future__ import annotations
@@ -74,7 +79,8 @@ def _turn(node: Mapping[str, Any]) -> Turn | None:
                         and (meta.get("is_visually_hidden_from_conversation")
                              or meta.get("is_user_system_message"))):
         return None
-    if role == "assistant" and message.get("recipient", "all") != "all":
+    if role == "assistant" and (message.get("recipient", "all") != "all"
+                                or message.get("channel") not in (None, "final")):
         return None
     content = message.get("content")
     if not isinstance(content, Mapping):
@@ -83,13 +89,25 @@ def _turn(node: Mapping[str, Any]) -> Turn | None:
     if content.get("content_type") not in ("text", "multimodal_text") \
             or not isinstance(parts, list):
         return None
-    text = "\n".join(p for p in parts if isinstance(p, str)).strip()
+    text = "\n".join(t for t in (_part_text(p) for p in parts) if t).strip()
     if not text:
         return None
     at = epoch(message.get("create_time"))
     if role == "tool":
         return Turn("tool", text, at, tool_call_id=str(author.get("name") or "tool"))
     return Turn(role, text, at)
+
+
+def _part_text(part: Any) -> str:
+    """The text of one part of a message's content: a string, or what was said in a
+    voice conversation (an ``audio_transcription`` part); "" for an image, an audio or
+    video pointer, or anything else without words."""
+    if isinstance(part, str):
+        return part
+    if isinstance(part, Mapping) and part.get("content_type") == "audio_transcription":
+        text = part.get("text")
+        return text if isinstance(text, str) else ""
+    return ""
 
 
 def _defaults() -> list[Path]:
