@@ -18,6 +18,7 @@ import math
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -123,7 +124,8 @@ def prepare_chat(
     vector = (SIDE.submit(engine.query_vector, query)
               if query and query != resent.previous_query else None)
     hashes = resent.hashes
-    with engine.store.transaction():
+    with ExitStack() as step:
+        step.enter_context(engine.store.transaction())
         session, new, retry, client_owns = resolve(
             engine.store, engine.create_session, engine.now, uid, ws, history,
             [h for h in hashes if h is not None], sid, model,
@@ -134,47 +136,52 @@ def prepare_chat(
             engine.append(session.id, uid, new, session=session,
                           known=resent.known(new, session.model))
         session = engine.session(session.id, uid)
-    if vector is not None:
-        vector.result()
-    if query and query != resent.previous_query:
-        # a side call that quotes this turn is told apart by it (memd.engine.conversation.side); an
-        # agent's tool loop repeats the turn noted already
-        engine.recent_turns.note(uid, client_family(client) or "", system_hash(system),
-                                 query, engine.now())
-    call_id = "call-" + uuid.uuid4().hex
-    window_report = {"tokens": window.tokens, "source": window.source,
-                     "detail": window.detail}
-    virtual = None
-    if client_owns:
-        # _augment hands ``plain`` itself back when it adds nothing (memory_added)
-        plain = list(messages)
-        counted = resent.tokens(model) + tool_tokens(tools, model)
-        virtual = for_call(engine.store, engine.settings, engine.now, engine.jobs.llm_enabled,
-                           session, plain, counted, window, max_response_tokens,
-                           virtualize, model, call_id, restorable)
-        if virtual is not None:
-            plain = virtual.messages
-        forward, report = _augment(engine, uid, session, plain, resent, counted, query,
-                                   model, max_response_tokens, window, placement, virtual)
-        if virtual is not None:
-            report["virtual"] = virtual.report
-    else:
-        ctx = engine.context(
-            uid, session_id=session.id, messages=system, model=model,
-            context_window=window.tokens, max_response_tokens=max_response_tokens,
-            tool_tokens=tool_tokens(tools, None), use_session_prompt=False, query=query,
-            original_history=True,  # the client's own conversation, forwarded as sent
-        )
-        forward = plain = ctx.messages
-        report = {"mode": "compiled", **ctx.report.to_dict()}
-    report["window"] = window_report
-    report.update(note or {})
-    engine.store.record_call(call_id, uid, session.id, session.workspace, model,
-                             engine.now(), report)
-    return PreparedCall(call_id, session, forward, plain, report, store_reply=not retry,
-                        turn=session.turn_count, user_id=uid, workspace=session.workspace,
-                        plain_as_sent=client_owns and virtual is None,
-                        kept=virtual.kept if virtual is not None else None)
+        if query and vector is not None:
+            # A new query: its vector is awaited, and its memory retrieved, with the
+            # step's messages committed. A step that asks nothing new (an agent's tool
+            # loop) keeps the transaction to its call record: one commit for the step.
+            step.close()
+            vector.result()
+            # a side call that quotes this turn is told apart by it
+            # (memd.engine.conversation.side); a tool loop repeats the turn noted already
+            engine.recent_turns.note(uid, client_family(client) or "", system_hash(system),
+                                     query, engine.now())
+        call_id = "call-" + uuid.uuid4().hex
+        window_report = {"tokens": window.tokens, "source": window.source,
+                         "detail": window.detail}
+        virtual = None
+        if client_owns:
+            # _augment hands ``plain`` itself back when it adds nothing (memory_added)
+            plain = list(messages)
+            counted = resent.tokens(model) + tool_tokens(tools, model)
+            virtual = for_call(engine.store, engine.settings, engine.now,
+                               engine.jobs.llm_enabled, session, plain, counted, window,
+                               max_response_tokens, virtualize, model, call_id, restorable)
+            if virtual is not None:
+                plain = virtual.messages
+            forward, report = _augment(engine, uid, session, plain, resent, counted,
+                                       query, model, max_response_tokens, window, placement,
+                                       virtual)
+            if virtual is not None:
+                report["virtual"] = virtual.report
+        else:
+            ctx = engine.context(
+                uid, session_id=session.id, messages=system, model=model,
+                context_window=window.tokens, max_response_tokens=max_response_tokens,
+                tool_tokens=tool_tokens(tools, None), use_session_prompt=False, query=query,
+                original_history=True,  # the client's own conversation, forwarded as sent
+            )
+            forward = plain = ctx.messages
+            report = {"mode": "compiled", **ctx.report.to_dict()}
+        report["window"] = window_report
+        report.update(note or {})
+        engine.store.record_call(call_id, uid, session.id, session.workspace, model,
+                                 engine.now(), report)
+        return PreparedCall(call_id, session, forward, plain, report,
+                            store_reply=not retry, turn=session.turn_count, user_id=uid,
+                            workspace=session.workspace,
+                            plain_as_sent=client_owns and virtual is None,
+                            kept=virtual.kept if virtual is not None else None)
 
 
 def _paused(

@@ -28,6 +28,7 @@ from memd.engine.virtual.fidelity import (
     FULL,
     NAMES,
     STUB,
+    Reading,
     extractive,
     extractive_losses,
     key_entities,
@@ -157,12 +158,13 @@ def _admit(messages: Sequence[Mapping[str, Any]], segments: Sequence[Segment],
 def _new_object(user_id: str, session_id: str, s: Segment, model: str | None,
                 now: float) -> ContextObject:
     tokens = count_text(s.text, model)
-    lines = len(s.text.splitlines())
-    compact = extractive(s.object_id, s.source_tool, s.source_key, s.text, tokens,
+    reading = Reading(s.text)  # read once for the excerpts and the entities
+    lines = len(reading.lines)
+    compact = extractive(s.object_id, s.source_tool, s.source_key, reading, tokens,
                          lambda t: count_text(t, model))
-    detailed = extractive(s.object_id, s.source_tool, s.source_key, s.text, tokens,
+    detailed = extractive(s.object_id, s.source_tool, s.source_key, reading, tokens,
                           lambda t: count_text(t, model), DETAILED)
-    entities = key_entities(s.text, s.source_key)
+    entities = key_entities(reading, s.source_key)
     short = stub(s.object_id, s.source_tool, s.source_key, lines, tokens, entities)
     return ContextObject(
         object_id=s.object_id, user_id=user_id, session_id=session_id,

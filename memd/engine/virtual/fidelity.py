@@ -58,17 +58,37 @@ _TOKEN = re.compile(r"[\w./:-]+")
 _GENERIC = frozenset({"error", "exception", "traceback", "panic"})
 
 
-def key_entities(text: str, key: str | None = None, limit: int = ENTITIES) -> tuple[str, ...]:
+class Reading:
+    """One pass over a tool result's text, shared by its key entities and its excerpts:
+    its lines, its tokens, and the identifiers each distinct token names. The
+    identifier patterns, slow to scan with, run once per distinct token (a tool result
+    repeats its tokens), never over the whole text or again line by line: an identifier
+    never spans two tokens, so a line names one exactly when one of its tokens does."""
+
+    __slots__ = ("lines", "tokens", "found")
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines()
+        self.tokens = Counter(_TOKEN.findall(text))  # in order of first appearance
+        self.found = {token: _IDENTIFIER.findall(token) for token in self.tokens}
+
+    def names_identifier(self, line: int) -> bool:
+        """Whether line ``line`` names an identifier (what ``_IDENTIFIER.search`` of
+        the line would say)."""
+        return any(self.found[token] for token in _TOKEN.findall(self.lines[line]))
+
+
+def key_entities(text: str | Reading, key: str | None = None,
+                 limit: int = ENTITIES) -> tuple[str, ...]:
     """The identifiers ``text`` names most (paths, dotted or snake/camel names, error
     codes, ports), most frequent first, then in order of appearance; not the object's
     own ``key`` nor generic words like "error". They are what a later turn may ask about
     once the text is held out of context, so the stub names them."""
+    reading = text if isinstance(text, Reading) else Reading(text)
     counts: dict[str, int] = {}
-    # the identifier patterns run once per distinct token, not over the whole text:
-    # a tool result repeats its tokens, and the patterns are slow to scan with
-    for token, seen in Counter(_TOKEN.findall(text)).items():
-        for found in _IDENTIFIER.findall(token):
-            word = found.strip(".-")
+    for token, seen in reading.tokens.items():
+        for name in reading.found[token]:
+            word = name.strip(".-")
             if len(word) < 3 or word == key or word.lower().rstrip("s") in _GENERIC \
                     or word.upper().startswith("FAIL") and word.isupper():
                 continue
@@ -92,11 +112,13 @@ def stub(object_id: str, tool: str | None, key: str | None, lines: int, tokens: 
             "memory_restore with its id where offered, else run the tool again.]")
 
 
-def extractive(object_id: str, tool: str | None, key: str | None, text: str,
+def extractive(object_id: str, tool: str | None, key: str | None, text: str | Reading,
                tokens: int, count: Callable[[str], int], fidelity: int = COMPACT) -> str:
     """L2 (or L1, by ``fidelity``): the excerpt (see the module docstring), within
-    ``COMPACT_SHARE`` (``DETAILED_SHARE``) of ``tokens``, flagged as extractive."""
-    lines = text.splitlines()
+    ``COMPACT_SHARE`` (``DETAILED_SHARE``) of ``tokens``, flagged as extractive. A
+    new object's excerpts and key entities read one :class:`Reading` of its text."""
+    reading = text if isinstance(text, Reading) else Reading(text)
+    lines = reading.lines
     share, low, high = ((DETAILED_SHARE, DETAILED_MIN_TOKENS, DETAILED_MAX_TOKENS)
                         if fidelity == DETAILED
                         else (COMPACT_SHARE, COMPACT_MIN_TOKENS, COMPACT_MAX_TOKENS))
@@ -106,7 +128,7 @@ def extractive(object_id: str, tool: str | None, key: str | None, text: str,
     # scanned lazily: the excerpt is full long before a long output's last lines are
     # read, and a new tool result is excerpted on the call that brings it
     named = (i for i in range(len(head), len(lines) - len(tail))
-             if _IDENTIFIER.search(lines[i]))
+             if reading.names_identifier(i))
     keep: list[int] = []
     used = 0
     for i in itertools.chain(head, tail, named):
