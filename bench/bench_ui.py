@@ -115,10 +115,10 @@ def main() -> None:
             }
             figures = {name: _time(client, method, url, args.reps, **kw)
                        for name, (method, url, kw) in reads.items()}
-        pages = {}
+        pages: dict[str, dict[str, float]] = {}
         if args.browser:
             loads = min(args.loads, 5) if args.quick else args.loads
-            pages = bench_ui_browser.time_pages(app, ui_token(path), loads)
+            pages, opens = bench_ui_browser.time_pages(app, ui_token(path), loads)
         engine.close()
     worst = max(f["p95_ms"] for f in figures.values())
     result: dict[str, Any] = {
@@ -128,7 +128,7 @@ def main() -> None:
     if pages:
         slowest = {how: max(f["p95_ms"] for name, f in pages.items() if name.startswith(how))
                    for how in ("open", "switch")}
-        result.update(pages=pages, slowest_page_p95_ms=slowest,
+        result.update(pages=pages, open_timeline=opens, slowest_page_p95_ms=slowest,
                       pages_within_target={how: ms < TARGET_MS for how, ms in slowest.items()})
     emit(result, args.out)
 
