@@ -4,6 +4,20 @@ first data is shown (``<html data-loaded>``, with the ``memd-loaded:<page>`` per
 mark whose time this reads). The daemon's app runs on uvicorn in a thread of this
 process, over bench_ui's store; each load is a fresh navigation (from ``about:blank``)
 with the inspector's cookie, the first of each page left out as a warm-up.
+
+Each open is also broken down on its timeline (ms since navigation start, medians over
+the loads), from Navigation Timing, Resource Timing and the page's marks, so that memd's
+share (serving the HTML, answering the reads) stands apart from the browser's (a new
+document, the modules, the render):
+
+- ``html_request``: the page's request leaves (the browser's navigation before it);
+- ``html_done``: its HTML has arrived (memd served it);
+- ``app_run``: the modules are fetched and evaluated (the ``memd-app`` mark);
+- ``reads_start`` / ``reads_done``: the page's first reads go out / the last has arrived;
+- ``loaded``: its first data is shown (``memd-loaded:<page>``).
+
+``memd_ms`` sums memd's two parts (HTML request to arrival, and the reads' span): the
+time the page waited on the daemon, loopback included.
 """
 
 from __future__ import annotations
@@ -46,13 +60,43 @@ SWITCH = """(name) => new Promise((done) => {
 })"""
 
 
-def time_pages(app: Any, token: str, loads: int) -> dict[str, dict[str, float]]:
+#: An open's timeline (ms since navigation start) from the entries the browser keeps.
+TIMELINE = """(name) => {
+  const nav = performance.getEntriesByType("navigation")[0];
+  const at = (mark) => performance.getEntriesByName(mark)[0].startTime;
+  const loaded = at(`memd-loaded:${name}`);
+  const reads = performance.getEntriesByType("resource").filter(
+    (r) => r.initiatorType === "fetch" && r.startTime < loaded);
+  const first = reads.length ? Math.min(...reads.map((r) => r.startTime)) : loaded;
+  const last = reads.length ? Math.max(...reads.map((r) => r.responseEnd)) : loaded;
+  return { html_request: nav.requestStart, html_done: nav.responseEnd,
+           app_run: at("memd-app"), reads_start: first, reads_done: last, loaded };
+}"""
+
+#: The timeline's points, in order.
+POINTS = ("html_request", "html_done", "app_run", "reads_start", "reads_done", "loaded")
+
+
+def _breakdown(timelines: list[dict[str, float]]) -> dict[str, float]:
+    """Medians of each point of an open's timeline, and of memd's share of it."""
+    out = {point: round(statistics.median(t[point] for t in timelines), 1)
+           for point in POINTS}
+    out["memd_ms"] = round(statistics.median(
+        (t["html_done"] - t["html_request"]) + (t["reads_done"] - t["reads_start"])
+        for t in timelines), 1)
+    return out
+
+
+def time_pages(app: Any, token: str, loads: int
+               ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Each page's time to its first data shown (ms) over ``loads`` loads, median and
     p95: opened (a navigation to its address, timed from navigation start) and switched
-    to (from another page, as its nav link does, timed from the click)."""
+    to (from another page, as its nav link does, timed from the click); and each open's
+    timeline (:data:`TIMELINE`, medians)."""
     from playwright.sync_api import sync_playwright
 
-    out = {}
+    out: dict[str, dict[str, float]] = {}
+    opens: dict[str, dict[str, float]] = {}
     with serve(app) as base, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=[
             "--no-sandbox", "--disable-gpu", "--no-first-run",
@@ -62,7 +106,7 @@ def time_pages(app: Any, token: str, loads: int) -> dict[str, dict[str, float]]:
             page.goto(f"{base}/ui?token={token}")  # the cookie, then /ui
             page.wait_for_selector("html[data-loaded]")
             for name in PAGES:
-                laps = []
+                laps, timelines = [], []
                 for n in range(loads + 1):
                     page.goto("about:blank")
                     page.goto(f"{base}/ui#{name}")
@@ -71,7 +115,9 @@ def time_pages(app: Any, token: str, loads: int) -> dict[str, dict[str, float]]:
                                        f"memd-loaded:{name}")
                     if n:  # the first load of a page warms its reads
                         laps.append(float(ms))
+                        timelines.append(page.evaluate(TIMELINE, name))
                 out[f"open #{name}"] = _percentiles(laps)
+                opens[name] = _breakdown(timelines)
             for name in PAGES:
                 laps = []
                 other = "pause" if name != "pause" else "calls"
@@ -84,4 +130,4 @@ def time_pages(app: Any, token: str, loads: int) -> dict[str, dict[str, float]]:
                 out[f"switch to #{name}"] = _percentiles(laps)
         finally:
             browser.close()
-    return out
+    return out, opens

@@ -259,3 +259,8 @@ def test_ui_targets_judge_the_slowest_read(run_all: ModuleType) -> None:
     assert (row["measured"], row["limit"], row["met"]) == (120.0, "< 100 ms", False)
     assert "slowest: search" in row["target"] and "10000 memories" in row["target"]
     assert "ui" in {b.name for b in run_all.BENCHES}
+    result["pages_served"] = {"calls": {"median_ms": 4.0, "p95_ms": 5.3},
+                              "health": {"median_ms": 9.0, "p95_ms": 101.0}}
+    _, page = run_all.ui_targets(result)
+    assert (page["measured"], page["met"]) == (101.0, False)
+    assert "slowest: health" in page["target"]

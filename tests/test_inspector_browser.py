@@ -210,6 +210,51 @@ def test_a_call_shows_the_near_misses_that_did_not_fit(page: Page, tmp_path: Pat
         engine.close()
 
 
+PAGES = ("calls", "memories", "sessions", "usage", "health", "pause")
+
+
+def test_an_opened_page_reads_at_once_and_each_thing_once(page: Page,
+                                                          daemon: Daemon) -> None:
+    """The first screen's reads leave while the modules still load (boot.js starts them;
+    the page takes those answers), and no address is asked for twice: a page whose
+    reads drifted from boot.js's list would ask again."""
+    signed_in(page, daemon)
+    for name in PAGES:
+        page.goto("about:blank")
+        page.goto(f"{daemon.base}/ui#{name}")
+        expect(page.locator("html")).to_have_attribute("data-loaded", name)
+        reads = page.evaluate("""() => performance.getEntriesByType("resource")
+          .filter((r) => r.initiatorType === "fetch").map((r) => [r.name, r.startTime])""")
+        app_run = page.evaluate("performance.getEntriesByName('memd-app')[0].startTime")
+        assert reads, name
+        assert all(start < app_run for _, start in reads), (name, reads, app_run)
+        first_screen = [url for url, _ in reads]
+        assert len(set(first_screen)) == len(first_screen), (name, first_screen)
+
+
+def test_a_long_list_shows_its_first_rows_then_all(page: Page, tmp_path: Path) -> None:
+    from memd.server.app import create_app
+    from memd.ui.token import ui_token
+
+    engine = open_memd(tmp_path, embedder="fake")
+    try:
+        now = time.time()
+        for n in range(80):
+            engine.store.record_call(f"call-{n:03d}", "local", None, None, "model-x",
+                                     now - n, {"mode": "transparent"}, 200)
+        with serve(create_app(engine, engine.settings, run_jobs=False)) as base:
+            page.goto(f"{base}/ui?token={ui_token(tmp_path)}")
+            expect(page.locator("html")).to_have_attribute("data-loaded", "calls")
+            rows = page.locator("tr[data-call]")
+            expect(rows).to_have_count(80)  # the rows past the first screen follow
+            expect(rows.first).to_have_attribute("data-call", "call-000")
+            expect(rows.last).to_have_attribute("data-call", "call-079")
+            rows.last.click()  # a late row opens its call as the first ones do
+            expect(page.locator("#call-detail")).to_contain_text("call-079")
+    finally:
+        engine.close()
+
+
 def _memories(page: Page, d: Daemon) -> None:
     signed_in(page, d)
     page.click("nav a[data-page=memories]")

@@ -12,6 +12,9 @@ const PAGES = {
   sessions: sessionsPage, usage: usagePage, pause: pausePage,
 };
 
+// the modules are fetched and evaluated: the page's own code starts here
+performance.mark("memd-app");
+
 let leave = null; // what the page shown needs done when it goes (a stopped poll)
 
 async function show() {

@@ -138,12 +138,10 @@ export async function callsPage(root) {
       for (const row of list.querySelectorAll("tr")) row.classList.remove("selected");
       tr.classList.add("selected");
       side.replaceChildren(detail(call));
+    }, (call, tr) => {
+      tr.dataset.call = call.id;
+      if (call.id === selected) tr.classList.add("selected");
     }));
-    for (const tr of list.querySelectorAll("tbody tr")) {
-      const i = [...tr.parentNode.children].indexOf(tr);
-      tr.dataset.call = data[i].id;
-      if (data[i].id === selected) tr.classList.add("selected");
-    }
   }
 
   async function poll() {

@@ -5,6 +5,17 @@ export class ApiError extends Error {
   constructor(status, message) { super(message); this.status = status; }
 }
 
+/** GET ``path``: the answer boot.js started while the page loaded, the first time a
+ * page asks for it, else a new request. */
+export function early(path) {
+  const started = window.memdEarlyReads && window.memdEarlyReads.get(path);
+  if (started) {
+    window.memdEarlyReads.delete(path);
+    return started;
+  }
+  return fetch(path, { credentials: "same-origin" });
+}
+
 /** Call memd's JSON API (same origin: the browser sends the inspector's cookie). */
 export async function api(method, path, body) {
   const init = { method, credentials: "same-origin", headers: {} };
@@ -12,7 +23,7 @@ export async function api(method, path, body) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
-  const resp = await fetch(path, init);
+  const resp = await (method === "GET" ? early(path) : fetch(path, init));
   const text = await resp.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch { data = null; }
@@ -72,16 +83,29 @@ export function empty(message) {
   return h("div", { class: "empty" }, message);
 }
 
-/** A table of rows: columns are [heading, cell(row) -> node or text, class]. */
-export function table(columns, rows, onRow) {
+/** The rows a table shows at once: about a screen and a half; the rest follow after
+ * the first paint, so a long list does not hold back what fits on the screen. */
+export const FIRST_ROWS = 50;
+
+/** A table of rows: columns are [heading, cell(row) -> node or text, class]; onRow(row,
+ * tr) on a click; decorate(row, tr) as each row is made. */
+export function table(columns, rows, onRow, decorate) {
+  const line = (row) => {
+    const tr = h("tr", { class: onRow ? "row" : null },
+      columns.map(([, cell, cls]) => h("td", { class: cls }, cell(row))));
+    if (onRow) tr.addEventListener("click", () => onRow(row, tr));
+    if (decorate) decorate(row, tr);
+    return tr;
+  };
+  const body = h("tbody", {}, rows.slice(0, FIRST_ROWS).map(line));
+  if (rows.length > FIRST_ROWS) {
+    requestAnimationFrame(() => setTimeout(() => {
+      body.append(...rows.slice(FIRST_ROWS).map(line));
+    }, 0));
+  }
   return h("table", {},
     h("thead", {}, h("tr", {}, columns.map(([title, , cls]) => h("th", { class: cls }, title)))),
-    h("tbody", {}, rows.map((row) => {
-      const tr = h("tr", { class: onRow ? "row" : null },
-        columns.map(([, cell, cls]) => h("td", { class: cls }, cell(row))));
-      if (onRow) tr.addEventListener("click", () => onRow(row, tr));
-      return tr;
-    })));
+    body);
 }
 
 /** A page of the other parts that may not exist in this daemon: 404/405 say so. */

@@ -1,9 +1,9 @@
 // Jobs and health: the daemon's state, its store and upstream, the job queue.
-import { api, badge, empty, h, notify, table, when } from "./dom.js";
+import { api, badge, early, empty, h, notify, table, when } from "./dom.js";
 
 async function healthOf() {
   // /health answers 503 with its body while the store is out of reach
-  const resp = await fetch("/health", { credentials: "same-origin" });
+  const resp = await early("/health");
   return resp.json();
 }
 
