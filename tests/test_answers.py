@@ -12,7 +12,15 @@ import memd
 from memd.config import load_settings
 from memd.engine.block.compile import RECALL_KIND
 from memd.engine.memory import Memd
-from memd.engine.retrieval.answers import BIAS, WEIGHTS, asks_for, features, holds, likelihood
+from memd.engine.retrieval.answers import (
+    BIAS,
+    WEIGHTS,
+    advice_object,
+    asks_for,
+    features,
+    holds,
+    likelihood,
+)
 from memd.errors import InvalidInput
 
 
@@ -118,3 +126,41 @@ def test_one_decision_per_question_on_its_likeliest_answer(tmp_path: Path) -> No
 def _said(item: str) -> str:
     """The user's words of a recalled item's text, as the answer score reads them."""
     return item.split("User: ", 1)[1].split("\nAssistant (earlier reply): ")[0]
+
+
+def test_an_advice_request_is_answered_by_the_users_own_words_on_its_object(
+    tmp_path: Path,
+) -> None:
+    said = "I'm looking for a new case for my phone, an iPhone 13 Pro with a cracked screen."
+    asked = "Which case would fit my phone, an iPhone 13 Pro with a cracked screen?"
+
+    def recall(text: str, query: str, name: str) -> list[str]:
+        # a question floor no line's answer score reaches: only the advice rule admits
+        with memd.open(tmp_path / name, embedder="fake", recall_question_floor=0.9,
+                       sure_similarity=0.3, known_words=False) as engine:
+            s = engine.create_session("u")
+            engine.append(s.id, "u", [{"role": "user", "content": text},
+                                      {"role": "assistant", "content": "Noted."}])
+            while engine.run_jobs():
+                pass
+            _, mems = engine.memory_candidates("u", query, sent_chains=())
+            return [m.text for m in mems if m.kind == RECALL_KIND]
+
+    request = "Can you suggest some accessories for my phone, an iPhone 13 Pro?"
+    assert any("iPhone 13 Pro" in t for t in recall(said, request, "advice"))
+    # the same line for a question that asks for a fact: the question floor holds
+    assert recall(said, "What phone do I have, an iPhone 13 Pro?", "fact") == []
+    # a question the user asked is not their words on the object
+    assert recall(asked, request, "asked") == []
+    # a line that shares the request's framing but not the user's thing it names
+    framing = "Can you suggest some accessories and cases I could buy for my laptop?"
+    line = "I'm looking for some accessories and cases I could buy for my new iPhone 13 Pro."
+    assert recall(line, framing, "framing") == []
+    assert recall(line, framing.replace("laptop", "iPhone"), "named") != []
+
+
+def test_the_users_own_thing_a_request_for_advice_names() -> None:
+    assert advice_object("Can you suggest some useful accessories for my phone?") == {"phone"}
+    assert advice_object("Any tips for rearranging my new bedroom?") == {"bedro"}
+    assert advice_object("Can you recommend resources to learn video editing?") == set()
+    assert advice_object("What breed is my dog?") == set()

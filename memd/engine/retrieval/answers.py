@@ -33,6 +33,17 @@ line, and what lets such a line through is usually one weak score among weak sco
 while a question the history answers usually has one line that clearly looks like the
 answer, beside others on its topic that the lower per-line floor keeps. One decision
 per question separated the two better than any per-line floor did (bench/README.md).
+
+A request for advice ("Can you suggest some accessories for my phone?") asks for no fact,
+so no line looks like its answer; what helps is what the user said about the thing of
+theirs the request names ("I'm looking for a case for my iPhone 13 Pro" for "my phone").
+So for a request for advice that names something of the user's (:func:`advice_object`:
+the words after "my"), a statement of the user's that says that word and whose cosine
+alone is sure (``sure_similarity``) meets the question floor too. Letting every advice
+request with a related line through admitted six unrelated questions for one own; a sure
+cosine alone still admitted lines that share only the request's framing ("learn more
+about", "recommend some resources"); the user's own thing is what tells them apart
+(bench/README.md).
 """
 
 from __future__ import annotations
@@ -50,6 +61,11 @@ WEIGHTS: Final = (3.146, 1.539, 0.991, -1.165, 0.275, 0.42)
 BIAS: Final = -6.971
 _NUMBER_Q = re.compile(r"\bhow (many|much|often|long|old|far)\b")
 _TIME_Q = re.compile(r"\bwhen\b|\bwhat (date|day|time|year|month)\b")
+_ADVICE_Q = re.compile(r"\b(suggest|recommend|tips|ideas|advice)\b")
+#: What follows "my": the thing of the user's a request names (two words at most).
+_MINE = re.compile(r"\bmy\s+([a-z][a-z'-]*(?:\s+[a-z][a-z'-]*)?)")
+#: Words after "my" that say which one, not what: "my new phone" is about the phone.
+_NOT_THINGS: Final = FRAME | frozenset({"new", "old", "own", "current"})
 _LETTERS = re.compile(r"[a-z]+")
 _DIGIT = re.compile(r"\d")
 NUMBER_WORDS: Final = frozenset("""one two three four five six seven eight nine ten eleven
@@ -70,6 +86,17 @@ def asks_for(query: str) -> str:
     if _TIME_Q.search(q):
         return "time"
     return ""
+
+
+def advice_object(query: str) -> frozenset[str]:
+    """The stems of what a request for suggestions, tips or advice says is the user's
+    ("my phone", "my bedroom"); empty when ``query`` asks for a fact or names nothing of
+    the user's."""
+    q = query.lower()
+    if not _ADVICE_Q.search(q):
+        return frozenset()
+    return frozenset(w[:_STEM] for m in _MINE.finditer(q)
+                     for w in content_words(m.group(1)) if w not in _NOT_THINGS)
 
 
 def holds(kind: str, text: str) -> float:

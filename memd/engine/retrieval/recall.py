@@ -50,9 +50,9 @@ import numpy as np
 from memd.engine import validate as v
 from memd.engine.block.compile import RECALL_KIND, Candidate
 from memd.engine.learning.templates import user_words
-from memd.engine.retrieval.answers import likelihood
+from memd.engine.retrieval.answers import advice_object, likelihood
 from memd.engine.retrieval.passages import closest, only_asks
-from memd.engine.retrieval.relevance import content_words, related
+from memd.engine.retrieval.relevance import content_words, related, stems
 from memd.engine.retrieval.retrieve import score_messages
 from memd.models.tokens import count_text
 from memd.types import Message, Session
@@ -121,6 +121,7 @@ def recall_candidates(
     used: set[str] = set()
     out: list[Candidate] = []
     words = content_words(query)
+    mine = advice_object(query)
     best = 0.0  # the likeliest answer among the lines about the query
     for (hit, total, msg, similarity), passage in zip(found, near, strict=True):
         if hit.id in used or msg.id in used or _excluded(msg, scope):
@@ -157,6 +158,9 @@ def recall_candidates(
         if answer_floor > 0 or question_floor > 0:
             answer = likelihood(similarity, query, hit_excerpt(msg, shown))
             best = max(best, answer)
+            if (mine and not asks and similarity >= sure
+                    and mine & stems(content_words(msg.safe_text or ""))):
+                best = max(best, question_floor)  # the user's words on their own thing
             if answer < answer_floor:
                 continue
         text = render((msg, reply), msg, session.title, shown)
