@@ -155,6 +155,12 @@ class Settings:
     # and a question that names a time ("two weeks ago", "last month", "most recently",
     # "before March 3") raises the messages dated then (memd.engine.retrieval.timecues)
     search_time_cues: bool = True
+    # and a user message is as close to the question as its closest passage (a remark
+    # made in passing inside a message about something else: memd.engine.retrieval.passages)
+    search_passages: bool = True
+    # and a message's age counts in its score (off: an old remark that answers is not
+    # outranked by a recent one that only shares a word with the question)
+    search_message_freshness: bool = True
     # messages of recent session histories kept in the process between compiles, checked
     # against each session's history state (memd.engine.conversation.history); 0 turns it off
     history_cache_messages: int = 50_000
@@ -298,7 +304,8 @@ def _coerce(name: str, value: Any) -> Any:
         raise InvalidInput(f"{name} must be one of {', '.join(choices)}, not {value!r}")
     if name in ("auth", "memory_recall", "recall_keyword", "known_words",
                 "search_second_round", "search_expand_kinds",
-                "search_time_cues") and isinstance(value, str):
+                "search_time_cues", "search_passages",
+                "search_message_freshness") and isinstance(value, str):
         if value.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             raise InvalidInput(f"{name} must be true or false, not {value!r}")
         return value.lower() in ("1", "true", "yes", "on")

@@ -48,8 +48,7 @@ from memd.engine.learning.write import (
     ingest,
     upsert_fact,
 )
-from memd.engine.retrieval.retrieve import KINDS, search
-from memd.engine.retrieval.rounds import rule_of
+from memd.engine.retrieval.retrieve import KINDS, MessageRanking, search
 from memd.errors import InvalidInput, NotFound, StorageError
 from memd.models.embedder import CachedEmbedder, Embedder
 from memd.models.tokens import count_text
@@ -320,9 +319,7 @@ class Memd:
                 self.store, self.embedder, uid, q, k, kinds_, flt, self.settings.weights,
                 self.now(), session_id=flt.session_id,
                 shared=() if spans_all else shared_owners(self.store, uid, ws, self.now()),
-                second=rule_of(self.settings.search_second_round,
-                               self.settings.search_expand_kinds),
-                time_cues=self.settings.search_time_cues,
+                ranking=MessageRanking.of(self.settings),
             )
 
     # -- sessions --------------------------------------------------------------------

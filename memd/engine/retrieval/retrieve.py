@@ -20,15 +20,16 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
 
 from memd.backends.base import Lifecycle, MemoryStore, MessageStore, Store
-from memd.config import Weights
+from memd.config import Settings, Weights
 from memd.engine.learning.extract import extract_entities
-from memd.engine.retrieval.rounds import SecondRound, second_round
+from memd.engine.retrieval.passages import closest
+from memd.engine.retrieval.rounds import SecondRound, rule_of, second_round
 from memd.engine.retrieval.score import Signals, score
 from memd.engine.retrieval.timecues import boost, window
 from memd.models.embedder import CachedEmbedder
@@ -71,6 +72,30 @@ class Channels:
     frequent_k: int = 20
     entity_k: int = 20
     message_k: int = 20
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRanking:
+    """How a search ranks messages beyond the shared score: the second round (None for
+    none, :mod:`memd.engine.retrieval.rounds`), time cues
+    (:mod:`memd.engine.retrieval.timecues`), whether a user message's similarity is the
+    better of its own and its closest passage's (a remark made in passing inside a
+    message about something else is found by its own words, as recall finds it:
+    :mod:`memd.engine.retrieval.passages`), and whether a message's age counts
+    (freshness: off, an old remark that answers the question is not outranked by last
+    week's small talk that shares a word with it)."""
+
+    second: SecondRound | None = None
+    time_cues: bool = False
+    passages: bool = False
+    freshness: bool = True
+
+    @classmethod
+    def of(cls, settings: Settings) -> MessageRanking:
+        """The ranking the search settings ask for."""
+        return cls(second=rule_of(settings.search_second_round, settings.search_expand_kinds),
+                   time_cues=settings.search_time_cues, passages=settings.search_passages,
+                   freshness=settings.search_message_freshness)
 
 
 @quick_init
@@ -144,7 +169,7 @@ def keyword_messages(
 def score_messages(
     store: MessageStore, user_id: str, query: str, qvec: np.ndarray, weights: Weights, now: float,
     k: int, session_id: str | None = None, embedder: CachedEmbedder | None = None,
-    keyword_hits: KeywordMessages | None = None,
+    keyword_hits: KeywordMessages | None = None, passages: bool = False,
 ) -> list[tuple[Message, float, dict[str, float]]]:
     """Messages for ``query``: vector and keyword channels, scored with the same formula
     (messages have no access history or provenance: neutral authority and importance).
@@ -152,7 +177,9 @@ def score_messages(
     Like memory candidates, a message found by the keyword channel alone gets its true
     cosine with the query, its vector read from ``embedder``'s persistent cache (never
     computed here: a message whose embedding job has not run yet keeps similarity 0).
-    ``keyword_hits``: the keyword channel's result, when the caller ran it already."""
+    ``keyword_hits``: the keyword channel's result, when the caller ran it already;
+    ``passages``: a user message's similarity is the better of its own and its closest
+    passage's, read from the same cache (:class:`MessageRanking`)."""
     found: dict[str, Message] = {}
     sims: dict[str, float] = {}
     keyword: dict[str, float] = {}
@@ -165,6 +192,11 @@ def score_messages(
         keyword[msg.id] = rel
         if msg.id not in sims and msg.safe_text and vec is not None:
             sims[msg.id] = float(np.dot(qvec, vec))
+    if passages and embedder is not None:
+        said = [m for m in found.values() if m.role == "user" and m.safe_text]
+        for msg, near in zip(said, closest(embedder, [m.safe_text or "" for m in said], qvec),
+                             strict=True):
+            sims[msg.id] = max(sims.get(msg.id, 0.0), near.similarity)
     out = []
     for mid, msg in found.items():
         total, parts = score(
@@ -210,12 +242,11 @@ def search(
     store: Store, embedder: CachedEmbedder, user_id: str, query: str, k: int,
     kinds: Sequence[str], flt: MemoryFilter, weights: Weights, now: float,
     session_id: str | None = None, shared: Sequence[tuple[str, MemoryFilter]] = (),
-    second: SecondRound | None = None, time_cues: bool = False,
+    ranking: MessageRanking = MessageRanking(),
 ) -> list[Hit]:
     """Search memories, summaries, messages and facts; the best ``k`` hits overall
-    (``shared``: see :func:`score_memories`; ``second``: how the messages' second round
-    runs, None for none, :mod:`memd.engine.retrieval.rounds`; ``time_cues``: messages
-    dated where the question's time cue points rise, :mod:`memd.engine.retrieval.timecues`)."""
+    (``shared``: see :func:`score_memories`; ``ranking``: how messages are ranked,
+    :class:`MessageRanking`)."""
     message_k = max(k, 10)
     pending: Future[KeywordMessages] | None = None
     if "message" in kinds and not store.in_transaction():
@@ -241,16 +272,17 @@ def search(
                     metadata={**m.metadata, "tier": int(m.tier), "tags": list(m.tags)},
                 ))
     if "message" in kinds:
+        said = weights if ranking.freshness else replace(weights, freshness=0.0)
         scored = score_messages(
-            store, user_id, query, qvec, weights, now, message_k, session_id, embedder,
-            pending.result() if pending is not None else None,
+            store, user_id, query, qvec, said, now, message_k, session_id, embedder,
+            pending.result() if pending is not None else None, ranking.passages,
         )
-        if second is not None:
-            scored = second_round(store, embedder, user_id, query, qvec, scored, weights,
-                                  now, session_id, second)
-        cue = window(query, now) if time_cues else None
+        if ranking.second is not None:
+            scored = second_round(store, embedder, user_id, query, qvec, scored, said,
+                                  now, session_id, ranking.second)
+        cue = window(query, now) if ranking.time_cues else None
         if cue is not None:
-            scored = boost(scored, cue, weights)
+            scored = boost(scored, cue, said)
         for msg, total, parts in scored:
             hits.append(Hit(
                 kind="message", id=msg.id, text=msg.safe_text or "", score=total,
