@@ -151,7 +151,7 @@ def prepare_chat(
         counted = resent.tokens(model) + tool_tokens(tools, model)
         virtual = for_call(engine.store, engine.settings, engine.now, engine.jobs.llm_enabled,
                            session, plain, counted, window, max_response_tokens,
-                           virtualize, model, call_id, restorable)
+                           virtualize, model, call_id, restorable, engine.redact)
         if virtual is not None:
             plain = virtual.messages
         forward, report = _augment(engine, uid, session, plain, resent, counted, query,

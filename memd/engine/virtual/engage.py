@@ -69,6 +69,8 @@ class Virtualized:
     report: dict[str, Any]
     kept: list[int]  # the index in the client's messages of each message in ``messages``
     new: list[ContextObject] = field(default_factory=list)  # the objects first seen
+    # the objects a later one of the same source superseded in this call, by that one
+    superseded: dict[str, str] = field(default_factory=dict)
 
 
 def engages(mode: str, budget: Budget, zones: VirtualZones) -> bool:
@@ -127,7 +129,7 @@ def virtualize(store: Store, user_id: str, session_id: str,
                          "to": NAMES[t.to_fidelity], "trigger": t.trigger}
                         for t in transitions],
     }
-    return Virtualized(out, after - budget.reserve, report, kept, new)
+    return Virtualized(out, after - budget.reserve, report, kept, new, superseded)
 
 
 def _admit(messages: Sequence[Mapping[str, Any]], segments: Sequence[Segment],
