@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memd.config import VirtualZones
-from memd.context_objects import ContextObject, FidelityTransition
+from memd.context_objects import AdmissionDecision, ContextObject, FidelityTransition
 from memd.engine.virtual.admission import Admission, admit, task_terms
 from memd.engine.virtual.fidelity import (
     COMPACT,
@@ -113,6 +113,9 @@ def virtualize(store: Store, user_id: str, session_id: str,
                                           st.trigger, zone_before, before, call_id, now)
                        for st in steps]
         store.apply_transitions(user_id, session_id, transitions, superseded, now)
+        store.add_admissions(user_id, [
+            AdmissionDecision(oid, session_id, a.fidelity, a.score, dict(a.parts), call_id,
+                              now) for oid, a in admitted.items()])
     out, kept = _rewrite(messages, segments, held, objects, calls)
     report = {
         "mode": mode, "engaged": True, "window": budget.window, "reserve": budget.reserve,
