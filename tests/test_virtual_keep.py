@@ -6,6 +6,7 @@ them; ``virtual_keep = false`` keeps the work to the session."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -60,7 +61,13 @@ def worked_session(fixed: bool = True) -> AgentSession:
 
 
 def kept(engine: Memd, tag: str) -> list[Memory]:
+    """The memories tagged ``tag``, once the background jobs (the ingests) are done."""
     engine.jobs.flush()
+    deadline = time.monotonic() + 60  # a bound on the wait, not a claim of speed
+    while engine.store.pending_jobs() and time.monotonic() < deadline:
+        if not engine.jobs.run_due():
+            time.sleep(0.01)
+    assert not engine.store.pending_jobs()
     return [m for m in engine.list("local", limit=1000) if tag in m.tags]
 
 
