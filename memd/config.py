@@ -239,6 +239,9 @@ class Settings:
     # a restored object stays whole for virtual_restore_turns turns
     virtual_max_faults: int = 3
     virtual_restore_turns: int = 3
+    # an error a later run of the same command shows fixed becomes a memory of the error
+    # and its fix (memd.engine.virtual.keep); false keeps a session's work to itself
+    virtual_keep: bool = True
     # the notes folder (memd.engine.learning.notes): each Markdown file a standing instruction of
     # the default user, or of a workspace in a subfolder named after it; None is
     # ``notes`` in the data dir

@@ -96,6 +96,21 @@ class Fault:
     created_at: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class AdmissionDecision:
+    """The fidelity an object first entered a request at under pressure
+    (memd.engine.virtual.admission), its score, the score's parts, and the call that
+    decided it."""
+
+    object_id: str
+    session_id: str
+    fidelity: int
+    score: float
+    parts: dict[str, float]
+    call_id: str | None = None
+    created_at: float = 0.0
+
+
 PASSAGE_LINES = 12  # a passage: this many lines of an object, overlapping by half
 
 

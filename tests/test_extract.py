@@ -509,3 +509,24 @@ def test_entities_never_raise(text: str) -> None:
     entities = extract_entities(text)
     assert list(entities) == sorted(set(entities))
     assert all(e == e.lower() for e in entities)
+
+
+@pytest.mark.parametrize("text,memory", [
+    ("Let's use SQLite for the cache, not Redis.",
+     "User decided to use SQLite for the cache, not Redis"),
+    ("We decided to keep the retry limit at 3.", "User decided: keep the retry limit at 3"),
+    ("Decision: store timestamps as UTC epoch seconds.",
+     "User decided: store timestamps as UTC epoch seconds"),
+    ("we'll stick with port 8431 for the dev server",
+     "User decided to stick with port 8431 for the dev server"),
+])
+def test_a_decision_about_the_work_is_kept(text: str, memory: str) -> None:
+    found = extract(text)
+    assert [e.text for e in found] == [memory]
+    assert found[0].fact is None and found[0].importance >= 0.8
+
+
+@pytest.mark.parametrize("text", ["Let's see what happens.", "Let's use a different approach?",
+                                  "Should we decide on Postgres?"])
+def test_a_suggestion_or_question_is_no_decision(text: str) -> None:
+    assert extract(text) == []

@@ -30,7 +30,7 @@ from memd.backends.postgres import PostgresStore
 from memd.backends.sqlite import SQLiteStore
 from memd.cli import main
 from memd.config import Settings
-from memd.context_objects import ContextObject, Fault, FidelityTransition
+from memd.context_objects import AdmissionDecision, ContextObject, Fault, FidelityTransition
 from memd.engine.memory import Memd
 from memd.models.embedder import FakeEmbedder
 from memd.types import Memory, MemoryFilter, Provenance, Scope, Tier, Usage
@@ -153,6 +153,10 @@ def build(data_dir: Path, n_sessions: int, per_session: int, n_memories: int) ->
             store.apply_transitions(user, sessions[0].id, [FidelityTransition(
                 f"ctx-{user}-0", 0, 3, "supersede", "warning", 5000, "call-x")],
                 {f"ctx-{user}-0": f"ctx-{user}-2"}, clock())
+            # how one of them was admitted (memd.engine.virtual.admission)
+            store.add_admissions(user, [AdmissionDecision(
+                f"ctx-{user}-1", sessions[0].id, 2, 0.3125, {"type": 0.5, "size": 0.25},
+                "call-x", clock())])
             # a fault served from them (memd.engine.virtual.faults)
             store.add_fault(user, Fault(f"fault-{user}", sessions[0].id, "query",
                                         "which file?", f"{TEXT} 0", (f"ctx-{user}-0",),

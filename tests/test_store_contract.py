@@ -42,7 +42,13 @@ from store_data import (
 
 from memd import registry
 from memd.backends.base import Store
-from memd.context_objects import ContextObject, Fault, FidelityTransition, ObjectSummaries
+from memd.context_objects import (
+    AdmissionDecision,
+    ContextObject,
+    Fault,
+    FidelityTransition,
+    ObjectSummaries,
+)
 from memd.errors import Conflict, NotFound
 from memd.types import MemoryFilter, NewMessage, Provenance, Scope, Tier, Usage
 
@@ -633,6 +639,18 @@ def test_a_helpers_summaries_replace_an_objects_texts_only_while_it_is_whole(
         "L1 by the helper", 4, "L2", 1, "smol", mine.losses, 3.0)
     assert got["o2"].compact == b.compact and got["o2"].summarized_by == "extractive"
     assert store.fidelity_transitions("bob", "s1") == []
+
+
+def test_admissions_are_recorded_once_per_object(store: Store) -> None:
+    first = AdmissionDecision("o1", "s1", 2, 0.3125, {"type": 0.3, "size": 0.5}, "call-1", 5.0)
+    second = AdmissionDecision("o2", "s1", 0, 0.9, {"type": 1.0}, None, 6.0)
+    store.add_admissions("alice", [second, first])
+    store.add_admissions("alice", [replace(first, fidelity=0, score=1.0, created_at=7.0),
+                                   replace(first, object_id="o3", session_id="s2")])
+    store.add_admissions("alice", [])
+    assert store.admissions("alice", "s1") == [first, second]  # the first decision stays
+    assert [a.object_id for a in store.admissions("alice", "s2")] == ["o3"]
+    assert store.admissions("bob", "s1") == []
 
 
 def test_faults_are_recorded_per_user_and_session(store: Store) -> None:

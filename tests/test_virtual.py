@@ -281,6 +281,13 @@ def test_a_call_degrades_stores_and_keeps_what_it_degraded(engine: Memd) -> None
     admitted = {a["object_id"]: a for a in first.report["admitted"]}
     assert admitted[newest.object_id]["fidelity"] == "detailed"
     assert admitted[newest.object_id]["score"] < 0.8
+    # and each decision is recorded with its object, as the report gives it
+    recorded = {a.object_id: a for a in engine.store.admissions("local", s.id)}
+    assert set(recorded) == set(admitted)
+    kept = recorded[newest.object_id]
+    assert (kept.fidelity, kept.score, kept.call_id) == (1, admitted[newest.object_id]["score"],
+                                                         "call-1")
+    assert set(kept.parts) == {"type", "size", "recency", "relevance"}
     assert any(t["object_id"] == newest.object_id and t["trigger"] == "admission"
                for t in first.report["transitions"])
     assert len(stored) == 3

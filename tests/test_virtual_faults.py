@@ -302,12 +302,16 @@ def test_erasing_leaves_no_embedding_of_what_a_micro_fault_searched(
             return set(engine.store.get_cached_embeddings(engine.embedder.name, derived))
 
         assert cached() == set(derived)  # the micro-fault embedded them all
+        admitted = {a.object_id for a in engine.store.admissions("local", session.id)}
+        assert admitted  # the request came in under pressure
         if scope == "session":
             engine.erase_session("local", session.id)
         else:
             (message,) = [m for m in engine.store.get_messages("local", session.id)
                           if m.tool_call_id == read.tool_call_id]
             engine.erase_message("local", session.id, message.id)
+        left = {a.object_id for a in engine.store.admissions("local", session.id)}
+        assert left == (set() if scope == "session" else admitted - {read.object_id})
         assert cached() == set()
 def test_a_fault_round_that_would_pass_the_window_gets_a_shortened_answer() -> None:
     from memd.models.tokens import count_text

@@ -16,6 +16,7 @@ import pytest
 from responses_upstream import FakeResponses, last_text, message
 from servers import memd_in_front
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse
 from starlette.routing import Route
 from test_virtual_doors import responses_input, responses_tools
 from test_virtual_faults import (
@@ -193,3 +194,63 @@ def test_a_held_stream_loses_memds_items_and_a_later_round_numbers_on() -> None:
     assert [i["id"] for i in got[1]["response"]["output"]] == ["rs_1", "rs_2"]
     assert got[1]["response"]["id"] == "resp_1"  # one stream is one response
     assert r.reply(got[1]["response"]["output"])["content"][0]["id"] == "rs_1"
+
+
+class KeepingResponses(FaultingResponses):
+    """A :class:`FaultingResponses` that keeps its responses, as the real API does: a
+    request continuing one (``previous_response_id``) that ends on a function call with
+    no output for it in the request is refused, as the API refuses it."""
+
+    def __init__(self, tool: str, args: dict[str, Any]) -> None:
+        super().__init__(tool, args)
+        self.kept: dict[str, list[dict[str, Any]]] = {}
+
+    def _output(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        out = (super()._output(body) if isinstance(body["input"], list)
+               else [message("answer: " + last_text(body), len(self.requests))])
+        self.kept[f"resp_{len(self.requests)}"] = out
+        return out
+
+    async def handle(self, request: Any) -> Any:
+        body = json.loads(await request.body())
+        previous = body.get("previous_response_id")
+        if previous is not None:
+            calls = [i["call_id"] for i in self.kept.get(previous, ())
+                     if i["type"] == "function_call"]
+            given = {i.get("call_id") for i in body["input"] if isinstance(i, dict)}
+            if previous not in self.kept or set(calls) - given:
+                self.requests.append(body)
+                return JSONResponse({"error": {
+                    "message": f"No tool output found for function call {calls}.",
+                    "type": "invalid_request_error", "param": "input", "code": None}},
+                    status_code=400)
+        return await super().handle(request)
+
+
+def test_a_streamed_answer_with_faults_is_continued_by_the_id_its_client_saw(
+        tmp_path: Path) -> None:
+    instructions, items, tools = request()
+    upstream = KeepingResponses(faults.QUERY, ASKED)
+    with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, engine), \
+            openai.OpenAI(base_url=f"{base}/v1", api_key="sk-test", max_retries=0) as client:
+        with client.responses.stream(model=MODEL, instructions=instructions, input=items,
+                                     tools=tools,  # type: ignore[arg-type]
+                                     max_output_tokens=1024) as events:
+            for _ in events:
+                pass
+            done = events.get_final_response()
+        assert len(upstream.requests) == 2  # memd served a memory_query round
+        assert done.id == "resp_1"  # the first round's: the one the client saw
+        later = client.responses.create(model=MODEL, previous_response_id=done.id,
+                                        input="Thanks. Which port was it again?",
+                                        max_output_tokens=256)
+        sent = upstream.requests[-1]
+        # the model server holds the whole exchange under the last round's id
+        assert sent["previous_response_id"] == "resp_2"
+        assert later.output_text == "answer: Thanks. Which port was it again?"
+        session = engine.store.response_session("local", "resp_2")
+        assert session is not None
+        assert engine.store.response_session("local", "resp_1") == session
+        said = [m.content for m in engine.store.get_messages("local", session)
+                if m.role == "user"]
+        assert said[-1] == "Thanks. Which port was it again?"  # a turn of the session

@@ -10,7 +10,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from memd.context_objects import ContextObject, Fault, FidelityTransition, ObjectSummaries
+from memd.context_objects import (
+    AdmissionDecision,
+    ContextObject,
+    Fault,
+    FidelityTransition,
+    ObjectSummaries,
+)
 from memd.types import (
     Fact,
     Found,
@@ -333,6 +339,15 @@ class ContextObjectStore(Protocol):
 
     def fidelity_transitions(self, user_id: str, session_id: str) -> list[FidelityTransition]:
         """The session's transitions, oldest first."""
+        ...
+
+    def add_admissions(self, user_id: str, decisions: Sequence[AdmissionDecision]) -> None:
+        """Record the admission of objects first seen under pressure; an object's first
+        decision stays (it is admitted once)."""
+        ...
+
+    def admissions(self, user_id: str, session_id: str) -> list[AdmissionDecision]:
+        """The session's admission decisions, oldest first."""
         ...
 
     def add_fault(self, user_id: str, fault: Fault) -> None:

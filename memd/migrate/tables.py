@@ -65,6 +65,7 @@ TABLES: tuple[Table, ...] = (
     Table("context_objects", ("user_id", "session_id", "object_id")),
     Table("fidelity_transitions", ("user_id", "transition_id")),
     Table("fault_history", ("user_id", "fault_id")),
+    Table("admission_decisions", ("user_id", "object_id")),
     Table("memory_entities", ("user_id", "entity", "memory_id")),
     Table("usage_log", ("user_id", "usage_id")),
     Table("learning_paused", ("user_id", "workspace")),

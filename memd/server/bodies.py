@@ -38,6 +38,11 @@ class Body:
     model: str | None
     stream: bool | None
 
+    def as_sent(self) -> bool:
+        """Whether ``raw`` is what the client sent (else memd changed it, and what
+        memd adds nothing to cannot go as the client's bytes)."""
+        return True
+
 
 @dataclass(frozen=True, slots=True)
 class ChatBody(Body):
@@ -73,6 +78,12 @@ class ResponsesBody(ChatBody):
 
     seen: r.View
     previous: str | None
+    # the previous_response_id the client sent, when memd put the model server's own in
+    # ``raw`` (memd.server.responses)
+    shown_previous: str | None = None
+
+    def as_sent(self) -> bool:
+        return self.shown_previous is None
 
     def put_back(self, placed: Placed) -> Any:
         return r.forward(self.raw, self.seen, placed)

@@ -100,7 +100,7 @@ async def converse(
         placed = put_back(call.forward)
     dropped = NO_PLACE if call.memory_added and placed is None else None
     call = replace(call, forward=placed if placed is not None else plain, plain=plain,
-                   dropped=dropped)
+                   dropped=dropped, plain_as_sent=call.plain_as_sent and sent.as_sent())
     return await relay(request, client, call, sent, door)
 
 

@@ -95,6 +95,11 @@ class Relay:
     def next_round(self) -> None:
         """A later round starts (its events continue the reply the client has)."""
 
+    def shown_id(self) -> str | None:
+        """The id the client was shown for the reply, when it is not the last round's
+        (a Responses stream keeps its first round's id); else None."""
+        return None
+
     def __call__(self, chunk: bytes) -> bytes:
         return chunk
 

@@ -8,10 +8,12 @@ included, which the API wants before the call it led to). A streamed later round
 continues the response the client already has: no second ``response.created``, its
 output items numbered after the ones the client got, its sequence numbers going on,
 its id the first round's (a stream is one response to the SDKs), and its final
-response listing those earlier items first. The id memd stores, for a later request
-that continues the response, is the last round's: the one the model server keeps
-with the whole exchange (a client continuing a streamed answer by the id it saw names
-the first round's, which the model server holds ending on memd's call).
+response listing those earlier items first. The id memd links to the session, for a
+later request that continues the response, is the last round's: the one the model
+server keeps with the whole exchange. The id the client saw (the first round's, which
+the model server holds ending on memd's call) is linked too, and the stored reply
+records both, so a client continuing by it continues the last round
+(memd.server.responses).
 """
 
 from __future__ import annotations
@@ -130,6 +132,9 @@ class ResponsesRelay(Relay):
     def next_round(self) -> None:
         self._offset, self._later, self._buffer = self._next, True, b""
         self._earlier = list(self._items)
+
+    def shown_id(self) -> str | None:
+        return self._id if self._later and isinstance(self._id, str) else None
 
     def __call__(self, chunk: bytes) -> bytes:
         self._buffer += chunk.replace(b"\r\n", b"\n")

@@ -180,8 +180,10 @@ async def stream(request: Request, client: httpx.AsyncClient, call: PreparedCall
             nonlocal stored
             if not stored:
                 stored = True
-                finish_chat(engine, call, status=resp.status_code,
-                            reply=fmt.stored(final) if strip else final.reply(),
+                reply = fmt.stored(final) if strip else final.reply()
+                if reply is not None and relay.shown_id() is not None:
+                    reply = {**reply, "shown_response_id": relay.shown_id()}
+                finish_chat(engine, call, status=resp.status_code, reply=reply,
                             finish_reason=final.finish_reason, usage=final.usage,
                             model=final.model or model,
                             incomplete=not (final.done or final.finish_reason),

@@ -22,6 +22,7 @@ kept by the model server, out of memd's reach.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -39,7 +40,7 @@ from memd.server.fault_responses import RESPONSES_FAULTS
 from memd.server.proxy import Door, body_of, forward_headers
 from memd.server.threads import in_thread
 from memd.server.upstream import NoUpstream, upstream_client
-from memd.types import Session
+from memd.types import Message, Session
 
 router = APIRouter()
 RESPONSES = Door("responses", r.StreamReply, r.whole, forward_headers, field="input",
@@ -74,8 +75,12 @@ async def _continued(request: Request, client: httpx.AsyncClient, sent: Response
             request, client, RESPONSES, sent, put_back=lambda placed: None,
             side_because=outcome,
             note={"previous_response": {"id": previous, "outcome": outcome}})
-    stored = [m.to_openai() for m in await in_thread(
-        engine.store.get_messages, user, session.id)]
+    history = await in_thread(engine.store.get_messages, user, session.id)
+    stored = [m.to_openai() for m in history]
+    upstream = _upstream_id(history, previous)
+    if upstream != previous:  # the id a streamed answer with faults showed its client
+        sent = replace(sent, raw={**sent.raw, "previous_response_id": upstream},
+                       shown_previous=previous)
 
     def put_back(placed: Sequence[Mapping[str, Any] | None]) -> Any:
         # the stored turns are the model server's to keep: the block goes only into
@@ -88,6 +93,18 @@ async def _continued(request: Request, client: httpx.AsyncClient, sent: Response
         request, client, RESPONSES, sent, messages=[*stored, *sent.messages],
         put_back=put_back, session_id=session.id, virtualize="off", note={"previous_response": {
             "id": previous, "outcome": f"continued session {session.id}"}})
+
+
+def _upstream_id(history: Sequence[Message], previous: str) -> str:
+    """The id the model server keeps the answer ``previous`` by: a streamed answer
+    whose model called memd's tools shows its client the first round's id, while the
+    model server keeps the whole exchange under the last round's, which the stored
+    reply records (memd.server.fault_responses)."""
+    for m in reversed(history):
+        last = m.metadata.get("response_id")
+        if m.metadata.get("shown_response_id") == previous and isinstance(last, str):
+            return last
+    return previous
 
 
 def _session_of(engine: Memd, user: str, workspace: str | None,

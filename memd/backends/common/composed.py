@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from memd.backends import base
 from memd.backends.accounts import Accounts
+from memd.backends.common.admissions import Admissions
 from memd.backends.common.calls import Calls
 from memd.backends.common.connection import SqlConnection
 from memd.backends.common.context_objects import ContextObjects
@@ -117,6 +118,9 @@ class ComposedStore:
         self.fidelity_transitions = context_objects.fidelity_transitions
         faults = Faults(conn)
         self.add_fault = faults.add_fault
+        admissions = Admissions(conn)
+        self.add_admissions = admissions.add_admissions
+        self.admissions = admissions.admissions
         self.faults = faults.faults
         # CallStore
         self.record_call = calls.record_call

@@ -30,7 +30,8 @@ from memd.types import Message
 #: of the user; the account tables and the shared ones are :data:`ACCOUNT_TABLES` and
 #: :data:`SHARED_TABLES`. tests/test_erase.py checks this against the schema.
 USER_TABLES = ("memory_entities", "memories", "facts", "forgotten", "paragraphs_seen",
-               "response_sessions", "fault_history", "fidelity_transitions",
+               "response_sessions", "fault_history", "admission_decisions",
+               "fidelity_transitions",
                "context_objects", "learning_paused", "jobs", "calls", "usage_log",
                "messages", "sessions")
 ACCOUNT_TABLES = ("workspace_members", "api_keys", "users")  # keys and members first
@@ -81,6 +82,8 @@ def erase_plan(user_id: str, session_id: str | None, json_text: str,
              (user_id, session_id, user_id, *held_by, '%"', '"%')),
             ("fidelity_transitions", f"user_id = ? AND object_id IN ({held})",
              (user_id, *held_by)),
+            ("admission_decisions", f"user_id = ? AND object_id IN ({held})",
+             (user_id, *held_by)),
             ("context_objects", f"user_id = ? AND object_id IN ({held})", (user_id, *held_by)),
             ("jobs", f"user_id = ? AND {field(column='payload', key='message_id')} = ?", um),
             ("messages", "user_id = ? AND session_id = ? AND message_id = ?",
@@ -100,6 +103,7 @@ def erase_plan(user_id: str, session_id: str | None, json_text: str,
         ("paragraphs_seen", "user_id = ? AND first_session_id = ?", us),
         ("response_sessions", "user_id = ? AND session_id = ?", us),
         ("fault_history", "user_id = ? AND session_id = ?", us),
+        ("admission_decisions", "user_id = ? AND session_id = ?", us),
         ("fidelity_transitions", "user_id = ? AND session_id = ?", us),
         ("context_objects", "user_id = ? AND session_id = ?", us),
         ("jobs", jobs, (*us, *us)),

@@ -349,7 +349,7 @@ class JobRunner:
             provenance=Provenance(p["provenance"]), provenance_message_id=p.get("message_id"),
             confidence=float(p["confidence"]), importance=float(p["importance"]),
             tags=tuple(p.get("tags", ())), entities=tuple(p.get("entities", ())),
-            fact_accepted=p.get("fact_accepted"),
+            fact_accepted=p.get("fact_accepted"), metadata=dict(p.get("metadata") or {}),
         )
         # Embedded first, outside the transaction below, so that it does not hold the
         # store while the model runs: ingest finds the vector in the embedding cache.

@@ -156,7 +156,8 @@ def prepare_chat(
             counted = resent.tokens(model) + tool_tokens(tools, model)
             virtual = for_call(engine.store, engine.settings, engine.now,
                                engine.jobs.llm_enabled, session, plain, counted, window,
-                               max_response_tokens, virtualize, model, call_id, restorable)
+                               max_response_tokens, virtualize, model, call_id, restorable,
+                               engine.redact)
             if virtual is not None:
                 plain = virtual.messages
             forward, report = _augment(engine, uid, session, plain, resent, counted,
@@ -360,10 +361,11 @@ def finish_chat(
                          latency, prompt, completion)
             # an answer the model server keeps by its id (an OpenAI Responses one) is
             # continued by naming the id alone: the session of the turn it answers
-            answered = (reply or {}).get("response_id")
-            if isinstance(answered, str) and 0 < len(answered) <= 256:
-                engine.store.link_response(session.user_id, v.clean_chars(answered),
-                                           session.id, engine.now())
+            for key in ("response_id", "shown_response_id"):
+                answered = (reply or {}).get(key)
+                if isinstance(answered, str) and 0 < len(answered) <= 256:
+                    engine.store.link_response(session.user_id, v.clean_chars(answered),
+                                               session.id, engine.now())
         if usage:
             cost = cost_microcents(engine.settings.prices, model, prompt, completion)
             engine.store.record_usage(Usage(
@@ -414,6 +416,9 @@ def _store_reply(engine: Memd, call: PreparedCall, session: Session,
     meta: dict[str, Any] = {"call_id": call.call_id}
     if incomplete:
         meta["incomplete"] = True
+    if isinstance(reply.get("shown_response_id"), str):  # see memd.server.responses
+        meta.update(shown_response_id=reply["shown_response_id"],
+                    response_id=reply.get("response_id"))
     engine.append(session.id, session.user_id, [{
         "role": "assistant", "content": reply.get("content"),
         "tool_calls": reply.get("tool_calls") or None, "metadata": meta,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from memd.engine.virtual import summaries
 from memd.engine.virtual.engage import Budget, Virtualized, engages, virtualize
 from memd.engine.virtual.faults import TOOLS, pinned
+from memd.engine.virtual.keep import remember_fixes
 from memd.engine.virtual.modes import call_mode
 from memd.models.tokens import tool_tokens
 
@@ -24,12 +25,15 @@ def for_call(store: Store, settings: Settings, now: Callable[[], float], llm_ena
              session: Session, messages: Sequence[Mapping[str, Any]],
              request_tokens: int, window: WindowInfo, max_response_tokens: int | None,
              asked: str | None, model: str | None, call_id: str,
-             restorable: bool = False) -> Virtualized | None:
+             restorable: bool = False, redact: Callable[[str], str] | None = None,
+             ) -> Virtualized | None:
     """The call's request virtualized, or None when virtualization does not engage
     (mode "off"; "auto" below the caution line or with the window unknown; "on" with
     the window unknown measures against ``default_context_window``). ``restorable``:
     the call offers the model ``memory_restore``, so even the result it just asked for
-    may be admitted below full. ``llm_enabled``: a helper model runs, and summarizes
+    may be admitted below full. ``redact``: how a memory's text loses its secrets; with
+    it (and ``virtual_keep`` on) an error the call shows fixed becomes a memory
+    (memd.engine.virtual.keep). ``llm_enabled``: a helper model runs, and summarizes
     the objects held out in the background."""
     mode = call_mode(settings, session.workspace, asked)
     tokens = window.tokens
@@ -58,6 +62,8 @@ def for_call(store: Store, settings: Settings, now: Callable[[], float], llm_ena
                       now=now(), restorable=restorable,
                       pinned=pinned(store, settings.virtual_restore_turns, session.user_id,
                                     session.id, session.turn_count))
+    if redact is not None and settings.virtual_keep:
+        remember_fixes(store, session, messages, done.superseded, redact, now())
     worth = [o.object_id for o in done.new if o.tokens_l0 >= summaries.MIN_TOKENS]
     if worth and llm_enabled:  # the helper's summaries, in the background
         summaries.enqueue(store, session.user_id, session.id, worth, model, now())

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memd.config import VirtualZones
-from memd.context_objects import ContextObject, FidelityTransition
+from memd.context_objects import AdmissionDecision, ContextObject, FidelityTransition
 from memd.engine.virtual.admission import Admission, admit, task_terms
 from memd.engine.virtual.fidelity import (
     COMPACT,
@@ -70,6 +70,8 @@ class Virtualized:
     report: dict[str, Any]
     kept: list[int]  # the index in the client's messages of each message in ``messages``
     new: list[ContextObject] = field(default_factory=list)  # the objects first seen
+    # the objects a later one of the same source superseded in this call, by that one
+    superseded: dict[str, str] = field(default_factory=dict)
 
 
 def engages(mode: str, budget: Budget, zones: VirtualZones) -> bool:
@@ -112,6 +114,9 @@ def virtualize(store: Store, user_id: str, session_id: str,
                                           st.trigger, zone_before, before, call_id, now)
                        for st in steps]
         store.apply_transitions(user_id, session_id, transitions, superseded, now)
+        store.add_admissions(user_id, [
+            AdmissionDecision(oid, session_id, a.fidelity, a.score, dict(a.parts), call_id,
+                              now) for oid, a in admitted.items()])
     out, kept = _rewrite(messages, segments, held, objects, calls)
     report = {
         "mode": mode, "engaged": True, "window": budget.window, "reserve": budget.reserve,
@@ -128,7 +133,7 @@ def virtualize(store: Store, user_id: str, session_id: str,
                          "to": NAMES[t.to_fidelity], "trigger": t.trigger}
                         for t in transitions],
     }
-    return Virtualized(out, after - budget.reserve, report, kept, new)
+    return Virtualized(out, after - budget.reserve, report, kept, new, superseded)
 
 
 def _admit(messages: Sequence[Mapping[str, Any]], segments: Sequence[Segment],

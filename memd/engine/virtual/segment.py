@@ -28,7 +28,7 @@ OBJECT_TYPES = ("tool_result", "file_context", "conversation_phase", "error_cont
 KEY_ARGUMENTS = ("path", "file_path", "filePath", "filename", "file", "absolute_path",
                  "command", "cmd", "pattern", "query", "url")
 _READ_WORDS = ("read", "view", "cat", "open_file", "get_file")
-_ERROR_MARKS = ("Traceback (most recent call last)", "error:", "Error:", "ERROR",
+ERROR_MARKS = ("Traceback (most recent call last)", "error:", "Error:", "ERROR",
                 "FAILED", "panic:", "exit code 1", "exit status 1")
 
 
@@ -148,6 +148,6 @@ def kind(tool: str | None, text: str) -> str:
     name = (tool or "").lower()
     if any(word in name for word in _READ_WORDS):
         return "file_context"
-    if any(mark in text for mark in _ERROR_MARKS):
+    if any(mark in text for mark in ERROR_MARKS):
         return "error_context"
     return "tool_result"

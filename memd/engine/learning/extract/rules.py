@@ -283,6 +283,15 @@ RULES: tuple[Rule, ...] = (
     _r("auto", r"my\s+(?P<fav>(?:favou?rite|preferred|go-to|main|primary|default)\s+)?"
        r"(?P<noun>[a-z][a-z -]{1,30}?)\s+(?:of\s+choice\s+)?(?:is|are)\s+",
        "User's {fav} {noun} is {v}", key="@noun", confidence=0.95, read="list"),
+    # -- decisions about the work ("we decided to ...", "let's go with ..."): the design
+    # choices a later session should not argue again
+    _r("fact", rf"(?:i|we)(?:{_A}ve|\s+have)?\s+(?:just\s+|finally\s+)?decided\s+(?:to\s+|on\s+"
+       r"|that\s+)?", "User decided: {v}", confidence=0.9, read="clause", importance=0.8),
+    _r("fact", rf"(?:let{_A}s|let\s+us|we{_A}ll|we\s+will)\s+(?P<verb>go\s+with|stick\s+with"
+       r"|settle\s+on|use|keep|switch\s+to)\s+", "User decided to {verb} {v}", confidence=0.85,
+       read="clause", importance=0.8),
+    _r("fact", r"(?:design\s+)?decision\s*:\s*", "User decided: {v}", confidence=0.9,
+       read="clause", importance=0.8),
     # -- facts about the user's work
     _r("fact", r"(?P<who>i|we)\s+(?:(?:usually|always|mostly|typically|currently|now)\s+)?"
        r"deploy\s+(?:(?:everything|it|things|stuff|apps|services|code|(?:my|our)\s+\w+)\s+)?"
