@@ -118,6 +118,50 @@ def test_listening_is_said_only_once_the_port_is_bound(tmp_path: Path) -> None:
         proc.wait(timeout=30)
 
 
+def _warm_line(proc: subprocess.Popen[str]) -> str:
+    """The daemon's line saying it loaded the local user's vectors (read from stderr;
+    a daemon that never says it is stopped after a minute, which fails the test)."""
+    assert proc.stderr is not None
+    stop = threading.Timer(60, proc.terminate)
+    stop.start()
+    try:
+        for line in proc.stderr:
+            if "loaded ahead of their first search" in line:
+                return line
+    finally:
+        stop.cancel()
+    raise AssertionError("the daemon ended without loading the vectors")
+
+
+def test_serve_loads_the_local_users_vectors_once_it_listens(tmp_path: Path) -> None:
+    """In local mode the daemon loads its user's vectors as soon as it listens, with no
+    search made, on an empty store (nothing to load: it starts and serves) as on one
+    with memories."""
+    env = {**os.environ, "MEMD_DATA_DIR": str(tmp_path / "data"), "MEMD_EMBEDDER": "fake"}
+    for memories in (0, 2):
+        if memories:
+            for text in ("Deploys go out on Tuesdays", "I prefer tabs over spaces"):
+                assert run("add", text, env=env).returncode == 0
+        proc = subprocess.Popen([*MEMD, "serve", "--port", "0", "--no-log-file",
+                                 "--log-level", "debug"], env=env, text=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            line = _warm_line(proc)
+            assert f"vectors of local loaded ahead of their first search: {memories} in" \
+                in line
+            marker = json.loads((tmp_path / "data" / "daemon.json").read_text())
+            found = httpx.post(f"http://127.0.0.1:{marker['port']}/v1/search",
+                               json={"query": "tabs", "k": 5})
+            assert found.status_code == 200, found.text
+            texts = [h["text"] for h in found.json()["hits"]]
+            assert ("I prefer tabs over spaces" in texts) if memories else texts == []
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=30)
+            assert proc.stderr is not None
+            proc.stderr.close()
+
+
 def test_of_two_daemons_started_at_once_on_one_data_dir_one_serves(tmp_path: Path) -> None:
     """Both start before either has written daemon.json: the data dir's lock lets one
     through and refuses the other."""

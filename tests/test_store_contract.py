@@ -421,6 +421,39 @@ def test_tags_entities_vectors_and_access(store: Store) -> None:
     assert store.memory_users() == ["alice"]
 
 
+def test_vectors_loaded_ahead_answer_as_cold_ones(
+        store: Store, reopen: Callable[[], Any]) -> None:
+    """Loading a user's vectors ahead of their first search (``memd serve`` does it at
+    start) changes no answer, of the memory search or of the message search; a store
+    whose searches run in the database loads nothing."""
+    rng = np.random.default_rng(3)  # no two scores tie: one order on every backend
+    vecs = rng.normal(size=(8, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    for i in range(5):
+        store.insert_memory(memory(f"note {i}", workspace="w" if i % 2 else None), vecs[i])
+    s = store.create_session(session())
+    said = store.append_messages("alice", s.id, [NewMessage("user", "one"),
+                                                 NewMessage("user", "two")], [1, 1],
+                                 [None, None], 1.0)
+    store.set_message_embeddings("alice", [(said[0].id, vecs[5]), (said[1].id, vecs[6])])
+    query, flt = vecs[7], MemoryFilter(workspaces=("",))
+
+    def answers(st: Store) -> tuple[list[Any], list[Any], list[Any]]:
+        every = [(m.id, round(x, 5)) for m, x in st.nearest_memories("alice", query, 3,
+                                                                     MemoryFilter())]
+        mine = [(m.id, round(x, 5)) for m, x in st.nearest_memories("alice", query, 3, flt)]
+        said = [(m.id, round(x, 5)) for m, x in st.nearest_messages("alice", query, 2)]
+        return every, mine, said
+
+    cold = answers(reopen())
+    assert len(cold[0]) == 3 and len(cold[1]) == 3 and len(cold[2]) == 2
+    warmed = reopen()
+    held = warmed.warm_vectors("alice")
+    assert held in (0, 7)  # 0: nothing in memory (PostgreSQL); else 5 memories, 2 messages
+    assert answers(warmed) == cold
+    assert warmed.warm_vectors("nobody") == 0
+
+
 def test_recent_messages_stop_at_the_message_that_crosses_the_budget(store: Store) -> None:
     sess = store.create_session(session())
     counts = [5, 7, -3, 11, 2, 4, 6, 9]  # a negative count counts as 0

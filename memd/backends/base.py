@@ -32,6 +32,7 @@ from memd.backends.roles import (
     ResponseStore,
     SessionStore,
     Vector,
+    VectorCache,
 )
 from memd.backends.service_roles import (
     AccountStore,
@@ -111,7 +112,7 @@ class Lifecycle(Protocol):
 @runtime_checkable
 class Store(Lifecycle, SessionStore, MessageStore, MemoryStore, FactStore, ForgottenStore,
             ParagraphStore, ResponseStore, ContextObjectStore, CallStore, AccountStore,
-            JobQueue, ErasureStore, EmbeddingCache, Protocol):
+            JobQueue, ErasureStore, EmbeddingCache, VectorCache, Protocol):
     """Storage for sessions, messages, memories, facts, entities, usage and jobs: every
     role above, over one database."""
 
@@ -136,5 +137,5 @@ __all__ = [
     "EmbeddingCache", "ErasureStore", "FactStore", "ForgottenStore", "JobQueue", "Lifecycle",
     "MemoryStore", "MessageStore", "ParagraphStore", "QueuedJob", "ResponseStore",
     "SessionStore", "Store", "StoreClass",
-    "Vector", "access_totals", "compose_candidates", "keyword_part",
+    "Vector", "VectorCache", "access_totals", "compose_candidates", "keyword_part",
 ]

@@ -248,6 +248,17 @@ class MemoryStore(Protocol):
     def delete_session_working_memory(self, user_id: str, session_id: str) -> int: ...
 
 
+class VectorCache(Protocol):
+    """Vectors a store keeps in its own process, in front of its index."""
+
+    def warm_vectors(self, user_id: str) -> int:
+        """Load the user's vectors into the store's in-process cache now, so that their
+        first search after a start does not pay for the load; a search meanwhile waits
+        for it or reads the index, with the same answer. Returns how many of the user's
+        vectors the cache holds (0 on a store whose searches run in the database)."""
+        ...
+
+
 class FactStore(Protocol):
     """Facts: keyed values that supersede one another."""
 

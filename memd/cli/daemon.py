@@ -302,6 +302,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
 
     import memd
     from memd.config import config_path, load_settings
+    from memd.engine.background.warm import warm_in_background
     from memd.privacy.urls import redact_url
     from memd.server import listen
     from memd.server.app import create_app
@@ -406,6 +407,8 @@ def serve(ctx: click.Context, host: str | None, port: int | None, upstream_url: 
         log.info("memd %s listening on http://%s:%d/v1", memd.__version__, settings.host,
                  port)
         log.info("inspector: %s", inspector_link(settings, port))
+        if not settings.auth:  # local mode: its one user's first search needs no load
+            warm_in_background(engine.store, settings.default_user)
 
     try:
         listen.run(app, host=settings.host, port=settings.port, log_level=log_level,

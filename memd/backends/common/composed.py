@@ -32,7 +32,8 @@ class ComposedStore:
     def __init__(
         self, conn: SqlConnection, *, messages: base.MessageStore,
         memories: base.MemoryStore, jobs: base.JobQueue, erasure: base.ErasureStore,
-        embeddings: base.EmbeddingCache, sessions: base.SessionStore | None = None,
+        embeddings: base.EmbeddingCache, vectors: base.VectorCache,
+        sessions: base.SessionStore | None = None,
     ) -> None:
         lifecycle: base.Lifecycle = conn
         sessions = Sessions(conn) if sessions is None else sessions
@@ -166,6 +167,8 @@ class ComposedStore:
         # EmbeddingCache
         self.get_cached_embeddings = embeddings.get_cached_embeddings
         self.put_cached_embeddings = embeddings.put_cached_embeddings
+        # VectorCache
+        self.warm_vectors = vectors.warm_vectors
 
 
 def _as_store(store: ComposedStore) -> base.Store:

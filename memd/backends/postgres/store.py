@@ -10,6 +10,7 @@ from memd.backends.postgres.memories import PostgresMemories
 from memd.backends.postgres.messages import PostgresMessages
 from memd.backends.postgres.partitions import PostgresPartitions, PostgresSessions
 from memd.backends.postgres.queue import PostgresEmbeddingCache, PostgresJobs
+from memd.backends.postgres.vectors import PostgresVectorCache
 from memd.config import Settings
 
 
@@ -46,7 +47,7 @@ class PostgresStore(ComposedStore):
         super().__init__(
             conn, sessions=PostgresSessions(conn), messages=PostgresMessages(conn),
             memories=self.memories, jobs=PostgresJobs(conn), erasure=self.erasure,
-            embeddings=PostgresEmbeddingCache(conn))
+            embeddings=PostgresEmbeddingCache(conn), vectors=PostgresVectorCache())
 
 
 # Checked where the contract is made: the type checker holds this class to the protocol

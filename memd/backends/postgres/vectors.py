@@ -23,3 +23,12 @@ def as_vector(dim: int, vector: Vector) -> NDArray[np.float32]:
     if arr.shape != (dim,):
         raise StorageError(f"vector has {arr.size} dims, store expects {dim}")
     return arr
+
+
+class PostgresVectorCache:
+    """No vectors in memd's process: pgvector searches in the database (its index in
+    PostgreSQL's shared buffers, which outlive memd's restarts), and with several memd
+    processes over one database a cache in each would go stale between them."""
+
+    def warm_vectors(self, user_id: str) -> int:
+        return 0

@@ -44,7 +44,7 @@ class SQLiteStore(ComposedStore):
         self.erasure = SQLiteErasure(conn, messages, vectors)
         super().__init__(
             conn, messages=messages, memories=self.memories, jobs=SQLiteJobs(conn),
-            erasure=self.erasure, embeddings=SQLiteEmbeddingCache(conn))
+            erasure=self.erasure, embeddings=SQLiteEmbeddingCache(conn), vectors=vectors)
 
 
 # Checked where the contract is made: the type checker holds this class to the protocol

@@ -44,8 +44,9 @@ class UserVectors:
         self.pos = {mid: i for i, mid in enumerate(self.ids)}
         cap = max(64, len(rows) * 2)
         self.mat = np.zeros((cap, dim), dtype=np.float32)
-        for i, r in enumerate(rows):
-            self.mat[i] = np.frombuffer(r[1], dtype=np.float32)
+        if rows:  # one copy of all the blobs joined, not one numpy call per row
+            joined = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
+            self.mat[: len(rows)] = joined.reshape(len(rows), dim)
         self.live = np.zeros(cap, dtype=bool)
         self.live[: len(rows)] = True
         self.active = np.zeros(cap, dtype=bool)
@@ -155,6 +156,23 @@ class SQLiteVectors(Part):
                 )
                 cached = self.memory_vectors[user_id] = UserVectors(self.dim, rows)
             return cached
+
+    def warm_vectors(self, user_id: str) -> int:
+        """Load the user's memory vectors, and their message vectors where the message
+        cache would hold them, ahead of their first search (``memd serve`` does it at
+        start, in a thread). Each load takes the store's lock for itself alone, so a
+        write or a search between the two does not wait for both."""
+        with self._lock:
+            if self._conn.closed:
+                return 0
+            held = len(self.cached_vectors(user_id).ids)
+        with self._lock:
+            if self._conn.closed:
+                return held
+            messages = self._cached_message_vectors(user_id)
+            # loaded (or found too many): the search after this one need not start a load
+            self._message_seen.add(user_id)
+        return held + (len(messages.ids) if messages is not None else 0)
 
     def put_memory_vector(
         self, memory_id: str, user_id: str, workspace: str | None, active: bool, vector: Vector
