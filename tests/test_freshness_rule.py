@@ -26,6 +26,7 @@ PRESENT = [
     "What did we decide last week about retries?",
     "What happened yesterday with the deploy?",
     "What changed since March 3?",
+    "What did I plant two weeks ago?",
 ]
 TIMELESS = [
     "Who owns billing?",

@@ -14,13 +14,13 @@ answers the question most directly. Events ("after the outage") are not dates an
 not read here.
 
 :func:`asks_recent` says whether a question asks about the present: "latest", "now",
-"currently", "these days", "still", or a cue whose window reaches today ("last week",
-"since March 3"). Only then does a message's age count in its score (setting
+"currently", "these days", "still", or a cue whose window ends within the last three
+weeks ("last week", "a week ago", "since March 3"). Only then does a message's age count in its score (setting
 ``search_message_freshness = "auto"``): over weeks of history, a freshness that halves
 in days would otherwise bury the old remark that answers "who owns billing?" under last
 week's chatter, while "who owns billing now?" does want the newest word on it. A cue
-that points into the past ("seven weeks ago", "before March 3") asks for old words, so
-age does not count there either.
+that points further into the past ("seven weeks ago", "before March 3" in May) asks for
+old words, so age does not count there either.
 """
 
 from __future__ import annotations
@@ -129,12 +129,12 @@ def window(query: str, now: float) -> Window | None:
 
 def asks_recent(query: str, now: float) -> bool:
     """Whether ``query`` asks about what is recent or current (a present-tense marker,
-    or a time cue whose window reaches ``now``): the questions a message's age bears
-    on."""
+    or a time cue whose window ends within the last :data:`RECENT_DAYS`: "a week ago",
+    "since Monday"): the questions a message's age bears on."""
     if _PRESENT.search(query) or _RECENT.search(query):
         return True
     cue = window(query, now)
-    return cue is not None and cue.end >= now
+    return cue is not None and cue.end >= now - RECENT_DAYS * DAY
 
 
 Scored = list[tuple[Message, float, dict[str, float]]]
