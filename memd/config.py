@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
+from memd.config_tables import FRESHNESS_MODES, freshness_mode
+
 # The tables of settings, importable from here (memd.config_tables says what each holds).
 from memd.config_tables import PRESET_ALIASES as PRESET_ALIASES
 from memd.config_tables import PRESETS as PRESETS
@@ -49,7 +51,6 @@ SANITIZE_MODES = ("off", "secrets", "secrets+pii")  # see memd.privacy.Mode
 ENCRYPTION_MODES = ("off", "env", "keyring")  # see memd.keys
 ERASE_USAGE_MODES = ("delete", "anonymize")  # see memd.backends.common.erase
 VIRTUALIZE_MODES = ("auto", "on", "off")  # see memd.engine.virtual
-FRESHNESS_MODES = ("auto", "always", "never")  # see memd.engine.retrieval.timecues
 # The settings that take one of a few words, and those words.
 CHOICES: dict[str, tuple[str, ...]] = {
     "memory_placement": MEMORY_PLACEMENTS, "query_precision": QUERY_PRECISIONS,
@@ -160,11 +161,8 @@ class Settings:
     # and a user message is as close to the question as its closest passage (a remark
     # made in passing inside a message about something else: memd.engine.retrieval.passages)
     search_passages: bool = True
-    # when a message's age counts in its score: "auto" only when the question asks about
-    # what is recent or current ("latest", "these days", "still", "last week": see
-    # memd.engine.retrieval.timecues.asks_recent), "always", or "never" (an old remark
-    # that answers is then never outranked by a recent one that only shares a word with
-    # the question); true and false read as "always" and "never"
+    # when a message's age counts in search: "auto" only for a question about what is
+    # recent or current (memd.engine.retrieval.timecues.asks_recent), "always", "never"
     search_message_freshness: str = "auto"
     # messages of recent session histories kept in the process between compiles, checked
     # against each session's history state (memd.engine.conversation.history); 0 turns it off
@@ -289,21 +287,6 @@ _ENV = {
 }
 
 
-def _freshness_mode(value: Any) -> Any:
-    """``search_message_freshness`` was a switch before it was a mode: a boolean (or its
-    spelling in the environment) still reads, as "always" or "never"."""
-    if isinstance(value, bool):
-        return "always" if value else "never"
-    if isinstance(value, str):
-        word = value.lower()
-        if word in ("1", "true", "yes", "on"):
-            return "always"
-        if word in ("0", "false", "no", "off"):
-            return "never"
-        return word
-    return value
-
-
 def _coerce(name: str, value: Any) -> Any:
     if name in ("data_dir", "config_file", "notes_dir", "helper_model_path"):
         return Path(value).expanduser()
@@ -322,8 +305,7 @@ def _coerce(name: str, value: Any) -> Any:
             raise InvalidInput("config: [context_windows] must map model patterns to "
                                "positive token counts")
         return dict(value)
-    if name == "search_message_freshness":
-        value = _freshness_mode(value)
+    value = freshness_mode(value) if name == "search_message_freshness" else value
     choices = CHOICES.get(name)
     if choices is not None and value not in choices:
         raise InvalidInput(f"{name} must be one of {', '.join(choices)}, not {value!r}")

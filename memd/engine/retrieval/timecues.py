@@ -15,12 +15,12 @@ not read here.
 
 :func:`asks_recent` says whether a question asks about the present: "latest", "now",
 "currently", "these days", "still", or a cue whose window ends within the last three
-weeks ("last week", "a week ago", "since March 3"). Only then does a message's age count in its score (setting
-``search_message_freshness = "auto"``): over weeks of history, a freshness that halves
-in days would otherwise bury the old remark that answers "who owns billing?" under last
-week's chatter, while "who owns billing now?" does want the newest word on it. A cue
-that points further into the past ("seven weeks ago", "before March 3" in May) asks for
-old words, so age does not count there either.
+weeks ("last week", "a week ago", "since March 3"). Only then does a message's age count
+in its score (setting ``search_message_freshness = "auto"``): over weeks of history, a
+freshness that halves in days would otherwise bury the old remark that answers "who
+owns billing?" under last week's chatter, while "who owns billing now?" does want the
+newest word on it. A cue that points further into the past ("seven weeks ago", "before
+March 3" in May) asks for old words, so age does not count there either.
 """
 
 from __future__ import annotations
