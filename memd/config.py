@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
+from memd.config_tables import FRESHNESS_MODES, freshness_mode
+
 # The tables of settings, importable from here (memd.config_tables says what each holds).
 from memd.config_tables import PRESET_ALIASES as PRESET_ALIASES
 from memd.config_tables import PRESETS as PRESETS
@@ -54,6 +56,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "memory_placement": MEMORY_PLACEMENTS, "query_precision": QUERY_PRECISIONS,
     "sanitize": SANITIZE_MODES, "encryption": ENCRYPTION_MODES,
     "erase_usage": ERASE_USAGE_MODES, "virtualize": VIRTUALIZE_MODES,
+    "search_message_freshness": FRESHNESS_MODES,
 }
 
 
@@ -158,9 +161,9 @@ class Settings:
     # and a user message is as close to the question as its closest passage (a remark
     # made in passing inside a message about something else: memd.engine.retrieval.passages)
     search_passages: bool = True
-    # and a message's age counts in its score (off: an old remark that answers is not
-    # outranked by a recent one that only shares a word with the question)
-    search_message_freshness: bool = True
+    # when a message's age counts in search: "auto" only for a question about what is
+    # recent or current (memd.engine.retrieval.timecues.asks_recent), "always", "never"
+    search_message_freshness: str = "auto"
     # messages of recent session histories kept in the process between compiles, checked
     # against each session's history state (memd.engine.conversation.history); 0 turns it off
     history_cache_messages: int = 50_000
@@ -302,13 +305,13 @@ def _coerce(name: str, value: Any) -> Any:
             raise InvalidInput("config: [context_windows] must map model patterns to "
                                "positive token counts")
         return dict(value)
+    value = freshness_mode(value) if name == "search_message_freshness" else value
     choices = CHOICES.get(name)
     if choices is not None and value not in choices:
         raise InvalidInput(f"{name} must be one of {', '.join(choices)}, not {value!r}")
     if name in ("auth", "memory_recall", "recall_keyword", "known_words",
                 "search_second_round", "search_expand_kinds",
-                "search_time_cues", "search_passages",
-                "search_message_freshness") and isinstance(value, str):
+                "search_time_cues", "search_passages") and isinstance(value, str):
         if value.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             raise InvalidInput(f"{name} must be true or false, not {value!r}")
         return value.lower() in ("1", "true", "yes", "on")

@@ -1,9 +1,11 @@
 """The tables of memd's settings (:mod:`memd.config`): the retrieval score's weights and
-their named presets, the scheduled sweeps' intervals, context virtualization's zones."""
+their named presets, the scheduled sweeps' intervals, context virtualization's zones,
+and the modes of message freshness in search."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from memd.errors import InvalidInput
 
@@ -94,3 +96,22 @@ def preset_weights(name: str) -> Weights:
     if canonical not in PRESETS:
         raise InvalidInput(f"unknown preset {name!r} (known: {', '.join(sorted(PRESETS))})")
     return PRESETS[canonical]
+
+
+# When a message's age counts in search (memd.engine.retrieval.timecues.asks_recent).
+FRESHNESS_MODES = ("auto", "always", "never")
+
+
+def freshness_mode(value: Any) -> Any:
+    """``search_message_freshness`` was a switch before it was a mode: a boolean (or its
+    spelling in the environment) still reads, as "always" or "never"."""
+    if isinstance(value, bool):
+        return "always" if value else "never"
+    if isinstance(value, str):
+        word = value.lower()
+        if word in ("1", "true", "yes", "on"):
+            return "always"
+        if word in ("0", "false", "no", "off"):
+            return "never"
+        return word
+    return value

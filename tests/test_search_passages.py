@@ -1,6 +1,7 @@
 """How search ranks messages (memd.engine.retrieval.retrieve.MessageRanking): a remark made
 in passing inside a message about something else is as close to a question as its own
-passage, and with the messages' freshness off an old remark is not outranked by a recent
+passage, and where a message's age does not count (freshness "never", or "auto" for a
+question that does not ask about the present) an old remark is not outranked by a recent
 one for its age alone."""
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ FILLERS = [f"Does our vendor keep the logs {i}?" for i in range(12)]
 
 
 def searched(backend: str, data_dir: Path, sessions: list[tuple[float, list[str]]],
-             question: str, **settings: bool) -> list[Hit]:
+             question: str, **settings: bool | str) -> list[Hit]:
     """The message hits for ``question``, each session's user turns appended at its time,
     the question asked at NOW."""
     clock = [NOW]
@@ -67,19 +68,20 @@ def test_a_remark_in_passing_is_found_by_its_passage(backend: str, tmp_path: Pat
 OLD = "Ingrid reviews every change to how Tessera bills customers."
 RECENT = "Ingrid bought a new bike for the weekend rides."
 WHO = "Who reviews changes to how Tessera bills customers, Ingrid?"
+WHO_NOW = "Who reviews changes to how Tessera bills customers now, Ingrid?"
 
 
-def aged(backend: str, tmp_path: Path, freshness: bool) -> list[Hit]:
-    """The hits for WHO over the answer said 50 days ago and a remark said an hour ago
-    that shares only the name with it."""
-    return searched(backend, tmp_path / f"fresh-{freshness}",
-                    [(NOW - 50 * DAY, [OLD]), (NOW - 3600.0, [RECENT])], WHO,
+def aged(backend: str, tmp_path: Path, freshness: str, question: str = WHO) -> list[Hit]:
+    """The hits for ``question`` over the answer said 50 days ago and a remark said an
+    hour ago that shares only the name with it."""
+    return searched(backend, tmp_path / f"fresh-{freshness}-{len(question)}",
+                    [(NOW - 50 * DAY, [OLD]), (NOW - 3600.0, [RECENT])], question,
                     search_message_freshness=freshness, search_second_round=False)
 
 
 def test_without_freshness_a_message_age_adds_nothing(backend: str, tmp_path: Path) -> None:
-    off = aged(backend, tmp_path, freshness=False)
-    on = aged(backend, tmp_path, freshness=True)
+    off = aged(backend, tmp_path, freshness="never")
+    on = aged(backend, tmp_path, freshness="always")
     assert all(h.breakdown["freshness"] == 0.0 for h in off)
     recent_on = next(h for h in on if h.text == RECENT)
     recent_off = next(h for h in off if h.text == RECENT)
@@ -88,10 +90,19 @@ def test_without_freshness_a_message_age_adds_nothing(backend: str, tmp_path: Pa
     assert off[0].text == OLD
 
 
+def test_auto_counts_age_only_when_the_question_asks_about_now(
+        backend: str, tmp_path: Path) -> None:
+    timeless = aged(backend, tmp_path, freshness="auto")
+    present = aged(backend, tmp_path, freshness="auto", question=WHO_NOW)
+    assert all(h.breakdown["freshness"] == 0.0 for h in timeless)
+    assert timeless[0].text == OLD
+    assert next(h for h in present if h.text == RECENT).breakdown["freshness"] > 0.0
+
+
 def test_the_ranking_follows_the_settings() -> None:
     got = MessageRanking.of(Settings(search_second_round=True, search_expand_kinds=False,
                                      search_time_cues=False, search_passages=True,
-                                     search_message_freshness=False))
+                                     search_message_freshness="never"))
     assert got == MessageRanking(second=SecondRound(seeds=1, kin=False), time_cues=False,
-                                 passages=True, freshness=False)
+                                 passages=True, freshness="never")
     assert MessageRanking.of(Settings(search_second_round=False)).second is None

@@ -31,7 +31,7 @@ from memd.engine.learning.extract import extract_entities
 from memd.engine.retrieval.passages import closest
 from memd.engine.retrieval.rounds import SecondRound, rule_of, second_round
 from memd.engine.retrieval.score import Signals, score
-from memd.engine.retrieval.timecues import boost, window
+from memd.engine.retrieval.timecues import asks_recent, boost, window
 from memd.models.embedder import CachedEmbedder
 from memd.types import (
     Fact,
@@ -81,14 +81,22 @@ class MessageRanking:
     (:mod:`memd.engine.retrieval.timecues`), whether a user message's similarity is the
     better of its own and its closest passage's (a remark made in passing inside a
     message about something else is found by its own words, as recall finds it:
-    :mod:`memd.engine.retrieval.passages`), and whether a message's age counts
-    (freshness: off, an old remark that answers the question is not outranked by last
-    week's small talk that shares a word with it)."""
+    :mod:`memd.engine.retrieval.passages`), and when a message's age counts
+    (freshness: "always", "never", or "auto", only for a question about what is recent
+    or current, :func:`memd.engine.retrieval.timecues.asks_recent`; without it an old
+    remark that answers the question is not outranked by last week's small talk that
+    shares a word with it)."""
 
     second: SecondRound | None = None
     time_cues: bool = False
     passages: bool = False
-    freshness: bool = True
+    freshness: str = "always"
+
+    def ages(self, query: str, now: float) -> bool:
+        """Whether a message's age counts in its score for ``query``."""
+        if self.freshness == "auto":
+            return asks_recent(query, now)
+        return self.freshness != "never"
 
     @classmethod
     def of(cls, settings: Settings) -> MessageRanking:
@@ -272,7 +280,7 @@ def search(
                     metadata={**m.metadata, "tier": int(m.tier), "tags": list(m.tags)},
                 ))
     if "message" in kinds:
-        said = weights if ranking.freshness else replace(weights, freshness=0.0)
+        said = weights if ranking.ages(query, now) else replace(weights, freshness=0.0)
         scored = score_messages(
             store, user_id, query, qvec, said, now, message_k, session_id, embedder,
             pending.result() if pending is not None else None, ranking.passages,

@@ -12,6 +12,15 @@ similarity weight, capped just under the best hit's score: a cue reorders what t
 question already found, it never puts a merely well-dated message above the turn that
 answers the question most directly. Events ("after the outage") are not dates and are
 not read here.
+
+:func:`asks_recent` says whether a question asks about the present: "latest", "now",
+"currently", "these days", "still", or a cue whose window ends within the last three
+weeks ("last week", "a week ago", "since March 3"). Only then does a message's age count
+in its score (setting ``search_message_freshness = "auto"``): over weeks of history, a
+freshness that halves in days would otherwise bury the old remark that answers "who
+owns billing?" under last week's chatter, while "who owns billing now?" does want the
+newest word on it. A cue that points further into the past ("seven weeks ago", "before
+March 3" in May) asks for old words, so age does not count there either.
 """
 
 from __future__ import annotations
@@ -41,6 +50,10 @@ _MONTH = "|".join(_MONTHS)
 _EDGE = re.compile(
     rf"\b(before|after|since)\s+(?:the\s+)?(?:(\d{{4}})-(\d{{2}})-(\d{{2}})|({_MONTH})(?:\s+(\d{{1,2}})"
     rf"(?:st|nd|rd|th)?)?|(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH}))\b", re.I)
+
+_PRESENT = re.compile(
+    r"\b(?:now|nowadays|currently|current|still|anymore|any\s+more|at\s+the\s+moment|"
+    r"today|so\s+far|newest|up\s+to\s+date)\b", re.I)
 
 RECENT_DAYS = 21.0  # "recently": the last three weeks
 
@@ -112,6 +125,16 @@ def window(query: str, now: float) -> Window | None:
     if m := _RECENT.search(query):
         return Window(now - RECENT_DAYS * DAY, now, m.group(0))
     return None
+
+
+def asks_recent(query: str, now: float) -> bool:
+    """Whether ``query`` asks about what is recent or current (a present-tense marker,
+    or a time cue whose window ends within the last :data:`RECENT_DAYS`: "a week ago",
+    "since Monday"): the questions a message's age bears on."""
+    if _PRESENT.search(query) or _RECENT.search(query):
+        return True
+    cue = window(query, now)
+    return cue is not None and cue.end >= now - RECENT_DAYS * DAY
 
 
 Scored = list[tuple[Message, float, dict[str, float]]]
