@@ -34,3 +34,29 @@ def test_tools_orjson_cannot_write_are_still_counted() -> None:
     tools = _tools("Read a file.")
     tools[0]["function"]["parameters"]["maximum"] = 2 ** 70
     assert tool_tokens(tools, None) == count_text(json.dumps(tools, sort_keys=True), None)
+
+
+class _Tally:
+    """A counter that tallies the texts it was asked to count."""
+
+    name = "tally"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def count(self, text: str) -> int:
+        self.calls += 1
+        return len(text)
+
+
+def test_a_long_text_is_counted_once_until_the_kept_counts_are_forgotten(
+        monkeypatch: Any) -> None:
+    import memd.models.tokens as tokens
+    tally = _Tally()
+    monkeypatch.setattr(tokens, "counter_for", lambda model=None: tally)
+    text = "a long tool result " * 20
+    assert tokens.count_text(text) == tokens.count_text(text) == len(text)
+    assert tally.calls == 1  # the second count was the kept one
+    tokens.forget_counts()
+    assert tokens.count_text(text) == len(text)
+    assert tally.calls == 2  # counted anew, as a text memd never saw
