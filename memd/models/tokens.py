@@ -19,8 +19,10 @@ a local vision model's image embedding), not the length of its data URL.
 Large texts. A text longer than ``EXACT_CHARS`` characters (a whole log as a tool
 result) is counted exactly over its first ``EXACT_CHARS`` characters and extrapolated by
 length with ``LARGE_TEXT_MARGIN`` on top, so counting costs the same for 100 KB and for
-10 MB. Counts of texts longer than ``MEMO_CHARS`` are kept by SHA-256 between calls: an
-agent resends its whole history on every step, and each message is counted once.
+10 MB. Counts of texts longer than ``MEMO_CHARS`` are kept by SHA-256 between calls (up
+to ``EXACT_CHARS``, as the counter's units, so that a text joined from counted pieces is
+counted from theirs): an agent resends its whole history on every step, and each message
+is counted once.
 """
 
 from __future__ import annotations
