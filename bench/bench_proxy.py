@@ -62,7 +62,7 @@ from memd.config import load_settings
 from memd.engine.block.inject import BLOCK_HEADER
 from memd.engine.conversation.turns import last_user_text
 from memd.engine.memory import Memd
-from memd.models.tokens import counter_for
+from memd.models.tokens import counter_for, forget_counts
 from memd.server.app import create_app
 from tests.agent_traffic import AgentSession, ScriptedUpstream, generate
 
@@ -221,6 +221,7 @@ def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[i
         tokens: list[int] = []
         for kind in kinds:
             session: AgentSession = generate(kind, seed=size, target_tokens=size)
+            forget_counts()  # the generator counted its messages with memd's counter
             upstream.script([s.reply for s in session.steps for _ in (0, 1)])
             first = len(upstream.requests)
             asked = None
@@ -284,6 +285,7 @@ class ToolLoopReplay:
         for n in itertools.count():
             kind = AGENT_KINDS[n % len(AGENT_KINDS)]
             session = generate(kind, seed=size + n // len(AGENT_KINDS), target_tokens=size)
+            forget_counts()  # the generator counted its messages with memd's counter
             asked = None
             for step in session.steps:
                 words = last_user_text(step.request["messages"], 10**9)

@@ -217,14 +217,19 @@ def test_an_append_stores_the_counts_and_hashes_the_request_was_read_with(
                         window=WINDOW, client="opencode/1.18.0")
     assert call.session is not None and call.session.id == sid and worked == []
     parts = [*step, {"role": "assistant", "content": "ok"},
-             {"role": "user", "content": [{"type": "text", "text": "and c.py"},
-                                          {"type": "image_url", "image_url": {"url": "x"}}]}]
+             {"role": "user", "content": [
+                 {"type": "text", "text": "and c.py:"},
+                 {"type": "text", "text": "".join(f"def f{i}(x): return x * {i}\n"
+                                                  for i in range(300))},
+                 {"type": "image_url", "image_url": {"url": "x"}}]}]
     finish_chat(engine, call, status=200, reply={"role": "assistant", "content": "ok"},
                 finish_reason="stop", usage=None, model="gpt-4o")
     worked.clear()
     prepare_chat(engine, "local", None, copy.deepcopy(parts), model="gpt-4o",
                  window=WINDOW, client="opencode/1.18.0")
-    assert worked == ["count"]  # the parts' message counted in its stored form
+    # the parts' message is counted in its stored form from its parts' counts: no
+    # second count in the append, and the same count (below)
+    assert worked == []
     stored = [m for m in engine.messages(sid, "local") if m.role != "system"]
     forms = [{"role": m.role, "content": m.content, **({"tool_calls": m.tool_calls}
                                                       if m.tool_calls else {}),

@@ -19,8 +19,10 @@ a local vision model's image embedding), not the length of its data URL.
 Large texts. A text longer than ``EXACT_CHARS`` characters (a whole log as a tool
 result) is counted exactly over its first ``EXACT_CHARS`` characters and extrapolated by
 length with ``LARGE_TEXT_MARGIN`` on top, so counting costs the same for 100 KB and for
-10 MB. Counts of texts longer than ``MEMO_CHARS`` are kept by SHA-256 between calls: an
-agent resends its whole history on every step, and each message is counted once.
+10 MB. Counts of texts longer than ``MEMO_CHARS`` are kept by SHA-256 between calls (up
+to ``EXACT_CHARS``, as the counter's units, so that a text joined from counted pieces is
+counted from theirs): an agent resends its whole history on every step, and each message
+is counted once.
 """
 
 from __future__ import annotations
@@ -117,22 +119,67 @@ def _count(counter: TokenCounter, text: str) -> int:
     module docstring)."""
     if len(text) <= MEMO_CHARS:
         return counter.count(text)
+    if len(text) <= EXACT_CHARS:
+        return counter.scale(_units(counter, text))
     key = (counter.name, hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
     with _memo_lock:
         n = _memo.get(key)
         if n is not None:
             _memo.move_to_end(key)
             return n
-    if len(text) <= EXACT_CHARS:
-        n = counter.count(text)
-    else:
-        head = counter.count(text[:EXACT_CHARS])
-        n = math.ceil(head * len(text) / EXACT_CHARS * LARGE_TEXT_MARGIN)
+    head = counter.count(text[:EXACT_CHARS])
+    n = math.ceil(head * len(text) / EXACT_CHARS * LARGE_TEXT_MARGIN)
+    _keep(key, n)
+    return n
+
+
+def _units(counter: TokenCounter, text: str) -> int:
+    """``counter.units(text)``, remembered for texts longer than ``MEMO_CHARS``: the
+    units rather than the count, so that a text's count can also be made from the
+    units of its pieces (:func:`count_joined`)."""
+    if len(text) <= MEMO_CHARS:
+        return counter.units(text)
+    key = (counter.name + "/units",
+           hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
+    with _memo_lock:
+        n = _memo.get(key)
+        if n is not None:
+            _memo.move_to_end(key)
+            return n
+    n = counter.units(text)
+    _keep(key, n)
+    return n
+
+
+def _keep(key: tuple[str, bytes], n: int) -> None:
     with _memo_lock:
         _memo[key] = n
         if len(_memo) > MEMO_ENTRIES:
             _memo.popitem(last=False)
-    return n
+
+
+def count_joined(texts: Sequence[str], model: str | None = None) -> int:
+    """``count_text("\n".join(texts), model)``, from the kept counts of the texts: a
+    message sent in content parts is counted in its parts for the prompt, then as its
+    stored text, the parts joined by newlines; the second count then costs no new pass
+    over a long tool result. Exact for the reason :func:`count_lines` gives; texts after
+    the first that are empty or start with whitespace, or a joined text past
+    ``EXACT_CHARS`` (counted in part), are counted joined."""
+    joined = "\n".join(texts)
+    if len(joined) > EXACT_CHARS or any(not t or t[0].isspace() for t in texts[1:]):
+        return count_text(joined, model)
+    counter = counter_for(model)
+    last = len(texts) - 1
+    return counter.scale(sum(_units(counter, t + "\n" if i < last else t)
+                             for i, t in enumerate(texts)))
+
+
+def forget_counts() -> None:
+    """Empty the kept counts of long texts: a benchmark that builds its requests with
+    this counter calls it before replaying them, so memd counts each new message as it
+    would in real use (the first time it sees it) rather than finding it counted."""
+    with _memo_lock:
+        _memo.clear()
 
 
 CALIBRATION_MARGIN = 1.03

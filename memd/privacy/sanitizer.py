@@ -46,6 +46,13 @@ _MAX_PASSES = 3
 # and let them run this far past their window (the first scan has no such limit).
 _RESCAN = 512
 _LOOKAHEAD = 4096
+# Texts at least this long in which the rules found nothing are remembered by a keyed
+# digest, the newest ``_CLEAN_ENTRIES`` of them: a tool result is often read twice in one
+# request (for the retrieval query, then to store it), and hashing it is ~30 times cheaper
+# than scanning it with every rule. A text with findings is not remembered (its
+# placeholders depend on the session's map).
+_CLEAN_CHARS = 2048
+_CLEAN_ENTRIES = 256
 
 
 class Mode(StrEnum):
@@ -231,6 +238,9 @@ class RegexSanitizer:
         if self.mode is Mode.SECRETS_PII:
             rules += PII_RULES
         self.rules = rules
+        self._clean: OrderedDict[bytes, None] = OrderedDict()
+        self._clean_key = secrets.token_bytes(16)  # no text can be made to collide
+        self._clean_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"RegexSanitizer(mode={self.mode.value!r}, rules={len(self.rules)})"
@@ -239,6 +249,9 @@ class RegexSanitizer:
         """``text`` with what the rules find replaced by placeholders from
         ``placeholders`` (the session's map; a fresh one when None)."""
         if not self.rules or not text:
+            return Sanitized(text)
+        digest = self._digest(text) if len(text) >= _CLEAN_CHARS else None
+        if digest is not None and self._seen_clean(digest):
             return Sanitized(text)
         if placeholders is None:
             placeholders = Placeholders()
@@ -262,8 +275,28 @@ class RegexSanitizer:
                 counts[hit.rule.kind, hit.rule.name] += 1
             parts.append(text[pos:])
             text = "".join(parts)
+        if digest is not None and not counts:
+            self._remember_clean(digest)
         findings = tuple(Finding(kind, rule, n) for (kind, rule), n in counts.items())
         return Sanitized(text, findings)
+
+    def _digest(self, text: str) -> bytes:
+        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), key=self._clean_key,
+                               digest_size=32).digest()
+
+    def _seen_clean(self, digest: bytes) -> bool:
+        """Whether a text of this digest was scanned and nothing was found in it."""
+        with self._clean_lock:
+            if digest not in self._clean:
+                return False
+            self._clean.move_to_end(digest)
+            return True
+
+    def _remember_clean(self, digest: bytes) -> None:
+        with self._clean_lock:
+            self._clean[digest] = None
+            if len(self._clean) > _CLEAN_ENTRIES:
+                self._clean.popitem(last=False)
 
     def _scan(self, text: str, windows: list[Span]) -> list[_Hit]:
         """The merged hits of all rules on the matches that start in ``windows``."""

@@ -29,9 +29,14 @@ def content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content
-                         if isinstance(p, Mapping) and p.get("type") == "text")
+        return "\n".join(content_texts(content))
     return ""
+
+
+def content_texts(parts: Sequence[Any]) -> list[str]:
+    """The texts of the text parts among content ``parts``, in order."""
+    return [str(p.get("text", "")) for p in parts
+            if isinstance(p, Mapping) and p.get("type") == "text"]
 
 
 def canonical(message: Mapping[str, Any]) -> str:

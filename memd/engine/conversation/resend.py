@@ -31,7 +31,7 @@ from typing import Any
 from memd.engine import validate as v
 from memd.engine.conversation import chains
 from memd.engine.conversation.turns import message_words, query_of
-from memd.models.tokens import message_tokens
+from memd.models.tokens import count_joined, message_tokens
 from memd.types import openai_message
 
 
@@ -43,8 +43,8 @@ class Known:
     keeps it (content parts joined into their text, as the hash reads them). The append
     takes them only where they hold: for messages whose stored form is that form, the
     counts for a session of that model, the hashes when the session's newest stored hash
-    is ``previous``. A message of content parts has no count here (None): its parts
-    were counted, its stored text is counted again."""
+    is ``previous``. A message of content parts is counted as its stored text from the
+    counts its parts were given (:func:`memd.models.tokens.count_joined`)."""
 
     forms: list[dict[str, Any]]
     counts: list[int | None]
@@ -117,11 +117,12 @@ class Resent:
             return None
         counts = self.counts(model)
         previous = next((h for h in reversed(self.hashes[:at[0]]) if h is not None), None)
-        return Known([openai_message(str(m.get("role")), _stored_content(m.get("content")),
-                                     m.get("name"), m.get("tool_calls"), m.get("tool_call_id"))
-                      for m in new],
-                     [None if isinstance(self.clean[i].get("content"), list) else counts[i]
-                      for i in at],
+        forms = [openai_message(str(m.get("role")), _stored_content(m.get("content")),
+                                m.get("name"), m.get("tool_calls"), m.get("tool_call_id"))
+                 for m in new]
+        return Known(forms,
+                     [_stored_tokens(f, m["content"], model) if isinstance(m.get("content"), list)
+                      else counts[i] for i, m, f in zip(at, new, forms, strict=True)],
                      [self.hashes[i] for i in at], model, previous)
 
     def prefix(self, n: int, size: int) -> dict[Hashable, list[Any]]:
@@ -181,6 +182,13 @@ class ResendCache:
             while len(self._last) > self.max_requests:
                 self._last.popitem(last=False)
         return out
+
+
+def _stored_tokens(form: Mapping[str, Any], parts: list[Any], model: str | None) -> int:
+    """The tokens of ``form``, a message sent in content ``parts`` as it is stored (its
+    text parts joined), from the counts its parts were given for the prompt."""
+    return (message_tokens({**form, "content": None}, model)
+            + count_joined(chains.content_texts(parts), model))
 
 
 def _stored_content(content: Any) -> Any:
