@@ -122,11 +122,9 @@ def _count(counter: TokenCounter, text: str) -> int:
     if len(text) <= EXACT_CHARS:
         return counter.scale(_units(counter, text))
     key = (counter.name, hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
-    with _memo_lock:
-        n = _memo.get(key)
-        if n is not None:
-            _memo.move_to_end(key)
-            return n
+    n = _kept(key)
+    if n is not None:
+        return n
     head = counter.count(text[:EXACT_CHARS])
     n = math.ceil(head * len(text) / EXACT_CHARS * LARGE_TEXT_MARGIN)
     _keep(key, n)
@@ -141,14 +139,21 @@ def _units(counter: TokenCounter, text: str) -> int:
         return counter.units(text)
     key = (counter.name + "/units",
            hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
+    n = _kept(key)
+    if n is not None:
+        return n
+    n = counter.units(text)
+    _keep(key, n)
+    return n
+
+
+def _kept(key: tuple[str, bytes]) -> int | None:
+    """The kept value of ``key``, marked as the newest used; None when not kept."""
     with _memo_lock:
         n = _memo.get(key)
         if n is not None:
             _memo.move_to_end(key)
-            return n
-    n = counter.units(text)
-    _keep(key, n)
-    return n
+        return n
 
 
 def _keep(key: tuple[str, bytes], n: int) -> None:
