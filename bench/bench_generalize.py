@@ -14,6 +14,10 @@ evidence is always a user turn), as in ``bench.longmemeval``: memd's
 embedder's vectors) over the same turns. ``recall@k`` is the share of a question's
 evidence turns among the top k, ``any@k`` whether any is; means per kind and overall,
 and per question template (``families``).
+``--against NAME=VALUE`` adds a fourth ranking, ``before``: memd's search of the same store
+with those settings (retrieval's live settings, swapped in for that search only), so that
+the search a change is judged against runs in the same run, on the same stores and
+questions (the aside part is read once, with both rankings).
 ``search_p50_ms`` times ``search(question, k=10, kinds=["message"])``; with MiniLM the
 question's vector is already in the recording embedder's cache (it is prefetched with the
 history's texts), so the figure is the search without the query embedding.
@@ -27,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,11 +42,13 @@ from bench.generalize import KINDS, SPLITS, histories
 from bench.longmemeval import DEFAULT_CACHE, SimClock, bm25_rank, dense_rank
 from bench.output import emit
 from bench.planted import Haystack, Question, TurnKey
+from memd.config import Settings, load_settings
 from memd.engine.memory import Memd
+from memd.server.watch import LIVE_KEYS
 
 KS: tuple[int, ...] = (1, 5, 10)
 FETCH = 50  # hits fetched before the assistant turns are dropped
-METHODS: tuple[str, ...] = ("memd", "bm25", "dense")
+METHODS: tuple[str, ...] = ("memd", "bm25", "dense", "before")
 GEN_CACHE = DEFAULT_CACHE.with_name("generalize-embeddings.sqlite")
 ASIDE_WARNING = ("WARNING: the aside part is to be run ONCE, at the end of the methods "
                  "work, to check figures measured on dev; never tune on what it shows.")
@@ -50,6 +57,18 @@ ASIDE_WARNING = ("WARNING: the aside part is to be run ONCE, at the end of the m
 def memd_ranked(engine: Memd, loaded: Loaded, q: Question) -> list[TurnKey]:
     hits = engine.search(q.text, loaded.user, k=FETCH, kinds=["message"])
     return [loaded.turn_of[h.id] for h in hits if h.metadata.get("role") == "user"]
+
+
+def before_ranked(engine: Memd, loaded: Loaded, q: Question, before: Settings,
+                  ) -> list[TurnKey]:
+    """memd's ranking with the live settings of ``before`` for this one search (all of
+    them, so that a preset brings its weights, as a live config change does)."""
+    live = engine.settings
+    engine.settings = replace(live, **{n: getattr(before, n) for n in LIVE_KEYS})
+    try:
+        return memd_ranked(engine, loaded, q)
+    finally:
+        engine.settings = live
 
 
 def baseline_ranked(base: Baselines, q: Question) -> tuple[list[TurnKey], list[TurnKey]]:
@@ -76,9 +95,11 @@ def timed_search(engine: Memd, loaded: Loaded, q: Question) -> float:
 
 def run(hays: Iterable[Haystack], embedder: str, cache: Path | None,
         progress: bool = True, settings: Mapping[str, str] | None = None,
+        against: Mapping[str, str] | None = None,
         ) -> tuple[list[dict[str, Any]], list[float]]:
     """Every question's scores per method, and each search's milliseconds (``settings``:
-    memd settings to open each store with, as ``--set`` gives them)."""
+    memd settings to open each store with, as ``--set`` gives them; ``against``: the
+    settings of the ``before`` ranking, on top of ``settings``)."""
     emb, rec = make_embedder(embedder, cache)
     clock = SimClock()
     rows: list[dict[str, Any]] = []
@@ -91,6 +112,8 @@ def run(hays: Iterable[Haystack], embedder: str, cache: Path | None,
                          + [q.text for q in hay.questions])
         with tempfile.TemporaryDirectory(prefix="memd-generalize-") as tmp:
             engine = memd.open(Path(tmp), embedder=emb, clock=clock, **(settings or {}))
+            before = (load_settings(data_dir=Path(tmp), **{**(settings or {}), **against})
+                      if against else None)
             try:
                 loaded = ingest(engine, hay, clock)
                 base = Baselines.of(hay, emb)
@@ -100,6 +123,9 @@ def run(hays: Iterable[Haystack], embedder: str, cache: Path | None,
                     for name, ranked in (("memd", memd_ranked(engine, loaded, q)),
                                          ("bm25", bm25), ("dense", dense)):
                         row[name] = scores(ranked, q.evidence)
+                    if before is not None:
+                        row["before"] = scores(before_ranked(engine, loaded, q, before),
+                                               q.evidence)
                     latencies.append(timed_search(engine, loaded, q))
                     rows.append(row)
             finally:
@@ -127,19 +153,29 @@ def families(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str,
 def _means(groups: Mapping[str, Sequence[Mapping[str, Any]]],
            ) -> dict[str, dict[str, dict[str, float]]]:
     out: dict[str, dict[str, dict[str, float]]] = {}
+    ran = _ran(r for g in groups.values() for r in g)
     for name, group in groups.items():
         out[name] = {m: {key: round(statistics.fmean(r[m][key] for r in group), 4)
                          if group else 0.0 for key in scores([], [("", 0)])}
-                     for m in METHODS}
+                     for m in ran}
         out[name]["n"] = {"questions": float(len(group))}
     return out
 
 
+def _ran(rows: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The methods the rows were scored by (``before`` only with ``--against``)."""
+    first = next(iter(rows), None)
+    if first is None:
+        return METHODS[:3]
+    return tuple(m for m in METHODS if m in first)
+
+
 def table(by_kind: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
-    cols = [f"{m} r@{k}" for m in METHODS for k in KS]
+    ran = [m for m in METHODS if all(m in f for f in by_kind.values())]
+    cols = [f"{m} r@{k}" for m in ran for k in KS]
     lines = [f"{'':>22} {'n':>4} " + " ".join(f"{c:>10}" for c in cols)]
     for name, f in by_kind.items():
-        cells = [f[m][f"recall@{k}"] for m in METHODS for k in KS]
+        cells = [f[m][f"recall@{k}"] for m in ran for k in KS]
         lines.append(f"{name:>22} {f['n']['questions']:>4.0f} "
                      + " ".join(f"{c:>10.3f}" for c in cells))
     return "\n".join(lines)
@@ -160,10 +196,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="a memd setting for the stores (repeatable), e.g. to compare "
                          "with a retrieval method off: --set search_second_round=false")
+    ap.add_argument("--against", action="append", default=[], metavar="NAME=VALUE",
+                    help="also rank each question by memd's search with this retrieval "
+                         "setting (repeatable; a live setting), as the 'before' method of "
+                         "the same run, e.g. --against search_passages=false")
     args = ap.parse_args(argv)
     overrides = dict(item.partition("=")[::2] for item in args.set)
-    if any(not name or not value for name, value in overrides.items()):
-        ap.error("--set takes NAME=VALUE")
+    against = dict(item.partition("=")[::2] for item in args.against)
+    if any(not name or not value for name, value in (*overrides.items(), *against.items())):
+        ap.error("--set and --against take NAME=VALUE")
+    if not set(against) <= LIVE_KEYS:
+        ap.error(f"--against takes live settings, read at each search; not "
+                 f"{', '.join(sorted(set(against) - LIVE_KEYS))}")
     split = SPLITS[1] if args.aside else SPLITS[0]
     if args.aside:
         print(ASIDE_WARNING, file=sys.stderr, flush=True)
@@ -171,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     hays = histories(split, users, sessions=sessions)
     rows, latencies = run(hays, args.embedder, None if args.no_cache else args.cache,
-                          settings=overrides)
+                          settings=overrides, against=against)
     by_kind = figures(rows)
     by_family = families(rows)
     print(table(by_kind), file=sys.stderr)
@@ -180,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "split": split, "users": users, "sessions_per_user": sessions,
         "turns": sum(len(s.turns) for h in hays for s in h.sessions),
         "questions": len(rows), "embedder": args.embedder, "ks": list(KS),
-        "settings": overrides,
+        "settings": overrides, "against": against,
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "figures": by_kind,
         "families": by_family,
