@@ -45,6 +45,16 @@ def test_a_keyword_match_without_the_meaning_keeps_the_floor() -> None:
     assert [m.id for m, _, _ in agreed(scored)] == ["closest", "close", "half", "word"]
 
 
+def test_a_message_that_names_what_the_question_names_keeps_its_keyword_part() -> None:
+    scored = [(message("Ticket #4411 again"), 0.15, parts(0.0, 0.15)),
+              (message("the 4411th try"), 0.15, parts(0.0, 0.15)),
+              (message("close"), 0.14, parts(0.12, 0.02)),
+              (message("closest"), 0.20, parts(0.20, 0.0))]
+    got = {m.id: p["keyword"] for m, _, p in agreed(scored, ["4411", "juniper"])}
+    assert got["Ticket #4411 again"] == 0.15
+    assert got["the 4411th try"] == pytest.approx(0.15 * FLOOR)  # not the word itself
+
+
 def test_nothing_changes_without_a_similarity_to_weigh_by() -> None:
     scored = [(message("a"), 0.15, parts(0.0, 0.15)), (message("b"), 0.1, parts(0.0, 0.1))]
     assert agreed(scored) == scored

@@ -290,7 +290,7 @@ def search(
             pending.result() if pending is not None else None, ranking.passages,
         )
         if ranking.agreement:
-            scored = agreed(scored)
+            scored = agreed(scored, extract_entities(query))
         if ranking.second is not None:
             scored = second_round(store, embedder, user_id, query, qvec, scored, said,
                                   now, session_id, ranking.second)
