@@ -744,11 +744,12 @@ def run(
         others = [(v, Memd(engine.store, engine.embedder,
                            replace(engine.settings, weights=v.weights), clock))
                   for v in parsed]
-        # fixed_scores models one vector per message and age counted for every question:
-        # its agreement is checked against memd searching that way
+        # fixed_scores models one vector per message, age counted for every question and
+        # the keyword part whole: its agreement is checked against memd searching that way
         replicated = Memd(engine.store, engine.embedder,
                           replace(engine.settings, search_passages=False,
-                                  search_message_freshness="always"), clock)
+                                  search_message_freshness="always",
+                                  search_keyword_agreement=False), clock)
         try:
             for n, q in enumerate(questions, 1):
                 emb.forget()

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
-from memd.config_tables import FRESHNESS_MODES, freshness_mode
+from memd.config_tables import FRESHNESS_MODES, SWITCHES, freshness_mode
 
 # The tables of settings, importable from here (memd.config_tables says what each holds).
 from memd.config_tables import PRESET_ALIASES as PRESET_ALIASES
@@ -164,6 +164,7 @@ class Settings:
     # when a message's age counts in search: "auto" only for a question about what is
     # recent or current (memd.engine.retrieval.timecues.asks_recent), "always", "never"
     search_message_freshness: str = "auto"
+    search_keyword_agreement: bool = True  # memd.engine.retrieval.agreement
     # messages of recent session histories kept in the process between compiles, checked
     # against each session's history state (memd.engine.conversation.history); 0 turns it off
     history_cache_messages: int = 50_000
@@ -309,9 +310,7 @@ def _coerce(name: str, value: Any) -> Any:
     choices = CHOICES.get(name)
     if choices is not None and value not in choices:
         raise InvalidInput(f"{name} must be one of {', '.join(choices)}, not {value!r}")
-    if name in ("auth", "memory_recall", "recall_keyword", "known_words",
-                "search_second_round", "search_expand_kinds",
-                "search_time_cues", "search_passages") and isinstance(value, str):
+    if name in SWITCHES and isinstance(value, str):
         if value.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
             raise InvalidInput(f"{name} must be true or false, not {value!r}")
         return value.lower() in ("1", "true", "yes", "on")

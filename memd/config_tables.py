@@ -1,6 +1,6 @@
 """The tables of memd's settings (:mod:`memd.config`): the retrieval score's weights and
 their named presets, the scheduled sweeps' intervals, context virtualization's zones,
-and the modes of message freshness in search."""
+the modes of message freshness in search and which settings are switches."""
 
 from __future__ import annotations
 
@@ -100,6 +100,11 @@ def preset_weights(name: str) -> Weights:
 
 # When a message's age counts in search (memd.engine.retrieval.timecues.asks_recent).
 FRESHNESS_MODES = ("auto", "always", "never")
+# The settings that are switches: in a config file or the environment they may be
+# written as words ("on", "off", "yes", "no", "1", "0").
+SWITCHES = ("auth", "memory_recall", "recall_keyword", "known_words", "search_second_round",
+            "search_expand_kinds", "search_time_cues", "search_passages",
+            "search_keyword_agreement")
 
 
 def freshness_mode(value: Any) -> Any:

@@ -293,8 +293,10 @@ def test_working_tier_and_tags_filters(m: Memd) -> None:
 def test_keyword_only_message_gets_its_true_cosine(tmp_path: Path) -> None:
     """A message the keyword channel finds but the vector channel's top k misses is scored
     with its real cosine (from the embedding cache), not 0."""
-    # keyword 0.25: enough for this keyword-only message to reach the top 10 here
-    with memd.open(tmp_path / "d", embedder="fake", weights={"keyword": 0.25}) as m:
+    # keyword 0.25: enough for this keyword-only message to reach the top 10 here, its
+    # keyword part whole (keyword agreement would keep a share of it: its meaning is far)
+    with memd.open(tmp_path / "d", embedder="fake", weights={"keyword": 0.25},
+                   search_keyword_agreement=False) as m:
         s = m.create_session("u")
         fillers = [{"role": "user", "content": f"trip {i}"} for i in range(20)]
         target = ("zanzibar came up once while we were sorting out the kitchen shelves, "

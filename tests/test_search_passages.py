@@ -46,9 +46,13 @@ def searched(backend: str, data_dir: Path, sessions: list[tuple[float, list[str]
 
 
 def passing_ranked(backend: str, tmp_path: Path, on: bool) -> list[Hit]:
+    # Without its passage the remark is far from the question in meaning, and keyword
+    # agreement would then keep only a share of its keyword part: left off, so that the
+    # whole-message hit is there to compare with.
     return searched(backend, tmp_path / f"passages-{on}",
                     [(NOW - DAY, [PASSING]), (NOW - DAY, FILLERS)], QUESTION,
-                    search_passages=on, search_second_round=False)
+                    search_passages=on, search_second_round=False,
+                    search_keyword_agreement=False)
 
 
 def test_a_remark_in_passing_is_found_by_its_passage(backend: str, tmp_path: Path) -> None:
@@ -102,7 +106,8 @@ def test_auto_counts_age_only_when_the_question_asks_about_now(
 def test_the_ranking_follows_the_settings() -> None:
     got = MessageRanking.of(Settings(search_second_round=True, search_expand_kinds=False,
                                      search_time_cues=False, search_passages=True,
-                                     search_message_freshness="never"))
+                                     search_message_freshness="never",
+                                     search_keyword_agreement=False))
     assert got == MessageRanking(second=SecondRound(seeds=1, kin=False), time_cues=False,
-                                 passages=True, freshness="never")
+                                 passages=True, freshness="never", agreement=False)
     assert MessageRanking.of(Settings(search_second_round=False)).second is None

@@ -28,6 +28,7 @@ import numpy as np
 from memd.backends.base import Lifecycle, MemoryStore, MessageStore, Store
 from memd.config import Settings, Weights
 from memd.engine.learning.extract import extract_entities
+from memd.engine.retrieval.agreement import agreed
 from memd.engine.retrieval.passages import closest
 from memd.engine.retrieval.rounds import SecondRound, rule_of, second_round
 from memd.engine.retrieval.score import Signals, score
@@ -85,12 +86,14 @@ class MessageRanking:
     (freshness: "always", "never", or "auto", only for a question about what is recent
     or current, :func:`memd.engine.retrieval.timecues.asks_recent`; without it an old
     remark that answers the question is not outranked by last week's small talk that
-    shares a word with it)."""
+    shares a word with it), and whether a keyword match counts only as far as the
+    message's meaning backs it (:mod:`memd.engine.retrieval.agreement`)."""
 
     second: SecondRound | None = None
     time_cues: bool = False
     passages: bool = False
     freshness: str = "always"
+    agreement: bool = False
 
     def ages(self, query: str, now: float) -> bool:
         """Whether a message's age counts in its score for ``query``."""
@@ -103,7 +106,8 @@ class MessageRanking:
         """The ranking the search settings ask for."""
         return cls(second=rule_of(settings.search_second_round, settings.search_expand_kinds),
                    time_cues=settings.search_time_cues, passages=settings.search_passages,
-                   freshness=settings.search_message_freshness)
+                   freshness=settings.search_message_freshness,
+                   agreement=settings.search_keyword_agreement)
 
 
 @quick_init
@@ -285,6 +289,8 @@ def search(
             store, user_id, query, qvec, said, now, message_k, session_id, embedder,
             pending.result() if pending is not None else None, ranking.passages,
         )
+        if ranking.agreement:
+            scored = agreed(scored, extract_entities(query))
         if ranking.second is not None:
             scored = second_round(store, embedder, user_id, query, qvec, scored, said,
                                   now, session_id, ranking.second)
