@@ -463,7 +463,8 @@ def make_embedder(name: str) -> Embedder:
 
 def document_precision() -> str:
     """The stored texts' model for the benchmarks (``MEMD_DOCUMENT_PRECISION``, as the
-    daemon's setting): an int8 run needs its own ``--cache``, whose vectors it keeps."""
+    daemon's setting), the exact one unless it is set: the shared ``--cache`` holds the
+    exact model's vectors, so an int8 run needs a cache of its own."""
     return os.environ.get("MEMD_DOCUMENT_PRECISION", "float32")
 
 

@@ -85,7 +85,7 @@ def test_a_store_of_float_vectors_keeps_working_after_the_switch(
     if backend == "postgres":
         settings = {"db": database(), "pg_partitions": (4, 4, 4)}
     with memd.open(tmp_path / "d", embedder="minilm-onnx", query_precision="float32",
-                   **settings) as before:
+                   document_precision="float32", **settings) as before:
         before.add(TABS, USER)
         before.add(OTHER[0], USER)
     with memd.open(tmp_path / "d", embedder="minilm-onnx", query_precision="float32",
@@ -99,8 +99,8 @@ def test_a_store_of_float_vectors_keeps_working_after_the_switch(
 
 def test_document_precision_is_a_validated_setting(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    assert load_settings(data_dir=tmp_path / "s").document_precision == "float32"
-    monkeypatch.setenv("MEMD_DOCUMENT_PRECISION", "int8")
     assert load_settings(data_dir=tmp_path / "s").document_precision == "int8"
+    monkeypatch.setenv("MEMD_DOCUMENT_PRECISION", "float32")
+    assert load_settings(data_dir=tmp_path / "s").document_precision == "float32"
     with pytest.raises(InvalidInput, match="document_precision must be one of"):
         load_settings(data_dir=tmp_path / "s", document_precision="bf16")

@@ -39,12 +39,15 @@ Design:
   default) fight the other work for the core. ``threads`` overrides the count.
 * **Queries on an int8 copy.** A query is embedded on the chat path, so it runs on a
   dynamically quantized copy of the same graph (int8 weights, per channel;
-  ``<key>.q8.onnx`` beside the export), about twice as fast; stored texts keep the exact
-  float model, so stored vectors do not change. The copy's query vectors stay close to
-  the exact ones, with the same retrieval quality (bench/README.md,
-  "bench_query_precision.py");
-  it is checked against the float model on a probe before use, and
-  ``query_precision="float32"`` turns it off.
+  ``<key>.q8.onnx`` beside the export), about twice as fast. The copy's query vectors stay
+  close to the exact ones, with the same retrieval quality (bench/README.md,
+  "bench_query_precision.py"); it is checked against the float model on a probe before
+  use, and ``query_precision="float32"`` turns it off.
+* **Stored texts on either.** ``document_precision="int8"`` embeds stored texts on the
+  same copy (one session serves both): an import's model time halves, and search recall
+  holds even though its vectors are not the float model's (cosine 0.977 at worst;
+  bench/README.md, "Stored texts on the int8 model"). The class defaults to the exact
+  model, whose vectors match :class:`MiniLMEmbedder`; the daemon's setting picks int8.
 * **Memory.** onnxruntime's CPU arena is off: it would keep the peak of the largest
   batch for the life of the daemon, and plain malloc/free is as fast.
 
