@@ -104,3 +104,33 @@ def test_document_precision_is_a_validated_setting(tmp_path: Path,
     assert load_settings(data_dir=tmp_path / "s").document_precision == "float32"
     with pytest.raises(InvalidInput, match="document_precision must be one of"):
         load_settings(data_dir=tmp_path / "s", document_precision="bf16")
+
+
+def test_imported_and_live_turns_are_embedded_on_the_int8_copy(
+    backend: str, tmp_path: Path, exact: OnnxMiniLMEmbedder, int8: OnnxMiniLMEmbedder,
+) -> None:
+    """int8 activations are quantized per call, so a text's int8 vector moves a little
+    with the texts batched beside it: close to the text's own int8 vector, and apart
+    from the float one (which batching moves by 1e-6 at most)."""
+    from memd.imports import Conversation, Turn, import_conversations
+
+    t0 = 1_750_000_000.0
+    imported = "I keep the billing service's runbooks in the ops-notes repository."
+    live = "Our on-call rotation switches every Tuesday at noon."
+    with open_real(backend, tmp_path / "d") as engine:  # the default: int8 stored texts
+        history = [Conversation("fixture", "c1", (Turn("user", imported, t0),
+                                                  Turn("assistant", "Noted.", t0 + 5)),
+                                client="fixture")]
+        import_conversations(engine, USER, history, run_jobs=True)
+        session = engine.create_session(USER)
+        engine.append(session.id, USER, [{"role": "user", "content": live}])
+        while engine.jobs.run_due():
+            pass
+        got = engine.embedder.cached([imported, live])
+        alone = [int8.embed_queries([text])[0] for text in (imported, live)]
+        floats = exact.embed([imported, live])
+        for vector, own, float_vector in zip(got, alone, floats, strict=True):
+            assert vector is not None and float(vector @ own) >= 0.99
+            assert np.abs(vector - float_vector).max() > 1e-4
+        hits = engine.search("where are the runbooks kept", USER, k=1, kinds=["message"])
+        assert hits and hits[0].text == imported
