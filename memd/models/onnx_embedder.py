@@ -45,8 +45,9 @@ Design:
   use, and ``query_precision="float32"`` turns it off.
 * **Stored texts on either.** ``document_precision="int8"`` embeds stored texts on the
   same copy (one session serves both): an import's model time halves, and search recall
-  holds even though its vectors are not the float model's (cosine 0.977 at worst;
-  bench/README.md, "Stored texts on the int8 model"). The class defaults to the exact
+  holds even though its vectors are not the float model's (cosine 0.977 at worst) and
+  move a little with their batch (activations are quantized per call; bench/README.md,
+  "Stored texts on the int8 model"). The class defaults to the exact
   model, whose vectors match :class:`MiniLMEmbedder`; the daemon's setting picks int8.
 * **Memory.** onnxruntime's CPU arena is off: it would keep the peak of the largest
   batch for the life of the daemon, and plain malloc/free is as fast.
