@@ -81,7 +81,7 @@ class Settings:
     # search queries (on the chat path) run on an int8 copy of the model, about twice as
     # fast with the same retrieval quality; "float32" runs them on the exact model
     query_precision: str = "int8"
-    document_precision: str = "int8"  # stored texts too (same recall); "float32": exact
+    document_precision: str = "float32"  # stored texts: "int8" embeds them on that copy
     default_user: str = "local"
     # write path: memories, facts and search queries are at most max_text_chars; a stored
     # chat message (a tool result, a whole file) may be up to max_message_chars

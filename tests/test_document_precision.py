@@ -99,9 +99,9 @@ def test_a_store_of_float_vectors_keeps_working_after_the_switch(
 
 def test_document_precision_is_a_validated_setting(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    assert load_settings(data_dir=tmp_path / "s").document_precision == "int8"
-    monkeypatch.setenv("MEMD_DOCUMENT_PRECISION", "float32")
     assert load_settings(data_dir=tmp_path / "s").document_precision == "float32"
+    monkeypatch.setenv("MEMD_DOCUMENT_PRECISION", "int8")
+    assert load_settings(data_dir=tmp_path / "s").document_precision == "int8"
     with pytest.raises(InvalidInput, match="document_precision must be one of"):
         load_settings(data_dir=tmp_path / "s", document_precision="bf16")
 
@@ -117,7 +117,7 @@ def test_imported_and_live_turns_are_embedded_on_the_int8_copy(
     t0 = 1_750_000_000.0
     imported = "I keep the billing service's runbooks in the ops-notes repository."
     live = "Our on-call rotation switches every Tuesday at noon."
-    with open_real(backend, tmp_path / "d") as engine:  # the default: int8 stored texts
+    with open_real(backend, tmp_path / "d", document_precision="int8") as engine:
         history = [Conversation("fixture", "c1", (Turn("user", imported, t0),
                                                   Turn("assistant", "Noted.", t0 + 5)),
                                 client="fixture")]

@@ -47,8 +47,9 @@ Design:
   same copy (one session serves both): an import's model time halves, and search recall
   holds even though its vectors are not the float model's (cosine 0.977 at worst) and
   move a little with their batch (activations are quantized per call; bench/README.md,
-  "Stored texts on the int8 model"). The class defaults to the exact
-  model, whose vectors match :class:`MiniLMEmbedder`; the daemon's setting picks int8.
+  "Stored texts on the int8 model"). The default stays the exact
+  model, whose vectors match :class:`MiniLMEmbedder`: on LongMemEval's 100 questions
+  int8 stored texts found one fewer (bench/README.md).
 * **Memory.** onnxruntime's CPU arena is off: it would keep the peak of the largest
   batch for the life of the daemon, and plain malloc/free is as fast.
 
