@@ -52,6 +52,7 @@ from bench.longmemeval import (
     VectorCache,
     bm25_rank,
     dense_rank,
+    document_precision,
 )
 from bench.output import emit
 from bench.planted import ALL_KINDS, CONTROL, KINDS, SPLITS, Haystack, Question, TurnKey
@@ -218,7 +219,7 @@ def make_embedder(name: str, cache: Path | None) -> tuple[Embedder, RecordingEmb
         return FakeEmbedder(), None
     from memd.models.onnx_embedder import OnnxMiniLMEmbedder
 
-    inner = OnnxMiniLMEmbedder()
+    inner = OnnxMiniLMEmbedder(document_precision=document_precision())
     vectors = VectorCache(cache, inner.name, inner.dim) if cache is not None else None
     rec = RecordingEmbedder(inner, vectors)
     return rec, rec

@@ -457,8 +457,15 @@ def make_embedder(name: str) -> Embedder:
     if name == "minilm-onnx":
         from memd.models.onnx_embedder import OnnxMiniLMEmbedder
 
-        return OnnxMiniLMEmbedder()
+        return OnnxMiniLMEmbedder(document_precision=document_precision())
     return MiniLMEmbedder() if name == "minilm" else FakeEmbedder()
+
+
+def document_precision() -> str:
+    """The stored texts' model for the benchmarks (``MEMD_DOCUMENT_PRECISION``, as the
+    daemon's setting), the exact one unless it is set: the shared ``--cache`` holds the
+    exact model's vectors, so an int8 run needs a cache of its own."""
+    return os.environ.get("MEMD_DOCUMENT_PRECISION", "float32")
 
 
 # ------------------------------------------------------------------------------ memd

@@ -54,8 +54,9 @@ VIRTUALIZE_MODES = ("auto", "on", "off")  # see memd.engine.virtual
 # The settings that take one of a few words, and those words.
 CHOICES: dict[str, tuple[str, ...]] = {
     "memory_placement": MEMORY_PLACEMENTS, "query_precision": QUERY_PRECISIONS,
-    "sanitize": SANITIZE_MODES, "encryption": ENCRYPTION_MODES,
-    "erase_usage": ERASE_USAGE_MODES, "virtualize": VIRTUALIZE_MODES,
+    "document_precision": QUERY_PRECISIONS, "sanitize": SANITIZE_MODES,
+    "encryption": ENCRYPTION_MODES, "erase_usage": ERASE_USAGE_MODES,
+    "virtualize": VIRTUALIZE_MODES,
     "search_message_freshness": FRESHNESS_MODES,
 }
 
@@ -80,6 +81,7 @@ class Settings:
     # search queries (on the chat path) run on an int8 copy of the model, about twice as
     # fast with the same retrieval quality; "float32" runs them on the exact model
     query_precision: str = "int8"
+    document_precision: str = "float32"  # stored texts: "int8" embeds them on that copy
     default_user: str = "local"
     # write path: memories, facts and search queries are at most max_text_chars; a stored
     # chat message (a tool result, a whole file) may be up to max_message_chars
@@ -268,13 +270,13 @@ _ENV = {
     "MEMD_UPSTREAM_ANTHROPIC_URL": "upstream_anthropic_url",
     "MEMD_UPSTREAM_OLLAMA_URL": "upstream_ollama_url",
     "MEMD_UPSTREAM_API_KEY": "upstream_api_key",
-    "MEMD_DATA_DIR": "data_dir",
-    "MEMD_DB": "db",
+    "MEMD_DATA_DIR": "data_dir", "MEMD_DB": "db",
     "MEMD_EMBEDDER": "embedder",
     "MEMD_EMBEDDER_PATH": "embedder_path",
     "MEMD_USER": "default_user",
     "MEMD_AUTH": "auth",
     "MEMD_QUERY_PRECISION": "query_precision",
+    "MEMD_DOCUMENT_PRECISION": "document_precision",
     "MEMD_MEMORY_RECALL": "memory_recall",
     "MEMD_SANITIZE": "sanitize",
     "MEMD_HELPER": "helper",
@@ -295,9 +297,7 @@ def _coerce(name: str, value: Any) -> Any:
         return tuple(int(x) for x in value)
     if name in ("allowed_hosts", "allowed_origins"):
         return tuple(value.split(",")) if isinstance(value, str) else tuple(value)
-    if name in ("port",):
-        return int(value)
-    if name == "context_window" and value is not None:
+    if name == "port" or (name == "context_window" and value is not None):
         return int(value)
     if name == "context_windows":
         if not isinstance(value, dict) or not all(

@@ -136,7 +136,8 @@ def embedder_check(settings: Settings) -> Check:
 
             cached_before = {*default_cache_dir().glob("*.onnx"),
                              *installed_dir().glob("*.onnx")}
-            embedder = cls(settings.embedder_path, query_precision=settings.query_precision)
+            embedder = cls(settings.embedder_path, query_precision=settings.query_precision,
+                           document_precision=settings.document_precision)
         elif name == "minilm":
             embedder = cls(settings.embedder_path)
         else:

@@ -134,8 +134,8 @@ class Memd:
             name = embedder or settings.embedder
             cls_ = embedder_class(name)
             if name == "minilm-onnx":
-                embedder = cls_(settings.embedder_path,
-                                query_precision=settings.query_precision)
+                embedder = cls_(settings.embedder_path, query_precision=settings.query_precision,
+                                document_precision=settings.document_precision)
             elif name == "minilm":
                 embedder = cls_(settings.embedder_path)
             else:

@@ -39,12 +39,17 @@ Design:
   default) fight the other work for the core. ``threads`` overrides the count.
 * **Queries on an int8 copy.** A query is embedded on the chat path, so it runs on a
   dynamically quantized copy of the same graph (int8 weights, per channel;
-  ``<key>.q8.onnx`` beside the export), about twice as fast; stored texts keep the exact
-  float model, so stored vectors do not change. The copy's query vectors stay close to
-  the exact ones, with the same retrieval quality (bench/README.md,
-  "bench_query_precision.py");
-  it is checked against the float model on a probe before use, and
-  ``query_precision="float32"`` turns it off.
+  ``<key>.q8.onnx`` beside the export), about twice as fast. The copy's query vectors stay
+  close to the exact ones, with the same retrieval quality (bench/README.md,
+  "bench_query_precision.py"); it is checked against the float model on a probe before
+  use, and ``query_precision="float32"`` turns it off.
+* **Stored texts on either.** ``document_precision="int8"`` embeds stored texts on the
+  same copy (one session serves both): an import's model time halves, and search recall
+  holds even though its vectors are not the float model's (cosine 0.977 at worst) and
+  move a little with their batch (activations are quantized per call; bench/README.md,
+  "Stored texts on the int8 model"). The default stays the exact
+  model, whose vectors match :class:`MiniLMEmbedder`: on LongMemEval's 100 questions
+  int8 stored texts found one fewer (bench/README.md).
 * **Memory.** onnxruntime's CPU arena is off: it would keep the peak of the largest
   batch for the life of the daemon, and plain malloc/free is as fast.
 
@@ -119,24 +124,30 @@ class OnnxMiniLMEmbedder:
 
     def __init__(self, model_path: str | os.PathLike[str] | None = None, *,
                  cache_dir: str | os.PathLike[str] | None = None, batch_size: int = 64,
-                 threads: int | None = None, query_precision: str = "int8") -> None:
+                 threads: int | None = None, query_precision: str = "int8",
+                 document_precision: str = "float32") -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if threads is not None and threads < 1:
             raise ValueError("threads must be >= 1")
         if query_precision not in QUERY_PRECISIONS:
             raise ValueError(f"query_precision must be one of {', '.join(QUERY_PRECISIONS)}")
+        if document_precision not in QUERY_PRECISIONS:
+            raise ValueError("document_precision must be one of "
+                             f"{', '.join(QUERY_PRECISIONS)}")
         self.query_precision = query_precision
+        self.document_precision = document_precision
         self.model_path = Path(model_path) if model_path is not None else None
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.batch_size = batch_size
         self.threads = threads
         self.onnx_path: Path | None = None  # set on load: the file in use
-        self.query_path: Path | None = None  # set on first query: the int8 copy, if used
+        self.query_path: Path | None = None  # set on first int8 use: the int8 copy
         self._spec: ModelSpec | None = None
         self._tokenizer: Any = None
         self._session: Any = None
-        self._query_session: Any = None
+        self._int8_session: Any = None
+        self._int8_tried = False
         self._lock = threading.Lock()
 
     # -- loading ----------------------------------------------------------------------
@@ -191,17 +202,33 @@ class OnnxMiniLMEmbedder:
             raise ModelError(f"onnxruntime cannot load {path} ({exc})") from exc
 
     def _query_model(self) -> Any:
-        """The session queries run on: the int8 copy (made once, beside the export, and
-        checked against the float model), or the float model itself."""
+        """The session queries run on: the int8 copy (see :meth:`_int8_model`), or the
+        float model itself."""
+        return self._precision_model(self.query_precision)
+
+    def _document_model(self) -> Any:
+        """The session stored texts run on (``document_precision``)."""
+        return self._precision_model(self.document_precision)
+
+    def _precision_model(self, precision: str) -> Any:
         spec = self._load()
-        if self._query_session is not None:
-            return self._query_session
+        if precision == "int8":
+            quantized = self._int8_model(spec)
+            if quantized is not None:
+                return quantized
+        return self._session
+
+    def _int8_model(self, spec: ModelSpec) -> Any:
+        """The int8 copy (made once, beside the export, and checked against the float
+        model on probe texts), or None when it cannot be made or strays: then the float
+        model serves instead."""
+        if self._int8_tried:
+            return self._int8_session
         with self._lock:
-            if self._query_session is not None:
-                return self._query_session
-            session = self._session
+            if self._int8_tried:
+                return self._int8_session
             failures: tuple[type[BaseException], ...] = (ModelError, *ort_errors())
-            if self.query_precision == "int8" and self.onnx_path is not None:
+            if self.onnx_path is not None:
                 path = self.onnx_path.with_suffix(".q8.onnx")
                 try:
                     if not path.is_file():
@@ -212,14 +239,14 @@ class OnnxMiniLMEmbedder:
                         quantize_onnx(spec, path)
                         quantized = open_session(path, self._threads())
                     if self._agrees(spec, quantized):
-                        session, self.query_path = quantized, path
+                        self._int8_session, self.query_path = quantized, path
                     else:
-                        log.warning("the int8 query model %s strays from the float model; "
-                                    "queries use the float model", path)
+                        log.warning("the int8 model %s strays from the float model; "
+                                    "the float model is used instead", path)
                 except failures as exc:
-                    log.warning("no int8 query model (%s); queries use the float model", exc)
-            self._query_session = session
-            return session
+                    log.warning("no int8 model (%s); the float model is used instead", exc)
+            self._int8_tried = True
+            return self._int8_session
 
     def _agrees(self, spec: ModelSpec, quantized: Any) -> bool:
         exact = self._run(spec, self._session, _PROBE_TEXTS)
@@ -231,12 +258,13 @@ class OnnxMiniLMEmbedder:
 
     # -- embedding --------------------------------------------------------------------
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Vectors of ``texts`` on the exact (float) model: what is stored."""
+        """Vectors of ``texts`` to store, on the document model (``document_precision``)."""
         if isinstance(texts, str):
             raise TypeError("embed() takes a sequence of texts, not one str")
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return self._run(self._load(), self._session, texts)
+        session = self._document_model()
+        return self._run(self._load(), session, texts)
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors of search queries, on the query model (see ``query_precision``)."""

@@ -1,0 +1,136 @@
+"""Stored texts on the int8 copy of MiniLM (``document_precision = "int8"``) while
+queries keep their own model: the store holds the int8 vectors, the search query is
+embedded on the query model, a store whose older vectors came from the float model keeps
+finding them, and the setting is validated. Real MiniLM on onnxruntime, both backends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pg import database
+
+import memd
+from memd.config import load_settings
+from memd.engine.memory import Memd
+from memd.errors import InvalidInput
+from memd.models.onnx_embedder import OnnxMiniLMEmbedder
+
+pytestmark = pytest.mark.real_model
+
+USER = "alice"
+TABS = "I prefer tabs over spaces and black for formatting."
+HOST = "The staging host for the billing service is staging.rocket.internal."
+OTHER = ["We adopted a rescue greyhound called Miso last spring.",
+         "My sister lives in Lisbon and teaches piano."]
+
+
+@pytest.fixture(scope="module")
+def exact() -> OnnxMiniLMEmbedder:
+    """The float model for stored texts and for queries: the reference vectors."""
+    return OnnxMiniLMEmbedder(query_precision="float32")
+
+
+@pytest.fixture(scope="module")
+def int8() -> OnnxMiniLMEmbedder:
+    """The int8 copy (what ``query_precision="int8"`` runs queries on)."""
+    return OnnxMiniLMEmbedder(query_precision="int8")
+
+
+def open_real(backend: str, data_dir: Path, **settings: Any) -> Memd:
+    if backend == "postgres":
+        settings = {"db": database(), "pg_partitions": (4, 4, 4), **settings}
+    return memd.open(data_dir, embedder="minilm-onnx", query_precision="float32", **settings)
+
+
+def test_stored_texts_run_on_the_int8_copy_and_queries_on_the_float_model(
+    exact: OnnxMiniLMEmbedder, int8: OnnxMiniLMEmbedder,
+) -> None:
+    docs = OnnxMiniLMEmbedder(document_precision="int8", query_precision="float32")
+    texts = [TABS, HOST, *OTHER]
+    stored = docs.embed(texts)
+    assert np.allclose(stored, int8.embed_queries(texts), atol=1e-5)
+    assert np.abs(stored - exact.embed(texts)).max() > 1e-4  # really the other model
+    assert docs.query_path is not None and docs.query_path.name.endswith(".q8.onnx")
+    assert np.allclose(docs.embed_queries(texts), exact.embed(texts), atol=1e-6)
+    assert np.allclose(np.linalg.norm(stored, axis=1), 1.0, atol=1e-5)
+    with pytest.raises(ValueError, match="document_precision"):
+        OnnxMiniLMEmbedder(document_precision="bf16")
+
+
+def test_the_store_holds_int8_vectors_and_finds_them_with_float_queries(
+    backend: str, tmp_path: Path, exact: OnnxMiniLMEmbedder, int8: OnnxMiniLMEmbedder,
+) -> None:
+    with open_real(backend, tmp_path / "d", document_precision="int8") as engine:
+        assert engine.embedder.inner.document_precision == "int8"
+        tabs = engine.add(TABS, USER).memory
+        for text in [HOST, *OTHER]:
+            engine.add(text, USER)
+        vector = engine.store.get_memory_vectors(USER, [tabs.id])[tabs.id]
+        want = int8.embed_queries([TABS])[0]
+        assert np.allclose(np.asarray(vector, dtype=np.float32), want, atol=1e-5)
+        query = "which indentation does the user like"
+        assert np.allclose(engine.embedder.embed_query(query), exact.embed([query])[0],
+                           atol=1e-6)
+        hits = engine.search(query, USER, k=2, kinds=["memory"])
+        assert hits and hits[0].text == TABS
+
+
+def test_a_store_of_float_vectors_keeps_working_after_the_switch(
+    backend: str, tmp_path: Path,
+) -> None:
+    settings: dict[str, Any] = {}
+    if backend == "postgres":
+        settings = {"db": database(), "pg_partitions": (4, 4, 4)}
+    with memd.open(tmp_path / "d", embedder="minilm-onnx", query_precision="float32",
+                   document_precision="float32", **settings) as before:
+        before.add(TABS, USER)
+        before.add(OTHER[0], USER)
+    with memd.open(tmp_path / "d", embedder="minilm-onnx", query_precision="float32",
+                   document_precision="int8", **settings) as after:
+        after.add(HOST, USER)
+        after.add(OTHER[1], USER)
+        old = after.search("tabs or spaces for indentation", USER, k=1, kinds=["memory"])
+        new = after.search("what is the billing staging host", USER, k=1, kinds=["memory"])
+        assert [h.text for h in old] == [TABS] and [h.text for h in new] == [HOST]
+
+
+def test_document_precision_is_a_validated_setting(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings(data_dir=tmp_path / "s").document_precision == "float32"
+    monkeypatch.setenv("MEMD_DOCUMENT_PRECISION", "int8")
+    assert load_settings(data_dir=tmp_path / "s").document_precision == "int8"
+    with pytest.raises(InvalidInput, match="document_precision must be one of"):
+        load_settings(data_dir=tmp_path / "s", document_precision="bf16")
+
+
+def test_imported_and_live_turns_are_embedded_on_the_int8_copy(
+    backend: str, tmp_path: Path, exact: OnnxMiniLMEmbedder, int8: OnnxMiniLMEmbedder,
+) -> None:
+    """int8 activations are quantized per call, so a text's int8 vector moves a little
+    with the texts batched beside it: close to the text's own int8 vector, and apart
+    from the float one (which batching moves by 1e-6 at most)."""
+    from memd.imports import Conversation, Turn, import_conversations
+
+    t0 = 1_750_000_000.0
+    imported = "I keep the billing service's runbooks in the ops-notes repository."
+    live = "Our on-call rotation switches every Tuesday at noon."
+    with open_real(backend, tmp_path / "d", document_precision="int8") as engine:
+        history = [Conversation("fixture", "c1", (Turn("user", imported, t0),
+                                                  Turn("assistant", "Noted.", t0 + 5)),
+                                client="fixture")]
+        import_conversations(engine, USER, history, run_jobs=True)
+        session = engine.create_session(USER)
+        engine.append(session.id, USER, [{"role": "user", "content": live}])
+        while engine.jobs.run_due():
+            pass
+        got = engine.embedder.cached([imported, live])
+        alone = [int8.embed_queries([text])[0] for text in (imported, live)]
+        floats = exact.embed([imported, live])
+        for vector, own, float_vector in zip(got, alone, floats, strict=True):
+            assert vector is not None and float(vector @ own) >= 0.99
+            assert np.abs(vector - float_vector).max() > 1e-4
+        hits = engine.search("where are the runbooks kept", USER, k=1, kinds=["message"])
+        assert hits and hits[0].text == imported
