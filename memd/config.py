@@ -165,6 +165,7 @@ class Settings:
     # recent or current (memd.engine.retrieval.timecues.asks_recent), "always", "never"
     search_message_freshness: str = "auto"
     search_keyword_agreement: bool = True  # memd.engine.retrieval.agreement
+    search_head_coverage: bool = True  # memd.engine.retrieval.head
     # messages of recent session histories kept in the process between compiles, checked
     # against each session's history state (memd.engine.conversation.history); 0 turns it off
     history_cache_messages: int = 50_000
