@@ -76,7 +76,8 @@ def test_nothing_changes_without_content_words_or_a_second_message() -> None:
 
 def searched(backend: str, data_dir: Path, on: bool) -> list[Hit]:
     with pg.open_engine(backend, data_dir, clock=lambda: NOW, search_second_round=False,
-                        search_keyword_agreement=False, search_head_coverage=on) as m:
+                        search_keyword_agreement=False, search_head_coverage=on,
+                        search_diversity=False) as m:
         sid = m.create_session("u").id
         m.append(sid, "u", [{"role": "user", "content": t}
                             for t in (ONE_WORD, ANSWER, OTHER, *COMMON)])
