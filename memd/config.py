@@ -160,13 +160,14 @@ class Settings:
     # and a question that names a time ("two weeks ago", "last month", "most recently",
     # "before March 3") raises the messages dated then (memd.engine.retrieval.timecues)
     search_time_cues: bool = True
-    # and a user message is as close to the question as its closest passage (a remark
-    # made in passing inside a message about something else: memd.engine.retrieval.passages)
+    # and a user message is as close to the question as its closest passage (.passages)
     search_passages: bool = True
     # when a message's age counts in search: "auto" only for a question about what is
     # recent or current (memd.engine.retrieval.timecues.asks_recent), "always", "never"
     search_message_freshness: str = "auto"
     search_keyword_agreement: bool = True  # memd.engine.retrieval.agreement
+    search_head_coverage: bool = True  # memd.engine.retrieval.head
+    search_diversity: bool = False  # memd.engine.retrieval.diverse (off: LongMemEval)
     # messages of recent session histories kept in the process between compiles, checked
     # against each session's history state (memd.engine.conversation.history); 0 turns it off
     history_cache_messages: int = 50_000

@@ -104,7 +104,8 @@ FRESHNESS_MODES = ("auto", "always", "never")
 # written as words ("on", "off", "yes", "no", "1", "0").
 SWITCHES = ("auth", "memory_recall", "recall_keyword", "known_words", "search_second_round",
             "search_expand_kinds", "search_time_cues", "search_passages",
-            "search_keyword_agreement")
+            "search_keyword_agreement", "search_head_coverage",
+            "search_diversity")
 
 
 def freshness_mode(value: Any) -> Any:

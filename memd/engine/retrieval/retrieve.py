@@ -29,6 +29,8 @@ from memd.backends.base import Lifecycle, MemoryStore, MessageStore, Store
 from memd.config import Settings, Weights
 from memd.engine.learning.extract import extract_entities
 from memd.engine.retrieval.agreement import agreed
+from memd.engine.retrieval.diverse import diverse
+from memd.engine.retrieval.head import ordered_head
 from memd.engine.retrieval.passages import closest
 from memd.engine.retrieval.rounds import SecondRound, rule_of, second_round
 from memd.engine.retrieval.score import Signals, score
@@ -87,13 +89,18 @@ class MessageRanking:
     or current, :func:`memd.engine.retrieval.timecues.asks_recent`; without it an old
     remark that answers the question is not outranked by last week's small talk that
     shares a word with it), and whether a keyword match counts only as far as the
-    message's meaning backs it (:mod:`memd.engine.retrieval.agreement`)."""
+    message's meaning backs it (:mod:`memd.engine.retrieval.agreement`), and whether the
+    first messages are ordered by how much of the question a keyword match covers
+    (:mod:`memd.engine.retrieval.head`) and do not all say the same thing
+    (:mod:`memd.engine.retrieval.diverse`)."""
 
     second: SecondRound | None = None
     time_cues: bool = False
     passages: bool = False
     freshness: str = "always"
     agreement: bool = False
+    head: bool = False
+    diverse: bool = False
 
     def ages(self, query: str, now: float) -> bool:
         """Whether a message's age counts in its score for ``query``."""
@@ -107,7 +114,8 @@ class MessageRanking:
         return cls(second=rule_of(settings.search_second_round, settings.search_expand_kinds),
                    time_cues=settings.search_time_cues, passages=settings.search_passages,
                    freshness=settings.search_message_freshness,
-                   agreement=settings.search_keyword_agreement)
+                   agreement=settings.search_keyword_agreement,
+                   head=settings.search_head_coverage, diverse=settings.search_diversity)
 
 
 @quick_init
@@ -297,6 +305,10 @@ def search(
         cue = window(query, now) if ranking.time_cues else None
         if cue is not None:
             scored = boost(scored, cue, said)
+        if ranking.head:
+            scored = ordered_head(scored, query, extract_entities(query))
+        if ranking.diverse:
+            scored = diverse(scored, embedder)
         for msg, total, parts in scored:
             hits.append(Hit(
                 kind="message", id=msg.id, text=msg.safe_text or "", score=total,
