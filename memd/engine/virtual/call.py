@@ -35,23 +35,11 @@ def for_call(store: Store, settings: Settings, now: Callable[[], float], llm_ena
     it (and ``virtual_keep`` on) an error the call shows fixed becomes a memory
     (memd.engine.virtual.keep). ``llm_enabled``: a helper model runs, and summarizes
     the objects held out in the background."""
-    mode = call_mode(settings, session.workspace, asked)
-    tokens = window.tokens
-    if tokens is None and mode == "on":
-        tokens = settings.default_context_window
-    if mode == "off" or tokens is None:
+    plan = _plan(settings, session.workspace, request_tokens, window, max_response_tokens,
+                 asked)
+    if plan is None:
         return None
-    reserve = (max_response_tokens if max_response_tokens is not None
-               else settings.default_max_response_tokens)
-    # A client's answer limit is often set for the largest models (opencode asks 32,000
-    # tokens of any model): held back whole from a small window, it would leave the
-    # prompt nothing, and even the result the model just asked for would be evicted. A
-    # model server answers within what its window leaves, so the reserve counts at most
-    # a share of the window.
-    reserve = min(reserve, int(tokens * RESERVE_SHARE))
-    budget = Budget.of(tokens, reserve, request_tokens, window.token_scale)
-    if not engages(mode, budget, settings.virtual_zones):
-        return None
+    mode, tokens, reserve, budget = plan
     if restorable and any(m.get("role") == "tool" for m in messages):
         # memd's memory tools go with the request when it holds results out (a request
         # with none has nothing to hold): they count in what has to fit
@@ -68,3 +56,38 @@ def for_call(store: Store, settings: Settings, now: Callable[[], float], llm_ena
     if worth and llm_enabled:  # the helper's summaries, in the background
         summaries.enqueue(store, session.user_id, session.id, worth, model, now())
     return done
+
+
+def engages_for(settings: Settings, workspace: str | None, request_tokens: int,
+                window: WindowInfo, max_response_tokens: int | None,
+                asked: str | None) -> bool:
+    """Whether :func:`for_call` would rewrite this request, told before anything is
+    stored (it reads nothing): a request it leaves alone does not depend on the
+    session's stored state."""
+    return _plan(settings, workspace, request_tokens, window, max_response_tokens,
+                 asked) is not None
+
+
+def _plan(settings: Settings, workspace: str | None, request_tokens: int,
+          window: WindowInfo, max_response_tokens: int | None,
+          asked: str | None) -> tuple[str, int, int, Budget] | None:
+    """(mode, window tokens, response reserve, budget) of a call virtualization
+    engages on, or None."""
+    mode = call_mode(settings, workspace, asked)
+    tokens = window.tokens
+    if tokens is None and mode == "on":
+        tokens = settings.default_context_window
+    if mode == "off" or tokens is None:
+        return None
+    reserve = (max_response_tokens if max_response_tokens is not None
+               else settings.default_max_response_tokens)
+    # A client's answer limit is often set for the largest models (opencode asks 32,000
+    # tokens of any model): held back whole from a small window, it would leave the
+    # prompt nothing, and even the result the model just asked for would be evicted. A
+    # model server answers within what its window leaves, so the reserve counts at most
+    # a share of the window.
+    reserve = min(reserve, int(tokens * RESERVE_SHARE))
+    budget = Budget.of(tokens, reserve, request_tokens, window.token_scale)
+    if not engages(mode, budget, settings.virtual_zones):
+        return None
+    return mode, tokens, reserve, budget
