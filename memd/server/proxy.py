@@ -47,7 +47,7 @@ from memd.server.deps import engine_of, user_of, workspace_of
 from memd.server.failures import error_body
 from memd.server.fault_formats import CHAT_FAULTS, FaultFormat
 from memd.server.security import PARSED_BODY, strict_parse
-from memd.server.threads import in_thread, start
+from memd.server.threads import in_thread
 from memd.server.upstream import (
     NoUpstream,
     encode_body,
@@ -243,7 +243,6 @@ async def chat_completions(request: Request) -> Response:
                 tools=sent.tools, window=window, client=caller.agent,
                 virtualize=caller.virtualize, conversation=caller.conversation,
                 restorable=True,  # this door serves memory_restore (memd.server.faults)
-                defer=True,  # relay starts the step's append as it sends
             )
     except Conflict as exc:
         if not pinned:
@@ -281,8 +280,6 @@ async def relay(request: Request, client: httpx.AsyncClient, call: PreparedCall,
                 sent: Body, door: Door) -> Response:
     """Send the call upstream and relay the answer (streamed or whole), storing it."""
     engine = engine_of(request)
-    if call.deferred is not None:  # stored beside the send, joined before the reply
-        call.deferred.start(start)
     headers = _memd_headers(call)
     body, model = sent.raw, sent.model
     fmt = door.faults if door.faults is not None and faults.engaged(call) else None

@@ -102,10 +102,3 @@ async def in_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) ->
     with anyio.CancelScope(shield=True):
         result = await future
     return result
-
-
-def start(fn: Callable[[], T]) -> Future[T]:
-    """``fn()`` begun in a thread, in a copy of the caller's context, not awaited: its
-    future is for a thread to wait on (a call's deferred append, joined when its reply
-    is stored)."""
-    return _threads.submit(functools.partial(contextvars.copy_context().run, fn))

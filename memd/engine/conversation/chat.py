@@ -33,7 +33,6 @@ from memd.engine.block.inject import (
 )
 from memd.engine.conversation.chains import SYSTEM_ROLES
 from memd.engine.conversation.identity import Identity, client_family, client_of
-from memd.engine.conversation.overlap import Deferred, deferred_append, may_defer
 from memd.engine.conversation.resend import Resent
 from memd.engine.conversation.resolve import resolve
 from memd.engine.conversation.side import system_hash
@@ -70,20 +69,6 @@ class PreparedCall:
     # when virtualization rewrote the request: the index in the client's messages of
     # each message of ``plain`` (what a door needs to rewrite its own format alike)
     kept: list[int] | None = None
-    # the step's new messages and call record, when they are stored while the request
-    # is upstream (memd.engine.conversation.overlap); :meth:`settle` joins them
-    deferred: Deferred | None = None
-
-    def settle(self) -> None:
-        """Wait for the deferred append: the reply is stored after it, or not at all
-        when it did not happen (the client's next request stores the messages)."""
-        if self.deferred is None:
-            return
-        stored, self.deferred = self.deferred.join(), None
-        if stored is None:
-            self.store_reply = False
-        else:
-            self.session, self.turn = stored, stored.turn_count
 
     @property
     def memory_added(self) -> bool:
@@ -101,11 +86,9 @@ def prepare_chat(
     window: WindowInfo | None = None, placement: str | None = None,
     client: str | None = None, note: Mapping[str, Any] | None = None,
     virtualize: str | None = None, conversation: str | None = None,
-    restorable: bool = False, defer: bool = False,
+    restorable: bool = False,
 ) -> PreparedCall:
     """Resolve the session, store the new messages, and build what to forward.
-    ``defer``: the caller starts :attr:`PreparedCall.deferred`, when there is one, as it
-    sends the request (memd.engine.conversation.overlap).
     ``client`` names the caller (its User-Agent, or a client family's name): with the
     model and the system prompt, it tells apart conversations that open with the same
     words (memd.engine.conversation.identity). ``note`` is added to the call's report (a door's word
@@ -149,17 +132,10 @@ def prepare_chat(
             Identity.of_request(client, model, system),
             new=sum(1 for h in hashes[:resent.reused] if h is not None),
             conversation=conversation)
-        counted = resent.tokens(model) + tool_tokens(tools, model) if client_owns else 0
-        later = defer and may_defer(engine, new, client_owns, vector is not None,
-                                    session.workspace, counted, window,
-                                    max_response_tokens, virtualize)
-        if later:  # what is sent does not depend on the append: it runs beside the send
-            step.close()
-        else:
-            if new:  # counted and hashed already, and the session just read
-                engine.append(session.id, uid, new, session=session,
-                              known=resent.known(new, session.model))
-            session = engine.session(session.id, uid)
+        if new:  # counted and hashed already, and the session just read
+            engine.append(session.id, uid, new, session=session,
+                          known=resent.known(new, session.model))
+        session = engine.session(session.id, uid)
         if query and vector is not None:
             # A new query: its vector is awaited, and its memory retrieved, with the
             # step's messages committed. A step that asks nothing new (an agent's tool
@@ -177,6 +153,7 @@ def prepare_chat(
         if client_owns:
             # _augment hands ``plain`` itself back when it adds nothing (memory_added)
             plain = list(messages)
+            counted = resent.tokens(model) + tool_tokens(tools, model)
             virtual = for_call(engine.store, engine.settings, engine.now,
                                engine.jobs.llm_enabled, session, plain, counted, window,
                                max_response_tokens, virtualize, model, call_id, restorable,
@@ -199,20 +176,13 @@ def prepare_chat(
             report = {"mode": "compiled", **ctx.report.to_dict()}
         report["window"] = window_report
         report.update(note or {})
-        deferred = None
-        if later:
-            deferred = deferred_append(engine, session, new,
-                                       resent.known(new, session.model), call_id, model,
-                                       report)
-        else:
-            engine.store.record_call(call_id, uid, session.id, session.workspace, model,
-                                     engine.now(), report)
+        engine.store.record_call(call_id, uid, session.id, session.workspace, model,
+                                 engine.now(), report)
         return PreparedCall(call_id, session, forward, plain, report,
                             store_reply=not retry, turn=session.turn_count, user_id=uid,
                             workspace=session.workspace,
                             plain_as_sent=client_owns and virtual is None,
-                            kept=virtual.kept if virtual is not None else None,
-                            deferred=deferred)
+                            kept=virtual.kept if virtual is not None else None)
 
 
 def _paused(
@@ -381,7 +351,6 @@ def finish_chat(
     """Store the assistant's reply, usage and cost, and close the call record
     (``retried``: the model server refused the request with memory as too long, and got
     it again without)."""
-    call.settle()
     latency = int((time.monotonic() - call.started) * 1000)
     session = call.session
     prompt = int((usage or {}).get("prompt_tokens") or 0)

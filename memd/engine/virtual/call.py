@@ -35,45 +35,7 @@ def for_call(store: Store, settings: Settings, now: Callable[[], float], llm_ena
     it (and ``virtual_keep`` on) an error the call shows fixed becomes a memory
     (memd.engine.virtual.keep). ``llm_enabled``: a helper model runs, and summarizes
     the objects held out in the background."""
-    plan = _plan(settings, session.workspace, request_tokens, window, max_response_tokens,
-                 asked)
-    if plan is None:
-        return None
-    mode, tokens, reserve, budget = plan
-    if restorable and any(m.get("role") == "tool" for m in messages):
-        # memd's memory tools go with the request when it holds results out (a request
-        # with none has nothing to hold): they count in what has to fit
-        budget = Budget.of(tokens, reserve, request_tokens + tool_tokens(list(TOOLS), model),
-                           window.token_scale)
-    done = virtualize(store, session.user_id, session.id, messages, budget,
-                      settings.virtual_zones, mode=mode, model=model, call_id=call_id,
-                      now=now(), restorable=restorable,
-                      pinned=pinned(store, settings.virtual_restore_turns, session.user_id,
-                                    session.id, session.turn_count))
-    if redact is not None and settings.virtual_keep:
-        remember_fixes(store, session, messages, done.superseded, redact, now())
-    worth = [o.object_id for o in done.new if o.tokens_l0 >= summaries.MIN_TOKENS]
-    if worth and llm_enabled:  # the helper's summaries, in the background
-        summaries.enqueue(store, session.user_id, session.id, worth, model, now())
-    return done
-
-
-def engages_for(settings: Settings, workspace: str | None, request_tokens: int,
-                window: WindowInfo, max_response_tokens: int | None,
-                asked: str | None) -> bool:
-    """Whether :func:`for_call` would rewrite this request, told before anything is
-    stored (it reads nothing): a request it leaves alone does not depend on the
-    session's stored state."""
-    return _plan(settings, workspace, request_tokens, window, max_response_tokens,
-                 asked) is not None
-
-
-def _plan(settings: Settings, workspace: str | None, request_tokens: int,
-          window: WindowInfo, max_response_tokens: int | None,
-          asked: str | None) -> tuple[str, int, int, Budget] | None:
-    """(mode, window tokens, response reserve, budget) of a call virtualization
-    engages on, or None."""
-    mode = call_mode(settings, workspace, asked)
+    mode = call_mode(settings, session.workspace, asked)
     tokens = window.tokens
     if tokens is None and mode == "on":
         tokens = settings.default_context_window
@@ -90,4 +52,19 @@ def _plan(settings: Settings, workspace: str | None, request_tokens: int,
     budget = Budget.of(tokens, reserve, request_tokens, window.token_scale)
     if not engages(mode, budget, settings.virtual_zones):
         return None
-    return mode, tokens, reserve, budget
+    if restorable and any(m.get("role") == "tool" for m in messages):
+        # memd's memory tools go with the request when it holds results out (a request
+        # with none has nothing to hold): they count in what has to fit
+        budget = Budget.of(tokens, reserve, request_tokens + tool_tokens(list(TOOLS), model),
+                           window.token_scale)
+    done = virtualize(store, session.user_id, session.id, messages, budget,
+                      settings.virtual_zones, mode=mode, model=model, call_id=call_id,
+                      now=now(), restorable=restorable,
+                      pinned=pinned(store, settings.virtual_restore_turns, session.user_id,
+                                    session.id, session.turn_count))
+    if redact is not None and settings.virtual_keep:
+        remember_fixes(store, session, messages, done.superseded, redact, now())
+    worth = [o.object_id for o in done.new if o.tokens_l0 >= summaries.MIN_TOKENS]
+    if worth and llm_enabled:  # the helper's summaries, in the background
+        summaries.enqueue(store, session.user_id, session.id, worth, model, now())
+    return done
