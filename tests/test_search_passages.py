@@ -102,7 +102,8 @@ def test_auto_counts_age_only_when_the_question_asks_about_now(
 def test_the_ranking_follows_the_settings() -> None:
     got = MessageRanking.of(Settings(search_second_round=True, search_expand_kinds=False,
                                      search_time_cues=False, search_passages=True,
-                                     search_message_freshness="never"))
+                                     search_message_freshness="never",
+                                     search_second_hop=0))
     assert got == MessageRanking(second=SecondRound(seeds=1, kin=False), time_cues=False,
                                  passages=True, freshness="never")
     assert MessageRanking.of(Settings(search_second_round=False)).second is None

@@ -28,6 +28,7 @@ import numpy as np
 from memd.backends.base import Lifecycle, MemoryStore, MessageStore, Store
 from memd.config import Settings, Weights
 from memd.engine.learning.extract import extract_entities
+from memd.engine.retrieval.hops import SecondHop, hop_of, second_hop
 from memd.engine.retrieval.passages import closest
 from memd.engine.retrieval.rounds import SecondRound, rule_of, second_round
 from memd.engine.retrieval.score import Signals, score
@@ -91,6 +92,7 @@ class MessageRanking:
     time_cues: bool = False
     passages: bool = False
     freshness: str = "always"
+    hop: SecondHop | None = None  # the hop by words (memd.engine.retrieval.hops)
 
     def ages(self, query: str, now: float) -> bool:
         """Whether a message's age counts in its score for ``query``."""
@@ -103,7 +105,8 @@ class MessageRanking:
         """The ranking the search settings ask for."""
         return cls(second=rule_of(settings.search_second_round, settings.search_expand_kinds),
                    time_cues=settings.search_time_cues, passages=settings.search_passages,
-                   freshness=settings.search_message_freshness)
+                   freshness=settings.search_message_freshness,
+                   hop=hop_of(settings.search_second_hop))
 
 
 @quick_init
@@ -288,6 +291,9 @@ def search(
         if ranking.second is not None:
             scored = second_round(store, embedder, user_id, query, qvec, scored, said,
                                   now, session_id, ranking.second)
+        if ranking.hop is not None:
+            scored = second_hop(store, embedder, user_id, query, qvec, scored, said, now,
+                                session_id, ranking.hop)
         cue = window(query, now) if ranking.time_cues else None
         if cue is not None:
             scored = boost(scored, cue, said)
