@@ -65,3 +65,13 @@ def test_the_setting_reads_a_count_or_a_switch() -> None:
     with pytest.raises(InvalidInput):
         load_settings(None, search_second_hop="many")
     assert hop_of(0) is None and hop_of(2) is not None and hop_of(2).seeds == 2
+
+
+def test_the_hop_reads_the_seeds_passage_nearest_the_question(backend: str, tmp_path: Path,
+                                                              ) -> None:
+    # the seed's other sentence would lead to the bike remark, whose words it shares more
+    seed = "My bike has a flat tyre again, bike shop tyre. " + SEED
+    bike = "The bike shop fixed the flat tyre on my bike."
+    hits = searched(backend, tmp_path, [[seed], FILLERS, [SECOND], [bike]], hop=1)
+    hop = [h.text for h in hits if "second_hop" in h.breakdown and h.breakdown["second_hop"] > 0]
+    assert hits[0].text == seed and hop == [SECOND]

@@ -11,10 +11,12 @@ a distractor that repeats the question's name ("Tomasz is out on holiday") in fi
 place leaves the real first link's entities unread.
 
 So each of the first round's best ``seeds`` user messages asks the full-text index for
-the messages that share the content words it holds beyond the question's (compared by
-their first five letters, as :mod:`memd.engine.retrieval.relevance` does); the best user
-message of another session that is not already among the top ``after`` user messages is
-that seed's hop.
+the messages that share the content words its passage closest to the question holds
+beyond the question's (compared by their first five letters, as
+:mod:`memd.engine.retrieval.relevance` does; the passage, because a remark made in
+passing inside a message about something else would bring that something else's words;
+the whole message when it has no embedded passage); the best user message of another
+session that is not already among the top ``after`` user messages is that seed's hop.
 
 Merge rule: a reserved share of the ranking, not a bonus on the first round's score
 scale. A hop's cosine with the question is low by construction (it is the remark the
@@ -40,6 +42,7 @@ import numpy as np
 
 from memd.backends.base import MessageStore
 from memd.config import Weights
+from memd.engine.retrieval.passages import closest
 from memd.engine.retrieval.relevance import content_words, stems
 from memd.engine.retrieval.rounds import Scored, message_score
 from memd.models.embedder import CachedEmbedder
@@ -81,12 +84,14 @@ def _head_end(first: Scored, n: int) -> int:
 
 
 def hops(store: MessageStore, user_id: str, query: str, seeds: Sequence[Message],
-         taken: set[str], rule: SecondHop, session_id: str | None) -> list[Message]:
+         said: Sequence[str], taken: set[str], rule: SecondHop, session_id: str | None,
+         ) -> list[Message]:
     """Each seed's hop, seed by seed: the best user message of another session that
-    shares the seed's words beyond the query and is not in ``taken``."""
+    shares the words the seed's ``said`` (its passage closest to the query) holds beyond
+    the query, and is not in ``taken``."""
     out: list[Message] = []
-    for seed in seeds:
-        words = beyond(seed.safe_text or "", query)
+    for seed, text in zip(seeds, said, strict=True):
+        words = beyond(text, query)
         if not words:
             continue
         for msg, _ in store.keyword_messages(user_id, words, rule.fetch, session_id):
@@ -108,7 +113,9 @@ def second_hop(
     end = _head_end(first, rule.after)
     head = list(first[:end])
     seeds = [m for m, _, _ in head if m.role == "user" and m.safe_text][:rule.seeds]
-    found = hops(store, user_id, query, seeds, {m.id for m, _, _ in head}, rule,
+    said = [c.text or (m.safe_text or "") for m, c in zip(
+        seeds, closest(embedder, [m.safe_text or "" for m in seeds], qvec), strict=True)]
+    found = hops(store, user_id, query, seeds, said, {m.id for m, _, _ in head}, rule,
                  session_id)
     if not found:
         return first
