@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
-from memd.config_tables import FRESHNESS_MODES, SWITCHES, freshness_mode
+from memd.config_tables import FRESHNESS_MODES, SWITCHES, freshness_mode, hop_seeds
 
 # The tables of settings, importable from here (memd.config_tables says what each holds).
 from memd.config_tables import PRESET_ALIASES as PRESET_ALIASES
@@ -145,17 +145,16 @@ class Settings:
     # about it reaches this score: one decision per request, not per line (a block that
     # holds any line about a question it cannot answer misleads); 0 turns it off
     recall_question_floor: float = 0.17
-    # recall also through full text: more of what was said is found, at the cost of a
-    # full-text ranking over all the user's messages on each new question
+    # recall also through full text (one ranking of the user's messages per new question)
     recall_keyword: bool = True
-    # search over messages asks a second round: the messages that name the entities its
-    # best user turn names beyond the question rise after that turn, so a question that
-    # needs two remarks finds the second (memd.engine.retrieval.rounds)
+    # search over messages asks a second round: messages naming the entities its best user
+    # turn names beyond the question rise after it (memd.engine.retrieval.rounds)
     search_second_round: bool = True
-    # and a question that names a vocabulary term (a language, a database, a cloud...)
-    # also finds the messages that name others of its kind ("in Rust?" -> "we use Go");
-    # off: on the generated evaluation it helped only the question template it was built
-    # on (bench/README.md, "A team's weeks")
+    # and a hop by words: what its best N user turns say beyond the question finds a message
+    # each, placed after its top 5 user turns (memd.engine.retrieval.hops); 0: off
+    search_second_hop: int = 1
+    # and a question's vocabulary terms find their kin ("in Rust?" -> "we use Go"); off:
+    # it helped only the template it was built on (bench/README.md, "A team's weeks")
     search_expand_kinds: bool = False
     # and a question that names a time ("two weeks ago", "last month", "most recently",
     # "before March 3") raises the messages dated then (memd.engine.retrieval.timecues)
@@ -308,6 +307,7 @@ def _coerce(name: str, value: Any) -> Any:
                                "positive token counts")
         return dict(value)
     value = freshness_mode(value) if name == "search_message_freshness" else value
+    value = hop_seeds(value) if name == "search_second_hop" else value
     choices = CHOICES.get(name)
     if choices is not None and value not in choices:
         raise InvalidInput(f"{name} must be one of {', '.join(choices)}, not {value!r}")

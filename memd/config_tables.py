@@ -121,3 +121,14 @@ def freshness_mode(value: Any) -> Any:
             return "never"
         return word
     return value
+
+
+def hop_seeds(value: Any) -> int:
+    """``search_second_hop``: how many of a search's best user turns seed the hop, 0 to
+    3; a switch's spelling reads as 1 (on) or 0 (off)."""
+    word = str(value).lower()
+    if isinstance(value, bool) or word in ("true", "yes", "on", "false", "no", "off"):
+        return int(word in ("true", "yes", "on"))
+    if isinstance(value, int | str) and word in ("0", "1", "2", "3"):
+        return int(word)
+    raise InvalidInput(f"search_second_hop must be 0 to 3 (or true/false), not {value!r}")

@@ -107,7 +107,7 @@ def test_the_ranking_follows_the_settings() -> None:
     got = MessageRanking.of(Settings(search_second_round=True, search_expand_kinds=False,
                                      search_time_cues=False, search_passages=True,
                                      search_message_freshness="never",
-                                     search_keyword_agreement=False,
+                                     search_keyword_agreement=False, search_second_hop=0,
                                      search_head_coverage=False, search_diversity=False))
     assert got == MessageRanking(second=SecondRound(seeds=1, kin=False), time_cues=False,
                                  passages=True, freshness="never", agreement=False)

@@ -16,7 +16,7 @@ QUESTION = "What deadline does the thing Tomasz runs have?"
 
 
 def searched(backend: str, data_dir: Path, question: str, sessions: list[list[str]],
-             **settings: bool) -> list[Hit]:
+             **settings: bool | int) -> list[Hit]:
     """The message hits for ``question`` over one session per list of user turns."""
     with pg.open_engine(backend, data_dir, **settings) as m:
         for turns in sessions:

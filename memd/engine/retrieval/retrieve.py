@@ -31,6 +31,7 @@ from memd.engine.learning.extract import extract_entities
 from memd.engine.retrieval.agreement import agreed
 from memd.engine.retrieval.diverse import diverse
 from memd.engine.retrieval.head import ordered_head
+from memd.engine.retrieval.hops import SecondHop, hop_of, second_hop
 from memd.engine.retrieval.passages import closest
 from memd.engine.retrieval.rounds import SecondRound, rule_of, second_round
 from memd.engine.retrieval.score import Signals, score
@@ -101,6 +102,7 @@ class MessageRanking:
     agreement: bool = False
     head: bool = False
     diverse: bool = False
+    hop: SecondHop | None = None  # the hop by words (memd.engine.retrieval.hops)
 
     def ages(self, query: str, now: float) -> bool:
         """Whether a message's age counts in its score for ``query``."""
@@ -115,7 +117,8 @@ class MessageRanking:
                    time_cues=settings.search_time_cues, passages=settings.search_passages,
                    freshness=settings.search_message_freshness,
                    agreement=settings.search_keyword_agreement,
-                   head=settings.search_head_coverage, diverse=settings.search_diversity)
+                   head=settings.search_head_coverage, diverse=settings.search_diversity,
+                   hop=hop_of(settings.search_second_hop))
 
 
 @quick_init
@@ -302,6 +305,9 @@ def search(
         if ranking.second is not None:
             scored = second_round(store, embedder, user_id, query, qvec, scored, said,
                                   now, session_id, ranking.second)
+        if ranking.hop is not None:
+            scored = second_hop(store, embedder, user_id, query, qvec, scored, said, now,
+                                session_id, ranking.hop)
         cue = window(query, now) if ranking.time_cues else None
         if cue is not None:
             scored = boost(scored, cue, said)
