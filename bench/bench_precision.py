@@ -94,7 +94,7 @@ at for with from as is are was were be been has have had do does did not no that
 these those it its their they them he she his her i me my mine you your we our us who
 what which when where how
 prefers prefer preferred likes like liked wants want wanted asked asks said says
-mentioned told plans planned planning thinks believes uses using used would should could
+mentioned told plans planned planning decided thinks believes uses using used would should could
 will can may might also about there here than then so very just really assistant
 doesn don didn isn aren wasn won t s ve ll re d m""".split())
 _WE = frozenset({"we", "our", "ours", "us"})

@@ -44,6 +44,10 @@ def test_a_third_person_restatement_is_grounded() -> None:
     assert grounded("User loves visiting historic landmarks", "I love visiting historic landmarks")
     assert grounded("User usually goes 50/50", "I usually go 50/50")
     assert grounded("User's team uses Postgres", "We use Postgres")
+    # a decision is worded by the extractor's frame, its object by the user
+    assert grounded("User decided to go with The Avengers as the next movie",
+                    "Let's go with The Avengers as the next movie")
+    assert not grounded("User decided to go with Iron Man", "Let's go with The Avengers")
     assert grounded("User doesn't want to overwhelm themselves", "I don't want to overwhelm myself")
     assert grounded("User's name is Lirien", "I'm Lirien")
     assert not grounded("User's team uses Postgres", "I use Postgres")  # no "we" said
