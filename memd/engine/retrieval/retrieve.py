@@ -300,11 +300,12 @@ def search(
             store, user_id, query, qvec, said, now, message_k, session_id, embedder,
             pending.result() if pending is not None else None, ranking.passages,
         )
+        names = extract_entities(query)  # once: the rankings below all read them
         if ranking.agreement:
-            scored = agreed(scored, extract_entities(query))
+            scored = agreed(scored, names)
         if ranking.second is not None:
             scored = second_round(store, embedder, user_id, query, qvec, scored, said,
-                                  now, session_id, ranking.second)
+                                  now, session_id, ranking.second, names)
         if ranking.hop is not None:
             scored = second_hop(store, embedder, user_id, query, qvec, scored, said, now,
                                 session_id, ranking.hop)
@@ -312,7 +313,7 @@ def search(
         if cue is not None:
             scored = boost(scored, cue, said)
         if ranking.head:
-            scored = ordered_head(scored, query, extract_entities(query))
+            scored = ordered_head(scored, query, names)
         if ranking.diverse:
             scored = diverse(scored, embedder)
         for msg, total, parts in scored:

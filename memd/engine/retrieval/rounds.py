@@ -98,11 +98,12 @@ def _seeds(first: Scored, n: int) -> tuple[list[Message], int]:
 
 
 def _reached(store: MessageStore, user_id: str, query: str, seeds: Sequence[Message],
-             rule: SecondRound, session_id: str | None) -> dict[str, Message]:
-    """Messages that name what a seed names beyond the query, outside the seed's session,
-    and (``rule.kin``) those that name a kin of the query's vocabulary terms."""
+             rule: SecondRound, session_id: str | None, asked: set[str],
+             ) -> dict[str, Message]:
+    """Messages that name what a seed names beyond the query's entities ``asked``,
+    outside the seed's session, and (``rule.kin``) those that name a kin of the query's
+    vocabulary terms."""
     fetch = rule.fetch
-    asked = set(extract_entities(query))
     out: dict[str, Message] = {}
     kin = kin_terms(query) if rule.kin else []
     if kin:
@@ -122,10 +123,13 @@ def second_round(
     store: MessageStore, embedder: CachedEmbedder, user_id: str, query: str,
     qvec: np.ndarray, first: Scored, weights: Weights, now: float,
     session_id: str | None = None, rule: SecondRound = SecondRound(),
+    names: Sequence[str] | None = None,
 ) -> Scored:
-    """``first`` (best first) with the second round's messages merged in, best first."""
+    """``first`` (best first) with the second round's messages merged in, best first
+    (``names``: the query's entities, when the caller extracted them already)."""
     seeds, pinned = _seeds(first, max(rule.seeds, 1))  # the best user hit stays on top
-    reached = _reached(store, user_id, query, seeds[:rule.seeds], rule, session_id)
+    asked = set(extract_entities(query) if names is None else names)
+    reached = _reached(store, user_id, query, seeds[:rule.seeds], rule, session_id, asked)
     if not reached:
         return first
     known = {m.id for m, _, _ in first}
