@@ -119,6 +119,32 @@ def test_forced_thread_counts_agree(onnx_cache: Path, onnx: OnnxMiniLMEmbedder) 
         assert _cosines(got, ref).min() >= 0.99999
 
 
+def test_a_short_query_runs_on_one_thread_with_the_same_vector(
+    onnx_cache: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One short query runs on the int8 copy's one-thread session (two threads cost it
+    more than they save), a long one or a batch on the shared session; the vectors are
+    those of the int8 copy on two threads."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    emb = OnnxMiniLMEmbedder(cache_dir=onnx_cache)
+    two = OnnxMiniLMEmbedder(cache_dir=onnx_cache, threads=2)
+    short, long = TEXTS[0], LONG_PROSE
+    assert emb.embed_queries([short]).shape == (1, 384)
+    assert two.embed_queries([short]).shape == (1, 384)
+    assert emb._int8_narrow is not None and two._int8_narrow is None
+    used: list[object] = []
+    for session in (emb._int8_narrow, emb._int8_session):
+        run = session.run
+        monkeypatch.setattr(session, "run", lambda *a, _run=run, _s=session: (
+            used.append(_s), _run(*a))[1], raising=False)
+    for texts in ([short], [long], [short, long]):
+        used.clear()
+        got = emb.embed_queries(texts)
+        assert np.allclose(got, two.embed_queries(texts), atol=1e-6)
+        narrow = texts == [short]
+        assert used == [emb._int8_narrow if narrow else emb._int8_session]  # one call
+
+
 def test_batches_keep_to_the_token_budget(onnx_cache: Path, onnx: OnnxMiniLMEmbedder,
                                          torch_vectors: np.ndarray) -> None:
     """Long texts go a few to a call, short ones many: no call pads more than the budget

@@ -36,7 +36,11 @@ Design:
 * **Threads.** Sessions run ``min(2, cpu_count)`` intra-op threads that sleep instead
   of spinning between kernels: two threads are faster than one at every batch size on an
   idle machine, and as fast with the other core busy, where spinning threads (the
-  default) fight the other work for the core. ``threads`` overrides the count.
+  default) fight the other work for the core. ``threads`` overrides the count. The
+  exception is one short text (a chat's query, up to ``NARROW_TOKENS`` word pieces): its
+  matrices are too small to split, and handing each kernel to a second thread costs
+  more than it saves, so it runs on a one-thread session of the int8 copy (unless
+  ``threads`` is given).
 * **Queries on an int8 copy.** A query is embedded on the chat path, so it runs on a
   dynamically quantized copy of the same graph (int8 weights, per channel;
   ``<key>.q8.onnx`` beside the export), about twice as fast. The copy's query vectors stay
@@ -88,6 +92,7 @@ log = logging.getLogger("memd.embedder")
 _MAX_THREADS = 2
 # Padded tokens (texts x the widest text) per model call: see the module docstring.
 TOKEN_BUDGET = 1024
+NARROW_TOKENS = 64  # a text this short runs faster on one thread (see Threads above)
 QUERY_PRECISIONS = ("int8", "float32")
 # The int8 query model is used only if its vectors stay this close to the float model's
 # on the probe texts below (a query's ranking barely moves this close).
@@ -147,6 +152,7 @@ class OnnxMiniLMEmbedder:
         self._tokenizer: Any = None
         self._session: Any = None
         self._int8_session: Any = None
+        self._int8_narrow: Any = None  # the int8 copy on one thread, for short queries
         self._int8_tried = False
         self._lock = threading.Lock()
 
@@ -240,6 +246,8 @@ class OnnxMiniLMEmbedder:
                         quantized = open_session(path, self._threads())
                     if self._agrees(spec, quantized):
                         self._int8_session, self.query_path = quantized, path
+                        if self.threads is None and self._threads() > 1:
+                            self._int8_narrow = open_session(path, 1)
                     else:
                         log.warning("the int8 model %s strays from the float model; "
                                     "the float model is used instead", path)
@@ -273,9 +281,13 @@ class OnnxMiniLMEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         session = self._query_model()
-        return self._run(self._load(), session, texts)
+        narrow = self._int8_narrow if session is self._int8_session else None
+        return self._run(self._load(), session, texts, narrow)
 
-    def _run(self, spec: ModelSpec, session: Any, texts: Sequence[str]) -> np.ndarray:
+    def _run(self, spec: ModelSpec, session: Any, texts: Sequence[str],
+             narrow: Any = None) -> np.ndarray:
+        """Vectors of ``texts`` on ``session``; ``narrow``, a one-thread session of the
+        same model, runs a call of one text of at most ``NARROW_TOKENS`` word pieces."""
         prepared = [str(t).strip() for t in texts]
         if spec.do_lower_case:
             prepared = [t.lower() for t in prepared]
@@ -300,9 +312,11 @@ class OnnxMiniLMEmbedder:
                 mask[row, :len(enc_ids)] = 1
             arrays = {"input_ids": ids, "attention_mask": mask,
                       "token_type_ids": np.zeros_like(ids)}
-            feed = {i.name: arrays[i.name] for i in session.get_inputs()}
+            runs = narrow if narrow is not None and ids.shape == (1, width) \
+                and width <= NARROW_TOKENS else session
+            feed = {i.name: arrays[i.name] for i in runs.get_inputs()}
             try:
-                pooled = session.run(None, feed)[0]
+                pooled = runs.run(None, feed)[0]
             except ort_errors() as exc:
                 raise ModelError(f"onnxruntime failed on {self.onnx_path} ({exc})") from exc
             out[chunk] = unit_rows(pooled)
