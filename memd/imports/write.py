@@ -34,7 +34,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memd.engine.background.jobs import embedded_texts
+from memd.engine.background.jobs import embedded_texts, message_texts
 from memd.engine.conversation.sessions import MAX_MESSAGES_PER_CALL
 from memd.engine.conversation.side import side_reason
 from memd.imports.model import Conversation, Turn
@@ -232,7 +232,8 @@ def _import_batch(engine: Memd, clock: FollowClock, user_id: str, batch: list[Co
             stored.extend(messages)
             times.update(at)
     if run_jobs and stored:  # every text the jobs will embed, in one call
-        texts, extra = embedded_texts(stored)
+        texts, extra = ((message_texts(stored), []) if passages_later
+                        else embedded_texts(stored))
         memories = engine.jobs.queued_memory_texts(user_id)  # what extraction found
         engine.embedder.embed(texts + memories + ([] if passages_later else extra))
         for when in sorted(times, key=lambda t: (t is None, t or 0.0)):

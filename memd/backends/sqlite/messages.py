@@ -168,25 +168,31 @@ class SQLiteMessages(SharedMessages):
         return [(by_id[mid], s) for mid, s in pairs if mid in by_id]
 
     def set_message_embeddings(self, user_id: str, items: Sequence[tuple[str, Vector]]) -> None:
+        latest = dict(items)  # a message given twice keeps its last vector
+        ids = list(latest)
         with self.transaction():
-            for message_id, vector in items:
-                rows = self._rows(
-                    "SELECT session_id FROM messages WHERE user_id = ? AND message_id = ? "
-                    "AND is_pruned = 0",
-                    (user_id, message_id),
-                )
-                if not rows:
-                    continue
-                self._write("DELETE FROM message_vec WHERE message_id = ?", (message_id,))
-                self._write(
-                    "INSERT INTO message_vec (message_id, user_id, embedding, session_id) "
-                    "VALUES (?, ?, ?, ?)",
-                    (message_id, user_id, blob(vector), rows[0][0]),
-                )
-                self._write(
-                    "UPDATE messages SET has_embedding = 1 WHERE message_id = ?", (message_id,)
-                )
-                self._vectors.put_message_vector(user_id, message_id, vector, rows[0][0])
+            sessions: dict[str, str] = {}
+            for i in range(0, len(ids), 500):  # the messages still there, in one look-up
+                chunk = ids[i : i + 500]
+                sessions.update(self._rows(
+                    f"SELECT message_id, session_id FROM messages WHERE message_id IN "
+                    f"({marks('?', len(chunk))}) AND +user_id = ? AND is_pruned = 0",
+                    (*chunk, user_id),
+                ))
+            kept = [mid for mid in ids if mid in sessions]
+            if not kept:
+                return
+            self._write_many("DELETE FROM message_vec WHERE message_id = ?",
+                             [(mid,) for mid in kept])
+            self._write_many(
+                "INSERT INTO message_vec (message_id, user_id, embedding, session_id) "
+                "VALUES (?, ?, ?, ?)",
+                [(mid, user_id, blob(latest[mid]), sessions[mid]) for mid in kept],
+            )
+            self._write_many("UPDATE messages SET has_embedding = 1 WHERE message_id = ?",
+                             [(mid,) for mid in kept])
+            for mid in kept:
+                self._vectors.put_message_vector(user_id, mid, latest[mid], sessions[mid])
 
     def delete_inactive_messages(self, user_id: str, before: float) -> tuple[int, int]:
         with self.transaction():

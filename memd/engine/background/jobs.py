@@ -117,7 +117,13 @@ def embedded_texts(messages: Sequence[Message]) -> tuple[list[str], list[str]]:
     (memd.engine.retrieval.passages). A bulk writer embeds these first, in one call, and the job
     then finds them all in the cache."""
     kept = [m for m in messages if m.safe_text]
-    return [excerpt(m.safe_text or "", EMBED_CHARS) for m in kept], passage_texts(kept)
+    return message_texts(kept), passage_texts(kept)
+
+
+def message_texts(messages: Sequence[Message]) -> list[str]:
+    """The first half of :func:`embedded_texts`, without the passages: what a writer
+    that leaves them for later (``passages_later``) embeds first."""
+    return [excerpt(m.safe_text or "", EMBED_CHARS) for m in messages if m.safe_text]
 
 
 def passage_texts(messages: Sequence[Message]) -> list[str]:
@@ -305,13 +311,13 @@ class JobRunner:
         msgs = [m for m in (store.get_message(job.user_id, i) for i in job.payload["ids"])
                 if m is not None and m.safe_text]
         if msgs:
-            texts, extra = embedded_texts(msgs)
-            vecs = self.embedder.embed(texts)
+            vecs = self.embedder.embed(message_texts(msgs))
             later: list[str] | None = getattr(self._deferred, "ids", None)
+            users = [m for m in msgs if m.role == "user"]
             if later is None:
-                self.embedder.embed(extra)
-            elif extra:
-                later.extend(m.id for m in msgs if m.role == "user")
+                self.embedder.embed(passage_texts(users))
+            elif any(passages(m.safe_text or "") for m in users):  # no more than asked
+                later.extend(m.id for m in users)
             store.set_message_embeddings(job.user_id, list(zip([m.id for m in msgs], vecs,
                                                                strict=True)))
 
