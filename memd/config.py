@@ -159,14 +159,14 @@ class Settings:
     # and a question that names a time ("two weeks ago", "last month", "most recently",
     # "before March 3") raises the messages dated then (memd.engine.retrieval.timecues)
     search_time_cues: bool = True
-    # and a user message is as close to the question as its closest passage (.passages)
-    search_passages: bool = True
+    search_passages: bool = True  # a user message is as close as its closest passage
     # when a message's age counts in search: "auto" only for a question about what is
     # recent or current (memd.engine.retrieval.timecues.asks_recent), "always", "never"
     search_message_freshness: str = "auto"
     search_keyword_agreement: bool = True  # memd.engine.retrieval.agreement
     search_head_coverage: bool = True  # memd.engine.retrieval.head
     search_diversity: bool = False  # memd.engine.retrieval.diverse (off: LongMemEval)
+    search_repeats_last: bool = True  # memd.engine.retrieval.repeats
     # messages of recent session histories kept in the process between compiles, checked
     # against each session's history state (memd.engine.conversation.history); 0 turns it off
     history_cache_messages: int = 50_000

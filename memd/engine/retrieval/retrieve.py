@@ -33,6 +33,7 @@ from memd.engine.retrieval.diverse import diverse
 from memd.engine.retrieval.head import ordered_head
 from memd.engine.retrieval.hops import SecondHop, hop_of, second_hop
 from memd.engine.retrieval.passages import closest
+from memd.engine.retrieval.repeats import once
 from memd.engine.retrieval.rounds import SecondRound, rule_of, second_round
 from memd.engine.retrieval.score import Signals, score
 from memd.engine.retrieval.timecues import asks_recent, boost, window
@@ -93,7 +94,8 @@ class MessageRanking:
     message's meaning backs it (:mod:`memd.engine.retrieval.agreement`), and whether the
     first messages are ordered by how much of the question a keyword match covers
     (:mod:`memd.engine.retrieval.head`) and do not all say the same thing
-    (:mod:`memd.engine.retrieval.diverse`)."""
+    (:mod:`memd.engine.retrieval.diverse`), and whether a message that repeats a
+    better-ranked one word for word goes to the end (:mod:`memd.engine.retrieval.repeats`)."""
 
     second: SecondRound | None = None
     time_cues: bool = False
@@ -103,6 +105,7 @@ class MessageRanking:
     head: bool = False
     diverse: bool = False
     hop: SecondHop | None = None  # the hop by words (memd.engine.retrieval.hops)
+    once: bool = False
 
     def ages(self, query: str, now: float) -> bool:
         """Whether a message's age counts in its score for ``query``."""
@@ -118,7 +121,7 @@ class MessageRanking:
                    freshness=settings.search_message_freshness,
                    agreement=settings.search_keyword_agreement,
                    head=settings.search_head_coverage, diverse=settings.search_diversity,
-                   hop=hop_of(settings.search_second_hop))
+                   hop=hop_of(settings.search_second_hop), once=settings.search_repeats_last)
 
 
 @quick_init
@@ -316,6 +319,8 @@ def search(
             scored = ordered_head(scored, query, names)
         if ranking.diverse:
             scored = diverse(scored, embedder)
+        if ranking.once:
+            scored = once(scored)
         for msg, total, parts in scored:
             hits.append(Hit(
                 kind="message", id=msg.id, text=msg.safe_text or "", score=total,
