@@ -203,11 +203,14 @@ def corrupt(good: bytes, how: str) -> bytes:
         return "".join(lines[:-1]).encode()
     if how == "cut":
         return good[: len(good) // 2]
+    if how == "cut in a character":  # a file cut inside a multi-byte character
+        at = good.index("é".encode()) + 1
+        return good[:at]
     raise AssertionError(how)
 
 
 @pytest.mark.parametrize("how", ["not json", "format", "version", "checksum", "no trailer",
-                                 "cut"])
+                                 "cut", "cut in a character"])
 def test_bad_files_are_refused_before_writing(how: str, source_dir: Path,
                                               tmp_path: Path) -> None:
     good = export(tmp_path, "good.jsonl", "--data-dir", str(source_dir))
@@ -218,6 +221,7 @@ def test_bad_files_are_refused_before_writing(how: str, source_dir: Path,
     assert any(line.startswith("error: ") for line in res.stderr.splitlines())  # its own line
     assert "nothing was imported" in res.stderr
     assert {"checksum": "checksum", "cut": "truncated", "no trailer": "truncated",
+            "cut in a character": "truncated",
             "version": "version 99", "format": "not a memd export",
             "not json": "not JSON"}[how] in res.stderr
     assert not (tmp_path / "copy").exists()  # not even an empty store

@@ -146,7 +146,9 @@ def _lines(path: Path) -> Iterator[tuple[int, Any]]:
                 except ValueError as exc:
                     raise _bad(path, n, f"not JSON ({exc})") from exc
     except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{path} is not UTF-8 text: {exc}") from exc
+        why = ("ends in the middle of a character (truncated?)"
+               if exc.reason == "unexpected end of data" else f"is not UTF-8 text: {exc}")
+        raise InvalidInput(f"{path} {why}; nothing was imported") from exc
     except OSError as exc:
         raise InvalidInput(f"cannot read {path}: {exc}") from exc
 
