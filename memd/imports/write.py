@@ -235,7 +235,7 @@ def _import_batch(engine: Memd, clock: FollowClock, user_id: str, batch: list[Co
         texts, extra = ((message_texts(stored), []) if passages_later
                         else embedded_texts(stored))
         memories = engine.jobs.queued_memory_texts(user_id)  # what extraction found
-        engine.embedder.embed(texts + memories + ([] if passages_later else extra))
+        engine.embedder.embed(texts + memories + extra)
         for when in sorted(times, key=lambda t: (t is None, t or 0.0)):
             with clock.at(when):
                 while engine.jobs.run_due():

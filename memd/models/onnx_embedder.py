@@ -312,8 +312,8 @@ class OnnxMiniLMEmbedder:
                 mask[row, :len(enc_ids)] = 1
             arrays = {"input_ids": ids, "attention_mask": mask,
                       "token_type_ids": np.zeros_like(ids)}
-            runs = narrow if narrow is not None and ids.shape == (1, width) \
-                and width <= NARROW_TOKENS else session
+            runs = (narrow if narrow is not None and len(chunk) == 1
+                    and width <= NARROW_TOKENS else session)
             feed = {i.name: arrays[i.name] for i in runs.get_inputs()}
             try:
                 pooled = runs.run(None, feed)[0]

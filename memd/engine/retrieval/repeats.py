@@ -56,7 +56,7 @@ def once(scored: Sequence[tuple[Message, float, dict[str, float]]]) -> Scored:
         first.append(item)
         if text:
             said.add(text)
-    if not again or not first:
+    if not again:  # else ``first`` holds the best user message at least
         return list(scored)
     out = first
     at = first[-1][1]

@@ -308,7 +308,7 @@ def search(
             scored = agreed(scored, names)
         if ranking.second is not None:
             scored = second_round(store, embedder, user_id, query, qvec, scored, said,
-                                  now, session_id, ranking.second, names)
+                                  now, session_id, ranking.second, names=names)
         if ranking.hop is not None:
             scored = second_hop(store, embedder, user_id, query, qvec, scored, said, now,
                                 session_id, ranking.hop)

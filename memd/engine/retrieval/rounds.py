@@ -122,14 +122,14 @@ def _reached(store: MessageStore, user_id: str, query: str, seeds: Sequence[Mess
 def second_round(
     store: MessageStore, embedder: CachedEmbedder, user_id: str, query: str,
     qvec: np.ndarray, first: Scored, weights: Weights, now: float,
-    session_id: str | None = None, rule: SecondRound = SecondRound(),
-    names: Sequence[str] | None = None,
+    session_id: str | None = None, rule: SecondRound = SecondRound(), *,
+    names: Sequence[str],
 ) -> Scored:
     """``first`` (best first) with the second round's messages merged in, best first
-    (``names``: the query's entities, when the caller extracted them already)."""
+    (``names``: the query's entities, which the caller has extracted)."""
     seeds, pinned = _seeds(first, max(rule.seeds, 1))  # the best user hit stays on top
-    asked = set(extract_entities(query) if names is None else names)
-    reached = _reached(store, user_id, query, seeds[:rule.seeds], rule, session_id, asked)
+    reached = _reached(store, user_id, query, seeds[:rule.seeds], rule, session_id,
+                       set(names))
     if not reached:
         return first
     known = {m.id for m, _, _ in first}
