@@ -9,6 +9,7 @@ starts inherit this environment.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,3 +62,22 @@ def client(engine: Memd) -> Iterator[TestClient]:
     """The daemon's app over ``engine``, in-process, without the job worker."""
     with TestClient(create_app(engine, run_jobs=False), base_url="http://127.0.0.1") as c:
         yield c
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: `-p no:xdist` runs without it
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """The suite runs on ``-n auto`` workers (pyproject's addopts): one per CPU this
+    process may use, at most four (each worker starts its own PostgreSQL and models)."""
+    usable = getattr(os, "sched_getaffinity", None)
+    cpus = len(usable(0)) if usable is not None else os.cpu_count() or 1
+    return max(1, min(4, cpus))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give each schemathesis case its own node id: the plugin names its items by the
+    API operation (``test_api[GET /health]``) but leaves them the test function's node
+    id, and pytest-xdist, which tells items apart by node id, would run only one."""
+    for item in items:
+        if item.name.endswith("]") and not item.nodeid.endswith("]"):
+            operation = item.name.partition("[")[2].removesuffix("]")
+            item._id = item._id.with_params(operation)  # pytest's NodeId of the item

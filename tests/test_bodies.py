@@ -107,6 +107,10 @@ BAD_RESPONSES: list[tuple[dict[str, Any], str]] = [
     ({"input": ["x"]}, "'input' items must be objects"),
     ({"input": [{"role": "user", "content": ["x"]}]}, r"input\[0\].content parts"),
     ({"input": [{"role": "system", "content": "x"}]}, "needs an item that is not"),
+    ({"input": [{"role": "user", "content": None}]}, r"input\[0\] is a user message"),
+    # refused also when memd would forward it untouched (an answer it never saw)
+    ({"input": [{"role": "user", "content": "x"}, {"type": "function_call_output"}],
+      "previous_response_id": "resp_1"}, r"input\[1\] is a function_call_output: its 'call_id'"),
     ({"input": "x", "previous_response_id": 4}, "'previous_response_id' must be a string"),
     ({"input": "x", "max_output_tokens": 1.5}, "max_output_tokens must be"),
 ]

@@ -21,7 +21,7 @@ from memd.engine.formats import ollama as o
 from memd.engine.formats import responses as r
 from memd.errors import InvalidInput
 from memd.server.ollama_schema import check_chat
-from memd.server.schemas import INSTRUCTION_ROLES
+from memd.server.schemas import INSTRUCTION_ROLES, SAYING_ROLES
 
 #: What a door's ``put_back`` is given: the engine's messages aligned with the
 #: conversation it was handed (None where one was left out).
@@ -186,6 +186,14 @@ def responses_body(raw: dict[str, Any]) -> ResponsesBody:
             content = item.get("content")
             if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
                 raise InvalidInput(f"input[{i}].content parts must be objects")
+            if item.get("role") in SAYING_ROLES and not isinstance(content, str | list):
+                raise InvalidInput(f"input[{i}] is a {item['role']} message: its 'content' "
+                                   "must be a string or a list of parts")
+            kind = item.get("type")
+            if isinstance(kind, str) and kind.endswith("_output") \
+                    and not isinstance(item.get("call_id"), str):
+                raise InvalidInput(f"input[{i}] is a {kind}: its 'call_id' must be the "
+                                   "string id of the call it answers")
         if all(i.get("role") in INSTRUCTION_ROLES for i in items):
             raise InvalidInput("'input' needs an item that is not a system or developer "
                                "message")

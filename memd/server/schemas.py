@@ -346,12 +346,14 @@ MESSAGES_REQUEST: dict[str, Any] = {
 #: The roles of an input item that instruct the model rather than speak in the
 #: conversation: a request needs an item of another kind.
 INSTRUCTION_ROLES = ("system", "developer")
+#: The roles of an input item that must say something (its ``content``).
+SAYING_ROLES = ("user", *INSTRUCTION_ROLES)
 
 # An input item as memd reads it: a message item says something, its parts objects; an
 # item that answers a tool call names it.
 _RESPONSES_ITEM: dict[str, Any] = {"type": "object", "allOf": [
     {"anyOf": [{"not": {"required": ["role"], "properties": {
-                   "role": {"enum": ["user", "system", "developer"]}}}},
+                   "role": {"enum": list(SAYING_ROLES)}}}},
                {"required": ["content"],
                 "properties": {"content": {"type": ["string", "array"]}}}]},
     {"properties": {"content": {"anyOf": [{"not": {"type": "array"}},
