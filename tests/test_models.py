@@ -55,6 +55,8 @@ def test_exact_count_for_cl100k_models() -> None:
     assert counter_for("gpt-4").name == "cl100k"
     assert count_text("hello world", "gpt-4") == 2
     assert count_text("", "gpt-4") == 0
+    # a special token's text in a message is counted as the text it is, not as one token
+    assert count_text("<|endoftext|>", "gpt-4") == 7
 
 
 def test_estimate_for_other_models_is_larger() -> None:

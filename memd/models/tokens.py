@@ -77,7 +77,9 @@ class TiktokenCounter:
         return self.scale(self.units(text)) if text else 0
 
     def units(self, text: str) -> int:
-        return len(self._enc.encode(text, disallowed_special=())) if text else 0
+        # encode_ordinary: what encode gives with no special token allowed (their text is
+        # counted as text), without first scanning the text for them
+        return len(self._enc.encode_ordinary(text)) if text else 0
 
     def scale(self, units: int) -> int:
         return units if self.margin == 1.0 else math.ceil(units * self.margin)
