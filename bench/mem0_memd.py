@@ -35,11 +35,11 @@ class MemdWorker:
 
         import memd
 
-        # Queries on the exact model, as mem0's: the same vectors on both sides (memd's
-        # int8 query model would only make its side faster).
+        # Queries on the daemon's default (the int8 copy) or, with --memd-queries
+        # float32, on the exact model as mem0's: the same query vectors on both sides.
         self.engine = memd.open(Path(req["dir"]), embedder=req["embedder"], clock=self.clock,
                                 max_text_chars=req["max_text_chars"],
-                                query_precision="float32")
+                                query_precision=req["query_precision"])
         self.engine.embedder.inner.embed(["load the model"])  # mem0 loads at construction
         gc.collect()
         gc.freeze()  # as `memd serve` does after start-up
@@ -94,8 +94,11 @@ class MemdWorker:
         return {"results": out}
 
     def embed(self, req: dict[str, Any]) -> dict[str, Any]:
-        # embed_query: the very vectors search used (from memd's query LRU when searched)
-        return {"vectors": [self.engine.embedder.embed_query(t).tolist() for t in req["texts"]]}
+        # vectors: the exact model's (the weights mem0 has too); queries: the very
+        # vectors search used (from memd's query LRU when searched)
+        embedder = self.engine.embedder
+        return {"vectors": embedder.inner.embed(req["texts"]).tolist(),
+                "queries": [embedder.embed_query(t).tolist() for t in req["texts"]]}
 
     def stats(self, req: dict[str, Any]) -> dict[str, Any]:
         import resource

@@ -19,7 +19,8 @@ def test_memd_worker_imports_histories_and_maps_hits_to_turns(tmp_path: Path) ->
              Item("q-2", "s-a", 0, "Another user's turn about a cat named Miso.", T0)]
     assert [len(h) for h in by_user([items[:3], items[3:4], items[4:]])] == [2, 1]
     worker = MemdWorker()
-    worker.setup({"dir": str(tmp_path), "embedder": "fake", "max_text_chars": 100_000})
+    worker.setup({"dir": str(tmp_path), "embedder": "fake", "max_text_chars": 100_000,
+                  "query_precision": "int8"})
     try:
         reply = worker.add({"items": [it.wire() for it in items]})
         assert len(reply["ms"]) == len(items) and all(ms > 0 for ms in reply["ms"])
@@ -29,5 +30,10 @@ def test_memd_worker_imports_histories_and_maps_hits_to_turns(tmp_path: Path) ->
         ranked = found["results"][0]["ranked"]
         assert sorted(map(tuple, ranked)) == [("s-a", 0), ("s-a", 2), ("s-b", 0)]
         assert ranked[0] == ["s-a", 0]  # the fake embedder still ranks shared words first
+        # the stored texts' model and the search's query vectors, one of each per text
+        vectors = worker.embed({"texts": ["cat named Miso", "the cello"]})
+        assert len(vectors["vectors"]) == len(vectors["queries"]) == 2
+        assert vectors["queries"][0] == worker.engine.embedder.embed_query(
+            "cat named Miso").tolist()
     finally:
         worker.engine.close()
