@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -77,6 +78,13 @@ def only_asks(text: str) -> bool:
         for p in sentences)
 
 
+@lru_cache(maxsize=512)
+def _passages_of(text: str) -> tuple[str, ...]:
+    """:func:`passages`, kept for the texts search meets again: a user's messages that
+    rank near the top come back search after search."""
+    return tuple(passages(text))
+
+
 @dataclass(frozen=True, slots=True)
 class Closest:
     """A message's passage closest to a query, and its cosine (-1.0 and "" when the
@@ -93,7 +101,7 @@ def closest(embedder: CachedEmbedder, texts: Sequence[str], qvec: np.ndarray
             ) -> list[Closest]:
     """For each of ``texts``, its passage closest to the query vector ``qvec``, from the
     vectors the embedding job cached (one cache read for all; never the model)."""
-    split = [passages(t) for t in texts]
+    split = [_passages_of(t) for t in texts]
     flat = [p for ps in split for p in ps]
     vecs = iter(embedder.cached(flat))
     out = []

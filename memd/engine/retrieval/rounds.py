@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -97,6 +97,12 @@ def _seeds(first: Scored, n: int) -> tuple[list[Message], int]:
     return [first[i][0] for i in at], (at[-1] + 1 if at else 0)
 
 
+@lru_cache(maxsize=512)
+def _entities_of(text: str) -> tuple[str, ...]:
+    """A seed's entities, kept: a user's best messages are seeds search after search."""
+    return extract_entities(text)
+
+
 def _reached(store: MessageStore, user_id: str, query: str, seeds: Sequence[Message],
              rule: SecondRound, session_id: str | None, asked: set[str],
              ) -> dict[str, Message]:
@@ -110,7 +116,7 @@ def _reached(store: MessageStore, user_id: str, query: str, seeds: Sequence[Mess
         for msg, _ in store.keyword_messages(user_id, " ".join(kin), fetch, session_id):
             out.setdefault(msg.id, msg)
     for seed in seeds:
-        named = sorted(set(extract_entities(seed.safe_text or "")) - asked)
+        named = sorted(set(_entities_of(seed.safe_text or "")) - asked)
         if not named:
             continue
         for msg, _ in store.keyword_messages(user_id, " ".join(named), fetch, session_id):
