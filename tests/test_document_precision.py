@@ -93,6 +93,23 @@ def test_the_mixed_copy_keeps_layer_0_in_float_and_embeds_stored_texts(
     assert docs.query_path is not None and docs.query_path.name.endswith(".q8.onnx")
 
 
+def test_the_float_model_is_dropped_once_both_roles_run_on_checked_copies(
+    exact: OnnxMiniLMEmbedder, int8: OnnxMiniLMEmbedder,
+) -> None:
+    both = OnnxMiniLMEmbedder(document_precision="int8-mixed")
+    stored = both.embed([TABS, HOST])
+    assert both._session is not None  # the query copy is not checked yet
+    query = both.embed_queries([TABS])
+    assert both._session is None
+    assert np.allclose(both.embed([TABS, HOST]), stored, atol=1e-6)
+    assert np.allclose(both.embed_queries([TABS]), query, atol=1e-6)
+    assert np.allclose(query, int8.embed_queries([TABS]), atol=1e-5)
+    floats = OnnxMiniLMEmbedder(document_precision="float32")
+    floats.embed_queries([TABS])
+    assert np.allclose(floats.embed([TABS]), exact.embed([TABS]), atol=1e-6)
+    assert floats._session is not None
+
+
 def test_the_store_holds_int8_vectors_and_finds_them_with_float_queries(
     backend: str, tmp_path: Path, exact: OnnxMiniLMEmbedder, int8: OnnxMiniLMEmbedder,
 ) -> None:

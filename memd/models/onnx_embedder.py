@@ -61,7 +61,9 @@ Design:
   the export, and checked against the float model on probe texts before use; one that
   cannot be made, or strays, leaves the float model in its place.
 * **Memory.** onnxruntime's CPU arena is off: it would keep the peak of the largest
-  batch for the life of the daemon, and plain malloc/free is as fast.
+  batch for the life of the daemon, and plain malloc/free is as fast. Once queries and
+  stored texts both run on copies that passed their check, the float session, which
+  served only the checks, is dropped.
 
 This module holds the runtime embedder; the graph (``memd.models.onnx_graph``) and the
 int8 copies are written by ``memd.models.onnx_export``, and the model directory is read in
@@ -274,6 +276,9 @@ class OnnxMiniLMEmbedder:
                     log.warning("no %s model (%s); the float model is used instead",
                                 precision, exc)
             self._quantized[precision] = session
+            if all(self._quantized.get(p) is not None
+                   for p in (self.query_precision, self.document_precision)):
+                self._session = None  # it served only the checks: free its ~70 MB
             return session
 
     def _agrees(self, spec: ModelSpec, quantized: Any, min_cosine: float) -> bool:
