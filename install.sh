@@ -120,16 +120,17 @@ from memd.models.llama_helper import LlamaHelper
 LlamaHelper(n_ctx=256).complete([{"role": "user", "content": "Hi"}], max_tokens=1)
 '
     fi
-    # The daemon embeds with ONNX Runtime; write the graph and its int8 copy into the
+    # The daemon embeds with ONNX Runtime; write the graph and its int8 copies into the
     # venv now (a few seconds, once) so that no daemon start pays for them.
     step "writing MiniLM's ONNX files into $venv/share/memd/onnx (once)"
     "$py" -m memd.models.onnx_export >>"$log" 2>&1 || { tail -n 30 "$log" >&2; exit 1; }
     "$py" -c '
 from memd.models.onnx_embedder import OnnxMiniLMEmbedder
 from memd.models.onnx_model import installed_dir
-e = OnnxMiniLMEmbedder()
-assert e.embed_queries(["warm-up"]).shape == (1, 384)
+e = OnnxMiniLMEmbedder(document_precision="int8-mixed")
+assert e.embed_queries(["warm-up"]).shape == e.embed(["warm-up"]).shape == (1, 384)
 assert e.onnx_path.parent == installed_dir() == e.query_path.parent, e.onnx_path
+assert e.copy_paths["int8-mixed"].parent == installed_dir(), e.copy_paths
 '
 else
     step "checking that the tiktoken BPE is available offline"

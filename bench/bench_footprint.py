@@ -12,7 +12,8 @@ makes it about a minute once the wheels are cached). Its size counts every file 
 starts from it on a free loopback port with a new data dir and an empty
 ``XDG_CACHE_HOME``; the figures are the time to ``/health`` (``start_s``), the first
 ``POST /v1/memories`` (``first_request_s``: the first embedding, which loads the float
-model) and the first ``POST /v1/search`` (``first_search_s``: loads the int8 query model),
+model and the stored texts' int8 copy) and the first ``POST /v1/search``
+(``first_search_s``: loads the int8 query model; the float one is dropped after it),
 then the daemon's RSS (VmRSS of it and its children, from ``/proc``), and what it wrote
 into ``$XDG_CACHE_HOME/memd`` (nothing: the ONNX files come from the venv). Medians over
 the runs; the targets are in ``TARGETS``.

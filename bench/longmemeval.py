@@ -463,8 +463,9 @@ def make_embedder(name: str) -> Embedder:
 
 def document_precision() -> str:
     """The stored texts' model for the benchmarks (``MEMD_DOCUMENT_PRECISION``, as the
-    daemon's setting), the exact one unless it is set: the shared ``--cache`` holds the
-    exact model's vectors, so an int8 run needs a cache of its own."""
+    daemon's setting), the exact one unless it is set (the daemon's default is
+    ``int8-mixed``): the shared ``--cache`` holds the exact model's vectors, so a run on
+    a quantized copy needs a cache of its own."""
     return os.environ.get("MEMD_DOCUMENT_PRECISION", "float32")
 
 

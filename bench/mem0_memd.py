@@ -28,6 +28,7 @@ class MemdWorker:
         self.clock = SimClock()
         self.engine: Any = None
         self.turns: dict[str, tuple[str, int]] = {}  # message id: haystack session, turn
+        self._exact_model: Any = None
 
     def setup(self, req: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -97,8 +98,21 @@ class MemdWorker:
         # vectors: the exact model's (the weights mem0 has too); queries: the very
         # vectors search used (from memd's query LRU when searched)
         embedder = self.engine.embedder
-        return {"vectors": embedder.inner.embed(req["texts"]).tolist(),
+        return {"vectors": self._exact().embed(req["texts"]).tolist(),
                 "queries": [embedder.embed_query(t).tolist() for t in req["texts"]]}
+
+    def _exact(self) -> Any:
+        """The exact model: the engine's own when it stores texts on it, else one loaded
+        for the check alone (memd's stored texts run on a quantized copy by default)."""
+        inner = self.engine.embedder.inner
+        if getattr(inner, "document_precision", "float32") == "float32":
+            return inner
+        if self._exact_model is None:
+            from memd.models.onnx_embedder import OnnxMiniLMEmbedder
+
+            self._exact_model = OnnxMiniLMEmbedder(inner.model_path, cache_dir=inner.cache_dir,
+                                                   document_precision="float32")
+        return self._exact_model
 
     def stats(self, req: dict[str, Any]) -> dict[str, Any]:
         import resource

@@ -54,7 +54,7 @@ VIRTUALIZE_MODES = ("auto", "on", "off")  # see memd.engine.virtual
 # The settings that take one of a few words, and those words.
 CHOICES: dict[str, tuple[str, ...]] = {
     "memory_placement": MEMORY_PLACEMENTS, "query_precision": QUERY_PRECISIONS,
-    "document_precision": QUERY_PRECISIONS, "sanitize": SANITIZE_MODES,
+    "document_precision": ("int8-mixed", *QUERY_PRECISIONS), "sanitize": SANITIZE_MODES,
     "encryption": ENCRYPTION_MODES, "erase_usage": ERASE_USAGE_MODES,
     "virtualize": VIRTUALIZE_MODES,
     "search_message_freshness": FRESHNESS_MODES,
@@ -81,7 +81,7 @@ class Settings:
     # search queries (on the chat path) run on an int8 copy of the model, about twice as
     # fast with the same retrieval quality; "float32" runs them on the exact model
     query_precision: str = "int8"
-    document_precision: str = "float32"  # stored texts: "int8" embeds them on that copy
+    document_precision: str = "int8-mixed"  # stored texts: int8, layer 0 in float
     default_user: str = "local"
     # write path: memories, facts and search queries are at most max_text_chars; a stored
     # chat message (a tool result, a whole file) may be up to max_message_chars

@@ -176,6 +176,8 @@ def test_a_running_daemon_is_ok_and_holds_its_own_port(hermetic_env: Path,
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
+        assert proc.stderr is not None
+        proc.stderr.close()
     assert line(result, "daemon") == (
         f"ok    daemon: pid {proc.pid} answers at http://127.0.0.1:{port} (memd "
         f"{memd.__version__}, store SQLiteStore, embedder fake-hash, pending jobs 0)")

@@ -1,7 +1,8 @@
-"""Stored texts on the int8 copy of MiniLM (``document_precision = "int8"``) while
-queries keep their own model: the store holds the int8 vectors, the search query is
-embedded on the query model, a store whose older vectors came from the float model keeps
-finding them, and the setting is validated. Real MiniLM on onnxruntime, both backends."""
+"""Stored texts on an int8 copy of MiniLM (``document_precision = "int8"``, every MatMul
+int8, or ``"int8-mixed"``, layer 0 left in float) while queries keep their own model:
+the store holds the copy's vectors, the search query is embedded on the query model, a
+store whose older vectors came from the float model keeps finding them, and the setting
+is validated. Real MiniLM on onnxruntime, both backends."""
 
 from __future__ import annotations
 
@@ -56,8 +57,57 @@ def test_stored_texts_run_on_the_int8_copy_and_queries_on_the_float_model(
     assert docs.query_path is not None and docs.query_path.name.endswith(".q8.onnx")
     assert np.allclose(docs.embed_queries(texts), exact.embed(texts), atol=1e-6)
     assert np.allclose(np.linalg.norm(stored, axis=1), 1.0, atol=1e-5)
-    with pytest.raises(ValueError, match="document_precision"):
+    with pytest.raises(ValueError, match="document_precision must be one of int8-mixed"):
         OnnxMiniLMEmbedder(document_precision="bf16")
+
+
+def test_the_mixed_copy_keeps_layer_0_in_float_and_embeds_stored_texts(
+    exact: OnnxMiniLMEmbedder, int8: OnnxMiniLMEmbedder,
+) -> None:
+    import onnx
+
+    docs = OnnxMiniLMEmbedder(document_precision="int8-mixed")
+    texts = [TABS, HOST, *OTHER]
+    stored = docs.embed(texts)
+    path = docs.copy_paths["int8-mixed"]
+    assert path.name.endswith(".q8-l0.onnx") and docs.query_path is None
+    graph = onnx.load(str(path)).graph
+    weights = {i.name: i for i in graph.initializer}
+    projections = {n.input[1]: n.op_type for n in graph.node if n.op_type == "MatMul"
+                   and n.input[1].startswith("encoder.layer.")}
+    assert sorted(projections) == sorted(
+        f"encoder.layer.0.{part}.weight" for part in (
+            "attention.self.query", "attention.self.key", "attention.self.value",
+            "attention.output.dense", "intermediate.dense", "output.dense"))
+    assert all(weights[name].data_type == onnx.TensorProto.FLOAT for name in projections)
+    quantized = [n for n in graph.node if n.op_type == "MatMulInteger"]
+    assert len(quantized) == 5 * 6 and not any("layer.0." in i for n in quantized
+                                               for i in n.input)
+    # Stored texts on the mixed copy: closer to the float model than the all-int8 copy,
+    # yet not the float model; queries stay on the int8 copy.
+    floats, all_int8 = exact.embed(texts), int8.embed_queries(texts)
+    assert np.abs(stored - floats).max() > 1e-4 and np.abs(stored - all_int8).max() > 1e-4
+    assert np.sum(stored * floats, axis=1).min() >= 0.98
+    assert np.allclose(np.linalg.norm(stored, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(docs.embed_queries(texts), all_int8, atol=1e-5)
+    assert docs.query_path is not None and docs.query_path.name.endswith(".q8.onnx")
+
+
+def test_the_float_model_is_dropped_once_both_roles_run_on_checked_copies(
+    exact: OnnxMiniLMEmbedder, int8: OnnxMiniLMEmbedder,
+) -> None:
+    both = OnnxMiniLMEmbedder(document_precision="int8-mixed")
+    stored = both.embed([TABS, HOST])
+    assert both._session is not None  # the query copy is not checked yet
+    query = both.embed_queries([TABS])
+    assert both._session is None
+    assert np.allclose(both.embed([TABS, HOST]), stored, atol=1e-6)
+    assert np.allclose(both.embed_queries([TABS]), query, atol=1e-6)
+    assert np.allclose(query, int8.embed_queries([TABS]), atol=1e-5)
+    floats = OnnxMiniLMEmbedder(document_precision="float32")
+    floats.embed_queries([TABS])
+    assert np.allclose(floats.embed([TABS]), exact.embed([TABS]), atol=1e-6)
+    assert floats._session is not None
 
 
 def test_the_store_holds_int8_vectors_and_finds_them_with_float_queries(
@@ -78,8 +128,9 @@ def test_the_store_holds_int8_vectors_and_finds_them_with_float_queries(
         assert hits and hits[0].text == TABS
 
 
+@pytest.mark.parametrize("precision", ["int8", "int8-mixed"])
 def test_a_store_of_float_vectors_keeps_working_after_the_switch(
-    backend: str, tmp_path: Path,
+    backend: str, tmp_path: Path, precision: str,
 ) -> None:
     settings: dict[str, Any] = {}
     if backend == "postgres":
@@ -89,7 +140,8 @@ def test_a_store_of_float_vectors_keeps_working_after_the_switch(
         before.add(TABS, USER)
         before.add(OTHER[0], USER)
     with memd.open(tmp_path / "d", embedder="minilm-onnx", query_precision="float32",
-                   document_precision="int8", **settings) as after:
+                   document_precision=precision, **settings) as after:
+        assert after.embedder.inner.document_precision == precision
         after.add(HOST, USER)
         after.add(OTHER[1], USER)
         old = after.search("tabs or spaces for indentation", USER, k=1, kinds=["memory"])
@@ -99,11 +151,17 @@ def test_a_store_of_float_vectors_keeps_working_after_the_switch(
 
 def test_document_precision_is_a_validated_setting(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings(data_dir=tmp_path / "s").document_precision == "int8-mixed"
+    monkeypatch.setenv("MEMD_DOCUMENT_PRECISION", "float32")
     assert load_settings(data_dir=tmp_path / "s").document_precision == "float32"
     monkeypatch.setenv("MEMD_DOCUMENT_PRECISION", "int8")
     assert load_settings(data_dir=tmp_path / "s").document_precision == "int8"
+    monkeypatch.setenv("MEMD_DOCUMENT_PRECISION", "int8-mixed")
+    assert load_settings(data_dir=tmp_path / "s").document_precision == "int8-mixed"
     with pytest.raises(InvalidInput, match="document_precision must be one of"):
         load_settings(data_dir=tmp_path / "s", document_precision="bf16")
+    with pytest.raises(InvalidInput, match="int8-mixed, int8, float32, not 'int8_mixed'"):
+        load_settings(data_dir=tmp_path / "s", document_precision="int8_mixed")
 
 
 def test_imported_and_live_turns_are_embedded_on_the_int8_copy(

