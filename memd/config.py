@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 APP = "memd"
 MEMORY_PLACEMENTS = ("user", "before-user", "system")
-QUERY_PRECISIONS = ("int8", "float32")  # see memd.models.onnx_embedder
+QUERY_PRECISIONS = ("int8", "float32")  # the models of memd.models.onnx_embedder
 SANITIZE_MODES = ("off", "secrets", "secrets+pii")  # see memd.privacy.Mode
 ENCRYPTION_MODES = ("off", "env", "keyring")  # see memd.keys
 ERASE_USAGE_MODES = ("delete", "anonymize")  # see memd.backends.common.erase

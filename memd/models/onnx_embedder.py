@@ -82,6 +82,7 @@ from typing import Any
 
 import numpy as np
 
+from memd.config import CHOICES, QUERY_PRECISIONS
 from memd.errors import ModelError
 from memd.models.embedder import MINILM_DIM
 from memd.models.onnx_export import QUANTIZED_COPIES, export_onnx, quantize_onnx
@@ -101,8 +102,7 @@ _MAX_THREADS = 2
 # Padded tokens (texts x the widest text) per model call: see the module docstring.
 TOKEN_BUDGET = 1024
 NARROW_TOKENS = 64  # a text this short runs faster on one thread (see Threads above)
-QUERY_PRECISIONS = ("int8", "float32")
-DOCUMENT_PRECISIONS = ("int8-mixed", "float32", "int8")
+DOCUMENT_PRECISIONS = CHOICES["document_precision"]  # the words of memd.config's setting
 # A quantized copy is used only if its vectors stay this close to the float model's on
 # the probe texts below (a query's ranking barely moves this close; the mixed copy, with
 # layer 0 in float, stays closer than the all-int8 one).
