@@ -181,9 +181,12 @@ def _tool_loop(args: argparse.Namespace, stack: ExitStack) -> Callable[[int], fl
     for i in range(200):
         engine.add(f"For {rng.choice(TOPICS)} I prefer option {i} with setting "
                    f"{rng.choice(TOPICS)}-{rng.randint(1, 999)}", "local")
-    base = stack.enter_context(serve(create_app(engine, settings, run_jobs=False)))
+    app = create_app(engine, settings, run_jobs=False)
+    base = stack.enter_context(serve(app))
     http = stack.enter_context(httpx.Client(timeout=120))
-    replay = ToolLoopReplay(engine, base, up, upstream, http, args.size)
+    # an older checkout's app may have no writes after its answers (memd.server.later)
+    replay = ToolLoopReplay(engine, base, up, upstream, http, args.size,
+                            getattr(app.state, "later", None))
     for _ in range(150):
         replay.step()
     if args.cpu:

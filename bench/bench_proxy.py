@@ -64,6 +64,7 @@ from memd.engine.conversation.turns import last_user_text
 from memd.engine.memory import Memd
 from memd.models.tokens import counter_for, forget_counts
 from memd.server.app import create_app
+from memd.server.later import Later
 from tests.agent_traffic import AgentSession, ScriptedUpstream, generate
 
 AGENT_KINDS = ("opencode-like", "cline-like", "aider-like")
@@ -193,19 +194,28 @@ def _first_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> int:
                 min(len(a), len(b)))
 
 
-def settle(engine: Memd, timeout: float = 30.0) -> None:
+def settle(engine: Memd, later: Later | None = None, timeout: float = 30.0) -> None:
     """Wait until memd's background jobs (embedding the last call's messages, ingesting
     what was extracted) are done, as the model's own answer time lets them finish between
     an agent's steps; so each call is measured alone, not against the previous one's
-    jobs on the same two cores."""
+    jobs on the same two cores. With ``later``: the writes that follow an answer too."""
     deadline = time.monotonic() + timeout
+    answered(later, timeout)
     while engine.store.pending_jobs() and time.monotonic() < deadline:
         time.sleep(0.005)
 
 
+def answered(later: Later | None, timeout: float = 30.0) -> None:
+    """Wait until memd has stored what its answers so far leave to store once sent
+    (memd.server.later): the next call is not measured against them."""
+    deadline = time.monotonic() + timeout
+    while later is not None and not later.idle and time.monotonic() < deadline:
+        time.sleep(0.0005)
+
+
 def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[int, ...],
-                  kinds: tuple[str, ...], http: httpx.Client, engine: Memd
-                  ) -> dict[str, Any]:
+                  kinds: tuple[str, ...], http: httpx.Client, engine: Memd,
+                  later: Later | None = None) -> dict[str, Any]:
     """Each kind's session at each size, every step sent directly then through memd."""
     out: dict[str, Any] = {}
     for size in sizes:
@@ -226,7 +236,7 @@ def replay_agents(base: str, up: str, upstream: ScriptedUpstream, sizes: tuple[i
             first = len(upstream.requests)
             asked = None
             for step in session.steps:
-                settle(engine)
+                settle(engine, later)
                 times, cpu = [], []
                 for url in (up, base):
                     t, c = time.perf_counter(), time.process_time()
@@ -274,9 +284,9 @@ class ToolLoopReplay:
     directly and through memd, as ``replay_agents`` does."""
 
     def __init__(self, engine: Memd, base: str, up: str, upstream: ScriptedUpstream,
-                 http: httpx.Client, size: int) -> None:
-        self.engine, self.base, self.up, self.upstream, self.http = (
-            engine, base, up, upstream, http)
+                 http: httpx.Client, size: int, later: Later | None = None) -> None:
+        self.engine, self.base, self.up, self.upstream, self.http, self.later = (
+            engine, base, up, upstream, http, later)
         self._steps = self._replays(size)
         self.cpu_added: float | None = None
 
@@ -306,6 +316,7 @@ class ToolLoopReplay:
             r.raise_for_status()
             times.append((time.perf_counter() - t) * 1000)
             cpu.append((time.process_time() - c) * 1000)
+        answered(self.later)
         self.engine.run_jobs()
         self.cpu_added = cpu[1] - cpu[0] if loop else None
         return times[1] - times[0] if loop else None
@@ -324,15 +335,18 @@ def measure_doors(engine: Memd, settings: Any, tokens: int, sessions: int
     with serve(upstream.app) as up:
         door_settings = replace(settings, upstream_url=f"{up}/v1", upstream_anthropic_url=up,
                                 upstream_ollama_url=up)
-        with serve(create_app(engine, door_settings)) as base, \
-                httpx.Client(timeout=120) as http:
+        app = create_app(engine, door_settings)
+        with serve(app) as base, httpx.Client(timeout=120) as http:
+            def settled() -> None:
+                settle(engine, app.state.later)
+
             out = bench_doors.replay_doors(base, up, upstream, tokens, sessions, http,
-                                           lambda: settle(engine), summary,
+                                           settled, summary,
                                            {**bench_doors.DOORS, **bench_ollama.DOORS})
             out["claude_code_replay"] = bench_doors.replay_recorded(
-                "anthropic_messages", base, upstream, http, lambda: settle(engine))
+                "anthropic_messages", base, upstream, http, settled)
             out["codex_replay"] = bench_doors.replay_recorded(
-                "openai_responses", base, upstream, http, lambda: settle(engine))
+                "openai_responses", base, upstream, http, settled)
     for door, figures in out.items():
         print(f"door {door}: {figures}", file=sys.stderr)
     return out
@@ -373,11 +387,13 @@ def main() -> int:
               f"({engine.embedder.name})", file=sys.stderr)
         gc.collect()
         gc.freeze()  # as `memd serve` does after start-up: no GC walks over the setup
-        with serve(create_app(engine, settings)) as base, httpx.Client(timeout=60) as http:
+        app = create_app(engine, settings)
+        with serve(app) as base, httpx.Client(timeout=60) as http:
             def call(url: str, i: int) -> float:
                 body = {"model": "m", "messages": [
                     {"role": "user", "content": f"How should I set up {rng.choice(TOPICS)} "
                                                 f"for service {i}?"}]}
+                answered(app.state.later)
                 t = time.perf_counter()
                 r = http.post(f"{url}/v1/chat/completions", json=body)
                 r.raise_for_status()
@@ -391,10 +407,10 @@ def main() -> int:
                 direct.append(call(up, i))
                 proxied.append(call(base, i))
         agent_settings = replace(settings, upstream_url=f"{agent_up}/v1")
-        with serve(create_app(engine, agent_settings)) as base, \
-                httpx.Client(timeout=120) as http:
+        app = create_app(engine, agent_settings)
+        with serve(app) as base, httpx.Client(timeout=120) as http:
             agent = replay_agents(base, agent_up, agents, tuple(args.agent_sizes),
-                                  AGENT_KINDS, http, engine)
+                                  AGENT_KINDS, http, engine, app.state.later)
         doors = measure_doors(engine, settings, args.door_tokens, args.door_sessions)
         engine.close()
     overhead = [p - d for p, d in zip(proxied, direct, strict=True)]

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import uvicorn
@@ -27,6 +27,7 @@ import memd
 from memd.config import load_settings
 from memd.engine.memory import Memd
 from memd.server.app import create_app
+from memd.server.later import Later
 
 
 def free_port() -> int:
@@ -95,10 +96,26 @@ def memd_in_front(upstream_app: Any, data_dir: Path, backend: str = "sqlite",
         engine = open_memd(data_dir, backend, upstream_url=f"{up}/v1", job_interval=0.05,
                            **overrides)
         try:
-            with serve(create_app(engine, engine.settings)) as base:
-                yield base, engine
+            app = create_app(engine, engine.settings)
+            with serve(app) as base:
+                yield base, cast(Memd, Answered(engine, app.state.later))
         finally:
             engine.close()
+
+
+class Answered:
+    """The engine, read once memd has stored what the answers it gave leave to store
+    (memd.server.later): a test reads the store as the client's next request would,
+    not in the moment between an answer and its write."""
+
+    def __init__(self, engine: Memd, later: Later) -> None:
+        self._engine, self._later = engine, later
+
+    def __getattr__(self, name: str) -> Any:
+        deadline = time.monotonic() + 30
+        while not self._later.idle and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return getattr(self._engine, name)
 
 
 class FakeUpstream:

@@ -106,6 +106,25 @@ def test_proxy_targets_judge_the_largest_agent_size_and_prefix_stability(
     assert list(run_all.proxy_targets({})) == []  # a run without the agent replay
 
 
+def test_the_tool_loop_step_is_judged_at_the_largest_size(run_all: ModuleType) -> None:
+    def size(loop_p50: float, steps: int) -> dict[str, Any]:
+        return {"added_ms": {"p50": 9.0}, "tool_loop_calls": steps,
+                "tool_loop_added_ms": {"p50": loop_p50}, "tool_loop_cpu_ms": {"p50": 3.5},
+                "prefix_share_memd": 0.99, "prefix_share_client": 0.99,
+                "previous_reused_memd": 1.0}
+
+    result = {"agent": {"10000": size(9.0, 40), "100000": size(4.8, 52)}}
+    rows = list(run_all.proxy_targets(result))
+    loop = rows[1]
+    assert loop["target"].startswith("proxy added latency p50, tool-loop steps of "
+                                     "~100000-token agent sessions (52 steps; CPU 3.5 ms)")
+    assert loop["measured"] == 4.8 and loop["met"] is True
+    result["agent"]["100000"]["tool_loop_added_ms"]["p50"] = 5.2
+    assert list(run_all.proxy_targets(result))[1]["met"] is False
+    result["agent"]["100000"]["tool_loop_calls"] = 0  # no such step: nothing judged
+    assert all("tool-loop" not in r["target"] for r in run_all.proxy_targets(result))
+
+
 def test_proxy_targets_judge_prefix_stability_by_tokens_when_measured(
     run_all: ModuleType,
 ) -> None:

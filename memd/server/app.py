@@ -38,6 +38,7 @@ from memd.private import private_dir
 from memd.server.failures import RETRY_AFTER_SECONDS, error_body, reply_for
 from memd.server.failures import public_message as public_message  # callers import it here
 from memd.server.health import StoreHealth
+from memd.server.later import Later, is_door
 from memd.server.security import (
     OPEN_PATHS,
     PARSED_BODY,
@@ -81,11 +82,14 @@ class Guard:
     """Pure ASGI middleware, in this order: the Host allow-list, the cross-site check
     (:func:`memd.server.security.cross_site_refusal`), JSON-only writes (a write's body
     must come with a JSON Content-Type; one without any is known only once read), and a
-    body size limit (the body is read once, up to the limit, and replayed to the app)."""
+    body size limit (the body is read once, up to the limit, and replayed to the app);
+    then a route other than a chat door waits for the writes of the answers already given
+    (memd.server.later)."""
 
-    def __init__(self, app: ASGIApp, allowed_hosts: frozenset[str], max_body: int,
-                 allowed_origins: frozenset[str] = frozenset()) -> None:
+    def __init__(self, app: ASGIApp, later: Later, allowed_hosts: frozenset[str],
+                 max_body: int, allowed_origins: frozenset[str] = frozenset()) -> None:
         self.app = app
+        self.later = later
         self.allowed = allowed_hosts
         self.max_body = max_body
         self.allowed_origins = allowed_origins
@@ -159,6 +163,8 @@ class Guard:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
+        if not is_door(method, scope.get("path", "")):
+            await self.later.settled()  # what the answers given so far store, stored
         await self.app(scope, replay, send)
 
     @staticmethod
@@ -336,6 +342,7 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
                   description="Local-first memory daemon: OpenAI-compatible proxy and "
                               "native memory API.")
     app.state.engine = engine
+    app.state.later = later = Later()
     app.state.settings = settings
     app.state.upstream_transport = upstream_transport
 
@@ -414,7 +421,8 @@ def create_app(engine: Memd, settings: Settings | None = None, run_jobs: bool = 
         engine.accounts.check_row_security()  # PostgreSQL: no users served without RLS
         app.add_middleware(Authenticate, engine=engine, on_error=store_health.saw)
     app.add_middleware(  # added last: runs first
-        Guard, allowed_hosts=LOOPBACK_HOSTS | frozenset(h.lower() for h in settings.allowed_hosts),
+        Guard, later=later,
+        allowed_hosts=LOOPBACK_HOSTS | frozenset(h.lower() for h in settings.allowed_hosts),
         max_body=settings.max_body_bytes,
         allowed_origins=frozenset(o.strip().rstrip("/").lower()
                                   for o in settings.allowed_origins if o.strip()),

@@ -13,11 +13,18 @@ from fastapi import Request
 from memd.engine import validate as v
 from memd.engine.memory import Memd
 from memd.errors import Forbidden, InvalidInput
+from memd.server.later import Later
 
 
 def engine_of(request: Request) -> Memd:
     engine: Memd = request.app.state.engine
     return engine
+
+
+def later_of(request: Request) -> Later:
+    """The writes that wait for the answers of calls (memd.server.later)."""
+    later: Later = request.app.state.later
+    return later
 
 
 def user_of(request: Request, body_user: str | None = None) -> str:

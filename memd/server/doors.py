@@ -26,7 +26,7 @@ from memd.engine.conversation.chat import prepare_chat, prepare_side
 from memd.engine.conversation.side import side_reason
 from memd.server.bodies import ChatBody, Placed
 from memd.server.caller import Caller
-from memd.server.deps import engine_of
+from memd.server.deps import engine_of, later_of
 from memd.server.proxy import CHAT_ERRORS, Door, relay
 from memd.server.threads import in_thread
 from memd.server.upstream import window_of
@@ -84,12 +84,14 @@ async def converse(
         call = await in_thread(prepare_side, engine, user, workspace, model, messages,
                                reason, window, note)
     else:
+        await later_of(request).settled(user)  # the user's answers stored first
         call = await in_thread(
             prepare_chat, engine, user, workspace, messages, model=model,
             max_response_tokens=sent.max_tokens, tools=sent.tools, window=window,
             placement="user", client=caller.agent, session_id=session_id, note=note,
             virtualize=virtualize, conversation=caller.conversation,
-            restorable=door.faults is not None)  # it serves memory_restore
+            restorable=door.faults is not None,  # it serves memory_restore
+            defer=True)  # a tool-loop step's writes wait for its finish
     plain = sent.raw[door.field]
     placed = None
     if call.kept is not None:

@@ -17,6 +17,7 @@ shows what was injected and why.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -43,9 +44,10 @@ from memd.server import faults
 from memd.server import schemas as s
 from memd.server.bodies import Body, completions_body, plain_body
 from memd.server.caller import Caller
-from memd.server.deps import engine_of, user_of, workspace_of
+from memd.server.deps import engine_of, later_of, user_of, workspace_of
 from memd.server.failures import error_body
 from memd.server.fault_formats import CHAT_FAULTS, FaultFormat
+from memd.server.later import answer_then_store
 from memd.server.security import PARSED_BODY, strict_parse
 from memd.server.threads import in_thread
 from memd.server.upstream import (
@@ -237,12 +239,14 @@ async def chat_completions(request: Request) -> Response:
             call = await in_thread(prepare_side, engine, user, workspace, model,
                                    sent.messages, reason, window)
         else:
+            await later_of(request).settled(user)  # the user's answers stored first
             call = await in_thread(
                 prepare_chat, engine, user, workspace, sent.messages,
                 session_id=pinned, model=model, max_response_tokens=sent.max_tokens,
                 tools=sent.tools, window=window, client=caller.agent,
                 virtualize=caller.virtualize, conversation=caller.conversation,
                 restorable=True,  # this door serves memory_restore (memd.server.faults)
+                defer=True,  # a tool-loop step's writes wait for its finish
             )
     except Conflict as exc:
         if not pinned:
@@ -303,15 +307,15 @@ async def relay(request: Request, client: httpx.AsyncClient, call: PreparedCall,
             data = None
     reply, finish, usage = (door.whole(data) if resp.is_success and isinstance(data, dict)
                             else (None, None, None))
-    # Stored before the client has the answer, so its next call (which resends this
-    # reply) always finds it: storing later races that call on a concurrent backend.
-    await in_thread(
-        finish_chat, engine, call, status=resp.status_code, reply=reply, finish_reason=finish,
-        usage=usage, model=model, retried=retried,
-    )
-    return Response(content=resp.content if changed is None else encode_body(changed),
-                    status_code=resp.status_code, headers=headers,
-                    media_type=resp.headers.get("content-type", "application/json"))
+    # Stored once the client has the answer; its next call (which resends this reply)
+    # waits for that first (memd.server.later).
+    return answer_then_store(
+        later_of(request), call, functools.partial(
+            finish_chat, engine, call, status=resp.status_code, reply=reply,
+            finish_reason=finish, usage=usage, model=model, retried=retried),
+        content=resp.content if changed is None else encode_body(changed),
+        status_code=resp.status_code, headers=headers,
+        media_type=resp.headers.get("content-type", "application/json"))
 
 
 async def _send(client: httpx.AsyncClient, request: Request, call: PreparedCall,

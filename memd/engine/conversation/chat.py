@@ -36,10 +36,11 @@ from memd.engine.conversation.identity import Identity, client_family, client_of
 from memd.engine.conversation.resend import Resent
 from memd.engine.conversation.resolve import resolve
 from memd.engine.conversation.side import system_hash
+from memd.engine.conversation.step import StepWrites
 from memd.engine.learning.pause import is_paused
 from memd.engine.retrieval.retrieve import SIDE
 from memd.engine.virtual import Virtualized
-from memd.engine.virtual.call import for_call
+from memd.engine.virtual.call import engages_for, for_call
 from memd.errors import InvalidInput
 from memd.models.tokens import tool_tokens
 from memd.types import Session, Usage, WindowInfo
@@ -69,6 +70,9 @@ class PreparedCall:
     # when virtualization rewrote the request: the index in the client's messages of
     # each message of ``plain`` (what a door needs to rewrite its own format alike)
     kept: list[int] | None = None
+    # a tool-loop step's writes, when they wait for the answer (see
+    # memd.engine.conversation.step): finish_chat stores them before the reply
+    step: StepWrites | None = None
 
     @property
     def memory_added(self) -> bool:
@@ -86,7 +90,7 @@ def prepare_chat(
     window: WindowInfo | None = None, placement: str | None = None,
     client: str | None = None, note: Mapping[str, Any] | None = None,
     virtualize: str | None = None, conversation: str | None = None,
-    restorable: bool = False,
+    restorable: bool = False, defer: bool = False,
 ) -> PreparedCall:
     """Resolve the session, store the new messages, and build what to forward.
     ``client`` names the caller (its User-Agent, or a client family's name): with the
@@ -94,7 +98,9 @@ def prepare_chat(
     words (memd.engine.conversation.identity). ``note`` is added to the call's report (a door's word
     on how it read the request). ``virtualize``: the mode the request's
     ``X-Memd-Virtualize`` header asks for (memd.engine.virtual). ``conversation``: the
-    client's name for its conversation (:func:`conversation_of`).
+    client's name for its conversation (:func:`conversation_of`). ``defer``: the
+    caller finishes the call with :func:`finish_chat`, so a tool-loop step's writes may
+    wait for it (memd.engine.conversation.step).
 
     A client that sends its history gets it forwarded unchanged plus one memory block
     within the window's headroom (:mod:`memd.engine.block.inject`); a client that sends only its
@@ -132,10 +138,20 @@ def prepare_chat(
             Identity.of_request(client, model, system),
             new=sum(1 for h in hashes[:resent.reused] if h is not None),
             conversation=conversation)
-        if new:  # counted and hashed already, and the session just read
+        counted = (resent.tokens(model) + tool_tokens(tools, model)) if client_owns else 0
+        # A tool-loop step's writes may wait for its answer
+        # (memd.engine.conversation.step): nothing of them changes what is forwarded.
+        later = (defer and bool(new) and vector is None and client_owns
+                 and session.turn_count > 0
+                 and not engages_for(engine.settings, session, counted, window,
+                                     max_response_tokens, virtualize))
+        if later:
+            new = [v.check_message(m, i) for i, m in enumerate(new)]  # refused before
+        elif new:  # counted and hashed already, and the session just read
             engine.append(session.id, uid, new, session=session,
                           known=resent.known(new, session.model))
-        session = engine.session(session.id, uid)
+        if not later:
+            session = engine.session(session.id, uid)
         if query and vector is not None:
             # A new query: its vector is awaited, and its memory retrieved, with the
             # step's messages committed. A step that asks nothing new (an agent's tool
@@ -153,7 +169,6 @@ def prepare_chat(
         if client_owns:
             # _augment hands ``plain`` itself back when it adds nothing (memory_added)
             plain = list(messages)
-            counted = resent.tokens(model) + tool_tokens(tools, model)
             virtual = for_call(engine.store, engine.settings, engine.now,
                                engine.jobs.llm_enabled, session, plain, counted, window,
                                max_response_tokens, virtualize, model, call_id, restorable,
@@ -176,13 +191,41 @@ def prepare_chat(
             report = {"mode": "compiled", **ctx.report.to_dict()}
         report["window"] = window_report
         report.update(note or {})
-        engine.store.record_call(call_id, uid, session.id, session.workspace, model,
-                                 engine.now(), report)
+        writes = None
+        if later:
+            writes = _step_writes(engine, uid, session, new, resent, call_id, model, report)
+        else:
+            engine.store.record_call(call_id, uid, session.id, session.workspace, model,
+                                     engine.now(), report)
         return PreparedCall(call_id, session, forward, plain, report,
                             store_reply=not retry, turn=session.turn_count, user_id=uid,
                             workspace=session.workspace,
                             plain_as_sent=client_owns and virtual is None,
-                            kept=virtual.kept if virtual is not None else None)
+                            kept=virtual.kept if virtual is not None else None,
+                            step=writes)
+
+
+def _step_writes(engine: Memd, user_id: str, session: Session, new: list[dict[str, Any]],
+                 resent: Resent, call_id: str, model: str | None,
+                 report: dict[str, Any]) -> StepWrites:
+    """The writes of a step whose messages are stored with its answer: the call's record
+    and the new messages, in one transaction, timed as the call."""
+    at = engine.now()
+
+    def record() -> None:
+        engine.store.record_call(call_id, user_id, session.id, session.workspace, model,
+                                 at, report)
+
+    def write() -> int | None:
+        with engine.store.transaction():
+            record()
+            if engine.session(session.id, user_id).turn_count != session.turn_count:
+                return None  # another call of the conversation stored them meanwhile
+            engine.sessions.append(session.id, user_id, new, session=session,
+                                   known=resent.known(new, session.model))
+            return engine.session(session.id, user_id).turn_count
+
+    return StepWrites(write, record, call_id)
 
 
 def _paused(
@@ -351,6 +394,8 @@ def finish_chat(
     """Store the assistant's reply, usage and cost, and close the call record
     (``retried``: the model server refused the request with memory as too long, and got
     it again without)."""
+    if call.step is not None:  # the step's messages first, if still to store
+        call.step.run()
     latency = int((time.monotonic() - call.started) * 1000)
     session = call.session
     prompt = int((usage or {}).get("prompt_tokens") or 0)
@@ -409,7 +454,8 @@ def _store_reply(engine: Memd, call: PreparedCall, session: Session,
     """Store the model's reply to a turn, only if nothing was appended since the call
     was prepared: a concurrent retry of the same request may have stored its reply."""
     current = engine.store.get_session(session.user_id, session.id)
-    fresh = current is not None and current.turn_count == call.turn
+    turn = call.turn if call.step is None else call.step.turn  # None: the step failed
+    fresh = current is not None and turn is not None and current.turn_count == turn
     if reply is None or not call.store_reply or not fresh or not (
             reply.get("content") or reply.get("tool_calls")):
         return

@@ -21,21 +21,21 @@ if TYPE_CHECKING:
     from memd.types import Session, WindowInfo
 
 
-def for_call(store: Store, settings: Settings, now: Callable[[], float], llm_enabled: bool,
-             session: Session, messages: Sequence[Mapping[str, Any]],
-             request_tokens: int, window: WindowInfo, max_response_tokens: int | None,
-             asked: str | None, model: str | None, call_id: str,
-             restorable: bool = False, redact: Callable[[str], str] | None = None,
-             ) -> Virtualized | None:
-    """The call's request virtualized, or None when virtualization does not engage
-    (mode "off"; "auto" below the caution line or with the window unknown; "on" with
-    the window unknown measures against ``default_context_window``). ``restorable``:
-    the call offers the model ``memory_restore``, so even the result it just asked for
-    may be admitted below full. ``redact``: how a memory's text loses its secrets; with
-    it (and ``virtual_keep`` on) an error the call shows fixed becomes a memory
-    (memd.engine.virtual.keep). ``llm_enabled``: a helper model runs, and summarizes
-    the objects held out in the background."""
-    mode = call_mode(settings, session.workspace, asked)
+def engages_for(settings: Settings, session: Session, request_tokens: int,
+                window: WindowInfo, max_response_tokens: int | None,
+                asked: str | None) -> bool:
+    """Whether :func:`for_call` would rewrite a request of ``request_tokens``: decided
+    before the store is read."""
+    return _plan(settings, session.workspace, request_tokens, window, max_response_tokens,
+                 asked) is not None
+
+
+def _plan(settings: Settings, workspace: str | None, request_tokens: int,
+          window: WindowInfo, max_response_tokens: int | None, asked: str | None,
+          ) -> tuple[str, int, int, Budget] | None:
+    """The call's mode, window, response reserve and budget when virtualization engages,
+    else None (see :func:`for_call`)."""
+    mode = call_mode(settings, workspace, asked)
     tokens = window.tokens
     if tokens is None and mode == "on":
         tokens = settings.default_context_window
@@ -52,6 +52,28 @@ def for_call(store: Store, settings: Settings, now: Callable[[], float], llm_ena
     budget = Budget.of(tokens, reserve, request_tokens, window.token_scale)
     if not engages(mode, budget, settings.virtual_zones):
         return None
+    return mode, tokens, reserve, budget
+
+
+def for_call(store: Store, settings: Settings, now: Callable[[], float], llm_enabled: bool,
+             session: Session, messages: Sequence[Mapping[str, Any]],
+             request_tokens: int, window: WindowInfo, max_response_tokens: int | None,
+             asked: str | None, model: str | None, call_id: str,
+             restorable: bool = False, redact: Callable[[str], str] | None = None,
+             ) -> Virtualized | None:
+    """The call's request virtualized, or None when virtualization does not engage
+    (mode "off"; "auto" below the caution line or with the window unknown; "on" with
+    the window unknown measures against ``default_context_window``). ``restorable``:
+    the call offers the model ``memory_restore``, so even the result it just asked for
+    may be admitted below full. ``redact``: how a memory's text loses its secrets; with
+    it (and ``virtual_keep`` on) an error the call shows fixed becomes a memory
+    (memd.engine.virtual.keep). ``llm_enabled``: a helper model runs, and summarizes
+    the objects held out in the background."""
+    plan = _plan(settings, session.workspace, request_tokens, window, max_response_tokens,
+                 asked)
+    if plan is None:
+        return None
+    mode, tokens, reserve, budget = plan
     if restorable and any(m.get("role") == "tool" for m in messages):
         # memd's memory tools go with the request when it holds results out (a request
         # with none has nothing to hold): they count in what has to fit
