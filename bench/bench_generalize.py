@@ -4,6 +4,7 @@ kind for memd's search, BM25 and dense MiniLM in the same run, and search latenc
     nice -n 19 .venv/bin/python -m bench.bench_generalize --users 20 --out gen_dev.json
     .venv/bin/python -m bench.bench_generalize --quick --embedder fake   # seconds: CI
     .venv/bin/python -m bench.bench_generalize --aside   # once, at the end of the work
+    .venv/bin/python -m bench.bench_generalize --fresh   # once, after the aside part
 
 Each user's history goes into a fresh memd store as ``bench.bench_planted`` loads its
 haystacks (one memd session per session, appended at its date, then the jobs); the
@@ -50,7 +51,7 @@ KS: tuple[int, ...] = (1, 5, 10)
 FETCH = 50  # hits fetched before the assistant turns are dropped
 METHODS: tuple[str, ...] = ("memd", "bm25", "dense", "before")
 GEN_CACHE = DEFAULT_CACHE.with_name("generalize-embeddings.sqlite")
-ASIDE_WARNING = ("WARNING: the aside part is to be run ONCE, at the end of the methods "
+ASIDE_WARNING = ("WARNING: the {} part is to be run ONCE, at the end of the methods "
                  "work, to check figures measured on dev; never tune on what it shows.")
 
 
@@ -185,8 +186,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--users", type=int, default=20, help="users of the part (one store each)")
     ap.add_argument("--sessions", type=int, default=30, help="sessions per user")
-    ap.add_argument("--aside", action="store_true",
-                    help="the aside part instead of dev: run it once, at the very end")
+    held = ap.add_mutually_exclusive_group()
+    held.add_argument("--aside", action="store_true",
+                      help="the aside part instead of dev: run it once, at the very end")
+    held.add_argument("--fresh", action="store_true",
+                      help="the fresh part (users neither dev nor aside), for a check once "
+                           "the aside part has been read: run it once, at the very end")
     ap.add_argument("--quick", action="store_true", help="2 users of 14 sessions (CI)")
     ap.add_argument("--embedder", default="minilm-onnx", choices=["minilm-onnx", "fake"])
     ap.add_argument("--cache", type=Path, default=GEN_CACHE,
@@ -208,9 +213,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not set(against) <= LIVE_KEYS:
         ap.error(f"--against takes live settings, read at each search; not "
                  f"{', '.join(sorted(set(against) - LIVE_KEYS))}")
-    split = SPLITS[1] if args.aside else SPLITS[0]
-    if args.aside:
-        print(ASIDE_WARNING, file=sys.stderr, flush=True)
+    split = SPLITS[1] if args.aside else SPLITS[2] if args.fresh else SPLITS[0]
+    if split != SPLITS[0]:
+        print(ASIDE_WARNING.format(split), file=sys.stderr, flush=True)
     users, sessions = (2, 14) if args.quick else (args.users, args.sessions)
     started = time.perf_counter()
     hays = histories(split, users, sessions=sessions)

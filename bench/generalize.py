@@ -34,7 +34,10 @@ not find it. Distractor remarks share the question's names without answering it.
 
 Deterministic: one seeded ``random.Random`` per user, no network, no model. The users
 are split once by a fixed seed: 70 % ``dev``, 30 % ``aside``; the aside part is meant to
-be read once, at the end of a piece of retrieval work, never to tune it.
+be read once, at the end of a piece of retrieval work, never to tune it. The ``fresh``
+part, the ``FRESH`` users after the first ``POPULATION``, is for a check of that kind
+once the aside part has been read: the same generator, users it had not made for either
+part.
 """
 
 from __future__ import annotations
@@ -58,13 +61,15 @@ from bench.planted import (
     session_dates,
 )
 
-SPLITS: tuple[str, ...] = ("dev", "aside")
+SPLITS: tuple[str, ...] = ("dev", "aside", "fresh")
 KINDS: tuple[str, ...] = ("single-hop", "temporal", "multi-hop", "open-domain")
-POPULATION = 200  # users in all; the split below is fixed once for all of them
+POPULATION = 200  # users of dev and aside; the split below is fixed once for all of them
 _SPLIT_SEED = 39
 _ASIDE = frozenset(Random(_SPLIT_SEED).sample(range(POPULATION), POPULATION * 3 // 10))
+FRESH = 60  # users after the population, for a check once the aside part has been read
 _USERS = {"dev": [i for i in range(POPULATION) if i not in _ASIDE],
-          "aside": sorted(_ASIDE)}
+          "aside": sorted(_ASIDE),
+          "fresh": list(range(POPULATION, POPULATION + FRESH))}
 
 _PEOPLE = ("Kemi Lars Aiko Tomasz Priya Mateo Ingrid Omar Nadia Hugo Chiara Kwame Yuki "
            "Felix Zainab Anders Leila Bruno Mei Rafael").split()
@@ -322,7 +327,7 @@ def history(index: int, *, sessions: int = 30) -> Haystack:
     """User ``index``'s sessions and questions; the same in every process."""
     if sessions < 12:
         raise ValueError("a history needs at least 12 sessions")
-    split = "aside" if index in _ASIDE else "dev"
+    split = "fresh" if index >= POPULATION else "aside" if index in _ASIDE else "dev"
     seed = 39_000_000 + index
     rng = Random(seed)
     pick = _Picker(rng)

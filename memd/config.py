@@ -56,8 +56,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "memory_placement": MEMORY_PLACEMENTS, "query_precision": QUERY_PRECISIONS,
     "document_precision": ("int8-mixed", *QUERY_PRECISIONS), "sanitize": SANITIZE_MODES,
     "encryption": ENCRYPTION_MODES, "erase_usage": ERASE_USAGE_MODES,
-    "virtualize": VIRTUALIZE_MODES,
-    "search_message_freshness": FRESHNESS_MODES,
+    "virtualize": VIRTUALIZE_MODES, "search_message_freshness": FRESHNESS_MODES,
 }
 
 
@@ -167,6 +166,7 @@ class Settings:
     search_head_coverage: bool = True  # memd.engine.retrieval.head
     search_diversity: bool = False  # memd.engine.retrieval.diverse (off: LongMemEval)
     search_repeats_last: bool = True  # memd.engine.retrieval.repeats
+    search_questions_lower: bool = True  # memd.engine.retrieval.asking
     # messages of recent session histories kept in the process between compiles, checked
     # against each session's history state (memd.engine.conversation.history); 0 turns it off
     history_cache_messages: int = 50_000

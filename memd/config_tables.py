@@ -105,7 +105,7 @@ FRESHNESS_MODES = ("auto", "always", "never")
 SWITCHES = ("auth", "memory_recall", "recall_keyword", "known_words", "search_second_round",
             "search_expand_kinds", "search_time_cues", "search_passages",
             "search_keyword_agreement", "search_head_coverage",
-            "search_diversity", "search_repeats_last")
+            "search_diversity", "search_repeats_last", "search_questions_lower")
 
 
 def freshness_mode(value: Any) -> Any:

@@ -1,6 +1,6 @@
 """The team's-weeks evaluation (``bench.generalize``, ``bench.bench_generalize``): the
 generator is deterministic, its evidence points at user turns that hold what the question
-asks, the dev and aside parts never share a user, questions do not quote their evidence,
+asks, the dev, aside and fresh parts never share a user, questions do not quote their evidence,
 and a tiny end-to-end run with the fake embedder gives figures of the right shape."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import bench_generalize
-from bench.generalize import KINDS, POPULATION, histories, history, users
+from bench.generalize import FRESH, KINDS, POPULATION, histories, history, users
 from bench.planted import Haystack
 
 SMALL = 14
@@ -36,6 +36,16 @@ def test_parts_are_fixed_apart_and_cover_every_user() -> None:
     assert all(h.split == "aside" for h in histories("aside", 2, sessions=SMALL))
     with pytest.raises(ValueError):
         users("heldout")
+
+
+def test_the_fresh_part_is_new_users_made_the_same_way_each_time() -> None:
+    """Compared, never shown: nothing of the fresh part is printed."""
+    fresh = users("fresh")
+    assert fresh == list(range(POPULATION, POPULATION + FRESH))
+    assert not set(fresh) & (set(users("dev")) | set(users("aside")))
+    first, again = (histories("fresh", 2, sessions=SMALL) for _ in range(2))
+    assert first == again and [h.split for h in first] == ["fresh", "fresh"]
+    assert first[0] != history(users("dev")[0], sessions=SMALL)
 
 
 def test_evidence_points_at_user_turns_holding_the_remark(dev: list[Haystack]) -> None:
@@ -117,3 +127,14 @@ def test_aside_prints_its_warning(capsys: pytest.CaptureFixture[str], tmp_path: 
     assert bench_generalize.main(args) == 0
     assert "run ONCE, at the end" in capsys.readouterr().err
     assert json.loads(out.read_text("utf-8"))["split"] == "aside"
+
+
+def test_fresh_prints_the_same_warning(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                       ) -> None:
+    out = tmp_path / "f.json"
+    args = ["--fresh", "--users", "0", "--embedder", "fake", "--out", str(out)]
+    assert bench_generalize.main(args) == 0
+    assert "the fresh part is to be run ONCE" in capsys.readouterr().err
+    assert json.loads(out.read_text("utf-8"))["split"] == "fresh"
+    with pytest.raises(SystemExit):
+        bench_generalize.main(["--fresh", "--aside", "--users", "0", "--embedder", "fake"])

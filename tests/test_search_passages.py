@@ -109,7 +109,8 @@ def test_the_ranking_follows_the_settings() -> None:
                                      search_message_freshness="never",
                                      search_keyword_agreement=False, search_second_hop=0,
                                      search_head_coverage=False, search_diversity=False,
-                                     search_repeats_last=False))
+                                     search_repeats_last=False,
+                                     search_questions_lower=False))
     assert got == MessageRanking(second=SecondRound(seeds=1, kin=False), time_cues=False,
                                  passages=True, freshness="never", agreement=False)
     assert MessageRanking.of(Settings(search_second_round=False)).second is None

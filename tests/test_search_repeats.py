@@ -76,9 +76,9 @@ def test_search_gives_the_first_places_to_distinct_texts(backend: str, tmp_path:
                                                         ) -> None:
     sessions = [[REPEATED] for _ in range(5)] + [[OTHER]]
 
-    def texts(on: bool) -> list[str]:
+    def texts(on: bool) -> list[str]:  # the copies are questions: not weighed down here
         hits = searched(backend, tmp_path / str(on), QUESTION, sessions,
-                        search_repeats_last=on)
+                        search_repeats_last=on, search_questions_lower=False)
         return [h.text for h in hits]
 
     off, on = texts(False), texts(True)

@@ -43,7 +43,7 @@ LIVE_KEYS = frozenset({
     "prices", "virtualize", "virtualize_workspaces", "virtual_zones", "search_second_round",
     "search_expand_kinds", "search_time_cues", "search_passages", "search_message_freshness",
     "search_keyword_agreement", "search_head_coverage", "search_diversity",
-    "search_second_hop", "search_repeats_last",
+    "search_second_hop", "search_repeats_last", "search_questions_lower",
 })
 UPSTREAM_KEYS = frozenset({"upstream_url", "upstream_anthropic_url", "upstream_ollama_url",
                            "upstream_api_key", "upstream_timeout"})

@@ -29,6 +29,7 @@ from memd.backends.base import Lifecycle, MemoryStore, MessageStore, Store
 from memd.config import Settings, Weights
 from memd.engine.learning.extract import extract_entities
 from memd.engine.retrieval.agreement import agreed
+from memd.engine.retrieval.asking import lowered
 from memd.engine.retrieval.diverse import diverse
 from memd.engine.retrieval.head import ordered_head
 from memd.engine.retrieval.hops import SecondHop, hop_of, second_hop
@@ -95,7 +96,9 @@ class MessageRanking:
     first messages are ordered by how much of the question a keyword match covers
     (:mod:`memd.engine.retrieval.head`) and do not all say the same thing
     (:mod:`memd.engine.retrieval.diverse`), and whether a message that repeats a
-    better-ranked one word for word goes to the end (:mod:`memd.engine.retrieval.repeats`)."""
+    better-ranked one word for word goes to the end (:mod:`memd.engine.retrieval.repeats`),
+    and whether a user message that only asks weighs less than a statement
+    (:mod:`memd.engine.retrieval.asking`)."""
 
     second: SecondRound | None = None
     time_cues: bool = False
@@ -106,6 +109,7 @@ class MessageRanking:
     diverse: bool = False
     hop: SecondHop | None = None  # the hop by words (memd.engine.retrieval.hops)
     once: bool = False
+    asking: bool = False
 
     def ages(self, query: str, now: float) -> bool:
         """Whether a message's age counts in its score for ``query``."""
@@ -121,7 +125,8 @@ class MessageRanking:
                    freshness=settings.search_message_freshness,
                    agreement=settings.search_keyword_agreement,
                    head=settings.search_head_coverage, diverse=settings.search_diversity,
-                   hop=hop_of(settings.search_second_hop), once=settings.search_repeats_last)
+                   hop=hop_of(settings.search_second_hop), once=settings.search_repeats_last,
+                   asking=settings.search_questions_lower)
 
 
 @quick_init
@@ -315,6 +320,8 @@ def search(
         cue = window(query, now) if ranking.time_cues else None
         if cue is not None:
             scored = boost(scored, cue, said)
+        if ranking.asking:
+            scored = lowered(scored)
         if ranking.head:
             scored = ordered_head(scored, query, names)
         if ranking.diverse:
