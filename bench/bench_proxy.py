@@ -47,7 +47,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import uvicorn
@@ -64,8 +64,10 @@ from memd.engine.conversation.turns import last_user_text
 from memd.engine.memory import Memd
 from memd.models.tokens import counter_for, forget_counts
 from memd.server.app import create_app
-from memd.server.later import Later
 from tests.agent_traffic import AgentSession, ScriptedUpstream, generate
+
+if TYPE_CHECKING:
+    from memd.server.later import Later
 
 AGENT_KINDS = ("opencode-like", "cline-like", "aider-like")
 AGENT_SIZES = (10_000, 50_000, 100_000)
