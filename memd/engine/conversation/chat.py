@@ -147,10 +147,10 @@ def prepare_chat(
                                      max_response_tokens, virtualize))
         if later:
             new = [v.check_message(m, i) for i, m in enumerate(new)]  # refused before
-        elif new:  # counted and hashed already, and the session just read
-            engine.append(session.id, uid, new, session=session,
-                          known=resent.known(new, session.model))
-        if not later:
+        else:
+            if new:  # counted and hashed already, and the session just read
+                engine.append(session.id, uid, new, session=session,
+                              known=resent.known(new, session.model))
             session = engine.session(session.id, uid)
         if query and vector is not None:
             # A new query: its vector is awaited, and its memory retrieved, with the
@@ -221,9 +221,9 @@ def _step_writes(engine: Memd, user_id: str, session: Session, new: list[dict[st
             record()
             if engine.session(session.id, user_id).turn_count != session.turn_count:
                 return None  # another call of the conversation stored them meanwhile
-            engine.sessions.append(session.id, user_id, new, session=session,
-                                   known=resent.known(new, session.model))
-            return engine.session(session.id, user_id).turn_count
+            stored = engine.sessions.append(session.id, user_id, new, session=session,
+                                            known=resent.known(new, session.model))
+            return session.turn_count + len(stored)  # each stored message is a turn
 
     return StepWrites(write, record, call_id)
 
