@@ -11,6 +11,7 @@ and p99 over all its slots.
     .venv/bin/python -m bench.ab HEAD~1 --backend sqlite
     .venv/bin/python -m bench.ab HEAD~1 --what tool-loop      # the proxy's tool-loop step
     .venv/bin/python -m bench.ab HEAD~1 --what tool-loop --cpu  # ... the CPU it costs memd
+    .venv/bin/python -m bench.ab HEAD~1 --what tool-loop --stream  # ... streamed answers
 
 The old revision is checked out into a temporary git worktree (its ``memd.backends`` and
 ``memd.sql`` linked in, as an installed package maps them) and runs with this checkout's
@@ -29,7 +30,8 @@ a tool-loop step (one with no new user words) against the same upstream called d
 as ``bench_proxy``'s ``tool_loop_added_ms`` does. With ``--cpu``, each side times the CPU
 time the step costs memd instead (the process's CPU time through memd less directly): on
 a machine that other work keeps busy the latency follows the scheduler more than the
-code, while the CPU time does not.
+code, while the CPU time does not. With ``--stream`` the agents ask for streamed answers,
+as most agent CLIs do, and a step ends with its stream's end.
 
 On SQLite (``--backend sqlite``, compiles only) the two processes share one database
 file, and the compile that closes an access-statistics window writes its job in line, so
@@ -106,7 +108,8 @@ def worker(args: argparse.Namespace) -> None:
                 if ms is not None:
                     times.append(ms)
                 i += 1
-    what = f"{args.what}{' (team)' if args.team else ''}{' CPU' if args.cpu else ''}"
+    what = (f"{args.what}{' (team)' if args.team else ''}{' streamed' if args.stream else ''}"
+            f"{' CPU' if args.cpu else ''}")
     print(f"{args.label}: {what}, n {len(times)}: p50 "
           f"{np.percentile(times, 50):.2f} p90 {np.percentile(times, 90):.2f} p99 "
           f"{np.percentile(times, 99):.2f} ms", flush=True)
@@ -186,7 +189,7 @@ def _tool_loop(args: argparse.Namespace, stack: ExitStack) -> Callable[[int], fl
     http = stack.enter_context(httpx.Client(timeout=120))
     # an older checkout's app may have no writes after its answers (memd.server.later)
     replay = ToolLoopReplay(engine, base, up, upstream, http, args.size,
-                            getattr(app.state, "later", None))
+                            getattr(app.state, "later", None), stream=args.stream)
     for _ in range(150):
         replay.step()
     if args.cpu:
@@ -223,6 +226,8 @@ def main() -> None:
                     help="tool-loop: the agent sessions' last request, in tokens")
     ap.add_argument("--cpu", action="store_true",
                     help="tool-loop: the CPU time a step costs memd, not its latency")
+    ap.add_argument("--stream", action="store_true",
+                    help="tool-loop: the agents ask for streamed answers")
     ap.add_argument("--slots", type=int, default=30, help="slots per side (2 s each)")
     ap.add_argument("--team", action="store_true",
                     help="act as the target user (team mode: row-level security)")
@@ -233,8 +238,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.backend == "sqlite" and (args.what == "append" or args.team):
         ap.error("--backend sqlite compares compiles only, outside team mode")
-    if args.cpu and args.what != "tool-loop":
-        ap.error("--cpu times tool-loop steps only")
+    if (args.cpu or args.stream) and args.what != "tool-loop":
+        ap.error("--cpu and --stream time tool-loop steps only")
     if args.slot is not None:
         worker(args)
         return
@@ -248,6 +253,7 @@ def main() -> None:
             common = [sys.executable, "-m", "bench.ab", args.rev, "--backend", args.backend,
                       "--what", args.what, "--slots", str(args.slots),
                       "--size", str(args.size), *(["--cpu"] if args.cpu else []),
+                      *(["--stream"] if args.stream else []),
                       "--data-dir", str(data_dir), "--start", str(start),
                       *(["--team"] if args.team else [])]
             sides = [

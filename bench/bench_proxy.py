@@ -283,20 +283,23 @@ class ToolLoopReplay:
     """Agent sessions like those of :func:`replay_agents`, replayed without end for
     ``bench.ab``: each kind in turn, each time with the next seed (a new conversation),
     memd's background jobs run between the steps. :meth:`step` sends the next step
-    directly and through memd, as ``replay_agents`` does."""
+    directly and through memd, as ``replay_agents`` does; with ``stream``, every request
+    asks for a streamed answer (the step then ends with the stream's)."""
 
     def __init__(self, engine: Memd, base: str, up: str, upstream: ScriptedUpstream,
-                 http: httpx.Client, size: int, later: Later | None = None) -> None:
+                 http: httpx.Client, size: int, later: Later | None = None,
+                 stream: bool = False) -> None:
         self.engine, self.base, self.up, self.upstream, self.http, self.later = (
             engine, base, up, upstream, http, later)
-        self._steps = self._replays(size)
+        self._steps = self._replays(size, stream)
         self.cpu_added: float | None = None
 
     @staticmethod
-    def _replays(size: int) -> Iterator[tuple[Any, bool]]:
+    def _replays(size: int, stream: bool) -> Iterator[tuple[Any, bool]]:
         for n in itertools.count():
             kind = AGENT_KINDS[n % len(AGENT_KINDS)]
-            session = generate(kind, seed=size + n // len(AGENT_KINDS), target_tokens=size)
+            session = generate(kind, seed=size + n // len(AGENT_KINDS), target_tokens=size,
+                               stream=stream)
             forget_counts()  # the generator counted its messages with memd's counter
             asked = None
             for step in session.steps:

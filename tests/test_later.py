@@ -1,5 +1,6 @@
-"""Writes that wait for the answer (memd.server.later): a whole answer reaches the client
-before its reply is stored, and what a later request reads waits for that write."""
+"""Writes that wait for the answer (memd.server.later): an answer, whole or streamed,
+reaches the client before its reply is stored, and what a later request reads waits for
+that write."""
 
 from __future__ import annotations
 
@@ -55,12 +56,13 @@ def test_only_the_chat_doors_wait_for_their_own_user_alone(method: str, path: st
     assert is_door(method, path) is door
 
 
+@pytest.mark.parametrize("stream", [False, True])
 def test_the_answer_comes_before_its_reply_is_stored_and_reads_wait_for_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stream: bool,
 ) -> None:
     """Through the daemon, with the reply's write held at a gate: the client has its
-    answer, the reply is not stored yet, and a read of the session (another route)
-    waits until it is."""
+    answer (a stream to its end), the reply is not stored yet, and a read of the session
+    (another route) waits until it is."""
     gate = threading.Event()
     finish = proxy.finish_chat
 
@@ -75,9 +77,13 @@ def test_the_answer_comes_before_its_reply_is_stored_and_reads_wait_for_it(
         try:
             with serve(create_app(engine, engine.settings)) as base:
                 resp = httpx.post(f"{base}/v1/chat/completions", timeout=30, json={
-                    "model": "m", "messages": [{"role": "user", "content": "Hi there"}]})
+                    "model": "m", "stream": stream,
+                    "messages": [{"role": "user", "content": "Hi there"}]})
                 assert resp.status_code == 200
-                assert resp.json()["choices"][0]["message"]["content"] == "ok: Hi there"
+                if stream:  # every chunk, the end of the stream included
+                    assert resp.text.endswith("data: [DONE]\n\n")
+                else:
+                    assert resp.json()["choices"][0]["message"]["content"] == "ok: Hi there"
                 session = resp.headers["x-memd-session"]
                 assert [m.role for m in engine.messages(session, "local")] == ["user"]
                 read: list[httpx.Response] = []
@@ -88,8 +94,9 @@ def test_the_answer_comes_before_its_reply_is_stored_and_reads_wait_for_it(
                 assert read == []  # the read waits for the write under way
                 gate.set()
                 reader.join(30)
-                assert [m["role"] for m in read[0].json()["messages"]] == ["user",
-                                                                           "assistant"]
+                stored = read[0].json()["messages"]
+                assert [(m["role"], m["content"]) for m in stored] == [
+                    ("user", "Hi there"), ("assistant", "ok: Hi there")]
         finally:
             gate.set()
             engine.close()

@@ -30,14 +30,15 @@ from typing import Any
 import anyio
 import httpx
 from fastapi import Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from memd.engine.conversation.chat import PreparedCall, finish_chat
 from memd.engine.virtual import faults as f
 from memd.engine.virtual.pressure import fit_line
 from memd.models.tokens import count_text
-from memd.server.deps import engine_of
+from memd.server.deps import engine_of, later_of
 from memd.server.fault_formats import FaultFormat
+from memd.server.later import answer_then_store
 from memd.server.threads import in_thread
 from memd.server.upstream import encode_body
 
@@ -168,52 +169,48 @@ async def stream(request: Request, client: httpx.AsyncClient, call: PreparedCall
                  model: str | None, retried: bool, fmt: FaultFormat) -> Response:
     """Relay a streamed answer, serving its faults (see the module docstring)."""
     engine = engine_of(request)
+    resp = first
+    relay = fmt.relay()
+    final = fmt.reader()  # the answer of the round relayed last
+    strip = True  # stored without memd's calls, unless its round ended with none
+
+    def store() -> None:
+        reply = fmt.stored(final) if strip else final.reply()
+        if reply is not None and relay.shown_id() is not None:
+            reply = {**reply, "shown_response_id": relay.shown_id()}
+        finish_chat(engine, call, status=resp.status_code, reply=reply,
+                    finish_reason=final.finish_reason, usage=final.usage,
+                    model=final.model or model,
+                    incomplete=not (final.done or final.finish_reason), retried=retried)
 
     async def relayed() -> AsyncIterator[bytes]:
-        resp = first
+        nonlocal resp, final, strip
         rounds = _Rounds(call, fmt, model)
-        relay = fmt.relay()
-        acc = fmt.reader()
-        stored = False
-
-        def store(final: Any, strip: bool) -> None:
-            nonlocal stored
-            if not stored:
-                stored = True
-                reply = fmt.stored(final) if strip else final.reply()
-                if reply is not None and relay.shown_id() is not None:
-                    reply = {**reply, "shown_response_id": relay.shown_id()}
-                finish_chat(engine, call, status=resp.status_code, reply=reply,
-                            finish_reason=final.finish_reason, usage=final.usage,
-                            model=final.model or model,
-                            incomplete=not (final.done or final.finish_reason),
-                            retried=retried)
-
         try:
             while True:
-                acc = fmt.reader()
+                final = fmt.reader()
                 held: list[bytes] = []
                 async for chunk in resp.aiter_raw():
-                    acc.feed(chunk)
-                    if held or fmt.holding(acc):
+                    final.feed(chunk)
+                    if held or fmt.holding(final):
                         held.append(chunk)
                         continue
-                    if acc.done:  # stored before the client sees the end (memd.server.proxy)
-                        await in_thread(store, acc, False)
+                    if final.done:  # an end with none of memd's calls
+                        strip = False
                     yield relay(chunk)
                 await resp.aclose()
-                turn, calls = fmt.streamed(acc)
+                turn, calls = fmt.streamed(final)
                 ours, theirs = f.split_calls(calls)
                 if not ours:
-                    await in_thread(store, acc, False)
+                    strip = False
                     for chunk in held:
                         yield relay(chunk)
                     return
                 texts = (await _serve(request, call, ours)
                          if _faults_left(request, call) > 0 else [])
                 if theirs or not texts:
-                    await in_thread(store, acc, True)
-                    yield relay(fmt.strip_stream(b"".join(held), acc))
+                    strip = True
+                    yield relay(fmt.strip_stream(b"".join(held), final))
                     return
                 sent = rounds.again(turn, ours, texts)
                 req = client.build_request(
@@ -225,9 +222,11 @@ async def stream(request: Request, client: httpx.AsyncClient, call: PreparedCall
                     return
                 relay.next_round()
         finally:
-            store(acc, True)
             with anyio.CancelScope(shield=True):
                 await resp.aclose()
 
-    return StreamingResponse(relayed(), status_code=first.status_code, headers=headers,
-                             media_type=first.headers.get("content-type", "text/event-stream"))
+    # Stored once the last chunk is sent, or the client has gone (what arrived is kept);
+    # its next call waits for that first (memd.server.later).
+    return answer_then_store(
+        later_of(request), call, store, content=relayed(), status_code=first.status_code,
+        headers=headers, media_type=first.headers.get("content-type", "text/event-stream"))

@@ -1,10 +1,10 @@
 """The store's writes of a proxied call that need not hold up its answer.
 
-What a whole (not streamed) answer leaves to store changes nothing of what the client
-gets: the reply with its usage and, for a tool-loop step, the step's new messages and
-call record (memd.engine.conversation.step). They are stored once the client has the
-answer (:func:`answer_then_store`), so that an agent's step waits only for what memd
-must do before forwarding, and for the model.
+What an answer leaves to store changes nothing of what the client gets: the reply with
+its usage and, for a tool-loop step, the step's new messages and call record
+(memd.engine.conversation.step). They are stored once the client has the whole answer,
+streamed or not (:func:`answer_then_store`), so that an agent's step waits only for what
+memd must do before forwarding, and for the model.
 
 What a later request reads must not miss them. The client's next turn resends this
 answer, and a read of its call or session may follow at once; so a request waits for
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from memd.server.threads import in_thread
@@ -91,7 +91,7 @@ class Later:
 
 
 class _ThenStore(Response):
-    """A whole answer whose call is stored once the client has it."""
+    """An answer whose call is stored once the client has all of it."""
 
     later: Later
     user_id: str
@@ -114,11 +114,18 @@ class _ThenStore(Response):
                 self.later.release(done)
 
 
+class _StreamThenStore(_ThenStore, StreamingResponse):
+    """A streamed answer whose call is stored once its last chunk is sent, or once the
+    client has gone (what arrived is kept)."""
+
+
 def answer_then_store(later: Later, call: PreparedCall, store: Callable[[], None],
                       **response: Any) -> Response:
-    """The answer (a :class:`~starlette.responses.Response` of ``response``), with
-    ``store`` run in a thread once it is sent."""
-    answer = _ThenStore(**response)
+    """The answer (a :class:`~starlette.responses.Response` of ``response``, or a
+    :class:`~starlette.responses.StreamingResponse` when its content is an async
+    iterator), with ``store`` run in a thread once it is sent."""
+    streamed = isinstance(response.get("content"), AsyncIterator)
+    answer = (_StreamThenStore if streamed else _ThenStore)(**response)
     answer.later, answer.user_id, answer.store, answer.call_id = (
         later, call.user_id, store, call.call_id)
     return answer

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import anyio
 import httpx
 from fastapi import APIRouter, Path, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from memd.engine import validate
 from memd.engine.conversation.chat import (
@@ -366,34 +366,26 @@ async def _stream(request: Request, client: httpx.AsyncClient, call: PreparedCal
                                    door.headers(request), headers, model, retried,
                                    door.faults)
 
+    acc = door.stream()
+
     async def pass_through() -> AsyncIterator[bytes]:
-        acc = door.stream()
-        stored = False
-
-        def store() -> None:
-            nonlocal stored
-            if not stored:
-                stored = True
-                finish_chat(engine, call, status=resp.status_code, reply=acc.reply(),
-                            finish_reason=acc.finish_reason, usage=acc.usage,
-                            model=acc.model or model,
-                            incomplete=not (acc.done or acc.finish_reason), retried=retried)
-
         try:
             async for chunk in resp.aiter_raw():
                 acc.feed(chunk)
-                if acc.done:  # store before the client sees the end (see the non-stream path)
-                    await in_thread(store)
                 yield chunk
         finally:
-            # Runs even when the client disconnected: keep what arrived. Synchronous and
-            # first, because in a cancelled task every further await raises again.
-            store()
             with anyio.CancelScope(shield=True):
                 await resp.aclose()
 
-    return StreamingResponse(pass_through(), status_code=resp.status_code, headers=headers,
-                             media_type=resp.headers.get("content-type", "text/event-stream"))
+    # Stored once the last chunk is sent, or the client has gone (what arrived is kept);
+    # its next call waits for that first (memd.server.later).
+    return answer_then_store(
+        later_of(request), call, lambda: finish_chat(
+            engine, call, status=resp.status_code, reply=acc.reply(),
+            finish_reason=acc.finish_reason, usage=acc.usage, model=acc.model or model,
+            incomplete=not (acc.done or acc.finish_reason), retried=retried),
+        content=pass_through(), status_code=resp.status_code, headers=headers,
+        media_type=resp.headers.get("content-type", "text/event-stream"))
 
 
 @router.get("/v1/models", responses={
