@@ -250,3 +250,46 @@ def test_sqlite_checkpoints_run_on_the_stores_thread_not_in_a_write(
         probe.close()
         s.close()
     assert not s.connection._checkpoint_thread.is_alive()  # type: ignore[union-attr]
+
+
+def test_keyword_messages_ranks_a_bounded_part_of_a_long_history(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beyond RANK_ALL matches the message keyword channel ranks those of the query's
+    rarest words, at any age, by the whole query's bm25 (so in the whole ranking's
+    order); a query of common words only, its newest matches. Up to RANK_ALL, every
+    match is ranked."""
+    import memd.backends.sqlite.messages as sm
+    from memd.backends.sqlite import SQLiteStore
+
+    s = SQLiteStore(tmp_path / "m.db", dim=DIM)
+    sess = s.create_session(session())
+    texts = ["an old note on the quokka migration and the build",  # rare + common, oldest
+             "the quokka alone",  # rare word only, old
+             "build build build build build failed once more"]  # common only, old
+    texts += [f"the build step {i} ran {'again ' * (i % 5)}" for i in range(40)]
+    texts += ["build server logs", "deploy of the build today"]  # the newest
+    msgs = s.append_messages("alice", sess.id, [NewMessage("user", t) for t in texts],
+                             [1] * len(texts), [None] * len(texts), 1.0)
+    by_id = {m.id: m.content for m in msgs}
+
+    def ranked(query: str, k: int = 100) -> list[str]:
+        return [by_id[m.id] for m, _ in s.keyword_messages("alice", query, k)]
+
+    whole = ranked("quokka build")  # 45 matches: every one ranked
+    assert len(whole) == len(texts) and set(whole[:2]) == set(texts[:2])
+    assert texts[2] in whole[:3]
+    monkeypatch.setattr(sm, "RANK_ALL", 45)  # every match still ranked
+    assert ranked("quokka build") == whole
+    monkeypatch.setattr(sm, "RANK_ALL", 10)
+    monkeypatch.setattr(sm, "RARE_MATCHES", 3)
+    monkeypatch.setattr(sm, "NEWEST_MATCHES", 5)
+    # quokka's 2 matches (within 3), ranked as in the whole ranking: the first holds
+    # "build" too, which counts in its score; the 43 of build alone are not ranked
+    assert ranked("quokka build") == [t for t in whole if "quokka" in t]
+    assert ranked("quokka build", 1) == whole[:1]
+    newest = ranked("build")
+    assert set(newest) == set(texts[-5:]) and texts[2] not in newest
+    assert newest == [t for t in ranked("build", 100) if t in newest]
+    monkeypatch.setattr(sm, "RARE_MATCHES", 1)  # quokka's 2 matches are too many
+    assert set(ranked("quokka build")) == set(texts[-5:])
+    s.close()

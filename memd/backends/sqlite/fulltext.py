@@ -90,17 +90,26 @@ def message_index_row(user_id: str, session_id: str, message_id: str, text: str 
             f"VALUES ({at}, ?, ?, ?)", params if rowid is None else (rowid, *params))
 
 
-def fts_query(user_id: str, text: str) -> str | None:
-    """An FTS5 MATCH expression for free text: the user's quoted terms OR-ed, stopwords
-    dropped. Quoting makes any user text safe (no FTS syntax errors)."""
+def fts_terms(user_id: str, text: str) -> list[str]:
+    """The FTS5 terms of free text, each quoted (safe with any user text: no FTS syntax
+    errors) and marked as the user's: its words, stopwords dropped (unless it has no
+    other word), at most 32."""
     words = [w for w in _FTS_WORD.findall(text.lower()) if w not in _STOPWORDS]
     if not words:
         words = _FTS_WORD.findall(text.lower())
-    unique = list(dict.fromkeys(words))[:32]
-    if not unique:
-        return None
     mark = user_mark(user_id)
-    return " OR ".join(f'"{mark}{w}"' for w in unique)
+    return [f'"{mark}{w}"' for w in list(dict.fromkeys(words))[:32]]
+
+
+def fts_query(user_id: str, text: str) -> str | None:
+    """An FTS5 MATCH expression for free text: its :func:`fts_terms` OR-ed (None for
+    text without a word)."""
+    return any_of(fts_terms(user_id, text)) or None
+
+
+def any_of(terms: list[str]) -> str:
+    """The MATCH expression of rows holding any of ``terms``."""
+    return " OR ".join(terms)
 
 
 class SideRanker:
