@@ -993,6 +993,14 @@ def test_messages_by_id_and_by_chain_hash(store: Store) -> None:
                                                            ("c2", first[1].id)]
     assert [m.content for m in store.find_chain("bob", ["c1", "c2"])] == ["bob's"]
     assert store.find_chain("alice", []) == []
+    # by place: (session, turn); bob's session id names none of alice's messages
+    places = [(s.id, 2), (t.id, 1), (s.id, 1), (s.id, 3), (bobs.id, 1), (s.id, 2)]
+    assert sorted(m.id for m in store.messages_at("alice", places)) == sorted(
+        [first[0].id, first[1].id, other[0].id])
+    assert store.messages_at("alice", []) == []
+    assert [m.content for m in store.messages_at("bob", places)] == ["bob's"]
+    many = [(s.id, i) for i in range(-150, 150)]  # more than one statement's worth
+    assert {m.id for m in store.messages_at("alice", many)} == {first[0].id, first[1].id}
     assert store.find_chain("carol", ["c1"]) == []
 
 

@@ -110,6 +110,11 @@ class MessageStore(Protocol):
         limit: int | None = None, newest_first: bool = False,
     ) -> list[Message]: ...
 
+    def messages_at(self, user_id: str, turns: Sequence[tuple[str, int]]) -> list[Message]:
+        """The user's messages at these places, (session_id, turn_index) each, in no
+        particular order; a place without a message adds none."""
+        ...
+
     def recent_messages(
         self, user_id: str, session_id: str, token_budget: int, *,
         before_turn: int | None = None, limit: int = 512,

@@ -68,6 +68,7 @@ class ComposedStore:
         self.find_chain = messages.find_chain
         self.last_chain_hash = messages.last_chain_hash
         self.get_messages = messages.get_messages
+        self.messages_at = messages.messages_at
         self.recent_messages = messages.recent_messages
         self.get_message = messages.get_message
         self.mark_compressed = messages.mark_compressed

@@ -123,6 +123,19 @@ class PostgresMessages(SharedMessages):
         )
         return [(MAP.message(r), float(r[-1])) for r in rows]
 
+    def messages_at(self, user_id: str, turns: Sequence[tuple[str, int]]) -> list[Message]:
+        places = list(dict.fromkeys(turns))
+        if not places:
+            return []
+        # A key look-up per place, the places an array join (an OR of them, or a UNION
+        # of a look-up each, costs more to plan over the partitions than to run)
+        rows = self._rows(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages JOIN unnest(%s::text[], %s::integer[]) "
+            "AS p (sid, turn) ON session_id = p.sid AND turn_index = p.turn "
+            "WHERE user_id = %s",
+            ([sid for sid, _ in places], [turn for _, turn in places], user_id))
+        return [MAP.message(r) for r in rows]
+
     def keyword_messages(
         self, user_id: str, query: str, k: int, session_id: str | None = None
     ) -> list[tuple[Message, float]]:

@@ -140,6 +140,20 @@ class SQLiteMessages(SharedMessages):
         pairs = self._rows(query, params)
         return self._messages_with(user_id, [(mid, 1.0 - float(d)) for mid, d in pairs])
 
+    def messages_at(self, user_id: str, turns: Sequence[tuple[str, int]]) -> list[Message]:
+        places = list(dict.fromkeys(turns))
+        # One key look-up per place: with the places OR-ed in one WHERE, SQLite may walk
+        # every message of the user instead.
+        one = (f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE user_id = ? "
+               "AND session_id = ? AND turn_index = ?")
+        out: list[Message] = []
+        for i in range(0, len(places), 100):  # at most 500 parts to a compound SELECT
+            chunk = places[i : i + 100]
+            rows = self._rows(" UNION ALL ".join([one] * len(chunk)),
+                              [x for sid, turn in chunk for x in (user_id, sid, turn)])
+            out += [MAP.message(r) for r in rows]
+        return out
+
     def keyword_messages(
         self, user_id: str, query: str, k: int, session_id: str | None = None
     ) -> list[tuple[Message, float]]:

@@ -107,13 +107,14 @@ def recall_candidates(
         return []  # the floor is a cosine: without the similarity signal nothing passes
     hits = score_messages(store, user_id, query, qvec, weights, now, RECALL_K,
                           embedder=embedder, keyword_hits=None if keyword else [])
+    hits = [(hit, total, parts) for hit, total, parts in hits
+            if hit.role in _SPEAKERS and not hit.is_pruned and (hit.safe_text or "").strip()]
+    around = neighbours(store, user_id, [hit for hit, _, _ in hits])
     found: list[tuple[Message, float, Message, float]] = []  # hit, score, message, cosine
     for hit, total, parts in hits:
-        if hit.role not in _SPEAKERS or hit.is_pruned or not (hit.safe_text or "").strip():
-            continue
         if hit.role == "user":
             found.append((hit, total, hit, parts["similarity"] / weights.similarity))
-        elif (user_msg := neighbour(store, user_id, hit)) is not None:
+        elif (user_msg := around.get(hit.id)) is not None:
             # a reply found: recalled through the user message it answers
             found.append((hit, total, user_msg, _cosine(embedder, user_msg, qvec)))
     near = closest(embedder, [msg.safe_text or "" for _, _, msg, _ in found], qvec)
@@ -142,7 +143,7 @@ def recall_candidates(
         session = sessions[msg.session_id]
         if session is None or (session.workspace or "") not in scope.workspaces:
             continue
-        reply = hit if hit.role != "user" else neighbour(store, user_id, msg)
+        reply = hit if hit.role != "user" else around.get(msg.id)
         if reply is not None and _excluded(reply, scope):
             reply = None
         asks = only_asks(msg.safe_text or "")
@@ -191,18 +192,28 @@ def same_text(text: str) -> str:
 
 def neighbour(store: MessageStore, user_id: str, msg: Message) -> Message | None:
     """The assistant's answer to a user message, or the user message an answer answers."""
-    if msg.role == "user":
-        found = store.get_messages(user_id, msg.session_id, after_turn=msg.turn_index,
-                                   limit=1)
-        want = "assistant"
-    else:
-        found = store.get_messages(user_id, msg.session_id, before_turn=msg.turn_index,
-                                   limit=1, newest_first=True)
-        want = "user"
-    if (found and found[0].role == want and not found[0].is_pruned
-            and (found[0].content or "").strip()):
-        return found[0]
-    return None
+    return neighbours(store, user_id, [msg]).get(msg.id)
+
+
+def neighbours(store: MessageStore, user_id: str, msgs: Sequence[Message]
+               ) -> dict[str, Message]:
+    """:func:`neighbour` of each of ``msgs`` that has one, by the message's id, in one
+    read: a user message's next turn if it is the assistant's, an answer's previous turn
+    if it is the user's (a session's turns are numbered without gaps: each append
+    numbers its messages on from the session's turn count)."""
+    want = {m.id: ((m.session_id, m.turn_index + 1), "assistant") if m.role == "user"
+            else ((m.session_id, m.turn_index - 1), "user") for m in msgs}
+    if not want:
+        return {}
+    at = {(m.session_id, m.turn_index): m
+          for m in store.messages_at(user_id, [place for place, _ in want.values()])}
+    out: dict[str, Message] = {}
+    for mid, (place, role) in want.items():
+        found = at.get(place)
+        if (found is not None and found.role == role and not found.is_pruned
+                and (found.content or "").strip()):
+            out[mid] = found
+    return out
 
 
 def render(pair: Sequence[Message | None], hit: Message, title: str | None = None,
