@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -1011,3 +1012,54 @@ def test_row_level_security_holds_for_raw_sql(team: Team) -> None:
                              "VALUES ('u1', 'bob', 0)")
         assert conn.execute("SELECT count(*) FROM facts WHERE user_id = 'bob'").fetchone() \
             == owner["facts"]
+
+
+@pytest.mark.parametrize("actor", [None, "alice"], ids=["owner", "row-security"])
+def test_pg_keyword_messages_ranks_a_bounded_part_of_a_long_history(
+        pg_store: Any, monkeypatch: pytest.MonkeyPatch, actor: str | None) -> None:
+    """Beyond RANK_ALL matches (counted per word) the message keyword channel ranks the
+    matches of the query's rarest words, at any age, by the whole query, so in the
+    whole ranking's order; a query of common words only, the matches among the newest
+    messages. Up to RANK_ALL, every match is ranked. The same under row-level security,
+    where no count or ranking reads another user's rows."""
+    import memd.backends.postgres.messages as pm
+
+    s = pg_store
+    old = s.create_session(session())
+    texts = ["an old note on the quokka migration and the build",  # rare + common, oldest
+             "the quokka alone",  # rare word only, old
+             "build build build build build failed once more"]  # common only, old
+    texts += [f"the build step {i} ran {'again ' * (i % 5)}" for i in range(40)]
+    new = s.create_session(replace(session(), created_at=2.0))  # the newest: 5 messages
+    latest = [f"build server logs {'more ' * i}" for i in range(5)]
+    ids = {m.id: m.content for m in s.append_messages(
+        "alice", old.id, [NewMessage("user", t) for t in texts], [1] * len(texts),
+        [None] * len(texts), 1.0)}
+    ids.update({m.id: m.content for m in s.append_messages(
+        "alice", new.id, [NewMessage("user", t) for t in latest], [1] * 5, [None] * 5, 2.0)})
+    bob = s.create_session(session("bob"))
+    s.append_messages("bob", bob.id, [NewMessage("user", "bob's quokka build")] * 30,
+                      [1] * 30, [None] * 30, 3.0)
+
+    def ranked(query: str, k: int = 100) -> list[str]:
+        with acting_as(actor):
+            return [ids[m.id] for m, _ in s.keyword_messages("alice", query, k)]
+
+    whole = ranked("quokka build")  # 48 matches: every one ranked
+    assert len(whole) == 48 and whole[0] == texts[0] and texts[2] in whole[:3]
+    monkeypatch.setattr(pm, "RANK_ALL", 10)
+    monkeypatch.setattr(pm, "RARE_MATCHES", 3)
+    monkeypatch.setattr(pm, "NEWEST_MESSAGES", 5)
+    s.messages._counts = pm.WordCounts()  # counted afresh against the new caps
+    # quokka's 2 matches (within 3), ranked as in the whole ranking: the first holds
+    # "build" too, which counts in its rank; the 46 of build alone are not ranked, the
+    # old one that says it five times among them
+    assert ranked("quokka build") == [t for t in whole if "quokka" in t]
+    assert ranked("quokka build", 1) == whole[:1]
+    newest = ranked("build")
+    assert newest == [t for t in whole if t in latest]
+    monkeypatch.setattr(pm, "RARE_MATCHES", 1)  # quokka's 2 matches are too many
+    assert ranked("quokka build") == newest
+    with acting_as(actor):
+        counts = s.messages._word_counts("alice", ["quokka", "build", "zanzibar"])
+    assert counts == [2, 11, 0]  # build: 46 matches, counted up to RANK_ALL + 1

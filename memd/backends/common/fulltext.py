@@ -14,3 +14,16 @@ def keyword_part(text: str) -> str:
         return text
     half = KEYWORD_INDEX_CHARS // 2
     return text[:half] + " " + text[-half:]
+
+
+def rarest(words: list[str], counts: list[int], budget: int) -> list[str]:
+    """The fewest-matched of ``words`` (``counts``: their matches each), as many as
+    match at most ``budget`` messages together: a bounded keyword search's rare words."""
+    out: list[str] = []
+    held = 0
+    for n, word in sorted(zip(counts, words, strict=True)):
+        if held + n > budget:
+            break
+        out.append(word)
+        held += n
+    return out

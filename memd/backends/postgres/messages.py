@@ -6,6 +6,9 @@ own row)."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +18,7 @@ from memd.auth import current_actor
 from memd.backends.base import Vector
 from memd.backends.common.columns import MESSAGE_COLUMNS
 from memd.backends.common.dialect import POSTGRES
+from memd.backends.common.fulltext import rarest
 from memd.backends.common.messages import (
     INSERT_MESSAGE,
     SharedMessages,
@@ -29,6 +33,61 @@ from memd.backends.postgres.vectors import as_vector
 from memd.errors import NotFound
 from memd.types import Message, NewMessage
 
+# A message keyword search ranks every match while its words match at most RANK_ALL
+# messages (counted per word, up to RANK_ALL + 1 each); beyond, a bounded part of them:
+# ts_rank reads each matching row, and in a long history a common word matches tens of
+# thousands. That part: the matches of the query's rarest words, as long as they match
+# at most RARE_MATCHES messages together (a thing said once, however long ago, is still
+# found by its own word), ranked by the whole query; for a query of common words only,
+# the matches among the user's NEWEST_MESSAGES newest messages (the last turns of the
+# newest sessions). A word's count is reused for COUNTS_KEPT seconds: counting a common
+# word reads its postings (tens of thousands), and the words people ask with recur;
+# a count gone stale with new messages only makes a search read more rows than it needs.
+# The bounds are lower than SQLite's (memd.backends.sqlite.messages): each match ranked
+# here is a row read from the table (its tsvector), not a posting of the index.
+RANK_ALL = 500
+RARE_MATCHES = 300
+NEWEST_MESSAGES = 300
+COUNTS_KEPT = 600.0
+
+
+class WordCounts:
+    """Keyword match counts per (user, word), each kept COUNTS_KEPT seconds, the
+    ``size`` last used at most. Safe to share between threads."""
+
+    def __init__(self, size: int = 50_000) -> None:
+        self._size = size
+        self._counts: OrderedDict[tuple[str, str], tuple[int, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, user_id: str, words: list[str], now: float) -> dict[str, int]:
+        """The counts of ``words`` still fresh at ``now`` (time.monotonic())."""
+        out: dict[str, int] = {}
+        with self._lock:
+            for w in words:
+                kept = self._counts.get((user_id, w))
+                if kept is not None and now - kept[1] < COUNTS_KEPT:
+                    self._counts.move_to_end((user_id, w))
+                    out[w] = kept[0]
+        return out
+
+    def put(self, user_id: str, counts: dict[str, int], now: float) -> None:
+        with self._lock:
+            for w, n in counts.items():
+                self._counts[(user_id, w)] = (n, now)
+                self._counts.move_to_end((user_id, w))
+            while len(self._counts) > self._size:
+                self._counts.popitem(last=False)
+
+    def forget(self, user_id: str) -> None:
+        """Drop the user's counts: many of their messages were deleted (the retention
+        sweep), and a count too high could have a rare word searched as a common one.
+        (A few pruned or erased messages change a count little; it is counted again
+        within COUNTS_KEPT seconds anyway.)"""
+        with self._lock:
+            for key in [key for key in self._counts if key[0] == user_id]:
+                del self._counts[key]
+
 
 class PostgresMessages(SharedMessages):
     """Messages: appends under the session's row lock, history windows, the search
@@ -40,6 +99,7 @@ class PostgresMessages(SharedMessages):
     def __init__(self, conn: PostgresPartitions) -> None:
         super().__init__(conn)
         self._pg = conn
+        self._counts = WordCounts()
 
     def append_messages(
         self, user_id: str, session_id: str, messages: Sequence[NewMessage],
@@ -142,37 +202,105 @@ class PostgresMessages(SharedMessages):
         text = search_text(query)
         if text is None:
             return []
+        if session_id is None:
+            words = text.split(" or ")
+            counts = self._word_counts(user_id, words)
+            if sum(counts) > RANK_ALL:
+                return self._bounded(user_id, text, words, counts, k)
+        return self._ranked(user_id, text, text, k, session_id)
+
+    def _ranked(self, user_id: str, text: str, rank_by: str, k: int,
+                session_id: str | None = None) -> list[tuple[Message, float]]:
+        """The best ``k`` of the user's messages that ``text`` matches, ranked by how well
+        they match ``rank_by`` (both search_text). Under row-level security the GIN probe
+        runs in memd_keyword_message_ranks (sql/postgres/028) or, within a session,
+        memd_keyword_message_ids (003), and the rows are read through the policies."""
         if current_actor() is not None:
-            return self._keyword_messages_rls(user_id, text, k, session_id)
+            probe = ("memd_keyword_message_ranks(%s, websearch_to_tsquery('english', %s), "
+                     "websearch_to_tsquery('english', %s), %s)")
+            params: tuple[Any, ...] = (user_id, text, rank_by, k)
+            if session_id is not None:
+                probe = ("memd_keyword_message_ids(%s, websearch_to_tsquery('english', %s), "
+                         "%s, %s)")
+                params = (user_id, text, k, session_id)
+            rows = self._rows(
+                f"SELECT {MESSAGE_COLUMNS}, k.rank FROM {probe} AS k (kid, kat, rank) "
+                "JOIN messages ON user_id = %s AND message_id = k.kid AND created_at = k.kat "
+                "AND NOT is_pruned ORDER BY k.rank DESC, message_id", (*params, user_id))
+            return ranked(rows, MAP.message)
         # a pruned message keeps its keyword vector (a trigger derives it from the text,
         # which stays for its owner): the search skips it
         where = ("user_id = %s AND content_tsv @@ websearch_to_tsquery('english', %s) "
                  "AND NOT is_pruned")
-        params: list[Any] = [text, user_id, text]
+        args: list[Any] = [rank_by, user_id, text]
         if session_id is not None:
             where += " AND session_id = %s"
-            params.append(session_id)
+            args.append(session_id)
         rows = self._rows(
             f"SELECT {MESSAGE_COLUMNS}, "
             "ts_rank(content_tsv, websearch_to_tsquery('english', %s)) AS r "
             f"FROM messages WHERE {where} ORDER BY r DESC, message_id LIMIT %s",
-            (*params, k),
+            (*args, k),
         )
         return ranked(rows, MAP.message)
 
-    def _keyword_messages_rls(
-        self, user_id: str, text: str, k: int, session_id: str | None
-    ) -> list[tuple[Message, float]]:
-        """keyword_messages under RLS: the GIN probe runs in memd_keyword_message_ids
-        (see sql/postgres/003_auth.sql), the rows are read through the policies."""
+    def _word_counts(self, user_id: str, words: list[str]) -> list[int]:
+        """How many of the user's messages each of ``words`` matches, up to RANK_ALL + 1;
+        a word counted less than COUNTS_KEPT seconds ago is not counted again."""
+        now = time.monotonic()
+        known = self._counts.get(user_id, words, now)
+        missing = [w for w in words if w not in known]
+        if missing:
+            if current_actor() is not None:  # the GIN probes in a function (028)
+                tsqueries = ", ".join(["websearch_to_tsquery('english', %s)"] * len(missing))
+                [(found,)] = self._rows(
+                    f"SELECT memd_keyword_message_counts(%s, ARRAY[{tsqueries}], %s)",
+                    (user_id, *missing, RANK_ALL + 1))
+            else:
+                one = ("(SELECT count(*) FROM (SELECT 1 FROM messages WHERE user_id = %s "
+                       "AND content_tsv @@ websearch_to_tsquery('english', %s) "
+                       "AND NOT is_pruned LIMIT %s) AS c)")
+                [found] = self._rows("SELECT " + ", ".join([one] * len(missing)),
+                                     [x for w in missing for x in (user_id, w, RANK_ALL + 1)])
+            counted = dict(zip(missing, (int(n) for n in found), strict=True))
+            self._counts.put(user_id, counted, now)
+            known.update(counted)
+        return [known[w] for w in words]
+
+    def _bounded(self, user_id: str, text: str, words: list[str], counts: list[int],
+                 k: int) -> list[tuple[Message, float]]:
+        """The best ``k`` by the whole query (``text``) among the matches of its rarest
+        ``words`` (RARE_MATCHES at most together, at any age), or without such a word
+        among the user's NEWEST_MESSAGES newest messages (``counts``: the words'
+        :meth:`_word_counts`)."""
+        rare = rarest(words, counts, RARE_MATCHES)
+        if rare:
+            return self._ranked(user_id, " or ".join(rare), text, k)
+        # The newest sessions' last turns, NEWEST_MESSAGES in all: a btree probe per
+        # session, then the keyword test on those rows alone (MATERIALIZED keeps the
+        # planner from reading every match's GIN postings instead).
+        take: list[tuple[str, int]] = []
+        left = NEWEST_MESSAGES
+        for sid, turns in self._rows(
+                "SELECT session_id, turn_count FROM sessions WHERE user_id = %s "
+                "ORDER BY created_at DESC, session_id LIMIT 100", (user_id,)):
+            if left <= 0:
+                break
+            n = min(int(turns), left)
+            take.append((sid, int(turns) - n))
+            left -= n
+        if not take:
+            return []
         rows = self._rows(
-            f"SELECT {MESSAGE_COLUMNS}, k.rank FROM memd_keyword_message_ids("
-            "%s, websearch_to_tsquery('english', %s), %s, %s) AS k (kid, kat, rank) "
-            "JOIN messages ON user_id = %s AND message_id = k.kid AND created_at = k.kat "
-            "AND NOT is_pruned "
-            "ORDER BY k.rank DESC, message_id",
-            (user_id, text, k, session_id, user_id),
-        )
+            f"WITH recent AS MATERIALIZED (SELECT {MESSAGE_COLUMNS}, content_tsv "
+            "FROM messages JOIN unnest(%s::text[], %s::integer[]) AS s (sid, from_turn) "
+            "ON session_id = s.sid AND turn_index >= s.from_turn "
+            "WHERE user_id = %s AND NOT is_pruned) "
+            f"SELECT {MESSAGE_COLUMNS}, "
+            "ts_rank(content_tsv, websearch_to_tsquery('english', %s)) AS r FROM recent "
+            "WHERE content_tsv @@ websearch_to_tsquery('english', %s) "
+            "ORDER BY r DESC, message_id LIMIT %s",
+            ([t[0] for t in take], [t[1] for t in take], user_id, text, text, k))
         return ranked(rows, MAP.message)
 
     def delete_inactive_messages(self, user_id: str, before: float) -> tuple[int, int]:
@@ -184,5 +312,6 @@ class PostgresMessages(SharedMessages):
                                   "AND session_id = ANY(%s)", (user_id, sessions))
             self._write_many(self._sql(BUMP_HISTORY_VERSION),
                              [(user_id, s) for s in sessions])
+        self._counts.forget(user_id)
         return deleted, len(sessions)
 

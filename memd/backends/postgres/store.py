@@ -44,8 +44,9 @@ class PostgresStore(ComposedStore):
         self.partitions = conn.partitions
         self.memories = PostgresMemories(conn)
         self.erasure = PostgresErasure(conn)
+        self.messages = PostgresMessages(conn)
         super().__init__(
-            conn, sessions=PostgresSessions(conn), messages=PostgresMessages(conn),
+            conn, sessions=PostgresSessions(conn), messages=self.messages,
             memories=self.memories, jobs=PostgresJobs(conn), erasure=self.erasure,
             embeddings=PostgresEmbeddingCache(conn), vectors=PostgresVectorCache())
 

@@ -11,6 +11,7 @@ from typing import Any
 from memd.backends.base import Vector
 from memd.backends.common.columns import MESSAGE_COLUMNS, marks
 from memd.backends.common.dialect import SQLITE
+from memd.backends.common.fulltext import rarest
 from memd.backends.common.messages import (
     INSERT_MESSAGE,
     SharedMessages,
@@ -264,13 +265,7 @@ def _bounded_ranks(rows: Rows, terms: list[str], counts: list[int], k: int) -> R
     """The best ``k`` by the whole query's bm25 among a bounded part of its matches: those
     of its rarest words (RARE_MATCHES at most together, at any age), or without such a
     word its NEWEST_MATCHES newest (``counts``: the terms' :func:`_match_counts`)."""
-    rare: list[str] = []
-    held = 0
-    for n, term in sorted(zip(counts, terms, strict=True)):
-        if held + n > RARE_MATCHES:
-            break
-        rare.append(term)
-        held += n
+    rare = rarest(terms, counts, RARE_MATCHES)
     match = any_of(terms)
     if not rare:
         # Newer messages have higher rowids: walking the matches down from the newest
