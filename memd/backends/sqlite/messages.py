@@ -33,8 +33,8 @@ from memd.types import Message, NewMessage
 # its own word; the common words' matches have it ranked by the whole query but add
 # nothing to rank), or for a query of common words only, its NEWEST_MATCHES newest.
 RANK_ALL = 2_000
-RARE_MATCHES = 1_000
-NEWEST_MATCHES = 1_000
+RARE_MATCHES = 300
+NEWEST_MATCHES = 300
 
 # What a row of these tables has beside it: its full-text row (by rowid) and its vec0
 # row (by id).
@@ -237,10 +237,13 @@ def keyword_ranks(rows: Rows, terms: list[str], k: int, session_id: str | None) 
     match = any_of(terms)
     if session_id is not None:  # bm25 reads only the session's matches
         return _ranks(rows, match, k, " AND session_id = ?", (session_id,))
-    counts = _match_counts(rows, [match, *terms])
-    if counts[0] <= RANK_ALL:
+    counts = _match_counts(rows, terms)
+    # Fewer matches than their words' together when words share messages: those counted
+    # too when it matters (when no word alone is past RANK_ALL, each count is cheap).
+    if sum(counts) <= RANK_ALL or (
+            max(counts) <= RANK_ALL and _match_counts(rows, [match])[0] <= RANK_ALL):
         return _ranks(rows, match, k)
-    return _bounded_ranks(rows, terms, counts[1:], k)
+    return _bounded_ranks(rows, terms, counts, k)
 
 
 def _ranks(rows: Rows, match: str, k: int, where: str = "", params: tuple[Any, ...] = ()
