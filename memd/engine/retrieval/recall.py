@@ -199,8 +199,9 @@ def neighbours(store: MessageStore, user_id: str, msgs: Sequence[Message]
                ) -> dict[str, Message]:
     """:func:`neighbour` of each of ``msgs`` that has one, by the message's id, in one
     read: a user message's next turn if it is the assistant's, an answer's previous turn
-    if it is the user's (a session's turns are numbered without gaps: each append
-    numbers its messages on from the session's turn count)."""
+    if it is the user's (each append numbers its messages on from the session's turn
+    count; a message erased on its own leaves its turn empty, and the message beside it
+    without a neighbour)."""
     want = {m.id: ((m.session_id, m.turn_index + 1), "assistant") if m.role == "user"
             else ((m.session_id, m.turn_index - 1), "user") for m in msgs}
     if not want:
