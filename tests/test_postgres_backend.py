@@ -1063,3 +1063,23 @@ def test_pg_keyword_messages_ranks_a_bounded_part_of_a_long_history(
     with acting_as(actor):
         counts = s.messages._word_counts("alice", ["quokka", "build", "zanzibar"])
     assert counts == [2, 11, 0]  # build: 46 matches, counted up to RANK_ALL + 1
+
+
+def test_word_counts_expire_forget_and_hold_no_word() -> None:
+    """The keyword search's per-word counts: reused for COUNTS_KEPT seconds, the least
+    recently used dropped past the size, a user's dropped on demand, and no word kept
+    as text."""
+    from memd.backends.postgres.messages import COUNTS_KEPT, WordCounts
+
+    counts = WordCounts(size=3)
+    counts.put("alice", {"quokka": 2, "build": 501}, now=100.0)
+    counts.put("bob", {"quokka": 7}, now=100.0)
+    assert counts.get("alice", ["quokka", "build", "tea"], 100.0 + COUNTS_KEPT - 1) == {
+        "quokka": 2, "build": 501}
+    assert counts.get("alice", ["quokka"], 100.0 + COUNTS_KEPT) == {}
+    assert "quokka" not in repr(counts._counts) and "build" not in repr(counts._counts)
+    counts.get("alice", ["quokka"], 101.0)  # used: bob's is now the least recent
+    counts.put("alice", {"tea": 1}, now=101.0)
+    assert counts.get("bob", ["quokka"], 101.0) == {}
+    counts.forget("alice")
+    assert counts.get("alice", ["quokka", "build", "tea"], 101.0) == {}

@@ -6,6 +6,8 @@ own row)."""
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -53,29 +55,38 @@ COUNTS_KEPT = 600.0
 
 class WordCounts:
     """Keyword match counts per (user, word), each kept COUNTS_KEPT seconds, the
-    ``size`` last used at most. Safe to share between threads."""
+    ``size`` last used at most; a word is kept as a keyed hash (the key is random per
+    instance), never as text: the words of what users ask stay in no cache. Safe to
+    share between threads."""
 
     def __init__(self, size: int = 50_000) -> None:
         self._size = size
-        self._counts: OrderedDict[tuple[str, str], tuple[int, float]] = OrderedDict()
+        self._key = secrets.token_bytes(16)
+        self._counts: OrderedDict[tuple[str, bytes], tuple[int, float]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def _of(self, user_id: str, word: str) -> tuple[str, bytes]:
+        return user_id, hashlib.blake2b(word.encode("utf-8", "surrogatepass"),
+                                        key=self._key, digest_size=16).digest()
 
     def get(self, user_id: str, words: list[str], now: float) -> dict[str, int]:
         """The counts of ``words`` still fresh at ``now`` (time.monotonic())."""
         out: dict[str, int] = {}
         with self._lock:
             for w in words:
-                kept = self._counts.get((user_id, w))
+                key = self._of(user_id, w)
+                kept = self._counts.get(key)
                 if kept is not None and now - kept[1] < COUNTS_KEPT:
-                    self._counts.move_to_end((user_id, w))
+                    self._counts.move_to_end(key)
                     out[w] = kept[0]
         return out
 
     def put(self, user_id: str, counts: dict[str, int], now: float) -> None:
         with self._lock:
             for w, n in counts.items():
-                self._counts[(user_id, w)] = (n, now)
-                self._counts.move_to_end((user_id, w))
+                key = self._of(user_id, w)
+                self._counts[key] = (n, now)
+                self._counts.move_to_end(key)
             while len(self._counts) > self._size:
                 self._counts.popitem(last=False)
 

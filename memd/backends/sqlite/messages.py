@@ -30,8 +30,8 @@ from memd.types import Message, NewMessage
 # each), and in a long history a common word matches tens of thousands of messages. That
 # part: every match of the query's rarest words, as long as they match at most
 # RARE_MATCHES messages together (a thing said once, however long ago, is still found by
-# its own word; the common words' matches have it ranked by the whole query but add
-# nothing to rank), or for a query of common words only, its NEWEST_MATCHES newest.
+# its own word), each ranked by the whole query; the messages of its common words alone
+# are not ranked. A query of common words only ranks its NEWEST_MATCHES newest matches.
 RANK_ALL = 2_000
 RARE_MATCHES = 300
 NEWEST_MATCHES = 300
