@@ -1058,6 +1058,11 @@ def test_pg_keyword_messages_ranks_a_bounded_part_of_a_long_history(
     assert ranked("quokka build", 1) == whole[:1]
     newest = ranked("build")
     assert newest == [t for t in whole if t in latest]
+    monkeypatch.setattr(pm, "NEWEST_MESSAGES", 3)  # the newest session's last 3 turns
+    assert set(ranked("build")) == set(latest[-3:])
+    monkeypatch.setattr(pm, "NEWEST_MESSAGES", 7)  # and the 2 last of the one before
+    assert set(ranked("build")) == {*latest, *texts[-2:]}
+    monkeypatch.setattr(pm, "NEWEST_MESSAGES", 5)
     monkeypatch.setattr(pm, "RARE_MATCHES", 1)  # quokka's 2 matches are too many
     assert ranked("quokka build") == newest
     with acting_as(actor):

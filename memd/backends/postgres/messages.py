@@ -298,14 +298,14 @@ class PostgresMessages(SharedMessages):
             if left <= 0:
                 break
             n = min(int(turns), left)
-            take.append((sid, int(turns) - n))
+            take.append((sid, int(turns) - n))  # its turns after that one
             left -= n
         if not take:
             return []
         rows = self._rows(
             f"WITH recent AS MATERIALIZED (SELECT {MESSAGE_COLUMNS}, content_tsv "
-            "FROM messages JOIN unnest(%s::text[], %s::integer[]) AS s (sid, from_turn) "
-            "ON session_id = s.sid AND turn_index >= s.from_turn "
+            "FROM messages JOIN unnest(%s::text[], %s::integer[]) AS s (sid, after_turn) "
+            "ON session_id = s.sid AND turn_index > s.after_turn "
             "WHERE user_id = %s AND NOT is_pruned) "
             f"SELECT {MESSAGE_COLUMNS}, "
             "ts_rank(content_tsv, websearch_to_tsquery('english', %s)) AS r FROM recent "
