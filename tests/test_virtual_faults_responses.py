@@ -227,8 +227,21 @@ class KeepingResponses(FaultingResponses):
         return await super().handle(request)
 
 
+@pytest.mark.parametrize("slow", [False, True], ids=["stored", "storing"])
 def test_a_streamed_answer_with_faults_is_continued_by_the_id_its_client_saw(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slow: bool) -> None:
+    """``storing``: the answer's store is still under way when the client continues it
+    (it runs once the stream has ended): the continuation waits for it."""
+    if slow:
+        import memd.server.later as later
+
+        real = later.in_thread
+
+        async def slowly(fn: Any, *args: Any) -> Any:
+            await asyncio.sleep(0.5)
+            return await real(fn, *args)
+
+        monkeypatch.setattr(later, "in_thread", slowly)
     instructions, items, tools = request()
     upstream = KeepingResponses(faults.QUERY, ASKED)
     with memd_in_front(upstream.app, tmp_path, context_window=WINDOW) as (base, engine), \

@@ -33,7 +33,7 @@ from memd.engine.formats import responses as r
 from memd.engine.memory import Memd
 from memd.server import schemas as s
 from memd.server.bodies import ResponsesBody, responses_body
-from memd.server.deps import engine_of, user_of, workspace_of
+from memd.server.deps import engine_of, later_of, user_of, workspace_of
 from memd.server.doors import DOOR_RESPONSES, converse
 from memd.server.failures import error_body
 from memd.server.fault_responses import RESPONSES_FAULTS
@@ -68,6 +68,9 @@ async def _continued(request: Request, client: httpx.AsyncClient, sent: Response
     the session's stored turns, or a side request when memd does not know it."""
     engine = engine_of(request)
     user = user_of(request)
+    # the answer it continues may still be storing (memd.server.later): its session and
+    # the id the model server keeps it by are read after that
+    await later_of(request).settled(user)
     session = await in_thread(_session_of, engine, user, workspace_of(request), previous)
     if session is None:
         outcome = "without memory: previous response unknown"
