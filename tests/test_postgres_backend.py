@@ -988,9 +988,12 @@ def test_row_level_security_holds_for_raw_sql(team: Team) -> None:
                 assert rows in ([("alice",)], []), (t, rows)
             assert conn.execute("SELECT count(*) FROM messages WHERE user_id = 'bob' "
                                 "OR content LIKE '%Zanzibar%'").fetchone() == (0,)
-            hits = conn.execute("SELECT * FROM memd_keyword_message_ids('bob', "
-                                "to_tsquery('english', 'zanzibar'), 10, NULL)").fetchall()
+            zanzibar = "to_tsquery('english', 'zanzibar')"
+            hits = conn.execute(f"SELECT * FROM memd_keyword_message_ranks('bob', {zanzibar}, "
+                                f"{zanzibar}, 10, NULL)").fetchall()
             assert hits == []
+            assert conn.execute(f"SELECT memd_keyword_message_counts('bob', "
+                                f"ARRAY[{zanzibar}], 10)").fetchone() == ([0],)
             assert conn.execute("SELECT * FROM memd_keyword_memory_ids('bob', "
                                 "to_tsquery('english', 'zanzibar'), 10, true, NULL)"
                                 ).fetchall() == []
@@ -1047,6 +1050,9 @@ def test_pg_keyword_messages_ranks_a_bounded_part_of_a_long_history(
 
     whole = ranked("quokka build")  # 48 matches: every one ranked
     assert len(whole) == 48 and whole[0] == texts[0] and texts[2] in whole[:3]
+    with acting_as(actor):  # within one session: its matches only
+        in_new = [ids[m.id] for m, _ in s.keyword_messages("alice", "build", 100, new.id)]
+    assert in_new == [t for t in whole if t in latest]
     monkeypatch.setattr(pm, "RANK_ALL", 10)
     monkeypatch.setattr(pm, "RARE_MATCHES", 3)
     monkeypatch.setattr(pm, "NEWEST_MESSAGES", 5)

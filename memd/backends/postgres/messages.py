@@ -224,20 +224,16 @@ class PostgresMessages(SharedMessages):
                 session_id: str | None = None) -> list[tuple[Message, float]]:
         """The best ``k`` of the user's messages that ``text`` matches, ranked by how well
         they match ``rank_by`` (both search_text). Under row-level security the GIN probe
-        runs in memd_keyword_message_ranks (sql/postgres/028) or, within a session,
-        memd_keyword_message_ids (003), and the rows are read through the policies."""
+        runs in memd_keyword_message_ranks (sql/postgres/028), and the rows are read
+        through the policies."""
         if current_actor() is not None:
-            probe = ("memd_keyword_message_ranks(%s, websearch_to_tsquery('english', %s), "
-                     "websearch_to_tsquery('english', %s), %s)")
-            params: tuple[Any, ...] = (user_id, text, rank_by, k)
-            if session_id is not None:
-                probe = ("memd_keyword_message_ids(%s, websearch_to_tsquery('english', %s), "
-                         "%s, %s)")
-                params = (user_id, text, k, session_id)
             rows = self._rows(
-                f"SELECT {MESSAGE_COLUMNS}, k.rank FROM {probe} AS k (kid, kat, rank) "
+                f"SELECT {MESSAGE_COLUMNS}, k.rank FROM memd_keyword_message_ranks(%s, "
+                "websearch_to_tsquery('english', %s), websearch_to_tsquery('english', %s), "
+                "%s, %s) AS k (kid, kat, rank) "
                 "JOIN messages ON user_id = %s AND message_id = k.kid AND created_at = k.kat "
-                "AND NOT is_pruned ORDER BY k.rank DESC, message_id", (*params, user_id))
+                "AND NOT is_pruned ORDER BY k.rank DESC, message_id",
+                (user_id, text, rank_by, k, session_id, user_id))
             return ranked(rows, MAP.message)
         # a pruned message keeps its keyword vector (a trigger derives it from the text,
         # which stays for its owner): the search skips it
