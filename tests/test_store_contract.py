@@ -173,6 +173,21 @@ def test_sessions_belong_to_their_user(store: Store) -> None:
         store.update_session("bob", s.id, summary_text="x")
 
 
+def test_sessions_are_read_by_their_ids_at_once(store: Store) -> None:
+    a = store.create_session(session("alice", model="gpt-4"))
+    b = store.create_session(replace(session("alice"), workspace="api"))
+    bobs = store.create_session(session("bob"))
+    store.set_session_title("alice", b.id, "Retry budget")
+    got = store.get_sessions("alice", [b.id, bobs.id, "missing", a.id, b.id])
+    assert sorted(s.id for s in got) == sorted([a.id, b.id])
+    assert {s.id: (s.model, s.workspace, s.title) for s in got} == {
+        a.id: ("gpt-4", None, None), b.id: (None, "api", "Retry budget")}
+    assert store.get_sessions("alice", []) == []
+    assert [s.id for s in store.get_sessions("bob", [a.id, bobs.id])] == [bobs.id]
+    many = [f"absent-{i}" for i in range(600)] + [a.id]  # more than one statement's worth
+    assert [s.id for s in store.get_sessions("alice", many)] == [a.id]
+
+
 def test_a_session_title_is_set_once_unless_replaced(store: Store) -> None:
     s = store.create_session(session("alice"))
     assert store.get_session("alice", s.id).title is None  # type: ignore[union-attr]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from memd.engine.retrieval.vocabulary import (
     MIN_SESSIONS,
     REPLY_ONLY,
     Known,
+    LongHistories,
     forms,
     has_vocabulary,
     knows,
@@ -110,6 +112,39 @@ def test_a_long_history_gives_no_block_for_a_question_it_never_mentions(
                         recall_question_floor=0)
     _, mems = ungated.memory_candidates("u", unrelated, sent_chains=())
     assert any("dog Rex" in c.text for c in counted(mems))
+
+
+class CountingStore:
+    """The store's list_sessions, counted (all has_vocabulary reads)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store, self.asked = store, 0
+
+    def list_sessions(self, *args: Any, **kwargs: Any) -> Any:
+        self.asked += 1
+        return self.store.list_sessions(*args, **kwargs)
+
+
+def test_a_long_history_is_asked_of_the_store_once_a_minute(tmp_path: Path) -> None:
+    engine = Memd.open(tmp_path / "m", embedder="fake")
+    store = CountingStore(engine.store)
+    clock = [100.0]
+    gate = LongHistories(ttl=60.0, clock=lambda: clock[0])
+    history(engine, "u", 3)
+    assert not gate.has_vocabulary(store, "u")  # type: ignore[arg-type]
+    assert not gate.has_vocabulary(store, "u")  # type: ignore[arg-type]
+    assert store.asked == 2  # a short history is asked again: it grows
+    history(engine, "u", MIN_SESSIONS)
+    assert gate.has_vocabulary(store, "u")  # type: ignore[arg-type]
+    clock[0] += 59
+    assert gate.has_vocabulary(store, "u") and store.asked == 3  # type: ignore[arg-type]
+    assert not gate.has_vocabulary(store, "v") and store.asked == 4  # type: ignore[arg-type]
+    engine.erase_user("u")
+    # kept a minute: the gate stays on, and the erased history knows none of the words
+    assert gate.has_vocabulary(store, "u") and store.asked == 4  # type: ignore[arg-type]
+    assert not knows(engine.store, "u", "Where do I walk my dog Rex?").passes
+    clock[0] += 1
+    assert not gate.has_vocabulary(store, "u") and store.asked == 5  # type: ignore[arg-type]
 
 
 def test_a_short_history_is_not_gated_but_judged_on_higher_floors(tmp_path: Path) -> None:

@@ -41,6 +41,11 @@ class SessionStore(Protocol):
 
     def get_session(self, user_id: str, session_id: str) -> Session | None: ...
 
+    def get_sessions(self, user_id: str, session_ids: Sequence[str]) -> list[Session]:
+        """The user's sessions of these ids, in no particular order (an unknown id, or
+        another user's session, adds none)."""
+        ...
+
     def list_sessions(
         self, user_id: str, limit: int = 50, *, after: tuple[float, str] | None = None,
         workspace: str | None = None, client: str | None = None,

@@ -55,6 +55,7 @@ class ComposedStore:
         # SessionStore
         self.create_session = sessions.create_session
         self.get_session = sessions.get_session
+        self.get_sessions = sessions.get_sessions
         self.list_sessions = sessions.list_sessions
         self.update_session = sessions.update_session
         self.set_session_title = sessions.set_session_title

@@ -3,12 +3,15 @@ SQL on both backends."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from memd.backends.common.columns import SESSION_COLUMNS, SESSION_UPDATABLE, marks
 from memd.backends.common.connection import Part
 from memd.errors import NotFound
 from memd.types import Session, SessionStatus
+
+_IDS_PER_READ = 500  # session ids per statement (SQLite binds one parameter each)
 
 
 class Sessions(Part):
@@ -32,6 +35,17 @@ class Sessions(Part):
             f"SELECT {SESSION_COLUMNS} FROM sessions WHERE user_id = ? AND session_id = ?"),
             (user_id, session_id))
         return self._map.session(rows[0]) if rows else None
+
+    def get_sessions(self, user_id: str, session_ids: Sequence[str]) -> list[Session]:
+        out: list[Session] = []
+        ids = list(dict.fromkeys(session_ids))
+        for start in range(0, len(ids), _IDS_PER_READ):
+            test, values = self._dialect.among("session_id", ids[start:start + _IDS_PER_READ])
+            rows = self._rows(
+                f"SELECT {SESSION_COLUMNS} FROM sessions "
+                f"WHERE user_id = {self._dialect.mark} AND {test}", (user_id, *values))
+            out += [self._map.session(r) for r in rows]
+        return out
 
     def list_sessions(
         self, user_id: str, limit: int = 50, *, after: tuple[float, str] | None = None,

@@ -31,7 +31,12 @@ from memd.engine.learning.write import (
 from memd.engine.retrieval.recall import RecallScope, recall_candidates, same_text
 from memd.engine.retrieval.relevance import content_words, related
 from memd.engine.retrieval.retrieve import ScoredMemory, aside, score_memories
-from memd.engine.retrieval.vocabulary import UNGATED_FLOOR, UNGATED_SURE, has_vocabulary, knows
+from memd.engine.retrieval.vocabulary import (
+    UNGATED_FLOOR,
+    UNGATED_SURE,
+    LongHistories,
+    knows,
+)
 from memd.models.tokens import count_text, message_tokens
 from memd.types import (
     Context,
@@ -100,6 +105,7 @@ class Contexts:
         self.sanitizer = sanitizer
         self.now = now
         self.session = session
+        self.long_histories = LongHistories()
 
 
     def context(
@@ -184,7 +190,7 @@ class Contexts:
         the gate turned off (``known_words``) they are as configured."""
         known, up, sure_up = True, 0.0, 0.0
         if self.settings.known_words and query:
-            if has_vocabulary(self.store, user_id):
+            if self.long_histories.has_vocabulary(self.store, user_id):
                 said = [*(f.text for f in facts),
                         *(s.memory.text for s in scored if s.memory.kind != "summary")]
                 known = knows(self.store, user_id, query, sent, said).passes

@@ -55,7 +55,7 @@ from memd.engine.retrieval.passages import closest, only_asks
 from memd.engine.retrieval.relevance import content_words, related, stems
 from memd.engine.retrieval.retrieve import score_messages
 from memd.models.tokens import count_text
-from memd.types import Message, Session
+from memd.types import Message
 
 if TYPE_CHECKING:
     from memd.backends.base import MessageStore, Store
@@ -110,15 +110,17 @@ def recall_candidates(
     hits = [(hit, total, parts) for hit, total, parts in hits
             if hit.role in _SPEAKERS and not hit.is_pruned and (hit.safe_text or "").strip()]
     around = neighbours(store, user_id, [hit for hit, _, _ in hits])
-    found: list[tuple[Message, float, Message, float]] = []  # hit, score, message, cosine
-    for hit, total, parts in hits:
-        if hit.role == "user":
-            found.append((hit, total, hit, parts["similarity"] / weights.similarity))
-        elif (user_msg := around.get(hit.id)) is not None:
-            # a reply found: recalled through the user message it answers
-            found.append((hit, total, user_msg, _cosine(embedder, user_msg, qvec)))
+    # a reply found is recalled through the user message it answers
+    asked = {hit.id: around[hit.id] for hit, _, _ in hits
+             if hit.role != "user" and hit.id in around}
+    cosine = dict(zip(asked, _cosines(embedder, list(asked.values()), qvec), strict=True))
+    found = [  # hit, score, message, cosine
+        (hit, total, hit, parts["similarity"] / weights.similarity) if hit.role == "user"
+        else (hit, total, asked[hit.id], cosine[hit.id])
+        for hit, total, parts in hits if hit.role == "user" or hit.id in asked]
     near = closest(embedder, [msg.safe_text or "" for _, _, msg, _ in found], qvec)
-    sessions: dict[str, Session | None] = {}
+    sessions = {s.id: s for s in store.get_sessions(
+        user_id, [msg.session_id for _, _, msg, _ in found])}
     used: set[str] = set()
     out: list[Candidate] = []
     words = content_words(query)
@@ -138,9 +140,7 @@ def recall_candidates(
         if not said:
             continue
         msg = replace(msg, content=said, sanitized=said)
-        if msg.session_id not in sessions:
-            sessions[msg.session_id] = store.get_session(user_id, msg.session_id)
-        session = sessions[msg.session_id]
+        session = sessions.get(msg.session_id)
         if session is None or (session.workspace or "") not in scope.workspaces:
             continue
         reply = hit if hit.role != "user" else around.get(msg.id)
@@ -178,11 +178,12 @@ def _excluded(msg: Message, scope: RecallScope) -> bool:
             or msg.chain_hash in scope.sent_chains or msg.id in scope.history)
 
 
-def _cosine(embedder: CachedEmbedder, msg: Message, qvec: np.ndarray) -> float:
-    """``msg``'s cosine with the query, from its stored vector (0.0 before its embedding
-    job has run: it is not recalled yet)."""
-    [vec] = embedder.cached([v.excerpt(msg.safe_text or "", v.EMBED_CHARS)])
-    return 0.0 if vec is None else float(np.dot(qvec, vec))
+def _cosines(embedder: CachedEmbedder, msgs: Sequence[Message], qvec: np.ndarray
+             ) -> list[float]:
+    """Each of ``msgs``' cosine with the query, from its stored vector, in one cache read
+    (0.0 before its embedding job has run: it is not recalled yet)."""
+    vecs = embedder.cached([v.excerpt(m.safe_text or "", v.EMBED_CHARS) for m in msgs])
+    return [0.0 if vec is None else float(np.dot(qvec, vec)) for vec in vecs]
 
 
 def same_text(text: str) -> str:

@@ -23,6 +23,7 @@ questions) are in bench/README.md, "bench_precision.py".
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -57,6 +58,8 @@ PER_WORD: Final = 20
 MAX_WORDS: Final = 12
 #: The conversations a user's history needs before its words say what it is about.
 MIN_SESSIONS: Final = 20
+#: Seconds a long history is taken as still long (:class:`LongHistories`).
+LONG_HISTORY_TTL: Final = 60.0
 #: What the cosine floors (memd.config: min_similarity and recall_min_similarity,
 #: sure_similarity) are raised by where the gate cannot judge: the floors chosen before
 #: it, when the cosine and the shared words were all there was.
@@ -91,6 +94,30 @@ def forms(word: str) -> list[str]:
 def has_vocabulary(store: Store, user_id: str) -> bool:
     """Whether ``user_id``'s history is long enough for :func:`knows` to mean anything."""
     return len(store.list_sessions(user_id, limit=MIN_SESSIONS)) >= MIN_SESSIONS
+
+
+class LongHistories:
+    """:func:`has_vocabulary` for every query, its yes kept ``ttl`` seconds per user
+    instead of asked of the store each time. A history only grows, but for a forget or
+    an erasure; a yes kept past one of those only keeps the gate on, and :func:`knows`
+    then finds fewer of the query's words: stricter, never looser."""
+
+    def __init__(self, ttl: float = LONG_HISTORY_TTL,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._ttl = ttl
+        self._clock = clock
+        self._until: dict[str, float] = {}  # user id -> when its yes is asked again
+
+    def has_vocabulary(self, store: Store, user_id: str) -> bool:
+        now = self._clock()
+        if self._until.get(user_id, now) > now:
+            return True
+        if not has_vocabulary(store, user_id):
+            return False
+        if len(self._until) >= 10_000:
+            self._until.clear()
+        self._until[user_id] = now + self._ttl
+        return True
 
 
 def knows(store: Store, user_id: str, query: str,
