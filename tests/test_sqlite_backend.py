@@ -95,6 +95,62 @@ def test_sqlite_message_knn_from_memory_equals_vec0(tmp_path: Path,
     s.close()
 
 
+def test_message_vectors_load_from_vec0_storage_as_vec0_holds_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's message vectors read from vec0's own storage are those vec0 holds for
+    that user: every live one with its message and session, after re-embeddings and
+    deletes, past vec0's largest k too; a table of another layout loads through a
+    KNN, and a user over the bound is left to vec0."""
+    import memd.backends.sqlite.vectors as sq
+    from memd.backends.sqlite import SQLiteStore
+
+    s = SQLiteStore(tmp_path / "m.db", dim=DIM)
+    rng = np.random.default_rng(9)
+    old, new = s.create_session(session()), s.create_session(session())
+    bobs = s.create_session(session("bob"))
+    n = sq.VEC0_K_MAX + 300
+    said = [NewMessage("user", f"m{i}") for i in range(n)]
+    mine = (s.append_messages("alice", old.id, said[:300], [1] * 300, [None] * 300, 1.0)
+            + s.append_messages("alice", new.id, said[300:], [1] * (n - 300),
+                                [None] * (n - 300), 5.0))
+    theirs = s.append_messages("bob", bobs.id, said[:50], [1] * 50, [None] * 50, 1.0)
+
+    def unit(k: int) -> np.ndarray:
+        v = rng.normal(size=(k, DIM)).astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    # bob's vectors between alice's, so that chunks of both users interleave
+    s.set_message_embeddings("alice", [(m.id, v) for m, v in zip(mine[:200], unit(200),
+                                                                  strict=True)])
+    s.set_message_embeddings("bob", [(m.id, v) for m, v in zip(theirs, unit(50), strict=True)])
+    s.set_message_embeddings("alice", [(m.id, v) for m, v in zip(mine[200:], unit(n - 200),
+                                                                  strict=True)])
+    s.set_message_embeddings("alice", [(m.id, v) for m, v in zip(mine[::7], unit(len(mine[::7])),
+                                                                  strict=True)])  # again
+    s.delete_inactive_messages("alice", 2.0)  # the old session's 300 go
+
+    def held(user: str) -> list[tuple[str, bytes, str]]:  # vec0's full scan
+        return sorted(s.connection.rows(
+            "SELECT message_id, embedding, session_id FROM message_vec WHERE user_id = ?",
+            (user,)))
+
+    for user in ("alice", "bob"):
+        count, rows = s.vectors._partition_rows(user, 10**6)  # type: ignore[misc]
+        assert sorted(r[:3] for r in rows) == held(user) and count == len(held(user))
+    assert len(held("alice")) == n - 300 > 0
+    count, rows = s.vectors._partition_rows("alice", 100)  # type: ignore[misc]
+    assert (count, rows) == (n - 300, [])  # over the bound: counted, not read
+    assert s.vectors._cached_message_vectors("alice") is not None
+    assert len(s.vectors.message_vectors["alice"].ids) == n - 300  # type: ignore[union-attr]
+    # a table this does not know the storage of: a KNN loads what fits in its k
+    monkeypatch.setattr(sq, "SHADOW_LAYOUT", (9, 9))
+    s.connection.drop_caches()
+    assert s.vectors._partition_rows("bob", 10**6) is None
+    assert s.vectors._cached_message_vectors("alice") is None  # more than vec0's k
+    assert len(s.vectors._cached_message_vectors("bob").ids) == 50  # type: ignore[union-attr]
+    s.close()
+
+
 def test_sqlite_keyword_ranking_beside_the_vector_channel(tmp_path: Path) -> None:
     """On a file store the memory candidates' FTS5 ranking runs on the store's read-only
     side connection, in its own thread, while the caller runs the vector channel; the

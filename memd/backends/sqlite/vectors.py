@@ -25,8 +25,17 @@ from memd.errors import StorageError
 # Users with fewer than this many embedded messages keep them in memory too (a message
 # search's vector channel is then several times cheaper than through vec0), the least
 # recently searched dropped first beyond the total; bigger histories stay on vec0.
-MESSAGE_CACHE_USER = 4096
+MESSAGE_CACHE_USER = 16_384
 MESSAGE_CACHE_TOTAL = 50_000
+# The largest k a vec0 KNN takes: loaded through a KNN, a user's message vectors are
+# kept only below it (a full answer may not be all of them).
+VEC0_K_MAX = 4096
+# The sqlite-vec release (CREATE_VERSION major, minor in message_vec_info) whose storage
+# of a vec0 table _partition_rows reads; a table made by another is loaded through a KNN.
+# Per chunk of a partition, message_vec_chunks holds a validity bitmap (a bit per slot,
+# least significant first) and the slots' rowids (int64); message_vec_vector_chunks00
+# the slots' vectors (float32, one after the other); message_vec_rowids each rowid's id.
+SHADOW_LAYOUT = (0, 1)
 
 
 def blob(vector: Vector) -> bytes:
@@ -227,22 +236,75 @@ class SQLiteVectors(Part):
             if user_id in cache:
                 cache.move_to_end(user_id)
                 return cache[user_id]
-            # A KNN over the partition reads only this user's chunks, where a plain scan
-            # of vec0 reads the whole table. vec0's k tops out at 4096, so a full answer
-            # means "maybe more": too big.
-            probe = np.full(self.dim, self.dim ** -0.5, dtype=np.float32).tobytes()
-            rows = self._rows(
-                "SELECT message_id, embedding, session_id, 1 FROM message_vec "
-                "WHERE embedding MATCH ? AND k = ? AND user_id = ?",
-                (probe, MESSAGE_CACHE_USER, user_id),
-            )
-            vectors = UserVectors(self.dim, rows) if len(rows) < MESSAGE_CACHE_USER else None
+            read = self._partition_rows(user_id, MESSAGE_CACHE_USER)
+            if read is not None:
+                held, rows = read
+                vectors = UserVectors(self.dim, rows) if held < MESSAGE_CACHE_USER else None
+            else:
+                # A KNN over the partition reads only this user's chunks, where a plain
+                # scan of vec0 reads the whole table; a full answer means "maybe more".
+                probe = np.full(self.dim, self.dim ** -0.5, dtype=np.float32).tobytes()
+                rows = self._rows(
+                    "SELECT message_id, embedding, session_id, 1 FROM message_vec "
+                    "WHERE embedding MATCH ? AND k = ? AND user_id = ?",
+                    (probe, VEC0_K_MAX, user_id),
+                )
+                fits = len(rows) < min(VEC0_K_MAX, MESSAGE_CACHE_USER)
+                vectors = UserVectors(self.dim, rows) if fits else None
             cache[user_id] = vectors
             total = sum(len(v.ids) for v in cache.values() if v is not None)
             while total > MESSAGE_CACHE_TOTAL and len(cache) > 1:
                 _, dropped = cache.popitem(last=False)
                 total -= len(dropped.ids) if dropped is not None else 0
             return vectors
+
+    def _partition_rows(self, user_id: str, limit: int
+                        ) -> tuple[int, list[tuple[str, bytes, str, int]]] | None:
+        """How many message vectors the user has, and (when fewer than ``limit``) each
+        as (message id, vector, session id, 1), read from message_vec's storage
+        (SHADOW_LAYOUT): a read of the user's few chunks, where a KNN computes a distance
+        per vector and returns VEC0_K_MAX at most. None when the table was made by a
+        sqlite-vec whose storage this does not read (a KNN loads it then)."""
+        try:
+            made = dict(self._rows(
+                "SELECT key, value FROM message_vec_info "
+                "WHERE key IN ('CREATE_VERSION_MAJOR', 'CREATE_VERSION_MINOR')"))
+            if (made.get("CREATE_VERSION_MAJOR"), made.get("CREATE_VERSION_MINOR")) != (
+                    SHADOW_LAYOUT):
+                return None
+            slots: list[tuple[int, np.ndarray, list[int]]] = []  # chunk, slots, rowids
+            for chunk_id, validity, rowids in self._rows(
+                    "SELECT chunk_id, validity, rowids FROM message_vec_chunks "
+                    "WHERE partition00 = ?", (user_id,)):
+                ids = np.frombuffer(rowids, dtype="<i8")
+                valid = np.unpackbits(np.frombuffer(validity, dtype=np.uint8),
+                                      bitorder="little")[: len(ids)].astype(bool)
+                if len(valid) != len(ids):
+                    return None
+                slots.append((chunk_id, np.flatnonzero(valid), ids[valid].tolist()))
+            held = sum(len(rowids) for _, _, rowids in slots)
+            if held >= limit:
+                return held, []
+            names: dict[int, tuple[str, str]] = {}  # rowid -> message id, session id
+            every = [r for _, _, rowids in slots for r in rowids]
+            for i in range(0, len(every), 500):
+                chunk = every[i : i + 500]
+                names.update((r, (mid, sid)) for r, mid, sid in self._rows(
+                    "SELECT v.rowid, v.id, m.session_id FROM message_vec_rowids v "
+                    "JOIN messages m ON m.message_id = v.id "
+                    f"WHERE v.rowid IN ({', '.join('?' * len(chunk))})", chunk))
+            out: list[tuple[str, bytes, str, int]] = []
+            for chunk_id, at, rowids in slots:
+                if not rowids:
+                    continue
+                [(blob,)] = self._rows("SELECT vectors FROM message_vec_vector_chunks00 "
+                                       "WHERE rowid = ?", (chunk_id,))
+                mat = np.frombuffer(blob, dtype="<f4").reshape(-1, self.dim)[at]
+                out += [(names[r][0], vec.tobytes(), names[r][1], 1)
+                        for r, vec in zip(rowids, mat, strict=True) if r in names]
+            return held, out
+        except (StorageError, ValueError):
+            return None  # not the storage this reads: the KNN loads it
 
     def put_message_vector(self, user_id: str, message_id: str, vector: Vector,
                            session_id: str) -> None:
