@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from memd.engine.retrieval.relevance import content_words, stems
+from memd.engine.retrieval.relevance import text_stems
 from memd.types import Message
 
 Scored = list[tuple[Message, float, dict[str, float]]]
@@ -46,7 +46,7 @@ def covered(keyword: float, wanted: frozenset[str], text: str,
     word stems are ``wanted``: ``min(1, spread * shared / len(wanted))`` of it."""
     if not wanted:
         return keyword
-    shared = len(wanted & stems(content_words(text)))
+    shared = len(wanted & text_stems(text))
     return keyword * min(1.0, spread * shared / len(wanted))
 
 
@@ -57,7 +57,7 @@ def ordered_head(scored: Sequence[tuple[Message, float, dict[str, float]]], quer
     scores with the keyword part :func:`covered` (whole for a message that names one
     of ``names``, as a whole word, any case); the head's scores are handed out again
     in that order, the rest is as it was."""
-    wanted = stems(content_words(query))
+    wanted = text_stems(query)
     top = list(scored[:head])
     if not wanted or len(top) < 2:
         return list(scored)

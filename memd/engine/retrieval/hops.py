@@ -43,7 +43,7 @@ import numpy as np
 from memd.backends.base import MessageStore
 from memd.config import Weights
 from memd.engine.retrieval.passages import closest
-from memd.engine.retrieval.relevance import content_words, stems
+from memd.engine.retrieval.relevance import content_words, text_stems
 from memd.engine.retrieval.rounds import Scored, message_score
 from memd.models.embedder import CachedEmbedder
 from memd.types import Message
@@ -68,7 +68,7 @@ def hop_of(seeds: int) -> SecondHop | None:
 def beyond(seed: str, query: str) -> str:
     """The content words of ``seed`` whose stems the query does not hold, as one
     full-text query (empty when the seed says nothing more)."""
-    asked = stems(content_words(query))
+    asked = text_stems(query)
     return " ".join(sorted(w for w in content_words(seed) if w[:5] not in asked))
 
 

@@ -52,7 +52,7 @@ from memd.engine.block.compile import RECALL_KIND, Candidate
 from memd.engine.learning.templates import user_words
 from memd.engine.retrieval.answers import advice_object, likelihood
 from memd.engine.retrieval.passages import closest, only_asks
-from memd.engine.retrieval.relevance import content_words, related, stems
+from memd.engine.retrieval.relevance import content_words, related, text_stems
 from memd.engine.retrieval.retrieve import score_messages
 from memd.models.tokens import count_text
 from memd.types import Message
@@ -160,7 +160,7 @@ def recall_candidates(
             answer = likelihood(similarity, query, hit_excerpt(msg, shown))
             best = max(best, answer)
             if (mine and not asks and similarity >= sure
-                    and mine & stems(content_words(msg.safe_text or ""))):
+                    and mine & text_stems(msg.safe_text or "")):
                 best = max(best, question_floor)  # the user's words on their own thing
             if answer < answer_floor:
                 continue

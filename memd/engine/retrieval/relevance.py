@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from typing import Final
 
 #: Content words of the request an item must share, besides reaching the floor (one,
@@ -40,14 +41,22 @@ would should will shall may might just about also any some many much more most g
 please tell know like want one ones thing things""".split())
 
 
+@lru_cache(maxsize=4096)
 def content_words(text: str) -> frozenset[str]:
-    """The words of ``text`` that say what it is about, lower case."""
+    """The words of ``text`` that say what it is about, lower case (kept for the texts
+    met again: a user's memories and messages are judged query after query)."""
     return frozenset(w.removesuffix("'s") for w in _WORD.findall(text.lower())
                      if w not in _FILLER)
 
 
 def stems(words: frozenset[str]) -> frozenset[str]:
     return frozenset(w[:STEM] for w in words)
+
+
+@lru_cache(maxsize=4096)
+def text_stems(text: str) -> frozenset[str]:
+    """The stems of ``text``'s content words, kept as :func:`content_words` is."""
+    return stems(content_words(text))
 
 
 def related(similarity: float, query: frozenset[str], text: str, floor: float,
@@ -58,7 +67,7 @@ def related(similarity: float, query: frozenset[str], text: str, floor: float,
     words (a sentence of a longer text, whose cosine is high more easily)."""
     if similarity >= sure:
         return True
-    wanted, have = stems(query), stems(content_words(text))
+    wanted, have = stems(query), text_stems(text)
     shared = len(wanted & have)
     if wanted and shared == len(wanted) and similarity >= floor * COVERED_FLOOR:
         return True  # it says every word the request is about
