@@ -117,6 +117,43 @@ def test_a_compile_after_an_append_reads_only_the_new_turns(two_engines: list[Me
     assert len(full) == 1
 
 
+def test_a_kept_history_is_read_in_line_and_any_other_beside_the_memories(
+        two_engines: list[Memd], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where reads run side by side (PostgreSQL) a compile reads the history and the
+    facts in a side thread only when the history is not kept as the session stands:
+    a first visit, a longer reach, new turns. A kept one is served in line."""
+    import memd.engine.block.context as compiling
+
+    m = two_engines[0]
+    s = m.create_session("u")
+    m.append(s.id, "u", [{"role": "user", "content": f"turn {i} about otters"}
+                         for i in range(10)])
+    session = m.store.get_session("u", s.id)
+    assert session is not None and not m.history.holds("u", session, 10_000)
+    sides: list[Any] = []
+    real = compiling.aside
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        sides.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compiling, "aside", counted)
+    first = m.context("u", session_id=s.id, query="otters")
+    aside = 1 if m.store.concurrent_reads else 0
+    assert len(sides) == aside
+    reach = max(r for r in (k.reach for k in m.history._kept.values()))
+    assert m.history.holds("u", session, reach)
+    assert not m.history.holds("u", session, reach + 1)
+    assert m.context("u", session_id=s.id, query="otters") == first
+    assert len(sides) == aside  # kept: in line
+    m.append(s.id, "u", [{"role": "user", "content": "and the sea otters?"}])
+    assert not m.history.holds("u", m.store.get_session("u", s.id), reach)  # type: ignore[arg-type]
+    after = m.context("u", session_id=s.id, query="otters")
+    assert len(sides) == 2 * aside  # new turns: beside the memories again
+    m.history.max_messages = 0  # the same contexts as read from the store each time
+    assert m.context("u", session_id=s.id, query="otters") == after
+
+
 def test_a_transaction_inside_a_read_batch_is_neither_cached_nor_served(
     two_engines: list[Memd],
 ) -> None:

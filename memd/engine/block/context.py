@@ -287,11 +287,14 @@ class Contexts:
         all_facts: list[Fact] = []
         side: Future[tuple[list[Message], list[Fact]]] | None = None
         if (session is not None and query is not None and self.store.concurrent_reads
-                and not self.store.in_transaction()):
+                and not self.store.in_transaction()
+                and not self.history.holds(uid, session, reach)):
             # The query is known already: the history and the facts are read in a side
             # thread (on a connection of its own) while this one embeds the query and
             # gathers memories. (Not on SQLite: its reads take turns on one connection,
-            # and handing the GIL back and forth costs more than the overlap saves.)
+            # and handing the GIL back and forth costs more than the overlap saves. Nor
+            # for a history kept in memory: the facts alone are one short read, and the
+            # thread's hand-offs cost more than they overlap.)
             side = aside(self.store, _history_and_facts, self, uid, session, reach, visible)
         else:
             if session is not None:

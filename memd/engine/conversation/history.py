@@ -105,6 +105,14 @@ class HistoryCache:
         self._lock = threading.Lock()
         self.hits = self.extended = self.misses = 0  # for tests and benchmarks
 
+    def holds(self, user_id: str, session: Session, reach: int) -> bool:
+        """Whether :meth:`read` would answer from what is kept without reading the store
+        (the session unchanged since, ``reach`` within the kept one's)."""
+        with self._lock:
+            kept = self._kept.get((user_id, session.id))
+        return (kept is not None and kept.version == session.history_version
+                and reach <= kept.reach and kept.turns == session.turn_count)
+
     def read(self, store: Store, user_id: str, session: Session, reach: int
              ) -> list[Message]:
         """``recent_history(store, user_id, session, reach)``, from what is kept when the
