@@ -49,10 +49,10 @@ def pg_store(tmp_path: Path) -> Iterator[Any]:
 
 
 def test_pg_keyword_channel_runs_beside_the_other_channels(pg_store: Any) -> None:
-    """Outside row-level security and transactions, the memory candidates' keyword
-    channel is a statement of its own on a worker thread (and its own connection), run
-    while the caller runs the other channels; inside a transaction it is a branch of the
-    caller's one statement. Both give the same candidates."""
+    """Outside transactions, the memory candidates' keyword channel is a statement of
+    its own on a worker thread (and its own connection), run while the caller runs the
+    other channels, as the acting user too; inside a transaction it is a branch of the
+    caller's one statement. All give the same candidates."""
     import threading
 
     s = pg_store
@@ -85,6 +85,18 @@ def test_pg_keyword_channel_runs_beside_the_other_channels(pg_store: Any) -> Non
             for k, f in beside.items()} == {
         k: (f.memory.id, round(f.similarity, 6), round(f.keyword, 6), f.entity)
         for k, f in inline.items()}
+    # acting as the user (row-level security), beside the others too, as that user
+    calls.clear()
+    with acting_as("alice"):
+        acted = s.memory_candidates("alice", "rust", vec(2), flt, **kw)
+    assert len(calls) == 2 and (here, False, True) in calls
+    assert next(c for c in calls if c[0] != here)[0].startswith("memd-keyword")
+    assert {k: (f.memory.id, round(f.keyword, 6)) for k, f in acted.items()} == {
+        k: (f.memory.id, round(f.keyword, 6)) for k, f in beside.items()}
+    calls.clear()
+    with acting_as("alice"), s.transaction():
+        s.memory_candidates("alice", "rust", vec(2), flt, **kw)
+    assert [c[0] for c in calls] == [here] * len(calls)  # in a transaction: in line
     # A user who shares their partitions gets custom plans: the worker's statement then
     # goes through _q, on the side pool, never on the main pool, which the caller may
     # hold (a read batch) while it waits.

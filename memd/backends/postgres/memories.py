@@ -52,6 +52,7 @@ _INSERT_MEMORY = (f"INSERT INTO memories ({MEMORY_TABLE_COLUMNS}, embedding) "
 _INSERT_STATS = f"INSERT INTO memory_stats ({STATS_COLUMNS}) VALUES ({marks('%s', 5)})"
 
 
+
 class PostgresMemories(SharedMemories):
     """Memories and their stats: writes, deletes with what derives from them, sweeps,
     and retrieval's channels."""
@@ -264,8 +265,8 @@ class PostgresMemories(SharedMemories):
         """All channels in one statement (a UNION ALL of one branch per channel, each
         row tagged with its channel), every row with its cosine computed in the server:
         one round trip, and no vector leaves the database. Over a user's own partitions
-        outside row-level security, the keyword channel is a second statement, run at
-        the same time on another connection (self._pg.side_workers). The limits are written
+        outside a transaction, the keyword channel is a second statement, run at the
+        same time on another connection (self._pg.side_workers). The limits are written
         into the statement: a generic plan (Tables.own) costs ``LIMIT $n`` as a tenth of the
         rows, where reading an index in order to the limit is the plan wanted."""
         q = as_vector(self._pg.dim, vector)
@@ -291,10 +292,11 @@ class PostgresMemories(SharedMemories):
         if text is not None and keyword_k > 0:
             kw_sql, kw_params = self._keyword_select(user_id, text, keyword_k, flt,
                                                      tagged("k"), [q], t)
-            if t.own and current_actor() is None:
+            if t.own and not self._pg.in_transaction():
                 # On a side worker and a connection of its own, while this thread runs
-                # the other channels. Not under row-level security: there the second
-                # statement's settings cost what the overlap saves.
+                # the other channels (as the same acting user under row-level security:
+                # the worker runs in a copy of this context). Not in a transaction: the
+                # other connection would not see its writes.
                 side = self._pg.side_workers.submit(
                     contextvars.copy_context().run, self._pg.side_rows, t, channel_rows(kw_sql),
                     (*kw_params, user_id), generic)
