@@ -52,7 +52,6 @@ _INSERT_MEMORY = (f"INSERT INTO memories ({MEMORY_TABLE_COLUMNS}, embedding) "
 _INSERT_STATS = f"INSERT INTO memory_stats ({STATS_COLUMNS}) VALUES ({marks('%s', 5)})"
 
 
-
 class PostgresMemories(SharedMemories):
     """Memories and their stats: writes, deletes with what derives from them, sweeps,
     and retrieval's channels."""
