@@ -5,7 +5,7 @@ the in-process vectors)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from memd.backends.base import Vector
@@ -35,6 +35,8 @@ from memd.types import Message, NewMessage
 RANK_ALL = 2_000
 RARE_MATCHES = 300
 NEWEST_MATCHES = 300
+
+Ranks = list[tuple[str, float]]  # (message_id, bm25), best first
 
 # What a row of these tables has beside it: its full-text row (by rowid) and its vec0
 # row (by id).
@@ -161,7 +163,7 @@ class SQLiteMessages(SharedMessages):
         terms = fts_terms(user_id, query)
         if not terms:
             return []
-        pairs = keyword_ranks(self._rows, terms, k, session_id)
+        pairs = self._keyword_ranks(terms, k, session_id)
         top = max((float(r) for _, r in pairs), default=0.0) or 1.0
         return self._messages_with(user_id, [(mid, float(r) / top) for mid, r in pairs])
 
@@ -225,67 +227,63 @@ class SQLiteMessages(SharedMessages):
                 self._vectors.message_vectors.pop(user_id, None)  # read again from vec0
         return deleted, len(sessions)
 
+    def _keyword_ranks(self, terms: list[str], k: int, session_id: str | None) -> Ranks:
+        """The best ``k`` (message_id, bm25) of the messages holding any of ``terms`` (a
+        user's: fts_terms), best first: every match ranked, or beyond RANK_ALL matches a
+        bounded part of them (:meth:`_bounded_ranks`)."""
+        match = any_of(terms)
+        if session_id is not None:  # bm25 reads only the session's matches
+            return self._ranks(match, k, " AND session_id = ?", (session_id,))
+        counts = self._match_counts(terms)
+        # Fewer matches than their words' together when words share messages: those
+        # counted too when it matters (when no word alone is past RANK_ALL, each count is
+        # cheap).
+        if sum(counts) <= RANK_ALL or (
+                max(counts) <= RANK_ALL and self._match_counts([match])[0] <= RANK_ALL):
+            return self._ranks(match, k)
+        return self._bounded_ranks(terms, counts, k)
 
-Ranks = list[tuple[str, float]]
-Rows = Callable[[str, Sequence[Any]], list[Any]]
+    def _ranks(self, match: str, k: int, where: str = "", params: tuple[Any, ...] = ()
+               ) -> Ranks:
+        """The best ``k`` (message_id, bm25) of the FTS5 expression ``match``, best first
+        (``where``: more conditions on the full-text row)."""
+        return self._rows("SELECT message_id, -bm25(messages_fts) AS r FROM messages_fts "
+                          f"WHERE messages_fts MATCH ?{where} ORDER BY r DESC LIMIT ?",
+                          (match, *params, k))
 
+    def _match_counts(self, matches: list[str]) -> list[int]:
+        """How many messages each FTS5 expression of ``matches`` matches, counted up to
+        RANK_ALL + 1 (a count walks the matches without reading their sizes: cheap)."""
+        one = ("(SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts "
+               "MATCH ? LIMIT ?))")
+        row = self._rows("SELECT " + ", ".join([one] * len(matches)),
+                         [x for m in matches for x in (m, RANK_ALL + 1)])
+        return [int(n) for n in row[0]]
 
-def keyword_ranks(rows: Rows, terms: list[str], k: int, session_id: str | None) -> Ranks:
-    """The best ``k`` (message_id, bm25) of the messages holding any of ``terms`` (a
-    user's: fts_terms), best first: every match ranked, or beyond RANK_ALL matches a
-    bounded part of them (:func:`_bounded_ranks`)."""
-    match = any_of(terms)
-    if session_id is not None:  # bm25 reads only the session's matches
-        return _ranks(rows, match, k, " AND session_id = ?", (session_id,))
-    counts = _match_counts(rows, terms)
-    # Fewer matches than their words' together when words share messages: those counted
-    # too when it matters (when no word alone is past RANK_ALL, each count is cheap).
-    if sum(counts) <= RANK_ALL or (
-            max(counts) <= RANK_ALL and _match_counts(rows, [match])[0] <= RANK_ALL):
-        return _ranks(rows, match, k)
-    return _bounded_ranks(rows, terms, counts, k)
-
-
-def _ranks(rows: Rows, match: str, k: int, where: str = "", params: tuple[Any, ...] = ()
-           ) -> Ranks:
-    """The best ``k`` (message_id, bm25) of the FTS5 expression ``match``, best first
-    (``where``: more conditions on the full-text row)."""
-    return rows("SELECT message_id, -bm25(messages_fts) AS r FROM messages_fts "
-                f"WHERE messages_fts MATCH ?{where} ORDER BY r DESC LIMIT ?",
-                (match, *params, k))
-
-
-def _match_counts(rows: Rows, matches: list[str]) -> list[int]:
-    """How many messages each FTS5 expression of ``matches`` matches, counted up to
-    RANK_ALL + 1 (a count walks the matches without reading their sizes: cheap)."""
-    one = "(SELECT count(*) FROM (SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? LIMIT ?))"
-    row = rows("SELECT " + ", ".join([one] * len(matches)),
-               [x for m in matches for x in (m, RANK_ALL + 1)])
-    return [int(n) for n in row[0]]
-
-
-def _bounded_ranks(rows: Rows, terms: list[str], counts: list[int], k: int) -> Ranks:
-    """The best ``k`` by the whole query's bm25 among a bounded part of its matches: those
-    of its rarest words (RARE_MATCHES at most together, at any age), or without such a
-    word its NEWEST_MATCHES newest (``counts``: the terms' :func:`_match_counts`)."""
-    rare = rarest(terms, counts, RARE_MATCHES)
-    match = any_of(terms)
-    if not rare:
-        # Newer messages have higher rowids: walking the matches down from the newest
-        # costs a tenth of ranking them; the ranking then reads that rowid range alone.
-        oldest = rows("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
-                      "ORDER BY rowid DESC LIMIT 1 OFFSET ?", (match, NEWEST_MATCHES - 1))
-        return _ranks(rows, match, k, " AND rowid >= ?", (oldest[0][0],) if oldest else (0,))
-    # bm25 sums over the expression's words. A message of a rare word and no common one
-    # has its whole score in the first ranking; one with both, in the second (the same
-    # words, so the same score as the whole query's). A message's first score is never
-    # above its whole one, so the best k of the two rankings' best are the best k of the
-    # rare words' messages.
-    pairs = _ranks(rows, any_of(rare), k)
-    common = [t for t in terms if t not in rare]
-    if common:
-        pairs += _ranks(rows, f"({any_of(rare)}) AND ({any_of(common)})", k)
-    best: dict[str, float] = {}
-    for mid, r in pairs:
-        best[mid] = max(float(r), best.get(mid, float("-inf")))
-    return sorted(best.items(), key=lambda p: (-p[1], p[0]))[:k]
+    def _bounded_ranks(self, terms: list[str], counts: list[int], k: int) -> Ranks:
+        """The best ``k`` by the whole query's bm25 among a bounded part of its matches:
+        those of its rarest words (RARE_MATCHES at most together, at any age), or without
+        such a word its NEWEST_MATCHES newest (``counts``: the terms' :meth:`_match_counts`)."""
+        rare = rarest(terms, counts, RARE_MATCHES)
+        match = any_of(terms)
+        if not rare:
+            # Newer messages have higher rowids: walking the matches down from the newest
+            # costs a tenth of ranking them; the ranking then reads that rowid range alone.
+            oldest = self._rows("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
+                                "ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                                (match, NEWEST_MATCHES - 1))
+            return self._ranks(match, k, " AND rowid >= ?",
+                               (oldest[0][0],) if oldest else (0,))
+        # bm25 sums over the expression's words. A message of a rare word and no common one
+        # has its whole score in the first ranking; one with both, in the second (the same
+        # words, so the same score as the whole query's). A message's first score is never
+        # above its whole one, so the best k of the two rankings' best are the best k of
+        # the rare words' messages.
+        pairs = self._ranks(any_of(rare), k)
+        common = [t for t in terms if t not in rare]
+        if common:
+            pairs += self._ranks(f"({any_of(rare)}) AND ({any_of(common)})", k)
+        best: dict[str, float] = {}
+        for mid, r in pairs:
+            best[mid] = max(float(r), best.get(mid, float("-inf")))
+        return sorted(best.items(), key=lambda p: (-p[1], p[0]))[:k]

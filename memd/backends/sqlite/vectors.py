@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from memd.backends.base import Vector
+from memd.backends.common.columns import marks
 from memd.backends.common.connection import Part
 from memd.backends.sqlite.connection import SQLiteConnection
 from memd.errors import StorageError
@@ -292,7 +293,7 @@ class SQLiteVectors(Part):
                 names.update((r, (mid, sid)) for r, mid, sid in self._rows(
                     "SELECT v.rowid, v.id, m.session_id FROM message_vec_rowids v "
                     "JOIN messages m ON m.message_id = v.id "
-                    f"WHERE v.rowid IN ({', '.join('?' * len(chunk))})", chunk))
+                    f"WHERE v.rowid IN ({marks('?', len(chunk))})", chunk))
             out: list[tuple[str, bytes, str, int]] = []
             for chunk_id, at, rowids in slots:
                 if not rowids:
