@@ -23,6 +23,10 @@ log = logging.getLogger("memd.watch")
 DEBOUNCE_MS = 400
 STEP_MS = 50
 READY_MS = 200
+# A directory created under a recursive watch gets its own watch only once its creation
+# is seen: a file that lands in it before then raises no event. After a group that adds a
+# directory the handler runs once more, NEW_DIR_MS later, and reads what landed meanwhile.
+NEW_DIR_MS = 250
 
 
 class FileWatcher:
@@ -63,6 +67,11 @@ class FileWatcher:
                 first = not self._ready.is_set()
                 self._ready.set()
                 if changes or first:
+                    self._changed()
+                if self.recursive and any(change == watchfiles.Change.added
+                                          and Path(path).is_dir() for change, path in changes):
+                    if self._stop.wait(NEW_DIR_MS / 1000):
+                        break
                     self._changed()
         except (OSError, RuntimeError) as exc:  # the directory went away, inotify ran out
             log.warning("%s: stopped watching %s: %s", self.name, self.directory, exc)
