@@ -75,6 +75,7 @@ from bench.bench_engine import pct, sentence  # noqa: E402
 from memd.auth import acting_as
 from memd.engine.memory import Memd
 from memd.models.embedder import FakeEmbedder
+from memd.types import MemoryFilter
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -316,10 +317,30 @@ def growth_phase(m: Memd, spec: sd.Spec, args: argparse.Namespace,
     return out
 
 
+def tidy(m: Memd, spec: sd.Spec, built_at: float) -> int:
+    """Erase what a run added to the target: the sessions that are not the dataset's (the
+    one appended to) with what derives from them, and the memories made after the dataset
+    was built (the background jobs' summaries of those sessions). Every run then measures
+    the same data. The store's erasure, not ``Memd.erase_session``, which then scrubs the
+    files (a VACUUM of the whole dataset). Returns how many rows went."""
+    dataset = {sid for sid, _ in sd.user_sessions(spec, sd.TARGET, spec.messages)}
+    extra = [sid for sid in sessions_of(m, sd.TARGET) if sid not in dataset]
+    m.jobs.flush()
+    for sid in extra:
+        m.store.erase_session(sd.TARGET, sid)
+    every = MemoryFilter(include_inactive=True, include_superseded=True, include_expired=True)
+    made = [mem.id for mem in m.store.list_memories(sd.TARGET, every, limit=1000)
+            if mem.created_at > built_at]
+    for mid in made:
+        m.store.delete_memory(sd.TARGET, mid)
+    return len(extra) + len(made)
+
+
 def ingest_phase(m: Memd, n_mem: int, n_msg: int, label: str) -> dict[str, Any]:
-    """Throughput into a new user through the public API."""
+    """Throughput into a new user through the public API (erased before and after)."""
     rng = random.Random(time.time_ns())  # new texts each run: no embedding-cache hits
-    user = f"ingest_{label}_{os.getpid()}_{int(time.time())}"
+    user = f"ingest_{label}"
+    m.store.erase_user(user)  # as in tidy: no scrub of the files
     texts = [sentence(rng) for _ in range(n_mem)]
     before = load()
     t = time.perf_counter()
@@ -338,6 +359,8 @@ def ingest_phase(m: Memd, n_mem: int, n_msg: int, label: str) -> dict[str, Any]:
         pass
     jobs_s = time.perf_counter() - t
     n_msgs = 2 * len(turns)
+    m.jobs.flush()
+    m.store.erase_user(user)
     return {
         "memories": n_mem, "memories_per_s": round(n_mem / add_s, 1),
         "messages": n_msgs, "append_messages_per_s": round(n_msgs / append_s, 1),
@@ -397,6 +420,11 @@ def run_backend(name: str, args: argparse.Namespace, spec: sd.Spec,
     try:
         rng = random.Random(11)
         m = backend.open(RealCostEmbedder(real))
+        built_at = result["dataset"]["built_at"]
+        if erased := tidy(m, spec, built_at):
+            log(f"{name}: erased {erased} sessions and memories an earlier run left")
+            if backend.cluster is not None:
+                result["dataset"]["settled_again"] = backend.settle()
         gc.collect()
         gc.freeze()  # as `memd serve` does after start-up
         log(f"{name}: target latencies")
@@ -405,6 +433,7 @@ def run_backend(name: str, args: argparse.Namespace, spec: sd.Spec,
         result["growth"] = growth_phase(m, spec, args, rng)
         while m.run_jobs(1000):  # what the daemon would have done meanwhile (untimed)
             pass
+        tidy(m, spec, built_at)  # the appended session: the next run starts from the same dataset
         m.close()
         gc.unfreeze()
         log(f"{name}: ingestion")
