@@ -304,6 +304,29 @@ def test_message_search_keyword_and_vector(store: Store) -> None:
     assert store.nearest_messages("bob", vec(0), 5) == []
 
 
+def test_message_vectors_by_id(store: Store) -> None:
+    s = store.create_session(session())
+    t = store.create_session(session("bob"))
+    a = store.append_messages("alice", s.id, [NewMessage("user", f"note {i}") for i in range(4)],
+                              [1] * 4, [None] * 4, 1.0)
+    b = store.append_messages("bob", t.id, [NewMessage("user", "bob's note")], [1], [None], 1.0)
+    store.set_message_embeddings("alice", [(a[0].id, vec(0)), (a[1].id, vec(1)),
+                                           (a[3].id, vec(3))])
+    store.set_message_embeddings("alice", [(a[0].id, vec(5))])  # embedded again: the latest
+    store.set_message_embeddings("bob", [(b[0].id, vec(2))])
+    store.prune_messages("alice", [a[3].id])
+    asked = [a[0].id, a[1].id, a[2].id, a[3].id, b[0].id, "no-such-message", a[0].id]
+    # Read as they are stored, then again with the user's vectors held in memory (SQLite).
+    for _ in range(2):
+        got = store.get_message_vectors("alice", asked)
+        assert sorted(got) == sorted([a[0].id, a[1].id])  # not a[2] (never embedded),
+        assert np.allclose(got[a[0].id], vec(5))  # a[3] (pruned), bob's or unknown
+        assert np.allclose(got[a[1].id], vec(1))
+        assert list(store.get_message_vectors("bob", asked)) == [b[0].id]
+        store.warm_vectors("alice")
+    assert store.get_message_vectors("alice", []) == {}
+
+
 def test_pruned_messages_are_kept_but_never_read(store: Store) -> None:
     s = store.create_session(session())
     a = store.append_messages("alice", s.id, [NewMessage("user", "my badge is 4471"),

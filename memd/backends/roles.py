@@ -157,6 +157,12 @@ class MessageStore(Protocol):
         """Full-text matches; pairs of (message, relevance in [0, 1], higher is better)."""
         ...
 
+    def get_message_vectors(self, user_id: str, message_ids: Sequence[str]
+                            ) -> dict[str, Vector]:
+        """The stored vectors of the user's messages among ``message_ids`` (a message not
+        embedded yet, pruned, unknown or another user's has none)."""
+        ...
+
     def delete_inactive_messages(self, user_id: str, before: float) -> tuple[int, int]:
         """Delete every message, with its vector and full-text row, of the user's sessions
         whose newest message is older than ``before`` (the retention sweep); the sessions

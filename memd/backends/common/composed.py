@@ -77,6 +77,7 @@ class ComposedStore:
         self.messages_missing_embedding = messages.messages_missing_embedding
         self.nearest_messages = messages.nearest_messages
         self.keyword_messages = messages.keyword_messages
+        self.get_message_vectors = messages.get_message_vectors
         self.delete_inactive_messages = messages.delete_inactive_messages
         # MemoryStore
         self.insert_memory = memories.insert_memory

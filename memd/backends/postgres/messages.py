@@ -12,7 +12,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from psycopg.types.json import Jsonb
 
@@ -31,7 +31,7 @@ from memd.backends.common.queries import BUMP_HISTORY_VERSION, recent_query
 from memd.backends.postgres.connection import MAP
 from memd.backends.postgres.partitions import PostgresPartitions
 from memd.backends.postgres.queries import ranked, search_text
-from memd.backends.postgres.vectors import as_vector
+from memd.backends.postgres.vectors import as_vector, vector_array
 from memd.errors import NotFound
 from memd.types import Message, NewMessage
 
@@ -193,6 +193,17 @@ class PostgresMessages(SharedMessages):
             (*params, q, k),
         )
         return [(MAP.message(r), float(r[-1])) for r in rows]
+
+    def get_message_vectors(self, user_id: str, message_ids: Sequence[str]
+                            ) -> dict[str, Vector]:
+        if not message_ids:
+            return {}
+        rows = self._rows(
+            "SELECT message_id, embedding FROM messages WHERE user_id = %s "
+            "AND message_id = ANY(%s) AND embedding IS NOT NULL AND NOT is_pruned",
+            (user_id, list(message_ids)),
+        )
+        return {mid: cast(Vector, vector_array(v)) for mid, v in rows}
 
     def messages_at(self, user_id: str, turns: Sequence[tuple[str, int]]) -> list[Message]:
         places = list(dict.fromkeys(turns))

@@ -143,6 +143,10 @@ class SQLiteMessages(SharedMessages):
         pairs = self._rows(query, params)
         return self._messages_with(user_id, [(mid, 1.0 - float(d)) for mid, d in pairs])
 
+    def get_message_vectors(self, user_id: str, message_ids: Sequence[str]
+                            ) -> dict[str, Vector]:
+        return self._vectors.message_vectors_of(user_id, message_ids)
+
     def messages_at(self, user_id: str, turns: Sequence[tuple[str, int]]) -> list[Message]:
         places = list(dict.fromkeys(turns))
         # One key look-up per place: with the places OR-ed in one WHERE, SQLite may walk

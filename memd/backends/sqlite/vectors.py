@@ -217,6 +217,26 @@ class SQLiteVectors(Part):
                          name="memd-message-vectors", daemon=True).start()
         return None
 
+    def message_vectors_of(self, user_id: str, ids: Sequence[str]) -> dict[str, Vector]:
+        """The vectors of the user's messages among ``ids``: from memory where the user's
+        are held, else a key look-up each in vec0 (an IN list there scans the table)."""
+        with self._lock:
+            self._check_data_version()
+            held = self.message_vectors.get(user_id)
+            if held is not None:
+                return {mid: held.mat[i].copy() for mid in ids
+                        if (i := held.pos.get(mid)) is not None and held.live[i]}
+        one = "SELECT message_id, user_id, embedding FROM message_vec WHERE message_id = ?"
+        unique = list(dict.fromkeys(ids))
+        out: dict[str, Vector] = {}
+        for i in range(0, len(unique), 100):  # at most 500 parts to a compound SELECT
+            chunk = unique[i : i + 100]
+            out.update((mid, np.frombuffer(vec, dtype=np.float32).copy())
+                       for mid, owner, vec in self._rows(" UNION ALL ".join([one] * len(chunk)),
+                                                         chunk)
+                       if owner == user_id)
+        return out
+
     def _warm_message_vectors(self, user_id: str) -> None:
         try:
             with self._lock:

@@ -113,7 +113,7 @@ def recall_candidates(
     # a reply found is recalled through the user message it answers
     asked = {hit.id: around[hit.id] for hit, _, _ in hits
              if hit.role != "user" and hit.id in around}
-    cosine = dict(zip(asked, _cosines(embedder, list(asked.values()), qvec), strict=True))
+    cosine = dict(zip(asked, _cosines(store, user_id, list(asked.values()), qvec), strict=True))
     found = [  # hit, score, message, cosine
         (hit, total, hit, parts["similarity"] / weights.similarity) if hit.role == "user"
         else (hit, total, asked[hit.id], cosine[hit.id])
@@ -178,12 +178,12 @@ def _excluded(msg: Message, scope: RecallScope) -> bool:
             or msg.chain_hash in scope.sent_chains or msg.id in scope.history)
 
 
-def _cosines(embedder: CachedEmbedder, msgs: Sequence[Message], qvec: np.ndarray
+def _cosines(store: Store, user_id: str, msgs: Sequence[Message], qvec: np.ndarray
              ) -> list[float]:
-    """Each of ``msgs``' cosine with the query, from its stored vector, in one cache read
-    (0.0 before its embedding job has run: it is not recalled yet)."""
-    vecs = embedder.cached([v.excerpt(m.safe_text or "", v.EMBED_CHARS) for m in msgs])
-    return [0.0 if vec is None else float(np.dot(qvec, vec)) for vec in vecs]
+    """Each of ``msgs``' cosine with the query, from its stored vector, in one read (0.0
+    before its embedding job has run: it is not recalled yet)."""
+    found = store.get_message_vectors(user_id, [m.id for m in msgs]) if msgs else {}
+    return [float(np.dot(qvec, found[m.id])) if m.id in found else 0.0 for m in msgs]
 
 
 def same_text(text: str) -> str:

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from memd.backends.base import Lifecycle, MemoryStore, MessageStore, Store
+from memd.backends.base import Lifecycle, MemoryStore, MessageStore, Store, Vector
 from memd.config import Settings, Weights
 from memd.engine.learning.extract import extract_entities
 from memd.engine.retrieval.agreement import agreed
@@ -181,20 +181,19 @@ def score_memories(
     return out
 
 
-KeywordMessages = list[tuple[Message, float, np.ndarray | None]]
+KeywordMessages = list[tuple[Message, float, Vector | None]]
 
 
 def keyword_messages(
     store: MessageStore, user_id: str, query: str, k: int, session_id: str | None = None,
-    embedder: CachedEmbedder | None = None,
+    vectors: bool = False,
 ) -> KeywordMessages:
-    """The keyword channel over messages: (message, relevance, its cached vector or None).
-    Needs no query vector, so it can run while the query is embedded."""
+    """The keyword channel over messages: (message, relevance, with ``vectors`` its stored
+    vector, else None). Needs no query vector, so it can run while the query is embedded."""
     hits = store.keyword_messages(user_id, query, k, session_id)
-    vecs: Sequence[np.ndarray | None] = [None] * len(hits)
-    if embedder is not None and hits:
-        vecs = embedder.cached([m.safe_text or "" for m, _ in hits])
-    return [(m, rel, vec) for (m, rel), vec in zip(hits, vecs, strict=True)]
+    found = (store.get_message_vectors(user_id, [m.id for m, _ in hits])
+             if vectors and hits else {})
+    return [(m, rel, found.get(m.id)) for m, rel in hits]
 
 
 def score_messages(
@@ -206,7 +205,7 @@ def score_messages(
     (messages have no access history or provenance: neutral authority and importance).
 
     Like memory candidates, a message found by the keyword channel alone gets its true
-    cosine with the query, its vector read from ``embedder``'s persistent cache (never
+    cosine with the query, from its stored vector when ``embedder`` is given (never
     computed here: a message whose embedding job has not run yet keeps similarity 0).
     ``keyword_hits``: the keyword channel's result, when the caller ran it already;
     ``passages``: a user message's similarity is the better of its own and its closest
@@ -217,7 +216,8 @@ def score_messages(
     for msg, sim in store.nearest_messages(user_id, qvec, k, session_id):
         found[msg.id], sims[msg.id] = msg, sim
     if keyword_hits is None:
-        keyword_hits = keyword_messages(store, user_id, query, k, session_id, embedder)
+        keyword_hits = keyword_messages(store, user_id, query, k, session_id,
+                                        vectors=embedder is not None)
     for msg, rel, vec in keyword_hits:
         found.setdefault(msg.id, msg)
         keyword[msg.id] = rel
@@ -283,7 +283,7 @@ def search(
     if "message" in kinds and not store.in_transaction():
         # Overlaps the query embedding (see SIDE), as the same acting user.
         pending = aside(store, keyword_messages, store, user_id, query, message_k,
-                        session_id, embedder)
+                        session_id, True)
     try:
         qvec = embedder.embed_query(query)
     except BaseException:
