@@ -22,8 +22,9 @@ while the job worker runs it), ``bench_watch`` (how soon a running daemon sees a
 its config file or notes folder), ``bench_footprint`` (the user's install in a fresh
 venv: its size, the daemon's RSS and first requests), ``bench_soak`` (the daemon's RSS
 through 50,000 concurrent streaming chats) and ``bench_virtual`` (context virtualization
-on the replayed agent session) and ``bench_generalize`` (retrieval per question kind on
-a generated team's weeks, dev part, beside BM25 and dense). Each writes its JSON
+on the replayed agent session), ``bench_generalize`` (retrieval per question kind on
+a generated team's weeks, dev part, beside BM25 and dense) and ``bench_message_vectors``
+(a large history's message vector search on SQLite). Each writes its JSON
 (and PNG plots) into ``--dir``; then ``all.json`` there holds the machine, every script's
 figures and the targets table: each benchmark target (bench/README.md) with what this run
 measured and whether it is met. ``--only`` runs some of them (the table then judges
@@ -115,6 +116,7 @@ BENCHES = (
     Bench("virtual", "bench_virtual", (), ("--quick",)),
     Bench("ui", "bench_ui", (), ("--quick",)),
     Bench("generalize", "bench_generalize", (), ("--quick", "--embedder", "fake")),
+    Bench("message_vectors", "bench_message_vectors", (), ("--quick",)),
 )
 
 

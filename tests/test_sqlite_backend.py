@@ -134,20 +134,112 @@ def test_message_vectors_load_from_vec0_storage_as_vec0_holds_them(
             "SELECT message_id, embedding, session_id FROM message_vec WHERE user_id = ?",
             (user,)))
 
+    def loaded(user: str) -> list[tuple[str, bytes, str]]:
+        count, got = s.vectors._partition_vectors(user)  # type: ignore[misc]
+        assert got is not None and count == len(got.ids)
+        codes = {c: w for w, c in got.ws_codes.items()}
+        return sorted((mid, got.mat[i].astype(np.float32).tobytes(), codes[int(got.ws[i])])
+                      for i, mid in enumerate(got.ids))
+
     for user in ("alice", "bob"):
-        count, rows = s.vectors._partition_rows(user, 10**6)  # type: ignore[misc]
-        assert sorted(r[:3] for r in rows) == held(user) and count == len(held(user))
+        assert loaded(user) == held(user)
     assert len(held("alice")) == n - 300 > 0
-    count, rows = s.vectors._partition_rows("alice", 100)  # type: ignore[misc]
-    assert (count, rows) == (n - 300, [])  # over the bound: counted, not read
+    monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 100)
+    assert s.vectors._partition_vectors("alice") == (n - 300, None)  # counted, not read
+    monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 10**6)
     assert s.vectors._cached_message_vectors("alice") is not None
     assert len(s.vectors.message_vectors["alice"].ids) == n - 300  # type: ignore[union-attr]
     # a table this does not know the storage of: a KNN loads what fits in its k
     monkeypatch.setattr(sq, "SHADOW_LAYOUT", (9, 9))
     s.connection.drop_caches()
-    assert s.vectors._partition_rows("bob", 10**6) is None
+    assert s.vectors._partition_vectors("bob") is None
     assert s.vectors._cached_message_vectors("alice") is None  # more than vec0's k
     assert len(s.vectors._cached_message_vectors("bob").ids) == 50  # type: ignore[union-attr]
+    s.close()
+
+
+def test_signed_vectors_find_the_nearest_through_their_signs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large history's message vectors as signs and float16 copies: with a tenth of
+    them ordered by cosine, the 10 nearest of an exact search are found, with the same
+    cosines; the session filter holds; a vector embedded after the load is found and a
+    removed one is not; the copies take under half the memory."""
+    import memd.backends.sqlite.vectors as sq
+
+    rng = np.random.default_rng(3)
+    dim, n = 384, 4000
+    centers = rng.normal(size=(40, dim))  # topics, as a conversation's turns have
+    vecs = (centers[rng.integers(0, 40, n)] + rng.normal(size=(n, dim)) * 0.8
+            ).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ids = [f"m{i}" for i in range(n)]
+    sessions = [f"s{i % 7}" for i in range(n)]
+    exact = sq.UserVectors.stacked(dim, ids, sessions, [vecs])
+    signed = sq.SignedVectors.stacked(dim, ids, sessions, [vecs[:1000], vecs[1000:]])
+    monkeypatch.setattr(sq, "RERANK", n // 10)
+    monkeypatch.setattr(sq, "RERANK_PER_K", 1)
+    queries = vecs[rng.choice(n, 50, replace=False)] + rng.normal(size=(50, dim)) * 0.03
+    found = []
+    for q in queries.astype(np.float32):
+        want = dict(exact.knn(q, 10, False, None))
+        got = signed.knn(q, 10, False, None)
+        found.append(len(want.keys() & {mid for mid, _ in got}) / 10)
+        assert [x for _, x in got] == sorted((x for _, x in got), reverse=True)
+        for mid, x in got:
+            assert x == pytest.approx(float(vecs[int(mid[1:])] @ q), abs=2e-3)
+    assert np.mean(found) >= 0.9
+    q = queries[0].astype(np.float32)
+    in_s3 = signed.knn(q, 10, False, ["s3"])
+    assert len(in_s3) == 10 and all(sessions[int(mid[1:])] == "s3" for mid, _ in in_s3)
+    new = rng.normal(size=dim).astype(np.float32)
+    signed.upsert("new", new / np.linalg.norm(new), "s1", True)
+    assert signed.knn(new, 1, False, None)[0][0] == "new"
+    signed.remove("new")
+    assert "new" not in {mid for mid, _ in signed.knn(new, 5, False, None)}
+    assert signed.nbytes < exact.nbytes / 2
+
+
+def test_a_history_past_the_exact_bound_is_searched_through_signs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past MESSAGE_EXACT_USER a user's message vectors load as SignedVectors (from
+    vec0's storage, or when the exact copy grows past the bound, at the next load), and
+    answer as vec0 does where every vector is reranked; the bytes held bound the cache."""
+    import memd.backends.sqlite.vectors as sq
+    from memd.backends.sqlite import SQLiteStore
+
+    s = SQLiteStore(tmp_path / "m.db", dim=DIM)
+    rng = np.random.default_rng(5)
+    sid = s.create_session(session()).id
+    said = s.append_messages("alice", sid, [NewMessage("user", f"m{i}") for i in range(40)],
+                             [1] * 40, [None] * 40, 1.0)
+    vecs = rng.normal(size=(40, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    s.set_message_embeddings("alice", [(m.id, v) for m, v in zip(said[:20], vecs[:20],
+                                                                  strict=True)])
+    monkeypatch.setattr(sq, "MESSAGE_EXACT_USER", 25)
+    assert type(s.vectors._cached_message_vectors("alice")) is sq.UserVectors
+    s.set_message_embeddings("alice", [(m.id, v) for m, v in zip(said[20:], vecs[20:],
+                                                                  strict=True)])
+    assert "alice" not in s.vectors.message_vectors  # grown past 25: loaded again
+    assert type(s.vectors._cached_message_vectors("alice")) is sq.SignedVectors
+    query = vecs[3] + 0.5 * vecs[30]
+    query /= np.linalg.norm(query)
+    fast = [(m.id, round(x, 2)) for m, x in s.nearest_messages("alice", query, 8)]
+    assert fast[0][0] == said[3].id and {said[30].id} <= {mid for mid, _ in fast}
+    monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 1)
+    s.connection.drop_caches()
+    slow = [(m.id, round(x, 2)) for m, x in s.nearest_messages("alice", query, 8)]
+    assert fast == slow
+    monkeypatch.setattr(sq, "MESSAGE_CACHE_USER", 10**6)
+    s.set_message_embeddings("bob", [(m.id, v) for m, v in zip(
+        s.append_messages("bob", s.create_session(session("bob")).id,
+                          [NewMessage("user", "b")], [1], [None], 1.0), vecs[:1],
+        strict=True)])
+    s.connection.drop_caches()
+    s.vectors._cached_message_vectors("alice")
+    monkeypatch.setattr(sq, "MESSAGE_CACHE_BYTES", 1)
+    s.vectors._cached_message_vectors("bob")
+    assert list(s.vectors.message_vectors) == ["bob"]  # over the bytes: alice dropped
     s.close()
 
 
