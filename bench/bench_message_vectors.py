@@ -74,6 +74,12 @@ def vec0(vectors: np.ndarray) -> Callable[[np.ndarray], list[str]]:
     return search
 
 
+def in_memory(held: UserVectors) -> Callable[[np.ndarray], list[str]]:
+    def search(q: np.ndarray) -> list[str]:
+        return [mid for mid, _ in held.knn(q, K, False, None)]
+    return search
+
+
 def measure(search: Callable[[np.ndarray], list[str]], queries: np.ndarray,
             exact: list[set[str]]) -> dict[str, Any]:
     times, found = [], []
@@ -109,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"vectors": n, "source": source, "queries": len(queries), "k": K,
                            "ways": {}}
     searches: dict[str, Callable[[np.ndarray], list[str]]] = {"vec0": vec0(vectors)}
-    for name, held in ways.items():
-        searches[name] = lambda q, held=held: [mid for mid, _ in held.knn(q, K, False, None)]
+    searches.update((name, in_memory(held)) for name, held in ways.items())
     for name, search in searches.items():
         res = measure(search, queries, exact)
         if name in ways:

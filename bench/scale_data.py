@@ -16,6 +16,11 @@ full-text channels both return realistic neighbours.
   their saved definitions (HNSW, GIN, btree): the standard bulk-load order, far faster
   than per-row inserts into live HNSW graphs.
 
+Every message has its vector too, the fake embedder's of its text, as a daemon's
+embedding jobs leave them (a message search's vector channel then reads a history as
+large as the user's). A dataset built before messages had vectors gets them on its next
+use (``message_vectors`` in the manifest says when that was done).
+
 A finished dataset has ``<dir>/manifest.json`` (spec, build times); a directory without it
 is rebuilt from scratch.
 """
@@ -128,9 +133,40 @@ def _finish(path: Path, spec: Spec, backend: str, times: dict[str, float]) -> di
 # -- SQLite -----------------------------------------------------------------------------
 def build_sqlite(path: Path, spec: Spec) -> dict[str, Any]:
     """Build (or reuse) the SQLite dataset in ``path``; returns its manifest."""
-    found = manifest(path)
-    if found is not None:
-        return found
+    found = manifest(path) or _build_sqlite(path, spec)
+    if "message_vectors" not in found:
+        from memd.backends.sqlite import SQLiteStore
+
+        store = SQLiteStore(path / "memd.db", dim=384)
+        t = time.perf_counter()
+        for user, _, _ in spec.plan():
+            rows = store.connection.rows("SELECT message_id, content FROM messages "
+                                         "WHERE user_id = ? AND has_embedding = 0", (user,))
+            for ids, vecs in _message_vectors(rows):
+                store.set_message_embeddings(user, list(zip(ids, vecs, strict=True)))
+        store.close()
+        found = _record_message_vectors(path / "manifest.json", found, t)
+    return found
+
+
+def _message_vectors(rows: list[tuple[str, str]], chunk: int = 5000
+                     ) -> Iterator[tuple[list[str], np.ndarray]]:
+    """(message ids, their vectors) of (message id, text) rows, a chunk at a time."""
+    fake = FakeEmbedder()
+    for i in range(0, len(rows), chunk):
+        part = rows[i : i + chunk]
+        yield [r[0] for r in part], fake.embed([r[1] for r in part])
+
+
+def _record_message_vectors(mf: Path, doc: dict[str, Any], started: float) -> dict[str, Any]:
+    seconds = round(time.perf_counter() - started, 1)
+    _log(f"message vectors added in {seconds} s")
+    doc = dict(doc, message_vectors={"at": time.time(), "seconds": seconds})
+    mf.write_text(json.dumps(doc, indent=2))
+    return doc
+
+
+def _build_sqlite(path: Path, spec: Spec) -> dict[str, Any]:
     from memd.backends.sqlite import SQLiteStore
 
     shutil.rmtree(path, ignore_errors=True)
@@ -253,8 +289,57 @@ def build_postgres(path: Path, spec: Spec, dbname: str,
     """Build (or reuse) database ``dbname`` in the cluster at ``path/pgdata``; returns the
     manifest (kept in ``path/<dbname>.json``). The cluster is left running."""
     mf = path / f"{dbname}.json"
-    if mf.exists():
-        return dict(json.loads(mf.read_text()))
+    found = (dict(json.loads(mf.read_text())) if mf.exists()
+             else _build_postgres(path, spec, dbname, partitions))
+    if "message_vectors" not in found:
+        t = time.perf_counter()
+        _embed_messages_postgres(PgCluster(path / "pgdata", PG_SETTINGS).dsn(dbname), spec)
+        found = _record_message_vectors(mf, found, t)
+    return found
+
+
+def _embed_messages_postgres(dsn: str, spec: Spec) -> None:
+    """Every message's vector, with the messages' HNSW index dropped meanwhile and built
+    again after (as the bulk load does)."""
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        register_vector(conn)
+        conn.execute("SET synchronous_commit = off")
+        hnsw = conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'messages' "
+            "AND schemaname = current_schema() AND indexdef LIKE '%USING hnsw%'").fetchall()
+        for name, _ in hnsw:
+            conn.execute(f'DROP INDEX "{name}"')
+        conn.execute("CREATE TEMP TABLE message_vectors (message_id text PRIMARY KEY, "
+                     "embedding vector(384))")
+        for i, (user, _, _) in enumerate(spec.plan()):
+            rows = conn.execute("SELECT message_id, content FROM messages WHERE user_id = %s "
+                                "AND embedding IS NULL", (user,)).fetchall()
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute("TRUNCATE message_vectors")
+                with cur.copy("COPY message_vectors FROM STDIN") as cp:
+                    for ids, vecs in _message_vectors(rows):
+                        for row in zip(ids, vecs, strict=True):
+                            cp.write_row(row)
+                cur.execute("UPDATE messages m SET embedding = v.embedding "
+                            "FROM message_vectors v WHERE m.user_id = %s "
+                            "AND m.message_id = v.message_id", (user,))
+            if i % 20 == 0:
+                _log(f"postgres: message vectors of {i + 1}/{len(spec.plan())} users")
+        conn.execute("SET maintenance_work_mem = '1GB'")
+        conn.execute("SET max_parallel_maintenance_workers = 1")
+        for name, definition in hnsw:
+            t = time.perf_counter()
+            conn.execute(definition.replace(" ON ONLY ", " ON "))
+            _log(f"postgres: index {name} built in {time.perf_counter() - t:.0f} s")
+        conn.execute("VACUUM ANALYZE messages")
+
+
+def _build_postgres(path: Path, spec: Spec, dbname: str,
+                    partitions: tuple[int, int, int]) -> dict[str, Any]:
+    mf = path / f"{dbname}.json"
     import psycopg
     from pgvector.psycopg import register_vector
 
