@@ -328,13 +328,18 @@ def _embed_messages_postgres(dsn: str, spec: Spec) -> None:
                             "AND m.message_id = v.message_id", (user,))
             if i % 20 == 0:
                 _log(f"postgres: message vectors of {i + 1}/{len(spec.plan())} users")
-        conn.execute("SET maintenance_work_mem = '1GB'")
-        conn.execute("SET max_parallel_maintenance_workers = 1")
-        for name, definition in hnsw:
-            t = time.perf_counter()
-            conn.execute(definition.replace(" ON ONLY ", " ON "))
-            _log(f"postgres: index {name} built in {time.perf_counter() - t:.0f} s")
+        _build_indexes(conn, hnsw)
         conn.execute("VACUUM ANALYZE messages")
+
+
+def _build_indexes(conn: Any, indexes: list[tuple[str, str]]) -> None:
+    """Build the dropped ``indexes`` (name, definition) again, on every partition."""
+    conn.execute("SET maintenance_work_mem = '1GB'")
+    conn.execute("SET max_parallel_maintenance_workers = 1")
+    for name, definition in indexes:
+        t = time.perf_counter()
+        conn.execute(definition.replace(" ON ONLY ", " ON "))
+        _log(f"postgres: index {name} built in {time.perf_counter() - t:.0f} s")
 
 
 def _build_postgres(path: Path, spec: Spec, dbname: str,
@@ -397,12 +402,7 @@ def _build_postgres(path: Path, spec: Spec, dbname: str,
                      f"({n_mem} memories, {n_msg} messages), {time.perf_counter() - t:.0f} s")
         times["copy"] = time.perf_counter() - t
         t = time.perf_counter()
-        conn.execute("SET maintenance_work_mem = '1GB'")
-        conn.execute("SET max_parallel_maintenance_workers = 1")
-        for name, definition in indexes:
-            ti = time.perf_counter()
-            conn.execute(definition.replace(" ON ONLY ", " ON "))
-            _log(f"postgres: index {name} built in {time.perf_counter() - ti:.0f} s")
+        _build_indexes(conn, indexes)
         times["indexes"] = time.perf_counter() - t
         t = time.perf_counter()
         conn.execute("VACUUM ANALYZE")
