@@ -1,5 +1,5 @@
 """A large history's message vector search on SQLite: vec0, the exact in-memory matrix
-and the signs with float16 copies (memd.backends.sqlite.vectors.SignedVectors).
+and the hyperplane bits with float16 copies (memd.backends.sqlite.vectors.SignedVectors).
 
     .venv/bin/python -m bench.bench_message_vectors              # 100,000 vectors
     .venv/bin/python -m bench.bench_message_vectors --quick      # 5,000, fake vectors
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ids = [f"m{i}" for i in range(n)]
     ways = {"exact (float32 matrix)": UserVectors.stacked(vectors.shape[1], ids, [""] * n,
                                                           [vectors]),
-            "signs + float16 rerank": SignedVectors.stacked(vectors.shape[1], ids, [""] * n,
+            "bits + float16 rerank": SignedVectors.stacked(vectors.shape[1], ids, [""] * n,
                                                             [vectors])}
     exact = [{mid for mid, _ in ways["exact (float32 matrix)"].knn(q, K, False, None)}
              for q in queries]

@@ -322,7 +322,7 @@ def tidy(m: Memd, spec: sd.Spec, built_at: float) -> int:
     one appended to) with what derives from them, and the memories made after the dataset
     was built (the background jobs' summaries of those sessions). Every run then measures
     the same data. The store's erasure, not ``Memd.erase_session``, which then scrubs the
-    files (a VACUUM of the whole dataset). Returns how many rows went."""
+    files (a VACUUM of the whole dataset). Returns how many sessions and memories went."""
     dataset = {sid for sid, _ in sd.user_sessions(spec, sd.TARGET, spec.messages)}
     extra = [sid for sid in sessions_of(m, sd.TARGET) if sid not in dataset]
     m.jobs.flush()

@@ -158,12 +158,12 @@ def test_message_vectors_load_from_vec0_storage_as_vec0_holds_them(
     s.close()
 
 
-def test_signed_vectors_find_the_nearest_through_their_signs(
+def test_signed_vectors_find_the_nearest_through_their_bits(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A large history's message vectors as signs and float16 copies: with a tenth of
-    them ordered by cosine, the 10 nearest of an exact search are found, with the same
-    cosines; the session filter holds; a vector embedded after the load is found and a
-    removed one is not; the copies take under half the memory."""
+    """A large history's message vectors as hyperplane bits and float16 copies: with a
+    tenth of them ordered by cosine, the 10 nearest of an exact search are found, with
+    the same cosines; the session filter holds; a vector embedded after the load is found
+    and a removed one is not; the copies take under half the memory."""
     import memd.backends.sqlite.vectors as sq
 
     rng = np.random.default_rng(3)
@@ -199,7 +199,36 @@ def test_signed_vectors_find_the_nearest_through_their_signs(
     assert signed.nbytes < exact.nbytes / 2
 
 
-def test_a_history_past_the_exact_bound_is_searched_through_signs(
+def test_signed_vectors_find_sparse_vectors_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake embedder's vectors (a few hashed words each, half of them negative) are
+    found as well: the bits are sides of random hyperplanes, where each coordinate's own
+    sign finds a third of the 10 nearest."""
+    import memd.backends.sqlite.vectors as sq
+    from memd.models.embedder import FakeEmbedder
+
+    rng = np.random.default_rng(4)
+    topics = [rng.choice(2000, 60, replace=False) for _ in range(40)]
+
+    def texts(n: int, words: int) -> list[str]:
+        return [" ".join(f"w{j}" for j in np.concatenate([
+            rng.choice(topics[rng.integers(40)], words - 3), rng.choice(2000, 3)]))
+            for _ in range(n)]
+
+    fake = FakeEmbedder()
+    n = 4000
+    vecs = fake.embed(texts(n, 20)).astype(np.float32)
+    ids = [f"m{i}" for i in range(n)]
+    exact = sq.UserVectors.stacked(384, ids, [""] * n, [vecs])
+    signed = sq.SignedVectors.stacked(384, ids, [""] * n, [vecs])
+    monkeypatch.setattr(sq, "RERANK", n // 10)
+    monkeypatch.setattr(sq, "RERANK_PER_K", 1)
+    found = [len({mid for mid, _ in exact.knn(q, 10, False, None)}
+                 & {mid for mid, _ in signed.knn(q, 10, False, None)}) / 10
+             for q in fake.embed(texts(50, 8)).astype(np.float32)]
+    assert np.mean(found) >= 0.85
+
+
+def test_a_history_past_the_exact_bound_is_searched_through_bits(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past MESSAGE_EXACT_USER a user's message vectors load as SignedVectors (from
     vec0's storage, or when the exact copy grows past the bound, at the next load), and

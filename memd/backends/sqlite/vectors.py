@@ -1,16 +1,16 @@
-"""SQLite vectors: sqlite-vec's vec0 tables are the durable index, and an exact,
-in-process KNN cache of each user's vectors (numpy) sits in front of them.
+"""SQLite vectors: sqlite-vec's vec0 tables are the durable index, and an in-process
+KNN cache of each user's vectors (numpy) sits in front of them.
 
 vec0 scans a user's partition in C, vector by vector, so a KNN over a large user's
 memories costs most of a compile's budget; a float32 matrix per user answers the same
 query exactly (same cosine, same order) in a fraction of that. A long message history
-(MESSAGE_EXACT_USER and more) is held as float16 copies and the vectors' signs instead
-(SignedVectors): a third of the memory, and a search that finds 99 % of the exact one's
-10 nearest in a fraction of its time. The cache is loaded from vec0 on a user's first
-query (a message history on its second search) and kept in step by the store's own
-writes. Another process
-writing the same file (the CLI beside the daemon) changes SQLite's ``data_version``; the
-store then drops the cache, as it does after any rolled-back transaction.
+(MESSAGE_EXACT_USER and more) is held as float16 copies and a few bits per vector
+instead (SignedVectors): a third of the memory, and a search that finds 99 % of the
+exact one's 10 nearest in a fraction of its time. The cache is loaded from vec0 on a
+user's first query (a message history on its second search) and kept in step by the
+store's own writes. Another process writing the same file (the CLI beside the daemon)
+changes SQLite's ``data_version``; the store then drops the cache, as it does after any
+rolled-back transaction.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from memd.errors import StorageError
 # search's vector channel is then many times cheaper than through vec0, which computes
 # every distance in turn: ~60 ms for 100,000), the least recently searched dropped first
 # beyond the total (bytes held); bigger histories stay on vec0. Below MESSAGE_EXACT_USER
-# exactly (UserVectors), from there on through their signs (SignedVectors).
+# exactly (UserVectors), from there on through bits of their directions (SignedVectors).
 MESSAGE_CACHE_USER = 131_072
 MESSAGE_EXACT_USER = 16_384
 MESSAGE_CACHE_BYTES = 128 * 2**20
@@ -46,9 +46,9 @@ VEC0_K_MAX = 4096
 # the slots' vectors (float32, one after the other); message_vec_rowids each rowid's id.
 SHADOW_LAYOUT = (0, 1)
 # A SignedVectors search orders by cosine the RERANK (at least RERANK_PER_K * k) vectors
-# whose signs are nearest the query's.
-RERANK = 400
-RERANK_PER_K = 20
+# whose sides of its hyperplanes are nearest the query's.
+RERANK = 800
+RERANK_PER_K = 40
 
 
 def blob(vector: Vector) -> bytes:
@@ -184,13 +184,29 @@ class UserVectors:
         return [(self.ids[at[j]], float(sims[j])) for j in order]
 
 
+_HYPERPLANES: dict[int, np.ndarray] = {}
+
+
+def hyperplanes(dim: int) -> np.ndarray:
+    """``dim`` random hyperplanes of ``dim`` dimensions, their normals as columns: the
+    same in every process (seeded), so that a load and a search agree."""
+    planes = _HYPERPLANES.get(dim)
+    if planes is None:
+        rng = np.random.default_rng(dim)
+        planes = _HYPERPLANES[dim] = rng.standard_normal((dim, dim)).astype(np.float32)
+    return planes
+
+
 class SignedVectors(UserVectors):
     """A large user's vectors, half the memory and a fraction of the search: float16
-    copies, and each vector's signs as bits. A search takes the RERANK vectors whose
-    signs differ least from the query's (the Hamming distance, a cheap stand-in for the
-    angle between them), then orders those by their cosine. Against the exact order,
-    on 100,000 MiniLM vectors of conversation turns and 200 others as queries, 99 % of
-    the 10 nearest are found (bench/README.md)."""
+    copies, and for each vector the side it lies on of each of ``dim`` random hyperplanes
+    through the origin, a bit per hyperplane (SimHash). The share of sides two vectors
+    differ on estimates the angle between them, whatever the vectors' distribution (a
+    coordinate's own sign does as well only for dense vectors: on sparse ones it finds
+    few neighbours). A search takes the RERANK vectors whose sides differ least from the
+    query's, then orders those by their cosine. Against the exact order, on 100,000
+    MiniLM vectors of conversation turns and 200 others as queries, 99 % of the 10
+    nearest are found (bench/README.md)."""
 
     dtype = np.float16
 
@@ -199,8 +215,8 @@ class SignedVectors(UserVectors):
 
     def _allocate(self, dim: int, n: int) -> None:
         super()._allocate(dim, n)
-        # a row of 64 signs per word of the vectors: a search counts a word of all of
-        # them at a time, not a vector at a time
+        # a row of 64 bits (sides) per word of the vectors: a search counts a word of
+        # all of them at a time, not a vector at a time
         self.signs = np.zeros((-(-dim // 64), self.mat.shape[0]), dtype=np.uint64)
 
     def _grow(self) -> None:
@@ -210,8 +226,9 @@ class SignedVectors(UserVectors):
         self.signs = signs
 
     def _signs(self, vectors: np.ndarray) -> np.ndarray:
-        """The signs of ``vectors`` (one, or one per row) as 64-bit words."""
-        bits = np.packbits(vectors > 0, axis=-1)
+        """The sides of ``vectors`` (one, or one per row) as 64-bit words."""
+        bits = np.packbits(np.asarray(vectors, dtype=np.float32) @ hyperplanes(self.dim) > 0,
+                           axis=-1)
         pad = self.signs.shape[0] * 8 - bits.shape[-1]
         if pad:
             bits = np.concatenate([bits, np.zeros((*bits.shape[:-1], pad), np.uint8)], -1)
@@ -457,6 +474,6 @@ class SQLiteVectors(Part):
         if len(cached.ids) >= MESSAGE_CACHE_USER:  # grown past the bound: back to vec0
             self.message_vectors[user_id] = None
         elif len(cached.ids) >= MESSAGE_EXACT_USER and type(cached) is UserVectors:
-            del self.message_vectors[user_id]  # the next search loads them as signs
+            del self.message_vectors[user_id]  # the next search loads them as bits
         else:
             cached.upsert(message_id, vector, session_id, True)
