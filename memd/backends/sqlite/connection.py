@@ -238,6 +238,18 @@ class SQLiteConnection(SqlConnection):
     def ensure_history_partitions(self, now: float, months: int = 3) -> int:
         return 0  # one table holds every month
 
+    def rows_each(self, one: str, keys: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+        """The rows of the key look-up ``one`` for each of ``keys`` (its parameters), a
+        compound SELECT of them per 100 (SQLite takes at most 500 parts to one): where
+        the keys OR-ed or IN-listed in one WHERE may have SQLite (or vec0) walk the whole
+        table instead of looking each up."""
+        out: list[tuple[Any, ...]] = []
+        for i in range(0, len(keys), 100):
+            chunk = keys[i : i + 100]
+            out += self.rows(" UNION ALL ".join([one] * len(chunk)),
+                             [x for key in chunk for x in key])
+        return out
+
     def rows(self, query: str, params: Params = ()) -> list[tuple[Any, ...]]:
         with self.lock:
             try:

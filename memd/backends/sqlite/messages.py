@@ -53,6 +53,7 @@ class SQLiteMessages(SharedMessages):
 
     def __init__(self, conn: SQLiteConnection, vectors: SQLiteVectors) -> None:
         super().__init__(conn)
+        self._conn = conn
         self._vectors = vectors
 
     def drop_index_rows(self, table: str, test: str, params: tuple[Any, ...]) -> None:
@@ -148,18 +149,13 @@ class SQLiteMessages(SharedMessages):
         return self._vectors.message_vectors_of(user_id, message_ids)
 
     def messages_at(self, user_id: str, turns: Sequence[tuple[str, int]]) -> list[Message]:
-        places = list(dict.fromkeys(turns))
         # One key look-up per place: with the places OR-ed in one WHERE, SQLite may walk
         # every message of the user instead.
-        one = (f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE user_id = ? "
-               "AND session_id = ? AND turn_index = ?")
-        out: list[Message] = []
-        for i in range(0, len(places), 100):  # at most 500 parts to a compound SELECT
-            chunk = places[i : i + 100]
-            rows = self._rows(" UNION ALL ".join([one] * len(chunk)),
-                              [x for sid, turn in chunk for x in (user_id, sid, turn)])
-            out += [MAP.message(r) for r in rows]
-        return out
+        rows = self._conn.rows_each(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE user_id = ? "
+            "AND session_id = ? AND turn_index = ?",
+            [(user_id, sid, turn) for sid, turn in dict.fromkeys(turns)])
+        return [MAP.message(r) for r in rows]
 
     def keyword_messages(
         self, user_id: str, query: str, k: int, session_id: str | None = None

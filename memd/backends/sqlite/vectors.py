@@ -30,7 +30,7 @@ from memd.errors import StorageError
 
 # Users with fewer than this many embedded messages keep them in memory too (a message
 # search's vector channel is then many times cheaper than through vec0, which computes
-# every distance in turn: ~60 ms for 100,000), the least recently searched dropped first
+# every distance in turn: ~80 ms for 100,000), the least recently searched dropped first
 # beyond the total (bytes held); bigger histories stay on vec0. Below MESSAGE_EXACT_USER
 # exactly (UserVectors), from there on through bits of their directions (SignedVectors).
 MESSAGE_CACHE_USER = 131_072
@@ -40,7 +40,7 @@ MESSAGE_CACHE_BYTES = 128 * 2**20
 # kept only below it (a full answer may not be all of them).
 VEC0_K_MAX = 4096
 # The sqlite-vec release (CREATE_VERSION major, minor in message_vec_info) whose storage
-# of a vec0 table _partition_rows reads; a table made by another is loaded through a KNN.
+# of a vec0 table _partition_vectors reads; a table made by another is loaded through a KNN.
 # Per chunk of a partition, message_vec_chunks holds a validity bitmap (a bit per slot,
 # least significant first) and the slots' rowids (int64); message_vec_vector_chunks00
 # the slots' vectors (float32, one after the other); message_vec_rowids each rowid's id.
@@ -80,7 +80,7 @@ class UserVectors:
                 blocks: Iterable[np.ndarray]) -> UserVectors:
         """Active vectors ``ids`` (in ``workspaces``) from ``blocks`` of their float32
         rows in that order, copied block by block into the matrix."""
-        out = cls(dim, [])
+        out = cls.__new__(cls)
         out._allocate(dim, len(ids))
         out.ids, out.pos = ids, {mid: i for i, mid in enumerate(ids)}
         at = 0
@@ -361,16 +361,11 @@ class SQLiteVectors(Part):
             if held is not None:
                 return {mid: held.mat[i].astype(np.float32) for mid in ids
                         if (i := held.pos.get(mid)) is not None and held.live[i]}
-        one = "SELECT message_id, user_id, embedding FROM message_vec WHERE message_id = ?"
-        unique = list(dict.fromkeys(ids))
-        out: dict[str, Vector] = {}
-        for i in range(0, len(unique), 100):  # at most 500 parts to a compound SELECT
-            chunk = unique[i : i + 100]
-            out.update((mid, np.frombuffer(vec, dtype=np.float32).copy())
-                       for mid, owner, vec in self._rows(" UNION ALL ".join([one] * len(chunk)),
-                                                         chunk)
-                       if owner == user_id)
-        return out
+        rows = self._conn.rows_each(
+            "SELECT message_id, user_id, embedding FROM message_vec WHERE message_id = ?",
+            [(mid,) for mid in dict.fromkeys(ids)])
+        return {mid: np.frombuffer(vec, dtype=np.float32).copy()
+                for mid, owner, vec in rows if owner == user_id}
 
     def _warm_message_vectors(self, user_id: str) -> None:
         try:
