@@ -10,13 +10,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
 from click.testing import CliRunner
 from ollama_upstream import FakeOllama
-from servers import FakeUpstream, postgres_url, serve
+from servers import Answered, FakeUpstream, postgres_url, serve
 
 import memd
 from memd.auth import hash_key, key_id_of, new_key
@@ -60,8 +60,12 @@ def team(tmp_path: Path, backend: str) -> Iterator[Team]:
             keys[user] = new_key()
             digest = hash_key(keys[user])
             engine.store.add_api_key(key_id_of(digest), user, digest, "test", time.time())
-        with serve(create_app(engine, settings)) as base:
-            yield Team(base, engine, upstream, ollama, keys, dsn)
+        app = create_app(engine, settings)
+        with serve(app) as base:
+            # read once what the answers given leave to store is stored (the usage and
+            # the call report of a chat are written after its answer is sent)
+            yield Team(base, cast(Memd, Answered(engine, app.state.later)), upstream,
+                       ollama, keys, dsn)
         engine.close()
 
 
