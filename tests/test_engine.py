@@ -401,6 +401,37 @@ def test_context_reads_history_beside_retrieval_as_the_same_user(engine_on: Memd
         assert calls[0][1].startswith("memd-side") == m.store.concurrent_reads
 
 
+def test_recall_searches_past_messages_beside_the_memories_as_the_same_user(
+        engine_on: Memd) -> None:
+    """Recall's message search needs the query alone: on PostgreSQL it runs in a side
+    worker (a connection of its own) while the memories are scored, acting as the
+    request's user; on SQLite, in line. A compiled context and the proxy's memory
+    candidates recall the same message either way."""
+    from memd.auth import acting_as
+    from memd.engine.block.compile import RECALL_KIND
+
+    m = engine_on
+    said = m.create_session("u")
+    m.append(said.id, "u", [
+        {"role": "user", "content": "the staging host is staging rocket internal"},
+        {"role": "assistant", "content": "Noted."}])
+    while m.run_jobs():
+        pass
+    statement = next(msg for msg in m.store.recent_messages("u", said.id, 10_000)
+                     if msg.role == "user")
+    asking = m.create_session("u")
+    seen = _record_calls(m.store, "nearest_messages")
+    query = "which staging host is it"
+    with acting_as("u"):
+        ctx = m.context("u", session_id=asking.id, query=query)
+        _, candidates = m.memory_candidates("u", query, session=asking, sent_chains=[])
+    assert [i.id for i in ctx.report.items if i.kind == RECALL_KIND] == [statement.id]
+    assert [c.id for c in candidates if c.kind == RECALL_KIND] == [statement.id]
+    assert len(seen) == 2
+    for user, thread in seen:
+        assert user == "u" and thread.startswith("memd-side") == m.store.concurrent_reads
+
+
 def test_context_reads_history_only_as_far_back_as_any_split_could_keep(
     engine_on: Memd, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

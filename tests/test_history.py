@@ -134,7 +134,8 @@ def test_a_kept_history_is_read_in_line_and_any_other_beside_the_memories(
     real = compiling.aside
 
     def counted(*args: Any, **kwargs: Any) -> Any:
-        sides.append(args)
+        if args[1] is compiling._history_and_facts:  # not recall's message search
+            sides.append(args)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(compiling, "aside", counted)

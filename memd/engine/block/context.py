@@ -28,9 +28,9 @@ from memd.engine.learning.notes import NoteCache, with_notes
 from memd.engine.learning.write import (
     fact_tag,
 )
-from memd.engine.retrieval.recall import RecallScope, recall_candidates, same_text
+from memd.engine.retrieval.recall import RecallScope, recall_candidates, recall_hits, same_text
 from memd.engine.retrieval.relevance import content_words, related
-from memd.engine.retrieval.retrieve import ScoredMemory, aside, score_memories
+from memd.engine.retrieval.retrieve import ScoredMemory, ScoredMessages, aside, score_memories
 from memd.engine.retrieval.vocabulary import (
     UNGATED_FLOOR,
     UNGATED_SURE,
@@ -150,6 +150,7 @@ class Contexts:
         chains = frozenset(sent_chains or ())
         own = session.id if session is not None and exclude_session else None
         with self.store.read_batch():
+            found = self._search_aside(uid, query, now, sent_chains is not None)
             all_facts = self.store.get_facts(uid, workspaces=visible)
             scored = self._score(uid, query, session, ws, visible, now)
             floor = self._floor(query, uid, lambda m: m.chain_hash in chains
@@ -162,15 +163,16 @@ class Contexts:
             if sent_chains is None or not query or not floor.known:
                 return facts, mems
             recalled = self._recall(uid, query, scored, visible, now, floor,
-                                    sent_chains=sent_chains)
+                                    sent_chains=sent_chains, found=found)
         return facts, mems + recalled
 
     def _recall(self, user_id: str, query: str, scored: Sequence[ScoredMemory],
                 visible: tuple[str, ...], now: float, floor: Floor, *,
                 sent_chains: Iterable[str] = (), history: Iterable[str] = (),
-                ) -> list[Candidate]:
+                found: Future[ScoredMessages] | None = None) -> list[Candidate]:
         """Past messages for ``query`` (:mod:`memd.engine.retrieval.recall`) that pass ``floor``'s
-        recall floors, except those the memories at hand say word for word."""
+        recall floors, except those the memories at hand say word for word (``found``:
+        :meth:`_search_aside`'s search)."""
         known = frozenset(same_text(s.memory.text) for s in scored)
         scope = RecallScope(frozenset(sent_chains), known, visible, frozenset(history))
         return recall_candidates(self.store, self.embedder, user_id, query,
@@ -178,7 +180,21 @@ class Contexts:
                                  floor.recall, now, scope,
                                  keyword=self.settings.recall_keyword, sure=floor.sure,
                                  answer_floor=self.settings.recall_answer_floor,
-                                 question_floor=self.settings.recall_question_floor)
+                                 question_floor=self.settings.recall_question_floor,
+                                 hits=None if found is None else found.result())
+
+    def _search_aside(self, user_id: str, query: str | None, now: float, recall: bool
+                      ) -> Future[ScoredMessages] | None:
+        """Recall's message search (:func:`recall_hits`: it needs the query alone), started
+        in a side worker when ``recall`` may follow, so it runs while this thread scores
+        the memories; on a store of concurrent reads only (PostgreSQL: the statements of
+        both wait on the server at once. SQLite's reads take turns on one connection)."""
+        if not (recall and query and self.store.concurrent_reads
+                and not self.store.in_transaction()):
+            return None
+        return aside(self.store, recall_hits, self.store, self.embedder, user_id, query,
+                     self.query_vector(query), self.settings.weights, now,
+                     self.settings.recall_keyword)
 
     def _floor(self, query: str | None, user_id: str, sent: Callable[[Message], bool],
                facts: Sequence[Fact], scored: Sequence[ScoredMemory]) -> Floor:
@@ -302,6 +318,7 @@ class Contexts:
                 if query is None:
                     query = newest_user_words(reversed(stored))
             all_facts = self.store.get_facts(uid, workspaces=visible)
+        found = self._search_aside(uid, query, now, self.settings.memory_recall)
         scored = self._score(uid, query, session, ws, visible, now)
         if session is not None and session.summary_text:
             # the session's own episodes are in its summary, given before its history
@@ -321,7 +338,7 @@ class Contexts:
             # Past messages, but for the history's own (this session's turns that fell
             # out of the history's reach are recalled like any other).
             mem_cands += self._recall(uid, query, scored, visible, now, floor,
-                                      history=(m.id for m in stored))
+                                      history=(m.id for m in stored), found=found)
         if not original_history:
             stored = [m if m.sanitized is None else replace(m, content=m.sanitized)
                       for m in stored]

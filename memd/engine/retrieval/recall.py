@@ -53,7 +53,7 @@ from memd.engine.learning.templates import user_words
 from memd.engine.retrieval.answers import advice_object, likelihood
 from memd.engine.retrieval.passages import closest, only_asks
 from memd.engine.retrieval.relevance import content_words, related, text_stems
-from memd.engine.retrieval.retrieve import score_messages
+from memd.engine.retrieval.retrieve import ScoredMessages, score_messages
 from memd.models.tokens import count_text
 from memd.types import Message
 
@@ -92,7 +92,7 @@ def recall_candidates(
     store: Store, embedder: CachedEmbedder, user_id: str, query: str, qvec: np.ndarray,
     weights: Weights, floor: float, now: float, scope: RecallScope, model: str | None = None,
     keyword: bool = False, sure: float = 1.0, answer_floor: float = 0.0,
-    question_floor: float = 0.0,
+    question_floor: float = 0.0, hits: ScoredMessages | None = None,
 ) -> list[Candidate]:
     """Past user messages for ``query`` as block candidates (kind ``"recall"``), each with
     the reply it got, best first; with ``keyword``, the keyword channel finds candidates
@@ -102,11 +102,12 @@ def recall_candidates(
     shows may answer it (:func:`memd.engine.retrieval.answers.likelihood` reaches the floor). With
     ``question_floor``, nothing is recalled unless the likeliest answer among the lines
     that are about the query reaches that floor: one decision for the whole question,
-    since a block that holds any line about a question it cannot answer misleads."""
+    since a block that holds any line about a question it cannot answer misleads.
+    ``hits``: :func:`recall_hits`' result, when the caller searched already."""
     if weights.similarity <= 0:
         return []  # the floor is a cosine: without the similarity signal nothing passes
-    hits = score_messages(store, user_id, query, qvec, weights, now, RECALL_K,
-                          embedder=embedder, keyword_hits=None if keyword else [])
+    if hits is None:
+        hits = recall_hits(store, embedder, user_id, query, qvec, weights, now, keyword)
     hits = [(hit, total, parts) for hit, total, parts in hits
             if hit.role in _SPEAKERS and not hit.is_pruned and (hit.safe_text or "").strip()]
     around = neighbours(store, user_id, [hit for hit, _, _ in hits])
@@ -170,6 +171,17 @@ def recall_candidates(
         out.append(Candidate(RECALL_KIND, msg.id, text, count_text(text, model), total,
                              similarity))
     return out if best >= question_floor else []
+
+
+def recall_hits(
+    store: Store, embedder: CachedEmbedder, user_id: str, query: str, qvec: np.ndarray,
+    weights: Weights, now: float, keyword: bool = False,
+) -> ScoredMessages:
+    """The past messages recall judges: the RECALL_K best of the search channels (the
+    keyword one only with ``keyword``), scored. Depends on the query alone, so a compile
+    may run it while it scores the memories (memd.engine.block.context)."""
+    return score_messages(store, user_id, query, qvec, weights, now, RECALL_K,
+                          embedder=embedder, keyword_hits=None if keyword else [])
 
 
 def _excluded(msg: Message, scope: RecallScope) -> bool:

@@ -196,11 +196,14 @@ def keyword_messages(
     return [(m, rel, found.get(m.id)) for m, rel in hits]
 
 
+ScoredMessages = list[tuple[Message, float, dict[str, float]]]
+
+
 def score_messages(
     store: MessageStore, user_id: str, query: str, qvec: np.ndarray, weights: Weights, now: float,
     k: int, session_id: str | None = None, embedder: CachedEmbedder | None = None,
     keyword_hits: KeywordMessages | None = None, passages: bool = False,
-) -> list[tuple[Message, float, dict[str, float]]]:
+) -> ScoredMessages:
     """Messages for ``query``: vector and keyword channels, scored with the same formula
     (messages have no access history or provenance: neutral authority and importance).
 
