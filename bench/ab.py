@@ -34,9 +34,9 @@ code, while the CPU time does not. With ``--stream`` the agents ask for streamed
 as most agent CLIs do, and a step ends with its stream's end.
 
 On SQLite (``--backend sqlite``, compiles only) the two processes share one database
-file, and the compile that closes an access-statistics window writes its job in line, so
-one side's writes would wait on the other's lock: both sides leave the access jobs out
-(the compiles are measured without that write, ~0.2 ms once a second).
+file, and the compile that closes an access-statistics window writes its job, so one
+side's writes would wait on the other's lock: both sides leave the access jobs out (the
+compiles are measured without that write, ~0.2 ms once a second).
 """
 
 from __future__ import annotations

@@ -374,10 +374,10 @@ def test_context_and_search_inside_a_transaction_see_its_writes(engine_on: Memd)
 
 
 def test_context_reads_history_beside_retrieval_as_the_same_user(engine_on: Memd) -> None:
-    """On PostgreSQL the history and the facts are read in a worker thread (its own
-    connection) while the query is embedded and memories gathered, acting as the
-    request's user (row-level security reads it); on SQLite, whose reads take turns on
-    one connection, they are not."""
+    """The history and the facts are read in a worker thread (a connection of its own)
+    while the query is embedded and memories gathered, acting as the request's user
+    (PostgreSQL's row-level security reads it); with a store whose reads take turns
+    (concurrent_reads false: SQLite in memory), in line."""
 
     from memd.auth import acting_as
 
@@ -403,10 +403,10 @@ def test_context_reads_history_beside_retrieval_as_the_same_user(engine_on: Memd
 
 def test_recall_searches_past_messages_beside_the_memories_as_the_same_user(
         engine_on: Memd) -> None:
-    """Recall's message search needs the query alone: on PostgreSQL it runs in a side
-    worker (a connection of its own) while the memories are scored, acting as the
-    request's user; on SQLite, in line. A compiled context and the proxy's memory
-    candidates recall the same message either way."""
+    """Recall's message search needs the query alone: it runs in a side worker (a
+    connection of its own) while the memories are scored, acting as the request's user
+    (in line where reads take turns). A compiled context and the proxy's memory
+    candidates recall the same message."""
     from memd.auth import acting_as
     from memd.engine.block.compile import RECALL_KIND
 
@@ -472,8 +472,8 @@ def test_access_statistics_are_gathered_then_enqueued_beside_the_reply(
 ) -> None:
     """A compile's access statistics are gathered per user: compiles within the window
     enqueue nothing; running the jobs writes one job with all of them. The compile that
-    closes the window enqueues the job in a side thread on PostgreSQL (as the same user),
-    in line on SQLite; running the jobs waits for an enqueue still in flight, so no
+    closes the window enqueues the job in a side thread (as the same user) where the
+    store reads concurrently; running the jobs waits for an enqueue still in flight, so no
     access is lost or counted late. Inside a caller's transaction the job is enqueued in
     line, in that transaction."""
     import threading

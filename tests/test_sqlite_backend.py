@@ -322,6 +322,59 @@ def test_sqlite_keyword_ranking_beside_the_vector_channel(tmp_path: Path) -> Non
     assert workers and not any(t.is_alive() for t in workers)
 
 
+def test_sqlite_side_reads_run_on_a_connection_of_their_own(tmp_path: Path) -> None:
+    """A worker thread's side reads run on a read-only connection of that thread's own,
+    without the store's lock: while another thread holds the lock in a transaction they
+    answer at once, with the last commit (not the transaction's writes). In a
+    transaction of its own, a thread reads on the store's connection and sees its
+    writes. Closing the store closes the side connections; a store in memory has none."""
+    from memd.backends.sqlite import SQLiteStore
+
+    s = SQLiteStore(tmp_path / "side_reads.db", dim=DIM)
+    assert s.concurrent_reads
+    kept = s.insert_memory(memory("committed before"), vec(1))
+    in_transaction, done = threading.Event(), threading.Event()
+
+    def write() -> None:
+        with s.transaction():
+            s.insert_memory(memory("not committed yet"), vec(2))
+            in_transaction.set()
+            done.wait(timeout=30)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert in_transaction.wait(timeout=30)
+        seen: list[list[str]] = []
+
+        def side() -> None:
+            with s.side_reads():
+                seen.append([m.text for m in s.list_memories("alice", MemoryFilter())])
+
+        reader = threading.Thread(target=side)
+        reader.start()
+        reader.join(timeout=10)
+        assert not reader.is_alive(), "a side read waited for another thread's transaction"
+        assert seen == [[kept.text]]
+    finally:
+        done.set()
+        writer.join(timeout=30)
+    with s.side_reads(), s.transaction():
+        own = s.insert_memory(memory("this thread's own write"), vec(3))
+        assert s.get_memory("alice", own.id) is not None
+    readers = list(s.connection._readers)
+    assert len(readers) == 1
+    s.close()
+    with pytest.raises(Exception, match="closed"):
+        readers[0].execute("SELECT 1")
+    in_memory = SQLiteStore(":memory:", dim=DIM)
+    assert not in_memory.concurrent_reads
+    with in_memory.side_reads():
+        assert in_memory.list_memories("alice", MemoryFilter()) == []
+    assert in_memory.connection._readers == []
+    in_memory.close()
+
+
 def test_sqlite_full_text_of_an_older_data_dir_is_reindexed(tmp_path: Path) -> None:
     """A data dir from before 005_fts_per_user.sql (shared terms plus an owner column)
     is reindexed when opened: its memories and messages are found by keyword after."""

@@ -51,8 +51,9 @@ class Lifecycle(Protocol):
     """Opening, transactions and how reads are grouped."""
 
     dim: int
-    #: Whether reads from different threads run in parallel (PostgreSQL: a pooled
-    #: connection each) rather than taking turns (SQLite: one connection).
+    #: Whether side reads (``side_reads``) run in parallel with the caller's, on
+    #: connections of their own (PostgreSQL: a pool of its own; SQLite: a read-only
+    #: connection per worker thread, none for a database in memory).
     concurrent_reads: bool
 
     def close(self) -> None: ...
@@ -63,9 +64,9 @@ class Lifecycle(Protocol):
 
     def in_transaction(self) -> bool:
         """Whether this thread is inside ``transaction()``: its uncommitted writes are
-        invisible to other threads (and on SQLite, which has one connection, another
-        thread waits for the transaction to end), so the engine does its reads here
-        rather than in side threads."""
+        invisible to other threads' connections (on SQLite, a thread reading on the
+        store's own connection waits for the transaction to end), so the engine does its
+        reads here rather than in side threads."""
         ...
 
     def side_reads(self) -> AbstractContextManager[None]:
@@ -73,7 +74,8 @@ class Lifecycle(Protocol):
         reads. A request thread may hold a connection for its read batch while it waits
         for its worker, so on PostgreSQL side reads come from a pool of their own: with
         one shared pool, workers could wait for ever once request threads hold every
-        connection."""
+        connection. On SQLite they run on a read-only connection of the worker's own,
+        without the store's lock, so they do not take turns with the request's."""
         ...
 
     def read_batch(self) -> AbstractContextManager[None]:

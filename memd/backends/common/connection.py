@@ -30,7 +30,7 @@ class SqlConnection:
     map: RowMappers
     json: Callable[[Any], Any]
     dim: int
-    #: Whether reads from different threads run in parallel (see base.Lifecycle).
+    #: Whether side reads run in parallel with the caller's (see base.Lifecycle).
     concurrent_reads: bool
 
     def rows(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

@@ -59,7 +59,6 @@ class SQLiteConnection(SqlConnection):
     dialect = SQLITE
     map = MAP
     json = staticmethod(to_json)
-    concurrent_reads = False  # one connection, one lock
     checkpoint_pages = 1000  # WAL pages (4 KB) that wake the checkpoint thread
 
     def __init__(self, path: str | Path = ":memory:", dim: int = 384,
@@ -77,6 +76,12 @@ class SQLiteConnection(SqlConnection):
         self._checkpoint_thread: threading.Thread | None = None
         self.on_rollback: list[Callable[[], None]] = []
         self.on_close: list[Callable[[], None]] = []
+        # The engine's worker threads read beside the store's connection, each on a
+        # read-only one of its own (side_reads); an in-memory database has no other.
+        self.concurrent_reads = self.path != ":memory:"
+        self._side = threading.local()  # this thread's side_reads() depth and connection
+        self._readers: list[apsw.Connection] = []
+        self._readers_lock = threading.Lock()
         try:
             if self.path != ":memory:":
                 _private_store(Path(self.path))
@@ -87,13 +92,8 @@ class SQLiteConnection(SqlConnection):
             raise StorageError(f"cannot open SQLite store at {self.path}: {exc}") from exc
 
     def _prepare(self) -> None:
-        import sqlite_vec
-
         db = self._db
-        db.enable_load_extension(True)
-        db.load_extension(sqlite_vec.loadable_path())
-        db.enable_load_extension(False)
-        db.set_busy_timeout(10_000)
+        _load_vec(db)
         db.create_scalar_function("memd_fts_text", cast(Any, fts_text), 2, deterministic=True)
         for pragma in (
             "journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON",
@@ -166,6 +166,10 @@ class SQLiteConnection(SqlConnection):
         with self.lock, self._checkpoint_lock:
             if self._checkpointer is not None:
                 self._checkpointer.close()
+            with self._readers_lock:
+                for reader in self._readers:
+                    reader.close()
+                self._readers.clear()
             self._db.close()
 
     @contextmanager
@@ -193,8 +197,35 @@ class SQLiteConnection(SqlConnection):
         """Nothing to share on SQLite: every read is an in-process call already."""
         return nullcontext()
 
-    def side_reads(self) -> AbstractContextManager[None]:
-        return nullcontext()  # one connection; no pool to keep apart
+    @contextmanager
+    def side_reads(self) -> Iterator[None]:
+        """This worker thread's reads outside a transaction run on a read-only connection
+        of the thread's own, without the store's lock: beside the requests' reads and
+        writes on the store's connection (under WAL it reads the last commit, as the
+        store's connection does outside a transaction)."""
+        self._side.depth = getattr(self._side, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self._side.depth -= 1
+
+    def _reader(self) -> apsw.Connection | None:
+        """This thread's side connection, opened at its first read; None where its reads
+        go to the store's connection (not a side read, in a transaction, in memory)."""
+        if not (getattr(self._side, "depth", 0) and self.concurrent_reads) \
+                or self.in_transaction():
+            return None
+        reader: apsw.Connection | None = getattr(self._side, "reader", None)
+        if reader is None:
+            with self._readers_lock:
+                if self._closed:
+                    return None
+                reader = connect(self.path, self._key, apsw.SQLITE_OPEN_READONLY)
+                _load_vec(reader)
+                reader.execute("PRAGMA cache_size = -16384")
+                self._readers.append(reader)
+            self._side.reader = reader
+        return reader
 
     def drop_caches(self) -> None:
         """Forget what is kept in memory of the file's rows (the vector caches)."""
@@ -251,9 +282,10 @@ class SQLiteConnection(SqlConnection):
         return out
 
     def rows(self, query: str, params: Params = ()) -> list[tuple[Any, ...]]:
-        with self.lock:
+        reader = self._reader()
+        with self.lock if reader is None else nullcontext():
             try:
-                return list(self._db.execute(query, params))
+                return list((reader or self._db).execute(query, params))
             except DRIVER_ERRORS as exc:
                 raise driver_error(exc) from exc
 
@@ -276,6 +308,16 @@ class SQLiteConnection(SqlConnection):
                 self._db.executemany(query, rows)
             except DRIVER_ERRORS as exc:
                 raise driver_error(exc) from exc
+
+
+def _load_vec(db: apsw.Connection) -> None:
+    """sqlite-vec's functions and vec0 tables on ``db``, and the busy timeout."""
+    import sqlite_vec
+
+    db.enable_load_extension(True)
+    db.load_extension(sqlite_vec.loadable_path())
+    db.enable_load_extension(False)
+    db.set_busy_timeout(10_000)
 
 
 def _private_store(path: Path) -> None:

@@ -38,9 +38,10 @@ memory, per user, and written as one ``access`` job per user at most every
 counted: one job per user and window instead of one per compile, so a busy daemon's
 worker claims, runs and deletes one job a second rather than one per request, and
 updates each memory's statistics once. The enqueue runs off the request's
-critical path where the store reads concurrently (PostgreSQL): in a side thread, on a
-connection of its own, as the user who made the compiles, without waiting for a durable
-commit. On SQLite it runs in line, in the compile that closes the window. Running the
+critical path where the store reads concurrently: in a side thread, as the user who made
+the compiles, without waiting for a durable commit (on PostgreSQL on a connection of its
+own; SQLite writes on the store's one). With a store whose reads take turns (SQLite in
+memory) it runs in line, in the compile that closes the window. Running the
 jobs (the daemon's worker, every ``job_interval``) and closing the engine write what is
 gathered first, then wait for enqueues in flight, so no access is lost or counted late
 by them. A crash loses at most one window of statistics, as an unflushed commit (without

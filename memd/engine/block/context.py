@@ -187,8 +187,7 @@ class Contexts:
                       ) -> Future[ScoredMessages] | None:
         """Recall's message search (:func:`recall_hits`: it needs the query alone), started
         in a side worker when ``recall`` may follow, so it runs while this thread scores
-        the memories; on a store of concurrent reads only (PostgreSQL: the statements of
-        both wait on the server at once. SQLite's reads take turns on one connection)."""
+        the memories, on a connection of its own (a store of concurrent reads)."""
         if not (recall and query and self.store.concurrent_reads
                 and not self.store.in_transaction()):
             return None
@@ -307,10 +306,8 @@ class Contexts:
                 and not self.history.holds(uid, session, reach)):
             # The query is known already: the history and the facts are read in a side
             # thread (on a connection of its own) while this one embeds the query and
-            # gathers memories. (Not on SQLite: its reads take turns on one connection,
-            # and handing the GIL back and forth costs more than the overlap saves. Nor
-            # for a history kept in memory: the facts alone are one short read, and the
-            # thread's hand-offs cost more than they overlap.)
+            # gathers memories. (Not for a history kept in memory: the facts alone are
+            # one short read, and the thread's hand-offs cost more than they overlap.)
             side = aside(self.store, _history_and_facts, self, uid, session, reach, visible)
         else:
             if session is not None:
