@@ -199,6 +199,10 @@ class Message:
                               self.tool_call_id)
 
 
+#: Messages ranked for a query: (message, score, the score's parts), best first.
+ScoredMessages = list[tuple[Message, float, dict[str, float]]]
+
+
 @quick_init
 @dataclass(frozen=True, slots=True)
 class Memory:

@@ -30,7 +30,7 @@ from memd.engine.learning.write import (
 )
 from memd.engine.retrieval.recall import RecallScope, recall_candidates, recall_hits, same_text
 from memd.engine.retrieval.relevance import content_words, related
-from memd.engine.retrieval.retrieve import ScoredMemory, ScoredMessages, aside, score_memories
+from memd.engine.retrieval.retrieve import ScoredMemory, aside, score_memories
 from memd.engine.retrieval.vocabulary import (
     UNGATED_FLOOR,
     UNGATED_SURE,
@@ -45,6 +45,7 @@ from memd.types import (
     Message,
     NewMessage,
     Scope,
+    ScoredMessages,
     Session,
     Tier,
 )

@@ -26,16 +26,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from memd.types import Message
-
-Scored = list[tuple[Message, float, dict[str, float]]]
+from memd.types import Message, ScoredMessages
 
 #: The share of its keyword part a message keeps however far its meaning is.
 FLOOR = 0.25
 
 
 def agreed(scored: Sequence[tuple[Message, float, dict[str, float]]],
-           names: Sequence[str] = (), floor: float = FLOOR) -> Scored:
+           names: Sequence[str] = (), floor: float = FLOOR) -> ScoredMessages:
     """``scored`` (message, score, weighted parts) with the keyword part of each message
     that names none of ``names`` (as whole words, any case) scaled by
     ``floor + (1 - floor) * min(1, similarity / reference)``, best first; the reference
@@ -44,7 +42,7 @@ def agreed(scored: Sequence[tuple[Message, float, dict[str, float]]],
                         re.IGNORECASE) if names else None)
     sims = sorted((parts.get("similarity", 0.0) for _, _, parts in scored), reverse=True)
     best = sims[min(1, len(sims) - 1)] if sims else 0.0
-    out: Scored = []
+    out: ScoredMessages = []
     for msg, total, parts in scored:
         keyword = parts.get("keyword", 0.0)
         if keyword <= 0.0 or best <= 0.0 or (

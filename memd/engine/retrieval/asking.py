@@ -30,9 +30,7 @@ from functools import lru_cache
 from memd.engine.learning.templates import user_words
 from memd.engine.retrieval.passages import SPAN_CHARS, only_asks
 from memd.engine.validate import excerpt
-from memd.types import Message
-
-Scored = list[tuple[Message, float, dict[str, float]]]
+from memd.types import Message, ScoredMessages
 
 #: The share of its score a user message that only asks keeps.
 WEIGHT = 0.5
@@ -46,10 +44,10 @@ def asks_only(text: str) -> bool:
     return bool(said) and only_asks(said)
 
 
-def lowered(scored: Sequence[tuple[Message, float, dict[str, float]]]) -> Scored:
+def lowered(scored: Sequence[tuple[Message, float, dict[str, float]]]) -> ScoredMessages:
     """``scored`` with every user message that only asks at ``WEIGHT`` of its score, best
     first (ties by id, as the ranking orders them)."""
-    out: Scored = []
+    out: ScoredMessages = []
     moved = False
     for msg, total, parts in scored:
         if msg.role == "user" and total > 0 and asks_only(msg.safe_text or ""):

@@ -25,9 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from memd.models.embedder import CachedEmbedder
-from memd.types import Message
-
-Scored = list[tuple[Message, float, dict[str, float]]]
+from memd.types import Message, ScoredMessages
 
 #: How many of the first messages are chosen again.
 POOL = 30
@@ -37,7 +35,7 @@ PENALTY = 0.1
 
 def diversified(scored: Sequence[tuple[Message, float, dict[str, float]]],
                 vectors: Sequence[np.ndarray | None], pool: int = POOL,
-                penalty: float = PENALTY) -> Scored:
+                penalty: float = PENALTY) -> ScoredMessages:
     """``scored`` (best first) with its first ``pool`` messages in the order of maximal
     marginal relevance (``vectors``: the vector of each of them, or None), their scores
     handed out again in that order; the rest as it was."""
@@ -59,7 +57,7 @@ def diversified(scored: Sequence[tuple[Message, float, dict[str, float]]],
         vec = vectors[best]
         if vec is not None:
             picked.append(vec)
-    out: Scored = []
+    out: ScoredMessages = []
     for i, place in zip(order, places, strict=True):
         msg, total, parts = top[i]
         moved = {**parts, "diverse": parts.get("diverse", 0.0) + place - total}
@@ -68,7 +66,7 @@ def diversified(scored: Sequence[tuple[Message, float, dict[str, float]]],
 
 
 def diverse(scored: Sequence[tuple[Message, float, dict[str, float]]],
-            embedder: CachedEmbedder, pool: int = POOL, penalty: float = PENALTY) -> Scored:
+            embedder: CachedEmbedder, pool: int = POOL, penalty: float = PENALTY) -> ScoredMessages:
     """:func:`diversified` with the cached vectors of ``embedder`` (none computed here)."""
     vectors = embedder.cached([m.safe_text or "" for m, _, _ in scored[:pool]])
     return diversified(scored, vectors, pool, penalty)

@@ -29,9 +29,7 @@ import re
 from collections.abc import Sequence
 
 from memd.engine.retrieval.relevance import text_stems
-from memd.types import Message
-
-Scored = list[tuple[Message, float, dict[str, float]]]
+from memd.types import Message, ScoredMessages
 
 #: How many of the first messages are put in the new order.
 HEAD = 5
@@ -52,7 +50,7 @@ def covered(keyword: float, wanted: frozenset[str], text: str,
 
 def ordered_head(scored: Sequence[tuple[Message, float, dict[str, float]]], query: str,
                  names: Sequence[str] = (), head: int = HEAD,
-                 spread: float = SPREAD) -> Scored:
+                 spread: float = SPREAD) -> ScoredMessages:
     """``scored`` (best first) with its first ``head`` messages in the order of their
     scores with the keyword part :func:`covered` (whole for a message that names one
     of ``names``, as a whole word, any case); the head's scores are handed out again
@@ -72,7 +70,7 @@ def ordered_head(scored: Sequence[tuple[Message, float, dict[str, float]]], quer
 
     order = sorted(top, key=lambda t: (-judged(t[1], t[2], t[0].safe_text or ""), t[0].id))
     places = sorted((total for _, total, _ in top), reverse=True)
-    out: Scored = []
+    out: ScoredMessages = []
     for (msg, total, parts), place in zip(order, places, strict=True):
         moved = {**parts, "head": parts.get("head", 0.0) + place - total}
         out.append((msg, place, moved if place != total else parts))

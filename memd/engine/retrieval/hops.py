@@ -44,9 +44,9 @@ from memd.backends.base import MessageStore
 from memd.config import Weights
 from memd.engine.retrieval.passages import closest
 from memd.engine.retrieval.relevance import content_words, text_stems
-from memd.engine.retrieval.rounds import Scored, message_score
+from memd.engine.retrieval.rounds import message_score
 from memd.models.embedder import CachedEmbedder
-from memd.types import Message
+from memd.types import Message, ScoredMessages
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +72,7 @@ def beyond(seed: str, query: str) -> str:
     return " ".join(sorted(w for w in content_words(seed) if w[:5] not in asked))
 
 
-def _head_end(first: Scored, n: int) -> int:
+def _head_end(first: ScoredMessages, n: int) -> int:
     """How many hits of ``first`` it takes to hold its best ``n`` user messages."""
     seen = 0
     for i, (msg, _, _) in enumerate(first):
@@ -105,9 +105,9 @@ def hops(store: MessageStore, user_id: str, query: str, seeds: Sequence[Message]
 
 def second_hop(
     store: MessageStore, embedder: CachedEmbedder, user_id: str, query: str,
-    qvec: np.ndarray, first: Scored, weights: Weights, now: float,
+    qvec: np.ndarray, first: ScoredMessages, weights: Weights, now: float,
     session_id: str | None = None, rule: SecondHop = SecondHop(),
-) -> Scored:
+) -> ScoredMessages:
     """``first`` (best first) with the hops placed after its first ``rule.after`` user
     messages, best first."""
     end = _head_end(first, rule.after)
@@ -120,7 +120,7 @@ def second_hop(
     if not found:
         return first
     known = {m.id: (t, p) for m, t, p in first}
-    placed: Scored = []
+    placed: ScoredMessages = []
     at = head[-1][1]
     for msg, vec in zip(found, embedder.cached([m.safe_text or "" for m in found]),
                         strict=True):

@@ -53,9 +53,9 @@ from memd.engine.learning.templates import user_words
 from memd.engine.retrieval.answers import advice_object, likelihood
 from memd.engine.retrieval.passages import closest, only_asks
 from memd.engine.retrieval.relevance import content_words, related, text_stems
-from memd.engine.retrieval.retrieve import ScoredMessages, score_messages
+from memd.engine.retrieval.retrieve import score_messages
 from memd.models.tokens import count_text
-from memd.types import Message
+from memd.types import Message, ScoredMessages
 
 if TYPE_CHECKING:
     from memd.backends.base import MessageStore, Store

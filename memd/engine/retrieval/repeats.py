@@ -24,9 +24,7 @@ import math
 import string
 from collections.abc import Sequence
 
-from memd.types import Message
-
-Scored = list[tuple[Message, float, dict[str, float]]]
+from memd.types import Message, ScoredMessages
 
 #: Punctuation read as a space (a table for ``str.translate``: faster than a pattern).
 _SPACES = str.maketrans(string.punctuation, " " * len(string.punctuation))
@@ -39,12 +37,12 @@ def words(text: str) -> str:
     return f" {said} " if said else ""
 
 
-def once(scored: Sequence[tuple[Message, float, dict[str, float]]]) -> Scored:
+def once(scored: Sequence[tuple[Message, float, dict[str, float]]]) -> ScoredMessages:
     """``scored`` (best first) with every user message whose words a user message above
     it says whole moved after the last message that is no such repeat, in the same
     order."""
-    first: Scored = []
-    again: Scored = []
+    first: ScoredMessages = []
+    again: ScoredMessages = []
     said: set[str] = set()
     for item in scored:
         msg = item[0]

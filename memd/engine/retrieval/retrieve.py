@@ -47,6 +47,7 @@ from memd.types import (
     MemoryFilter,
     Message,
     Provenance,
+    ScoredMessages,
     quick_init,
 )
 
@@ -194,9 +195,6 @@ def keyword_messages(
     found = (store.get_message_vectors(user_id, [m.id for m, _ in hits])
              if vectors and hits else {})
     return [(m, rel, found.get(m.id)) for m, rel in hits]
-
-
-ScoredMessages = list[tuple[Message, float, dict[str, float]]]
 
 
 def score_messages(

@@ -39,9 +39,7 @@ from memd.engine.learning.extract.entities import scan_terms
 from memd.engine.learning.extract.vocab import TERMS
 from memd.engine.retrieval.score import Signals, score
 from memd.models.embedder import CachedEmbedder
-from memd.types import Message, Provenance
-
-Scored = list[tuple[Message, float, dict[str, float]]]
+from memd.types import Message, Provenance, ScoredMessages
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +88,7 @@ def message_score(msg: Message, similarity: float, keyword: float, weights: Weig
     )
 
 
-def _seeds(first: Scored, n: int) -> tuple[list[Message], int]:
+def _seeds(first: ScoredMessages, n: int) -> tuple[list[Message], int]:
     """The best ``n`` user messages of ``first`` and how many hits of ``first`` are
     pinned (up to and including the last seed)."""
     at = [i for i, (m, _, _) in enumerate(first) if m.role == "user" and m.safe_text][:n]
@@ -127,10 +125,10 @@ def _reached(store: MessageStore, user_id: str, query: str, seeds: Sequence[Mess
 
 def second_round(
     store: MessageStore, embedder: CachedEmbedder, user_id: str, query: str,
-    qvec: np.ndarray, first: Scored, weights: Weights, now: float,
+    qvec: np.ndarray, first: ScoredMessages, weights: Weights, now: float,
     session_id: str | None = None, rule: SecondRound = SecondRound(), *,
     names: Sequence[str],
-) -> Scored:
+) -> ScoredMessages:
     """``first`` (best first) with the second round's messages merged in, best first
     (``names``: the query's entities, which the caller has extracted)."""
     seeds, pinned = _seeds(first, max(rule.seeds, 1))  # the best user hit stays on top

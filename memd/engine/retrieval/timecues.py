@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from memd.config import Weights
-from memd.types import Message
+from memd.types import ScoredMessages
 
 DAY = 86_400.0
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5,
@@ -137,10 +137,10 @@ def asks_recent(query: str, now: float) -> bool:
     return cue is not None and cue.end >= now - RECENT_DAYS * DAY
 
 
-Scored = list[tuple[Message, float, dict[str, float]]]
 
 
-def boost(scored: Scored, cue: Window, weights: Weights, bonus: float = 0.1) -> Scored:
+def boost(scored: ScoredMessages, cue: Window, weights: Weights, bonus: float = 0.1
+          ) -> ScoredMessages:
     """``scored`` (best first) with the messages dated inside ``cue`` raised by ``bonus``
     times the similarity weight, each capped just under the best hit's score; best
     first again."""
