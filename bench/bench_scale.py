@@ -216,8 +216,10 @@ def sessions_of(m: Memd, user: str) -> list[str]:
     return [s.id for s in m.store.list_sessions(user, limit=1000)]
 
 
-def latency_phases(m: Memd, args: argparse.Namespace, rng: random.Random) -> dict[str, Any]:
-    """Compile, search and append for the target user."""
+def latency_phases(m: Memd, args: argparse.Namespace, rng: random.Random,
+                   team: bool) -> dict[str, Any]:
+    """Compile, search and append for the target user; with ``team`` (PostgreSQL) in team
+    mode too, under row-level security."""
     out: dict[str, Any] = {}
     user = sd.TARGET
     sessions = sessions_of(m, user)
@@ -274,7 +276,7 @@ def latency_phases(m: Memd, args: argparse.Namespace, rng: random.Random) -> dic
     out["compile_after_append"] = timed(compile_appended, n, warm=10, setup=append)
     log(f"  compile_after_append: p50 {out['compile_after_append']['p50']} p99 "
         f"{out['compile_after_append']['p99']} ms")
-    if m.store.concurrent_reads:  # PostgreSQL: team mode too, under row-level security
+    if team:
         m.store.check_row_security()
 
         def team_compile(i: int) -> None:
@@ -428,7 +430,7 @@ def run_backend(name: str, args: argparse.Namespace, spec: sd.Spec,
         gc.collect()
         gc.freeze()  # as `memd serve` does after start-up
         log(f"{name}: target latencies")
-        result.update(latency_phases(m, args, rng))
+        result.update(latency_phases(m, args, rng, team=name == "postgres"))
         log(f"{name}: growth curve")
         result["growth"] = growth_phase(m, spec, args, rng)
         while m.run_jobs(1000):  # what the daemon would have done meanwhile (untimed)

@@ -472,8 +472,8 @@ def test_access_statistics_are_gathered_then_enqueued_beside_the_reply(
 ) -> None:
     """A compile's access statistics are gathered per user: compiles within the window
     enqueue nothing; running the jobs writes one job with all of them. The compile that
-    closes the window enqueues the job in a side thread (as the same user) where the
-    store reads concurrently; running the jobs waits for an enqueue still in flight, so no
+    closes the window enqueues the job in a side thread on PostgreSQL (as the same user),
+    in line on SQLite; running the jobs waits for an enqueue still in flight, so no
     access is lost or counted late. Inside a caller's transaction the job is enqueued in
     line, in that transaction."""
     import threading
@@ -523,15 +523,15 @@ def test_access_statistics_are_gathered_then_enqueued_beside_the_reply(
     assert seen == [("u", here)]  # one job for both compiles, as their user
     m.jobs.access_window = 0.0  # every compile closes it
     compile_as_u()
-    if m.store.concurrent_reads:  # PostgreSQL: enqueued aside, and held there
+    if m.store.concurrent_writes:  # PostgreSQL: enqueued aside, and held there
         assert in_flight.wait(timeout=30)
     else:
         assert not in_flight.is_set()
     m.run_jobs()
-    assert released == ([True] if m.store.concurrent_reads else [])
+    assert released == ([True] if m.store.concurrent_writes else [])
     assert m.get(mem.id, "u").access_count == mem.access_count + 3
     assert len(seen) == 2 and seen[1][0] == "u"
-    assert seen[1][1].startswith("memd-side") == m.store.concurrent_reads
+    assert seen[1][1].startswith("memd-side") == m.store.concurrent_writes
     with m.store.transaction():
         m.context("u", session_id=s.id, query="otters")
     assert seen[2][1] == here

@@ -89,6 +89,10 @@ class Recorded:
     def concurrent_reads(self) -> bool:
         return self._store.concurrent_reads
 
+    @property
+    def concurrent_writes(self) -> bool:
+        return self._store.concurrent_writes
+
     def close(self) -> None:
         self._called.add("close")
         self.closed = True
@@ -158,6 +162,7 @@ def test_is_a_store(store: Any) -> None:
     assert isinstance(store._store, Store)
     assert store.schema_version() >= 2
     assert store.dim == DIM and isinstance(store.concurrent_reads, bool)
+    assert isinstance(store.concurrent_writes, bool)
 
 
 # -- sessions and messages ----------------------------------------------------------

@@ -55,6 +55,9 @@ class Lifecycle(Protocol):
     #: connections of their own (PostgreSQL: a pool of its own; SQLite: a read-only
     #: connection per worker thread, none for a database in memory).
     concurrent_reads: bool
+    #: Whether a side thread's writes run on a connection of their own (PostgreSQL),
+    #: rather than on the caller's, waiting for its lock (SQLite: one writer connection).
+    concurrent_writes: bool
 
     def close(self) -> None: ...
 

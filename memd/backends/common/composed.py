@@ -42,6 +42,7 @@ class ComposedStore:
         calls, accounts = Calls(conn), Accounts(conn)
         self.dim = lifecycle.dim
         self.concurrent_reads = lifecycle.concurrent_reads
+        self.concurrent_writes = lifecycle.concurrent_writes
         # Lifecycle
         self.close = lifecycle.close
         self.transaction = lifecycle.transaction

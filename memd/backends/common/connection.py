@@ -30,8 +30,10 @@ class SqlConnection:
     map: RowMappers
     json: Callable[[Any], Any]
     dim: int
-    #: Whether side reads run in parallel with the caller's (see base.Lifecycle).
+    #: Whether side reads run in parallel with the caller's, and side writes (see
+    #: base.Lifecycle).
     concurrent_reads: bool
+    concurrent_writes: bool
 
     def rows(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError

@@ -78,6 +78,7 @@ class PostgresConnection(SqlConnection):
     map = MAP
     json = Jsonb
     concurrent_reads = True  # a pooled connection per thread
+    concurrent_writes = True
 
     def __init__(
         self, dsn: str, dim: int = 384, partitions: tuple[int, int, int] = (256, 256, 512),

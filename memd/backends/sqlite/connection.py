@@ -60,6 +60,7 @@ class SQLiteConnection(SqlConnection):
     map = MAP
     json = staticmethod(to_json)
     checkpoint_pages = 1000  # WAL pages (4 KB) that wake the checkpoint thread
+    concurrent_writes = False  # every write takes the store's lock, on its one connection
 
     def __init__(self, path: str | Path = ":memory:", dim: int = 384,
                  key: str | None = None) -> None:

@@ -38,10 +38,11 @@ memory, per user, and written as one ``access`` job per user at most every
 counted: one job per user and window instead of one per compile, so a busy daemon's
 worker claims, runs and deletes one job a second rather than one per request, and
 updates each memory's statistics once. The enqueue runs off the request's
-critical path where the store reads concurrently: in a side thread, as the user who made
-the compiles, without waiting for a durable commit (on PostgreSQL on a connection of its
-own; SQLite writes on the store's one). With a store whose reads take turns (SQLite in
-memory) it runs in line, in the compile that closes the window. Running the
+critical path where the store writes concurrently (PostgreSQL): in a side thread, on a
+connection of its own, as the user who made the compiles, without waiting for a durable
+commit. On SQLite it runs in line, in the compile that closes the window (a side thread
+would write on the store's one connection, under its lock, and a flush in a caller's
+transaction would wait for it for ever). Running the
 jobs (the daemon's worker, every ``job_interval``) and closing the engine write what is
 gathered first, then wait for enqueues in flight, so no access is lost or counted late
 by them. A crash loses at most one window of statistics, as an unflushed commit (without
@@ -177,7 +178,7 @@ class JobRunner:
         """Enqueue a job without holding up the caller where the store allows it (see
         the module docstring); otherwise, and inside a caller's transaction, in line."""
         store = self.store
-        if not store.concurrent_reads or store.in_transaction():
+        if not store.concurrent_writes or store.in_transaction():
             store.enqueue_job(kind, payload, user_id, now)
             return
 
