@@ -215,6 +215,7 @@ def test_bad_bodies_are_400_as_ollama_says_errors(stack: Stack) -> None:
     for body in ({"messages": []}, {"model": 3}, {"model": MODEL, "messages": "x"},
                  {"model": MODEL, "messages": [None]},
                  {"model": MODEL, "messages": [{"role": "robot", "content": "x"}]},
+                 {"model": MODEL, "messages": [{"role": "system", "content": "x"}]},
                  {"model": MODEL, "messages": [{"role": "user", "content": ["x"]}]},
                  {"model": MODEL, "messages": [{"role": "user", "content": "x",
                                                 "images": [1]}]},
@@ -232,6 +233,24 @@ def test_bad_bodies_are_400_as_ollama_says_errors(stack: Stack) -> None:
         assert r.status_code == 400 and isinstance(r.json()["error"], str), path
     assert stack.upstream.requests == []
     assert stack.engine.store.list_sessions("local") == []
+
+
+def test_the_published_schema_refuses_a_chat_of_system_messages_alone(stack: Stack) -> None:
+    """The OpenAPI document says what the door refuses: a chat whose messages are all
+    system messages is invalid there as it is a 400 here; none at all (loading the model)
+    and one with a user message are valid."""
+    import jsonschema
+
+    doc = httpx.get(f"{stack.base}/openapi.json").json()
+    schema = doc["paths"]["/api/chat"]["post"]["requestBody"]["content"][
+        "application/json"]["schema"]
+    system = {"role": "system", "content": "be brief"}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"model": MODEL, "messages": [system]}, schema)
+    for messages in ([], [system, {"role": "user", "content": "hi"}]):
+        jsonschema.validate({"model": MODEL, "messages": messages}, schema)
+    r = httpx.post(f"{stack.base}/api/chat", json={"model": MODEL, "messages": [system]})
+    assert r.status_code == 400 and "not a system message" in r.json()["error"]
 
 
 def test_an_ollama_out_of_reach_is_a_502_in_ollamas_shape(tmp_path: Path) -> None:

@@ -27,7 +27,12 @@ MESSAGE = {"type": "object", "required": ["role"], "properties": {
 CHAT_REQUEST: dict[str, Any] = {
     "type": "object", "required": ["model"], "additionalProperties": True, "properties": {
         "model": {"type": "string"},
-        "messages": {"type": "array", "items": MESSAGE},
+        "messages": {
+            "type": "array", "items": MESSAGE,
+            "anyOf": [{"maxItems": 0}, {"contains": {"properties": {"role": {
+                "enum": [r for r in ROLES if r != "system"]}}}}],
+            "description": "Ollama chat messages: none (a request that loads the model), "
+                           "or at least one that is not a system message."},
         "stream": {"type": "boolean"},
         "tools": {"type": "array", "items": {"type": "object"}},
         "options": {"type": "object", "properties": {
@@ -79,6 +84,9 @@ def check_chat(body: Mapping[str, Any]) -> None:
         raise InvalidInput("'messages' must be a list of messages")
     for i, m in enumerate(messages):
         _check_message(m, i)
+    if messages and all(m["role"] == "system" for m in messages):
+        raise InvalidInput("'messages' must hold a message that is not a system message "
+                           "(or none, to load the model)")
     if "tools" in body and not (isinstance(body["tools"], list)
                                 and all(isinstance(t, Mapping) for t in body["tools"])):
         raise InvalidInput("'tools' must be a list of objects")
