@@ -144,7 +144,7 @@ def test_a_paused_chat_is_forwarded_with_memory_and_stores_nothing(
         stack: tuple[str, FakeUpstream, Memd]) -> None:
     base, upstream, engine = stack
     engine.add("I deploy with Kubernetes", "local")
-    ok(httpx.post(f"{base}/v1/pause", json={}))
+    ok(httpx.post(f"{base}/v1/pause", json={}, timeout=30))
     chat = {"model": "m", "messages": [{"role": "user",
                                         "content": "Which tool do I deploy with, Kubernetes?"}]}
     resp = httpx.post(f"{base}/v1/chat/completions", json=chat, timeout=30)
@@ -154,7 +154,7 @@ def test_a_paused_chat_is_forwarded_with_memory_and_stores_nothing(
     assert USER_OPEN in str(sent) and "Kubernetes" in str(sent)  # injected all the same
     assert engine.store.list_sessions("local") == []  # nothing of the call stored
     assert [m.text for m in engine.list("local")] == ["I deploy with Kubernetes"]
-    ok(httpx.post(f"{base}/v1/resume", json={}))
+    ok(httpx.post(f"{base}/v1/resume", json={}, timeout=30))
     chat["messages"][0]["content"] = "My name is Priya"
     assert httpx.post(f"{base}/v1/chat/completions", json=chat, timeout=30).status_code == 200
     [session] = engine.store.list_sessions("local")

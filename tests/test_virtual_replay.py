@@ -134,7 +134,7 @@ def test_a_replayed_agent_session_fits_a_16k_window_losing_nothing_it_must_not(
         last = [user_text(m["content"]) for m in upstream.requests[-1]["messages"]
                 if m["role"] == "user"]
         assert all(c in last for c in session.corrections)
-        with httpx.Client(base_url=base) as client:
+        with httpx.Client(base_url=base, timeout=60) as client:
             reports = [client.get(f"/v1/calls/{i}").json()["report"] for i in ids]
         engaged = [r["virtual"] for r in reports if "virtual" in r]
         assert engaged and engaged[-1]["zone"] in ("warning", "critical", "emergency")
