@@ -27,7 +27,7 @@ from memd.backends.common.connection import SqlConnection
 from memd.backends.common.dialect import SQLITE
 from memd.backends.common.errors import translate
 from memd.backends.common.rows import load_json_text, row_mappers, strings_from_json
-from memd.backends.sqlite.cipher import connect
+from memd.backends.sqlite.cipher import connect, connect_reader
 from memd.backends.sqlite.fulltext import fts_text
 from memd.backends.sqlite.schema import migrate
 from memd.errors import MemdError, StorageError
@@ -95,6 +95,7 @@ class SQLiteConnection(SqlConnection):
     def _prepare(self) -> None:
         db = self._db
         _load_vec(db)
+        db.set_busy_timeout(10_000)
         db.create_scalar_function("memd_fts_text", cast(Any, fts_text), 2, deterministic=True)
         for pragma in (
             "journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON",
@@ -221,9 +222,8 @@ class SQLiteConnection(SqlConnection):
             with self._readers_lock:
                 if self._closed:
                     return None
-                reader = connect(self.path, self._key, apsw.SQLITE_OPEN_READONLY)
+                reader = connect_reader(self.path, self._key)
                 _load_vec(reader)
-                reader.execute("PRAGMA cache_size = -16384")
                 self._readers.append(reader)
             self._side.reader = reader
         return reader
@@ -312,13 +312,12 @@ class SQLiteConnection(SqlConnection):
 
 
 def _load_vec(db: apsw.Connection) -> None:
-    """sqlite-vec's functions and vec0 tables on ``db``, and the busy timeout."""
+    """sqlite-vec's functions and vec0 tables on ``db``."""
     import sqlite_vec
 
     db.enable_load_extension(True)
     db.load_extension(sqlite_vec.loadable_path())
     db.enable_load_extension(False)
-    db.set_busy_timeout(10_000)
 
 
 def _private_store(path: Path) -> None:

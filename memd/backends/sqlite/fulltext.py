@@ -14,7 +14,7 @@ from typing import Any
 import apsw
 
 from memd.backends.common.fulltext import keyword_part
-from memd.backends.sqlite.cipher import connect
+from memd.backends.sqlite.cipher import connect_reader
 from memd.errors import StorageError
 
 # The keyword channel's ranking: FTS5 alone (cheap), the winners' rows fetched by key
@@ -140,9 +140,7 @@ class SideRanker:
     def rank(self, match: str, limit: int) -> Ranks:
         try:
             if self._conn is None:
-                self._conn = connect(self.path, self._key, apsw.SQLITE_OPEN_READONLY)
-                self._conn.set_busy_timeout(10_000)
-                self._conn.execute("PRAGMA cache_size = -16384")  # 16 MB: FTS5 pages
+                self._conn = connect_reader(self.path, self._key)
             return list(self._conn.execute(KEYWORD_RANKS, (match, limit)))
         except apsw.Error as exc:
             raise StorageError(f"SQLite: {exc}") from exc
