@@ -403,10 +403,10 @@ def test_context_reads_history_beside_retrieval_as_the_same_user(engine_on: Memd
 
 def test_recall_searches_past_messages_beside_the_memories_as_the_same_user(
         engine_on: Memd) -> None:
-    """Recall's message search needs the query alone: it runs in a side worker (a
-    connection of its own) while the memories are scored, acting as the request's user
-    (in line where reads take turns). A compiled context and the proxy's memory
-    candidates recall the same message."""
+    """Recall's message search needs the query alone: its vector and keyword channels
+    each run in a side worker (a connection of its own) while the memories are scored,
+    acting as the request's user (in line where reads take turns). A compiled context
+    and the proxy's memory candidates recall the same message."""
     from memd.auth import acting_as
     from memd.engine.block.compile import RECALL_KIND
 
@@ -421,15 +421,45 @@ def test_recall_searches_past_messages_beside_the_memories_as_the_same_user(
                      if msg.role == "user")
     asking = m.create_session("u")
     seen = _record_calls(m.store, "nearest_messages")
+    keyword = _record_calls(m.store, "keyword_messages")
     query = "which staging host is it"
     with acting_as("u"):
         ctx = m.context("u", session_id=asking.id, query=query)
         _, candidates = m.memory_candidates("u", query, session=asking, sent_chains=[])
     assert [i.id for i in ctx.report.items if i.kind == RECALL_KIND] == [statement.id]
     assert [c.id for c in candidates if c.kind == RECALL_KIND] == [statement.id]
-    assert len(seen) == 2
-    for user, thread in seen:
+    assert len(seen) == len(keyword) == 2
+    for user, thread in seen + keyword:
         assert user == "u" and thread.startswith("memd-side") == m.store.concurrent_reads
+
+
+def test_recall_search_runs_its_two_channels_at_once(engine_on: Memd) -> None:
+    """The vector channel waits (up to 10 s) for the keyword channel to start: the
+    compile gets its context only because the two run in side workers of their own,
+    at the same time (one after the other, the wait would run out first)."""
+    import threading
+
+    m = engine_on
+    assert m.store.concurrent_reads
+    said = m.create_session("u")
+    m.append(said.id, "u", [{"role": "user", "content": "the staging host is rocket"}])
+    while m.run_jobs():
+        pass
+    started = threading.Event()
+    waited: list[bool] = []
+    real_keyword, real_nearest = m.store.keyword_messages, m.store.nearest_messages
+
+    def keyword(*args: Any, **kwargs: Any) -> Any:
+        started.set()
+        return real_keyword(*args, **kwargs)
+
+    def nearest(*args: Any, **kwargs: Any) -> Any:
+        waited.append(started.wait(10))
+        return real_nearest(*args, **kwargs)
+
+    m.store.keyword_messages, m.store.nearest_messages = keyword, nearest  # type: ignore[method-assign]
+    m.context("u", session_id=m.create_session("u").id, query="which staging host")
+    assert waited == [True]
 
 
 def test_context_reads_history_only_as_far_back_as_any_split_could_keep(

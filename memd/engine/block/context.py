@@ -28,7 +28,12 @@ from memd.engine.learning.notes import NoteCache, with_notes
 from memd.engine.learning.write import (
     fact_tag,
 )
-from memd.engine.retrieval.recall import RecallScope, recall_candidates, recall_hits, same_text
+from memd.engine.retrieval.recall import (
+    RecallScope,
+    recall_candidates,
+    recall_hits_aside,
+    same_text,
+)
 from memd.engine.retrieval.relevance import content_words, related
 from memd.engine.retrieval.retrieve import ScoredMemory, aside, score_memories
 from memd.engine.retrieval.vocabulary import (
@@ -170,7 +175,7 @@ class Contexts:
     def _recall(self, user_id: str, query: str, scored: Sequence[ScoredMemory],
                 visible: tuple[str, ...], now: float, floor: Floor, *,
                 sent_chains: Iterable[str] = (), history: Iterable[str] = (),
-                found: Future[ScoredMessages] | None = None) -> list[Candidate]:
+                found: Callable[[], ScoredMessages] | None = None) -> list[Candidate]:
         """Past messages for ``query`` (:mod:`memd.engine.retrieval.recall`) that pass ``floor``'s
         recall floors, except those the memories at hand say word for word (``found``:
         :meth:`_search_aside`'s search)."""
@@ -182,19 +187,20 @@ class Contexts:
                                  keyword=self.settings.recall_keyword, sure=floor.sure,
                                  answer_floor=self.settings.recall_answer_floor,
                                  question_floor=self.settings.recall_question_floor,
-                                 hits=None if found is None else found.result())
+                                 hits=None if found is None else found())
 
     def _search_aside(self, user_id: str, query: str | None, now: float, recall: bool
-                      ) -> Future[ScoredMessages] | None:
-        """Recall's message search (:func:`recall_hits`: it needs the query alone), started
-        in a side worker when ``recall`` may follow, so it runs while this thread scores
-        the memories, on a connection of its own (a store of concurrent reads)."""
+                      ) -> Callable[[], ScoredMessages] | None:
+        """Recall's message search (its channels need the query alone), started in side
+        workers when ``recall`` may follow, so it runs while this thread scores the
+        memories, on connections of its own (a store of concurrent reads): the function
+        returned waits for it (:func:`recall_hits_aside`)."""
         if not (recall and query and self.store.concurrent_reads
                 and not self.store.in_transaction()):
             return None
-        return aside(self.store, recall_hits, self.store, self.embedder, user_id, query,
-                     self.query_vector(query), self.settings.weights, now,
-                     self.settings.recall_keyword)
+        return recall_hits_aside(self.store, self.embedder, user_id, query,
+                                 self.query_vector(query), self.settings.weights, now,
+                                 self.settings.recall_keyword)
 
     def _floor(self, query: str | None, user_id: str, sent: Callable[[Message], bool],
                facts: Sequence[Fact], scored: Sequence[ScoredMemory]) -> Floor:

@@ -41,7 +41,7 @@ A title costs tokens of the memory budget like the rest of the item, so it is sh
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -53,7 +53,7 @@ from memd.engine.learning.templates import user_words
 from memd.engine.retrieval.answers import advice_object, likelihood
 from memd.engine.retrieval.passages import closest, only_asks
 from memd.engine.retrieval.relevance import content_words, related, text_stems
-from memd.engine.retrieval.retrieve import score_messages
+from memd.engine.retrieval.retrieve import aside, keyword_messages, score_messages
 from memd.models.tokens import count_text
 from memd.types import Message, ScoredMessages
 
@@ -182,6 +182,26 @@ def recall_hits(
     may run it while it scores the memories (memd.engine.block.context)."""
     return score_messages(store, user_id, query, qvec, weights, now, RECALL_K,
                           embedder=embedder, keyword_hits=None if keyword else [])
+
+
+def recall_hits_aside(
+    store: Store, embedder: CachedEmbedder, user_id: str, query: str, qvec: np.ndarray,
+    weights: Weights, now: float, keyword: bool = False,
+) -> Callable[[], ScoredMessages]:
+    """:func:`recall_hits` with its channels started at once, each in a side worker of
+    its own (:func:`memd.engine.retrieval.retrieve.aside`: a connection of its own, as
+    the same user), for a store of concurrent reads; the function returned waits for
+    both and scores what they found."""
+    nearest = aside(store, store.nearest_messages, user_id, qvec, RECALL_K)
+    found = (aside(store, keyword_messages, store, user_id, query, RECALL_K, None, True)
+             if keyword else None)
+
+    def hits() -> ScoredMessages:
+        return score_messages(store, user_id, query, qvec, weights, now, RECALL_K,
+                              embedder=embedder, nearest=nearest.result(),
+                              keyword_hits=[] if found is None else found.result())
+
+    return hits
 
 
 def _excluded(msg: Message, scope: RecallScope) -> bool:

@@ -201,6 +201,7 @@ def score_messages(
     store: MessageStore, user_id: str, query: str, qvec: np.ndarray, weights: Weights, now: float,
     k: int, session_id: str | None = None, embedder: CachedEmbedder | None = None,
     keyword_hits: KeywordMessages | None = None, passages: bool = False,
+    nearest: Sequence[tuple[Message, float]] | None = None,
 ) -> ScoredMessages:
     """Messages for ``query``: vector and keyword channels, scored with the same formula
     (messages have no access history or provenance: neutral authority and importance).
@@ -208,13 +209,15 @@ def score_messages(
     Like memory candidates, a message found by the keyword channel alone gets its true
     cosine with the query, from its stored vector when ``embedder`` is given (never
     computed here: a message whose embedding job has not run yet keeps similarity 0).
-    ``keyword_hits``: the keyword channel's result, when the caller ran it already;
-    ``passages``: a user message's similarity is the better of its own and its closest
-    passage's, read from the same cache (:class:`MessageRanking`)."""
+    ``keyword_hits`` and ``nearest``: the keyword and vector channels' results, when the
+    caller ran them already; ``passages``: a user message's similarity is the better of
+    its own and its closest passage's, read from the same cache (:class:`MessageRanking`)."""
     found: dict[str, Message] = {}
     sims: dict[str, float] = {}
     keyword: dict[str, float] = {}
-    for msg, sim in store.nearest_messages(user_id, qvec, k, session_id):
+    if nearest is None:
+        nearest = store.nearest_messages(user_id, qvec, k, session_id)
+    for msg, sim in nearest:
         found[msg.id], sims[msg.id] = msg, sim
     if keyword_hits is None:
         keyword_hits = keyword_messages(store, user_id, query, k, session_id,
