@@ -199,6 +199,37 @@ def test_signed_vectors_find_the_nearest_through_their_bits(
     assert signed.nbytes < exact.nbytes / 2
 
 
+def test_a_repeated_search_filter_sees_every_change_to_the_vectors() -> None:
+    """A search keeps the mask its filter made (activity, workspaces) for the next
+    search of the same filter, and each change to the vectors makes a new one: a
+    memory deactivated, added, removed or moved to another workspace after a search is
+    found, or not, by the next search with the same filter."""
+    import memd.backends.sqlite.vectors as sq
+
+    rng = np.random.default_rng(5)
+    vecs = rng.normal(size=(6, 384)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ids = [f"m{i}" for i in range(6)]
+    held = sq.UserVectors.stacked(384, ids, ["a", "a", "a", "b", "b", ""], [vecs])
+
+    def found(workspaces: list[str] | None = ["a", ""]) -> set[str]:  # noqa: B006
+        return {mid for mid, _ in held.knn(vecs[0], 10, True, workspaces)}
+
+    assert found() == {"m0", "m1", "m2", "m5"}
+    held.set_active("m1", False)
+    assert found() == {"m0", "m2", "m5"}
+    held.upsert("m6", vecs[3], "a", True)
+    assert found() == {"m0", "m2", "m5", "m6"}
+    held.remove("m2")
+    assert found() == {"m0", "m5", "m6"}
+    held.upsert("m3", vecs[3], "a", True)  # moved from workspace b
+    assert found() == {"m0", "m3", "m5", "m6"}
+    assert found(["b"]) == {"m4"}
+    assert found(None) == {"m0", "m3", "m4", "m5", "m6"}
+    held.set_active("m1", True)
+    assert found(["b"]) == {"m4"} and "m1" in found()
+
+
 def test_signed_vectors_find_sparse_vectors_too(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fake embedder's vectors (a few hashed words each, half of them negative) are
     found as well: the bits are sides of random hyperplanes, where each coordinate's own

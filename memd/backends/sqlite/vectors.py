@@ -49,6 +49,8 @@ SHADOW_LAYOUT = (0, 1)
 # whose sides of its hyperplanes are nearest the query's.
 RERANK = 800
 RERANK_PER_K = 40
+#: Search filters whose masks a user's vectors keep (UserVectors._mask).
+MASKS_KEPT = 8
 
 
 def blob(vector: Vector) -> bytes:
@@ -98,6 +100,11 @@ class UserVectors:
 
     def _allocate(self, dim: int, n: int) -> None:
         self.dim = dim
+        # the masks searches asked for, by (activity, workspaces, version, size): every
+        # change makes a new version, so a mask made while a write changed the vectors
+        # (a search holds no lock) is never used again
+        self.version = 0
+        self._masks: dict[tuple[bool, tuple[str, ...] | None, int, int], np.ndarray] = {}
         cap = self._capacity(n)
         self.mat = np.zeros((cap, dim), dtype=self.dtype)
         self.live = np.zeros(cap, dtype=bool)
@@ -138,26 +145,38 @@ class UserVectors:
         self.live[i] = True
         self.active[i] = active
         self.ws[i] = self._code(workspace)
+        self.version += 1
 
     def set_active(self, memory_id: str, active: bool) -> None:
         i = self.pos.get(memory_id)
         if i is not None:
             self.active[i] = active
+            self.version += 1
 
     def remove(self, memory_id: str) -> None:
         i = self.pos.get(memory_id)
         if i is not None:
             self.live[i] = False
             self.mat[i] = 0.0
+            self.version += 1
 
     def _mask(self, active_only: bool, workspaces: Sequence[str] | None) -> np.ndarray:
+        """Which vectors a search may return (the caller must not change it): made once
+        per set of vectors and filter, as searches repeat the same filter."""
         n = len(self.ids)
+        key = (active_only, None if workspaces is None else tuple(workspaces), self.version, n)
+        mask = self._masks.get(key)
+        if mask is not None:
+            return mask
         mask = self.live[:n].copy()
         if active_only:
             mask &= self.active[:n]
         if workspaces is not None:
             codes = [self.ws_codes[w] for w in workspaces if w in self.ws_codes]
             mask &= np.isin(self.ws[:n], codes)
+        if len(self._masks) >= MASKS_KEPT:
+            self._masks.clear()
+        self._masks[key] = mask
         return mask
 
     def knn(self, query: Vector, k: int, active_only: bool,
@@ -359,8 +378,10 @@ class SQLiteVectors(Part):
             self._check_data_version()
             held = self.message_vectors.get(user_id)
             if held is not None:
-                return {mid: held.mat[i].astype(np.float32) for mid in ids
-                        if (i := held.pos.get(mid)) is not None and held.live[i]}
+                at = {mid: i for mid in ids
+                      if (i := held.pos.get(mid)) is not None and held.live[i]}
+                block = held.mat[list(at.values())].astype(np.float32)  # one copy of all
+                return dict(zip(at, block, strict=True))
         rows = self._conn.rows_each(
             "SELECT message_id, user_id, embedding FROM message_vec WHERE message_id = ?",
             [(mid,) for mid in dict.fromkeys(ids)])
