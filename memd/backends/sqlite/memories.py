@@ -289,13 +289,7 @@ class SQLiteMemories(SharedMemories):
         return len(ids)
 
     def get_memory_vectors(self, user_id: str, memory_ids: Sequence[str]) -> dict[str, Vector]:
-        cached = self._vectors.cached_vectors(user_id)
-        out: dict[str, Vector] = {}
-        for mid in memory_ids:
-            i = cached.pos.get(mid)
-            if i is not None and cached.live[i]:
-                out[mid] = cached.mat[i].copy()
-        return out
+        return self._vectors.cached_vectors(user_id).vectors_of(memory_ids)
 
     def memory_candidates(
         self, user_id: str, query: str, vector: Vector, flt: MemoryFilter, *,

@@ -160,6 +160,13 @@ class UserVectors:
             self.mat[i] = 0.0
             self.version += 1
 
+    def vectors_of(self, ids: Iterable[str]) -> dict[str, Vector]:
+        """The float32 vectors of those of ``ids`` held here (and not removed), copied
+        out in one step."""
+        at = {mid: i for mid in ids if (i := self.pos.get(mid)) is not None and self.live[i]}
+        block = self.mat[list(at.values())].astype(np.float32, copy=False)
+        return dict(zip(at, block, strict=True))
+
     def _mask(self, active_only: bool, workspaces: Sequence[str] | None) -> np.ndarray:
         """Which vectors a search may return (the caller must not change it): made once
         per set of vectors and filter, as searches repeat the same filter."""
@@ -269,9 +276,13 @@ class SignedVectors(UserVectors):
         mask = self._mask(active_only, workspaces)
         q = np.asarray(query, dtype=np.float32)
         words = self._signs(q)
-        apart = np.bitwise_count(self.signs[0, :n] ^ words[0]).astype(np.int32)
-        for row, word in zip(self.signs[1:], words[1:], strict=True):
-            apart += np.bitwise_count(row[:n] ^ word)
+        # bits apart per vector (at most dim: 16 bits hold them), a word of every
+        # vector at a time, into the same two buffers each time
+        apart = np.zeros(n, dtype=np.uint16)
+        differ, count = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.uint8)
+        for row, word in zip(self.signs, words, strict=True):
+            np.bitwise_xor(row[:n], word, out=differ)
+            apart += np.bitwise_count(differ, out=count)
         apart[~mask] = self.dim + 1  # never before a vector that may be returned
         r = max(RERANK, RERANK_PER_K * k)
         rows = np.argpartition(apart, r - 1)[:r] if r < n else np.arange(n)
@@ -378,10 +389,7 @@ class SQLiteVectors(Part):
             self._check_data_version()
             held = self.message_vectors.get(user_id)
             if held is not None:
-                at = {mid: i for mid in ids
-                      if (i := held.pos.get(mid)) is not None and held.live[i]}
-                block = held.mat[list(at.values())].astype(np.float32)  # one copy of all
-                return dict(zip(at, block, strict=True))
+                return held.vectors_of(ids)
         rows = self._conn.rows_each(
             "SELECT message_id, user_id, embedding FROM message_vec WHERE message_id = ?",
             [(mid,) for mid in dict.fromkeys(ids)])
