@@ -30,7 +30,7 @@ import sqlite_vec
 
 from bench.bench_engine import pct
 from bench.longmemeval import DEFAULT_CACHE
-from memd.backends.sqlite.vectors import SignedVectors, UserVectors
+from memd.backends.sqlite.held import SignedVectors, UserVectors
 
 K = 10
 QUERIES = 200

@@ -164,7 +164,7 @@ def test_signed_vectors_find_the_nearest_through_their_bits(
     tenth of them ordered by cosine, the 10 nearest of an exact search are found, with
     the same cosines; the session filter holds; a vector embedded after the load is found
     and a removed one is not; the copies take under half the memory."""
-    import memd.backends.sqlite.vectors as sq
+    import memd.backends.sqlite.held as sq
 
     rng = np.random.default_rng(3)
     dim, n = 384, 4000
@@ -204,7 +204,7 @@ def test_a_repeated_search_filter_sees_every_change_to_the_vectors() -> None:
     search of the same filter, and each change to the vectors makes a new one: a
     memory deactivated, added, removed or moved to another workspace after a search is
     found, or not, by the next search with the same filter."""
-    import memd.backends.sqlite.vectors as sq
+    import memd.backends.sqlite.held as sq
 
     rng = np.random.default_rng(5)
     vecs = rng.normal(size=(6, 384)).astype(np.float32)
@@ -234,7 +234,7 @@ def test_signed_vectors_find_sparse_vectors_too(monkeypatch: pytest.MonkeyPatch)
     """The fake embedder's vectors (a few hashed words each, half of them negative) are
     found as well: the bits are sides of random hyperplanes, where each coordinate's own
     sign finds a third of the 10 nearest."""
-    import memd.backends.sqlite.vectors as sq
+    import memd.backends.sqlite.held as sq
     from memd.models.embedder import FakeEmbedder
 
     rng = np.random.default_rng(4)
