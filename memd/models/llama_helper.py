@@ -118,10 +118,23 @@ def _expressible(schema: Any) -> Any:
             if not (k == "maxLength" and isinstance(v, int) and v > MAX_SCHEMA_STRING)}
 
 
+# llama-cpp-python's converter lets a JSON string hold raw control characters, which JSON
+# forbids (a newline in a string: the answer fails to parse, and the model runs on to
+# max_tokens inside the string); llama.cpp's own converter leaves them out so.
+_ANY_CHAR = r'char ::= [^"\\]'
+_JSON_CHAR = r'char ::= [^"\\\x7F\x00-\x1F]'
+
+
+def gbnf(schema_json: str) -> str:
+    """The llama.cpp grammar of a JSON schema, its strings without control characters."""
+    text: str = _llama_cpp().llama_grammar.json_schema_to_gbnf(schema_json)
+    return text.replace(_ANY_CHAR, _JSON_CHAR)
+
+
 @lru_cache(maxsize=32)
 def _grammar(schema_json: str) -> Any:
     try:
-        return _llama_cpp().LlamaGrammar.from_json_schema(schema_json, verbose=False)
+        return _llama_cpp().LlamaGrammar.from_string(gbnf(schema_json), verbose=False)
     except (ValueError, TypeError, KeyError, NotImplementedError) as exc:
         raise ModelError(f"llama.cpp cannot turn this JSON schema into a grammar ({exc}); "
                          "simplify the schema") from exc
