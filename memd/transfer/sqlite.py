@@ -135,5 +135,6 @@ class SQLiteSide:
                                         text, rowid)
             if indexed is not None:
                 self.db.execute(*indexed)
+                store.words.added(row["user_id"], row["message_id"], text, rowid)
             if vector is not None:
                 store.set_message_embeddings(row["user_id"], [(row["message_id"], vector)])

@@ -22,6 +22,7 @@ from memd.backends.common.queries import BUMP_HISTORY_VERSION, recent_query
 from memd.backends.sqlite.connection import MAP, SQLiteConnection, to_json
 from memd.backends.sqlite.fulltext import any_of, fts_terms, message_index_row
 from memd.backends.sqlite.vectors import SQLiteVectors, blob
+from memd.backends.sqlite.words import SQLiteWords, tokens
 from memd.errors import NotFound
 from memd.types import Message, NewMessage
 
@@ -51,10 +52,12 @@ class SQLiteMessages(SharedMessages):
     _needs_embedding = ("has_embedding = 0 AND content IS NOT NULL AND is_pruned = 0 "
                         "ORDER BY created_at")
 
-    def __init__(self, conn: SQLiteConnection, vectors: SQLiteVectors) -> None:
+    def __init__(self, conn: SQLiteConnection, vectors: SQLiteVectors,
+                 words: SQLiteWords) -> None:
         super().__init__(conn)
         self._conn = conn
         self._vectors = vectors
+        self.words = words
 
     def drop_index_rows(self, table: str, test: str, params: tuple[Any, ...]) -> None:
         """Delete the full-text and vec0 rows of the rows of ``table`` (memories or
@@ -83,6 +86,7 @@ class SQLiteMessages(SharedMessages):
                 indexed = message_index_row(user_id, session_id, m.id, m.safe_text)
                 if indexed is not None:
                     self._write(*indexed)
+                    self.words.added(user_id, m.id, m.safe_text or "")
             self._write(
                 "UPDATE sessions SET turn_count = ?, updated_at = ?, "
                 "expires_at = coalesce(?, expires_at) WHERE user_id = ? AND session_id = ?",
@@ -163,7 +167,7 @@ class SQLiteMessages(SharedMessages):
         terms = fts_terms(user_id, query)
         if not terms:
             return []
-        pairs = self._keyword_ranks(terms, k, session_id)
+        pairs = self._keyword_ranks(user_id, terms, k, session_id)
         top = max((float(r) for _, r in pairs), default=0.0) or 1.0
         return self._messages_with(user_id, [(mid, float(r) / top) for mid, r in pairs])
 
@@ -225,15 +229,25 @@ class SQLiteMessages(SharedMessages):
                 self._write(BUMP_HISTORY_VERSION, (user_id, session_id))
             if sessions:
                 self._vectors.message_vectors.pop(user_id, None)  # read again from vec0
+                self.words.forget(user_id)
         return deleted, len(sessions)
 
-    def _keyword_ranks(self, terms: list[str], k: int, session_id: str | None) -> Ranks:
+    def _keyword_ranks(self, user_id: str, terms: list[str], k: int,
+                       session_id: str | None) -> Ranks:
         """The best ``k`` (message_id, bm25) of the messages holding any of ``terms`` (a
         user's: fts_terms), best first: every match ranked, or beyond RANK_ALL matches a
-        bounded part of them (:meth:`_bounded_ranks`)."""
+        bounded part of them (:meth:`_bounded_ranks`); from the user's held index where
+        there is one (memd.backends.sqlite.words: the same ranking)."""
         match = any_of(terms)
         if session_id is not None:  # bm25 reads only the session's matches
             return self._ranks(match, k, " AND session_id = ?", (session_id,))
+        held = self.words.of(user_id)
+        if held is not None:
+            phrases = [tokens(t.strip('"'), query=True) for t in terms]
+            table = self.words.table()
+            if table is not None and all(len(p) == 1 for p in phrases):
+                return held.ranks([p[0] for p in phrases], k, table, RANK_ALL,
+                                  RARE_MATCHES, NEWEST_MATCHES)
         counts = self._match_counts(terms)
         # Fewer matches than their words' together when words share messages: those
         # counted too when it matters (when no word alone is past RANK_ALL, each count is

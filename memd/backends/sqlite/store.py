@@ -14,6 +14,7 @@ from memd.backends.sqlite.memories import SQLiteMemories
 from memd.backends.sqlite.messages import SQLiteMessages
 from memd.backends.sqlite.queue import SQLiteEmbeddingCache, SQLiteJobs
 from memd.backends.sqlite.vectors import SQLiteVectors
+from memd.backends.sqlite.words import SQLiteWords
 from memd.config import Settings
 from memd.keys import key_for
 
@@ -39,7 +40,8 @@ class SQLiteStore(ComposedStore):
         self.connection = conn = SQLiteConnection(path, dim, key)
         self.path = conn.path
         self.vectors = vectors = SQLiteVectors(conn)
-        messages = SQLiteMessages(conn, vectors)
+        self.words = SQLiteWords(conn)
+        messages = SQLiteMessages(conn, vectors, self.words)
         self.memories = SQLiteMemories(conn, vectors, side)
         self.erasure = SQLiteErasure(conn, messages, vectors)
         super().__init__(
