@@ -554,3 +554,47 @@ def test_keyword_messages_ranks_a_bounded_part_of_a_long_history(
     monkeypatch.setattr(sm, "RARE_MATCHES", 1)  # quokka's 2 matches are too many
     assert set(ranked("quokka build")) == set(texts[-5:])
     s.close()
+
+
+def test_the_most_accessed_memories_are_read_again_only_after_a_change(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """list_memories by access count (each compile's frequent channel) answers from
+    memory while nothing changed the file, the same for every session of a global
+    filter; a write, another connection's commit or a memory's expiry is seen at once."""
+    from memd.backends.common.memories import SharedMemories
+    from memd.backends.sqlite import SQLiteStore
+    from memd.types import Scope
+
+    s = SQLiteStore(tmp_path / "a.db", dim=DIM)
+    mems = [s.insert_memory(memory(f"m{i}", access_count=i,
+                                   expires_at=50.0 if i == 9 else None), vec(i % DIM))
+            for i in range(10)]
+    reads: list[int] = []
+    real = SharedMemories.list_memories
+
+    def counted(self: Any, *args: Any, **kw: Any) -> Any:
+        reads.append(1)
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(SharedMemories, "list_memories", counted)
+
+    def top(now: float = 20.0, session_id: str = "s1", scope: Scope | None = Scope.GLOBAL
+            ) -> list[str]:
+        flt = MemoryFilter(scope=scope, session_id=session_id, now=now)
+        return [m.text for m in s.list_memories("alice", flt, limit=3, order="access_count")]
+
+    assert top() == ["m9", "m8", "m7"] and len(reads) == 1
+    assert top(30.0, "s2") == ["m9", "m8", "m7"] and len(reads) == 1  # from memory
+    assert top(scope=None) == ["m9", "m8", "m7"] and len(reads) == 2  # another filter
+    assert top(60.0) == ["m8", "m7", "m6"] and len(reads) == 3  # m9 expired meanwhile
+    s.record_access("alice", [(mems[0].id, 1.0, 100)], 60.0)
+    assert top(60.0) == ["m0", "m8", "m7"] and len(reads) == 4
+    other = SQLiteStore(tmp_path / "a.db", dim=DIM)  # another process, in effect
+    other.record_access("alice", [(mems[1].id, 1.0, 200)], 60.0)
+    other.close()
+    assert top(60.0) == ["m1", "m0", "m8"] and len(reads) == 5
+    with s.transaction():  # in a transaction: read, not kept
+        s.record_access("alice", [(mems[2].id, 1.0, 300)], 60.0)
+        assert top(60.0)[0] == "m2"
+    assert top(60.0) == ["m2", "m1", "m0"]
+    s.close()

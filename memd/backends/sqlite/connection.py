@@ -242,6 +242,15 @@ class SQLiteConnection(SqlConnection):
         with self.lock:
             return int(cast(int, self._db.execute("PRAGMA data_version").fetchall()[0][0]))
 
+    def changes(self) -> tuple[int, int] | None:
+        """What has changed the file so far: other connections' commits (data_version)
+        and this connection's rows written; None where the caller's reads do not go to
+        this connection at its last commit (a side read, or in a transaction). The
+        caller holds the store's lock."""
+        if self.in_transaction() or self._reader() is not None:
+            return None
+        return self.data_version(), int(self._db.total_changes())
+
     def scrub(self) -> None:
         """Leave no deleted row readable in the files: FTS5 keeps a deleted row's terms in
         its segments until they are merged (its secure-delete option covers only what it

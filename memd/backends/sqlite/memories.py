@@ -3,8 +3,10 @@ filter, and retrieval's channels (the keyword ranking on the side connection).""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any
 
 from memd.backends.base import AccessHit, Vector
@@ -23,9 +25,12 @@ from memd.backends.sqlite.fulltext import (
 from memd.backends.sqlite.vectors import SQLiteVectors
 from memd.errors import NotFound
 from memd.models.embedder import text_hash
-from memd.types import Found, Memory, MemoryFilter
+from memd.types import Found, Memory, MemoryFilter, Scope
 
 _INSERT_MEMORY = f"INSERT INTO memories ({MEMORY_COLUMNS}) VALUES ({marks('?', 25)})"
+
+
+_BY_ACCESS_KEPT = 64  # list_memories answers by access count kept (filters, users)
 
 
 class SQLiteMemories(SharedMemories):
@@ -40,6 +45,40 @@ class SQLiteMemories(SharedMemories):
         self._vectors = vectors
         self.side = side
         conn.on_close.append(side.close)
+        # list_memories' answers by access count (each compile's frequent channel reads
+        # the same ones), kept while no write and no other connection changed the file
+        self._by_access: OrderedDict[tuple[Any, ...], tuple[tuple[int, int], list[Memory]]] \
+            = OrderedDict()
+
+    def list_memories(
+        self, user_id: str, flt: MemoryFilter, limit: int = 100, offset: int = 0,
+        order: str = "created_at",
+    ) -> list[Memory]:
+        """As SharedMemories', an answer by access count from memory when nothing was
+        written since it was read (on the store's connection, outside a transaction)
+        and none of its memories has expired since: the memories that pass the filter
+        only lose those that expire, so the answer's first ``limit`` are still the
+        first."""
+        if order != "access_count":
+            return super().list_memories(user_id, flt, limit, offset, order)
+        with self._conn.lock:  # no other thread is in a transaction meanwhile
+            version = self._conn.changes()
+            if version is None:
+                return super().list_memories(user_id, flt, limit, offset, order)
+            # a global scope's answer is every session's (_where: scope 1 or the session)
+            shown = replace(flt, now=None, session_id=None if flt.scope is Scope.GLOBAL
+                            else flt.session_id)
+            key = (user_id, shown, flt.now is None, limit, offset)
+            held = self._by_access.get(key)
+            if held is not None and held[0] == version and (flt.now is None or all(
+                    m.expires_at is None or m.expires_at > flt.now for m in held[1])):
+                self._by_access.move_to_end(key)
+                return list(held[1])
+            out = super().list_memories(user_id, flt, limit, offset, order)
+            self._by_access[key] = (version, out)
+            while len(self._by_access) > _BY_ACCESS_KEPT:
+                self._by_access.popitem(last=False)
+            return list(out)
 
     def insert_memory(self, memory: Memory, vector: Vector | None) -> Memory:
         m = memory
