@@ -141,6 +141,7 @@ def _store_op(args: argparse.Namespace, stack: ExitStack) -> Callable[[int], flo
     queries = [sentence(rng, 8) for _ in range(50)]
     for q in queries:
         m.embedder.embed_query(q)
+    m.store.warm_vectors(sd.TARGET)  # what `memd serve` loads for its user at start
     writer = sd.TARGET if args.team else "ab-scratch"
     scratch = m.create_session(writer).id if args.what == "append" else ""
 

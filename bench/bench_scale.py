@@ -250,6 +250,9 @@ def latency_phases(m: Memd, args: argparse.Namespace, rng: random.Random,
     # pooled connection's first statements (a new server process's catalog caches, the
     # prepared statements' generic plans): the first few compiles of a process are slow
     # whatever the session, so the warm-up compiles the first session WARM_PROCESS times.
+    # Before it, what `memd serve` loads for its user at start (Store.warm_vectors: the
+    # vectors, and on SQLite a long history's full-text index), as a daemon has.
+    m.store.warm_vectors(user)
     visits = max(1, len(sessions) - 1)
     out["compile_first_visit"] = timed(first_visit, visits, warm=WARM_PROCESS)
     log(f"  compile_first_visit ({visits} sessions): p50 "

@@ -189,3 +189,19 @@ def test_the_tables_totals_are_fts5s(tmp_path: Path, monkeypatch: pytest.MonkeyP
                                int(alice.lengths[: len(alice)].sum()
                                    + bob.lengths[: len(bob)].sum()))
     s.close()
+
+
+def test_warming_a_user_loads_their_index_at_once(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `memd serve` loads for its user at start (Store.warm_vectors) includes a long
+    history's index, loaded in the caller's thread; a short one stays on FTS5."""
+    monkeypatch.setattr(sw, "HELD_FROM", 30)
+    s = SQLiteStore(tmp_path / "w.db", dim=DIM)
+    _history(s, "alice", 40)
+    _history(s, "carol", 5, seed=3)
+    assert s.warm_vectors("alice") == 43
+    held = s.words.held["alice"]
+    assert held is not None and len(held) == 43
+    assert s.warm_vectors("carol") == 0 and s.words.held["carol"] is None
+    assert s.words.of("alice") is held  # the first search finds it held
+    s.close()

@@ -47,6 +47,12 @@ class SQLiteStore(ComposedStore):
         super().__init__(
             conn, messages=messages, memories=self.memories, jobs=SQLiteJobs(conn),
             erasure=self.erasure, embeddings=SQLiteEmbeddingCache(conn), vectors=vectors)
+        self.warm_vectors = self._warm
+
+    def _warm(self, user_id: str) -> int:
+        """The user's vectors loaded ahead of their first search, and the full-text index
+        of a long message history (memd.backends.sqlite.words)."""
+        return self.vectors.warm_vectors(user_id) + self.words.warm(user_id)
 
 
 # Checked where the contract is made: the type checker holds this class to the protocol

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 import threading
+import time
+from array import array
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -35,9 +37,14 @@ HELD_FROM = 2_000
 TOKENIZER = ("porter", ["unicode61", "remove_diacritics", "2"])
 # FTS5's bm25 constants (k1, b).
 K1, B = 1.2, 0.75
-_LOAD_ROWS = 5_000  # messages read and tokenized at a time while loading
+_LOAD_ROWS = 5_000  # messages read at a time while loading
+# A load pauses LOAD_PAUSE seconds after cutting each LOAD_SLICE messages into terms.
+LOAD_SLICE, LOAD_PAUSE = 20, 0.001
 
 Ranks = list[tuple[str, float]]  # (message_id, bm25), best first
+_INDEXED = ("SELECT m.rowid, m.message_id, coalesce(m.sanitized, m.content) "
+            "FROM messages m JOIN messages_fts_content f ON f.id = m.rowid "
+            "WHERE m.user_id = ? AND m.rowid > ? ORDER BY m.rowid LIMIT ?")
 _COUNT = ("SELECT count(*) FROM messages m JOIN messages_fts_content f ON f.id = m.rowid "
           "WHERE m.user_id = ?")
 _local = threading.local()
@@ -118,16 +125,15 @@ class HeldWords:
         self.ids: list[str] = []
 
     @classmethod
-    def built(cls, rows: Sequence[tuple[int, str, list[str]]]) -> HeldWords:
-        """The index of (rowid, message id, terms) rows, in rowid order, built at once."""
+    def built(cls, rowids: Sequence[int], ids: list[str], lengths: Sequence[int],
+              codes: np.ndarray, names: list[str]) -> HeldWords:
+        """The index of messages (``rowids`` ascending, ``ids``, ``lengths`` in terms)
+        whose terms, one message after the other, are ``codes`` into ``names``."""
         out = cls()
-        out.rowids = np.array([r[0] for r in rows], dtype=np.int64)
-        out.lengths = np.array([len(r[2]) for r in rows], dtype=np.float64)
-        out.ids = [r[1] for r in rows]
-        vocab: dict[str, int] = {}
-        codes = np.array([vocab.setdefault(t, len(vocab)) for r in rows for t in r[2]],
-                         dtype=np.int64)
-        docs = np.repeat(np.arange(len(rows), dtype=np.int64), out.lengths.astype(np.int64))
+        out.rowids = np.array(rowids, dtype=np.int64)
+        out.lengths = np.array(lengths, dtype=np.float64)
+        out.ids = ids
+        docs = np.repeat(np.arange(len(ids), dtype=np.int64), out.lengths.astype(np.int64))
         # one (term, message) pair per run of equal pairs, in term then message order
         order = np.lexsort((docs, codes))
         codes, docs = codes[order], docs[order]
@@ -137,7 +143,6 @@ class HeldWords:
         counts = np.diff(np.append(starts, len(codes))).astype(np.int32)
         codes, docs = codes[starts], docs[starts].astype(np.int32)
         bounds = np.flatnonzero(np.diff(codes)) + 1
-        names = list(vocab)
         for code, d, c in zip(codes[np.r_[0, bounds]] if len(codes) else [],
                               np.split(docs, bounds), np.split(counts, bounds), strict=True):
             out.terms[names[code]] = _Postings(d, c)
@@ -249,6 +254,16 @@ class SQLiteWords(Part):
             self._few.pop(user_id, None)
             self._changes += 1
 
+    def _check(self, version: int) -> None:
+        """Drop every index when another connection changed the file since the last
+        check (``version``: its data_version); the caller holds ``self._lock``."""
+        if version != self._data_version:
+            if self._data_version != -1:  # -1: the first check, nothing held yet
+                self.held.clear()
+                self._few.clear()
+                self._changes += 1
+            self._data_version = version
+
     def added(self, user_id: str, message_id: str, text: str,
               rowid: int | None = None) -> None:
         """A message indexed for ``user_id``, just now (``rowid`` None: the row the
@@ -268,10 +283,7 @@ class SQLiteWords(Part):
         loads it (the search goes to FTS5)."""
         version = self._conn.data_version()
         with self._lock:
-            if version != self._data_version:
-                self.held.clear()
-                self._changes += 1
-                self._data_version = version
+            self._check(version)
             if user_id in self.held:
                 return self.held[user_id]
             if user_id in self._loads:
@@ -283,6 +295,18 @@ class SQLiteWords(Part):
         self._loader.submit(self._load, user_id)
         return None
 
+    def warm(self, user_id: str) -> int:
+        """Load the user's index now, in the caller's thread, unless it is held (as
+        ``memd serve`` does for its one user at start: SQLiteStore.warm_vectors); how
+        many messages it holds."""
+        with self._lock:
+            if user_id not in self.held:
+                self._seen.add(user_id)
+        if user_id not in self.held:
+            self._load(user_id)
+        held = self.held.get(user_id)
+        return len(held) if held is not None else 0
+
     def _load(self, user_id: str) -> None:
         """Load the user's index on a side connection (appends and reads go on), then
         with the store's lock add what was appended meanwhile; a load that saw another
@@ -290,6 +314,7 @@ class SQLiteWords(Part):
         try:
             with self._lock:
                 start = self._changes
+            before = self._conn.data_version()
             with self._conn.side_reads():
                 words = self.load(user_id)
             with self._conn.lock:
@@ -297,12 +322,15 @@ class SQLiteWords(Part):
                     return
                 if words is not None:
                     last = int(words.rowids[len(words) - 1]) if len(words) else -1
-                    for rowid, mid, tokens_ in self._indexed(user_id, last, None):
+                    for rowid, mid, tokens_ in self._indexed(user_id, last):
                         words.add(rowid, mid, tokens_)
                 else:
                     few = self._rows(_COUNT, (user_id,))[0][0]
+                version = self._conn.data_version()
                 with self._lock:
-                    if self._changes == start:
+                    kept = self._changes == start and version == before
+                    self._check(version)
+                    if kept:
                         self.held[user_id] = words
                         if words is None:
                             self._few[user_id] = few
@@ -313,26 +341,36 @@ class SQLiteWords(Part):
                 self._loads.discard(user_id)
 
     def load(self, user_id: str) -> HeldWords | None:
-        """The user's index read from their messages (None below HELD_FROM)."""
+        """The user's index read from their messages (None below HELD_FROM). Cutting
+        the texts into terms is Python's work: it pauses after every LOAD_SLICE
+        messages, so that the requests' threads get the interpreter's lock while it
+        runs (it takes twice as long, and compiles meanwhile are not held up)."""
         if self._rows(_COUNT, (user_id,))[0][0] < HELD_FROM:
             return None
-        rows: list[tuple[int, str, list[str]]] = []
+        rowids: list[int] = []
+        ids: list[str] = []
+        lengths: list[int] = []
+        codes = array("q")
+        vocab: dict[str, int] = {}
         while not self._conn.closed:  # the store's close waits for this page
-            part = self._indexed(user_id, rows[-1][0] if rows else -1, _LOAD_ROWS)
-            rows += part
+            part = self._rows(_INDEXED, (user_id, rowids[-1] if rowids else -1, _LOAD_ROWS))
+            for i, (rowid, mid, text) in enumerate(part):
+                terms = indexed_tokens(user_id, text or "")
+                codes.extend([vocab.setdefault(t, len(vocab)) for t in terms])
+                rowids.append(rowid)
+                ids.append(mid)
+                lengths.append(len(terms))
+                if i % LOAD_SLICE == LOAD_SLICE - 1:
+                    time.sleep(LOAD_PAUSE)
             if len(part) < _LOAD_ROWS:
-                return HeldWords.built(rows)
+                return HeldWords.built(rowids, ids, lengths,
+                                       np.frombuffer(codes, dtype=np.int64), list(vocab))
         return None
 
-    def _indexed(self, user_id: str, after: int, limit: int | None
-                 ) -> list[tuple[int, str, list[str]]]:
+    def _indexed(self, user_id: str, after: int) -> list[tuple[int, str, list[str]]]:
         """(rowid, message id, terms) of the user's indexed messages past rowid
-        ``after``, in rowid order, ``limit`` at most."""
-        rows = self._rows(
-            "SELECT m.rowid, m.message_id, coalesce(m.sanitized, m.content) "
-            "FROM messages m JOIN messages_fts_content f ON f.id = m.rowid "
-            "WHERE m.user_id = ? AND m.rowid > ? ORDER BY m.rowid LIMIT ?",
-            (user_id, after, -1 if limit is None else limit))
+        ``after``, in rowid order."""
+        rows = self._rows(_INDEXED, (user_id, after, -1))
         return [(r, mid, indexed_tokens(user_id, text or "")) for r, mid, text in rows]
 
     def table(self) -> tuple[int, int] | None:
