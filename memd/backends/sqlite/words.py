@@ -20,7 +20,7 @@ import threading
 import time
 from array import array
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 
 import apsw
 import numpy as np
@@ -296,14 +296,20 @@ class SQLiteWords(Part):
         return None
 
     def warm(self, user_id: str) -> int:
-        """Load the user's index now, in the caller's thread, unless it is held (as
-        ``memd serve`` does for its one user at start: SQLiteStore.warm_vectors); how
-        many messages it holds."""
+        """Load the user's index now unless it is held or being loaded (as ``memd serve``
+        does for its one user at start: SQLiteStore.warm_vectors), on the loader's
+        thread, whose load the store's close waits for; how many messages it holds."""
         with self._lock:
-            if user_id not in self.held:
-                self._seen.add(user_id)
-        if user_id not in self.held:
-            self._load(user_id)
+            self._seen.add(user_id)
+            busy = user_id in self.held or user_id in self._loads
+            if not busy:
+                self._loads.add(user_id)
+        if not busy:
+            try:
+                self._loader.submit(self._load, user_id).result()
+            except (RuntimeError, CancelledError):  # the store closed meanwhile
+                with self._lock:
+                    self._loads.discard(user_id)
         held = self.held.get(user_id)
         return len(held) if held is not None else 0
 
