@@ -106,7 +106,8 @@ def test_replayed_claude_code_session_keeps_the_prompt_cache(tmp_path: Path) -> 
             model.app, tmp_path / "d", upstream_anthropic_url=up) as (base, engine):
         remember(engine)
         replay(base, engine, records, "/v1/messages?beta=true")
-        calls = httpx.get(f"{base}/v1/calls", params={"limit": 50}).json()["data"][::-1]
+        calls = httpx.get(f"{base}/v1/calls", params={"limit": 50},
+                          timeout=60).json()["data"][::-1]
     # the scripted model answered as it did when it was recorded: memd forwarded the
     # session's own history, the memory block aside
     assert [len(r["messages"]) for r in model.requests] == [
@@ -146,7 +147,8 @@ def test_replayed_codex_session_keeps_the_prompt_cache(tmp_path: Path) -> None:
     with memd_in_front(app, tmp_path / "d") as (base, engine):
         remember(engine)
         replay(base, engine, records, "/v1/responses")
-        calls = httpx.get(f"{base}/v1/calls", params={"limit": 50}).json()["data"][::-1]
+        calls = httpx.get(f"{base}/v1/calls", params={"limit": 50},
+                          timeout=60).json()["data"][::-1]
     assert [len(r["input"]) for r in model.requests] == [
         len(r["body"]["input"]) for r in records]
     assert [has_block(r["input"]) for r in model.requests] == [True] * len(records)
