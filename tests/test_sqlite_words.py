@@ -205,3 +205,31 @@ def test_warming_a_user_loads_their_index_at_once(tmp_path: Path,
     assert s.warm_vectors("carol") == 0 and s.words.held["carol"] is None
     assert s.words.of("alice") is held  # the first search finds it held
     s.close()
+
+
+def test_the_held_indexes_stay_within_their_bytes(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beyond HELD_BYTES the least recently searched user's index is dropped, and read
+    again from their second search on; the newest load is always kept."""
+    monkeypatch.setattr(sw, "HELD_FROM", 30)
+    s = SQLiteStore(tmp_path / "w.db", dim=DIM)
+    for seed, user in enumerate(("alice", "bob", "carol")):
+        _history(s, user, 60, seed=seed)
+    s.warm_vectors("alice")
+    alice = s.words.held["alice"]
+    assert alice is not None
+    monkeypatch.setattr(sw, "HELD_BYTES", int(alice.nbytes * 2.5))  # room for two
+    s.warm_vectors("bob")
+    assert s.words.of("alice") is alice  # searched since: bob's is now the older
+    s.warm_vectors("carol")
+    assert list(s.words.held) == ["alice", "carol"]
+    assert s.keyword_messages("bob", "cafe", 5)  # FTS5 answers meanwhile
+    assert "bob" not in s.words.held and "bob" not in s.words._loads
+    s.keyword_messages("bob", "cafe", 5)
+    bob = _held(s, "bob")
+    assert bob is not None and len(bob) == 63
+    assert list(s.words.held) == ["carol", "bob"]  # alice's was the least recent
+    monkeypatch.setattr(sw, "HELD_BYTES", 1)
+    s.warm_vectors("alice")
+    assert list(s.words.held) == ["alice"]  # the newest is kept even alone beyond it
+    s.close()

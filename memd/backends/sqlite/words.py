@@ -8,9 +8,10 @@ The terms are FTS5's: each message's indexed text (fulltext.fts_text of its keyw
 part) cut by the table's own tokenizer, called through apsw. The whole table's row and
 token counts, which bm25's IDF and average length read, come from FTS5's own record of
 them at each search. A user's index is loaded on their second keyword search (in a
-thread; FTS5 answers meanwhile), only for a history of at least HELD_FROM indexed
-messages, kept in step with the store's appends and dropped at any other change to the
-user's messages (the next search but one loads it again).
+thread; FTS5 answers meanwhile) or by the store's warm-up, only for a history of at
+least HELD_FROM indexed messages, kept in step with the store's appends and dropped at any
+other change to the user's messages (the next search but one loads it again). The
+indexes held stay within HELD_BYTES, the least recently searched user's dropped first.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import math
 import threading
 import time
 from array import array
+from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 
@@ -33,6 +35,9 @@ from memd.backends.sqlite.fulltext import fts_text
 # Histories with fewer indexed messages stay on FTS5 alone: it ranks every match of a
 # query cheaply there.
 HELD_FROM = 2_000
+# What the held indexes may take together (~28 MB per 100,000 messages): beyond it the
+# least recently searched user's is dropped (read again at their next search but one).
+HELD_BYTES = 128 * 2**20
 # What messages_fts's tokenizer is (sql/sqlite/005_fts_per_user.sql).
 TOKENIZER = ("porter", ["unicode61", "remove_diacritics", "2"])
 # FTS5's bm25 constants (k1, b).
@@ -115,7 +120,8 @@ class _Postings:
 class HeldWords:
     """One user's messages_fts rows in memory: per term its :class:`_Postings`; per
     message (in rowid order) its rowid, id and length in tokens. Appends hold its lock;
-    a search copies out what it reads under it."""
+    a search takes views of the arrays under it (an append writes past their ends or
+    into new arrays)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -190,10 +196,11 @@ class HeldWords:
             rowids, lengths, ids = self.rowids, self.lengths, self.ids
         hits = [len(d) for d, _ in lists]
         counts = [min(h, rank_all + 1) for h in hits]
-        if sum(counts) <= rank_all or (
-                max(counts) <= rank_all
-                and len(np.unique(np.concatenate([d for d, _ in lists]))) <= rank_all):
-            ranked = np.unique(np.concatenate([d for d, _ in lists]))
+        # every match is ranked when there are at most rank_all of them
+        every = (np.unique(np.concatenate([d for d, _ in lists]))
+                 if max(counts) <= rank_all else None)
+        if every is not None and len(every) <= rank_all:
+            ranked = every
         else:
             rare = set(rarest(list(phrases), counts, rare_matches))
             if rare:
@@ -221,15 +228,17 @@ class HeldWords:
 
 class SQLiteWords(Part):
     """The held indexes of the users with long histories: loaded at a user's second
-    keyword search, kept in step with appends (:meth:`added`), dropped at any other
-    change to their messages (:meth:`forget`), at a rollback and when another
-    connection changed the file."""
+    keyword search or by :meth:`warm`, kept in step with appends (:meth:`added`),
+    dropped at any other change to their messages (:meth:`forget`), at a rollback, when
+    another connection changed the file, and beyond HELD_BYTES (the least recently
+    searched first)."""
 
     def __init__(self, conn: SQLiteConnection) -> None:
         super().__init__(conn)
         self._conn = conn
         self._lock = threading.Lock()
-        self.held: dict[str, HeldWords | None] = {}  # None: fewer than HELD_FROM
+        # None: fewer than HELD_FROM; least recently searched first
+        self.held: OrderedDict[str, HeldWords | None] = OrderedDict()
         self._few: dict[str, int] = {}  # how many those have
         self._loads: set[str] = set()
         self._seen: set[str] = set()
@@ -285,6 +294,7 @@ class SQLiteWords(Part):
         with self._lock:
             self._check(version)
             if user_id in self.held:
+                self.held.move_to_end(user_id)
                 return self.held[user_id]
             if user_id in self._loads:
                 return None
@@ -340,11 +350,24 @@ class SQLiteWords(Part):
                         self.held[user_id] = words
                         if words is None:
                             self._few[user_id] = few
+                        self._bound()
         except Exception:  # noqa: BLE001 - FTS5 answers; the next search tries again
             pass
         finally:
             with self._lock:
                 self._loads.discard(user_id)
+
+    def _bound(self) -> None:
+        """Drop the least recently searched users' indexes while those held take more
+        than HELD_BYTES (the newest is kept); the caller holds ``self._lock``."""
+        sizes = {u: w.nbytes for u, w in self.held.items() if w is not None}
+        total = sum(sizes.values())
+        for user_id in list(sizes)[:-1]:
+            if total <= HELD_BYTES:
+                return
+            del self.held[user_id]
+            self._seen.discard(user_id)  # loaded again from their second search on
+            total -= sizes[user_id]
 
     def load(self, user_id: str) -> HeldWords | None:
         """The user's index read from their messages (None below HELD_FROM). Cutting
