@@ -125,6 +125,25 @@ def test_stable_blocks_keep_what_still_stands_and_drop_the_newest_first() -> Non
     assert stable.recall("u", "s", "user", "q", 400, 120.0, both) == ([], False)
 
 
+def test_blocks_built_before_a_change_to_the_memories_are_not_kept() -> None:
+    """A call that read the memories before another thread changed them (a note edited,
+    a memory forgotten) does not keep its blocks: the next call with the same question
+    would reuse them as fresh."""
+    stable = StableBlocks(reuse_seconds=60)
+    a = build([], _cands(3), 400, "user", None)
+    assert a is not None
+    blocks, present = [Anchored("h1", a)], {"h1": 1}
+    for change in (lambda: stable.forget_user("u"), stable.clear):
+        seen = stable.epoch("u")
+        change()  # while the call built its blocks
+        stable.settle("u", "s", "user", "q", blocks, 100.0, seen)
+        assert stable.recall("u", "s", "user", "q", 400, 110.0, present) == ([], False)
+    seen = stable.epoch("u")
+    stable.forget_user("v")  # another user's change: this one's blocks stand
+    stable.settle("u", "s", "user", "q", blocks, 100.0, seen)
+    assert stable.recall("u", "s", "user", "q", 400, 110.0, present) == (blocks, True)
+
+
 def test_forgetting_a_memory_drops_the_block_that_holds_it(tmp_path: Path) -> None:
     engine = Memd.open(tmp_path / "m", embedder="fake")
     mem = engine.add("The user prefers tabs over spaces in Python code.", "local").memory

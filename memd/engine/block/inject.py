@@ -244,6 +244,16 @@ class StableBlocks:
         self.reuse_seconds = reuse_seconds
         self._kept: OrderedDict[tuple[str, str, str], _Kept] = OrderedDict()
         self._lock = threading.Lock()
+        # how often each user's blocks were forgotten, and all of them cleared
+        self._forgotten: dict[str, int] = {}
+        self._cleared = 0
+
+    def epoch(self, user_id: str) -> int:
+        """A number that grows whenever the user's blocks are forgotten or cleared: read
+        it before retrieving, and hand it to :meth:`settle`, so that blocks built from
+        what was read before a change are not kept after it."""
+        with self._lock:
+            return self._cleared + self._forgotten.get(user_id, 0)
 
     def recall(self, user_id: str, session_id: str, placement: str, query: str,
                budget: int, now: float, present: Mapping[str, int]
@@ -264,10 +274,14 @@ class StableBlocks:
         return out, fresh
 
     def settle(self, user_id: str, session_id: str, placement: str, query: str,
-               blocks: Sequence[Anchored], now: float) -> None:
-        """Remember the blocks a call sent, for ``query``."""
+               blocks: Sequence[Anchored], now: float, epoch: int | None = None) -> None:
+        """Remember the blocks a call sent, for ``query``, unless the user's blocks were
+        forgotten since :meth:`epoch` gave ``epoch`` (the memories they were built from
+        changed meanwhile: the next call retrieves again)."""
         key = (user_id, session_id, placement)
         with self._lock:
+            if epoch is not None and epoch != self._cleared + self._forgotten.get(user_id, 0):
+                return
             self._kept[key] = _Kept(query, now, tuple(blocks))
             self._kept.move_to_end(key)
             while len(self._kept) > self.max_sessions:
@@ -277,11 +291,13 @@ class StableBlocks:
         with self._lock:
             for key in [k for k in self._kept if k[0] == user_id]:
                 del self._kept[key]
+            self._forgotten[user_id] = self._forgotten.get(user_id, 0) + 1
 
     def clear(self) -> None:
         """Drop every session's blocks (the rules that chose them changed)."""
         with self._lock:
             self._kept.clear()
+            self._cleared += 1
 
 
 def place_all(messages: Sequence[dict[str, Any]], blocks: Sequence[Anchored],

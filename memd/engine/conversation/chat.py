@@ -344,6 +344,7 @@ def _blocks(
     """The session's blocks for this call: those sent before that still stand, plus one
     for the newest user message with what they do not hold (memd.engine.block.inject)."""
     now = engine.now()
+    epoch = engine.blocks.epoch(user_id)  # a change to the memories meanwhile: not kept
     kept, fresh = engine.blocks.recall(user_id, session.id, placement, query, keep, now,
                                        present)
     kept_tokens = sum(a.block.tokens for a in kept)
@@ -372,7 +373,7 @@ def _blocks(
                                 and kept[0].block.key == new.key):
         kept = [Anchored("", new)] if placement == "system" else [*kept, Anchored(anchor, new)]
         engine.record_used(user_id, new.memories)
-    engine.blocks.settle(user_id, session.id, placement, query, kept, now)
+    engine.blocks.settle(user_id, session.id, placement, query, kept, now, epoch)
     return kept
 
 
