@@ -260,6 +260,35 @@ def test_context_is_deterministic_and_records_access_off_path(m: Memd) -> None:
     assert sum(after) > sum(before)
 
 
+def test_a_compiles_query_is_redacted_once_and_embedded_without_its_secret(m: Memd) -> None:
+    """The query vector a compile reads several times is redacted once, then kept per
+    query, sanitizer and embedder; it is the vector of the redacted text."""
+    secret = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    query = f"why does the token {secret} fail to deploy with kubernetes?"
+    m.add("alice deploys with kubernetes", "alice")
+    m.run_jobs()
+    contexts = m.contexts
+    real = contexts.sanitizer
+    redacted: list[str] = []
+
+    class Counting:
+        def sanitize(self, text: str) -> Any:
+            redacted.append(text)
+            return real.sanitize(text)
+
+    contexts.sanitizer = Counting()  # type: ignore[assignment]
+    m.context("alice", messages=[{"role": "user", "content": query}])
+    assert redacted and len(redacted) == len(set(redacted))  # no text twice
+    redacted.clear()
+    vec = contexts.query_vector(query)
+    assert contexts.query_vector(query) is vec and redacted == [query]  # kept
+    clean = real.sanitize(query).text
+    assert secret not in clean
+    assert np.array_equal(vec, m.embedder.embed_query(clean))
+    contexts.sanitizer = real  # another sanitizer: redacted again by it
+    assert np.array_equal(contexts.query_vector(query), vec) and redacted == [query]
+
+
 def test_context_never_orphans_tool_results(m: Memd) -> None:
     s = m.create_session("alice", context_window=600, max_response_tokens=100)
     call = [{"id": "call_1", "type": "function",

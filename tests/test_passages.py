@@ -9,7 +9,7 @@ import numpy as np
 
 import memd
 from memd.engine.learning.erase import cache_keys
-from memd.engine.retrieval.passages import passages
+from memd.engine.retrieval.passages import SPAN_CHARS, _passages_of, passages
 from memd.engine.retrieval.recall import RECALL_CHARS, around
 from memd.engine.retrieval.relevance import content_words, related
 from memd.models.embedder import text_hash
@@ -44,6 +44,17 @@ def test_passages_are_the_statements_of_a_longer_message() -> None:
                       "for the commute to the office.")
     assert joined == ["Thanks! By the way, I moved to Lisbon in May.",
                       "I also bought a bike for the commute to the office."]
+
+
+def test_the_kept_passages_are_the_texts_own() -> None:
+    """What search keeps of a text's passages (keyed by the part of it that is cut) is
+    what :func:`passages` gives, for a text longer than that part too."""
+    huge = " ".join(RENOVATION * (SPAN_CHARS // len(LONG) + 2))
+    assert len(huge) > SPAN_CHARS
+    for text in (LONG, huge, "My cat is called Miso.", "  " + LONG + "\n"):
+        assert list(_passages_of(text)) == passages(text)
+        assert list(_passages_of(text)) == passages(text)  # kept: the same again
+    assert passages(huge) and passages(huge) != passages(LONG)
 
 
 def test_around_shows_the_passage_of_a_long_text() -> None:

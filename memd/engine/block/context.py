@@ -7,6 +7,8 @@ while the query is embedded.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -68,6 +70,7 @@ if TYPE_CHECKING:
 
 
 FACT_MIN_IMPORTANCE = 0.5  # facts this important are candidates for every context
+QUERY_VECTORS = 64  # the latest queries whose vectors Contexts.query_vector keeps
 
 
 def visible_workspaces(workspace: str | None) -> tuple[str, ...]:
@@ -112,6 +115,11 @@ class Contexts:
         self.now = now
         self.session = session
         self.long_histories = LongHistories()
+        # the latest queries' vectors (:meth:`query_vector`), with the sanitizer and the
+        # embedder that made them
+        self._query_vectors: OrderedDict[str, tuple[Sanitizer, CachedEmbedder, np.ndarray]]
+        self._query_vectors = OrderedDict()
+        self._query_lock = threading.Lock()
 
 
     def context(
@@ -257,8 +265,22 @@ class Contexts:
     def query_vector(self, query: str) -> np.ndarray:
         """The vector of ``query`` as retrieval embeds it: its first and last
         ``QUERY_EMBED_CHARS`` characters (from the embedder's query cache when seen),
-        its secrets replaced as in what it is compared with."""
-        return self.embedder.embed_query(v.excerpt(self.redact(query), v.QUERY_EMBED_CHARS))
+        its secrets replaced as in what it is compared with. A compile asks for it
+        several times: the latest QUERY_VECTORS are kept (redacting is most of the cost
+        of a query already embedded)."""
+        with self._query_lock:
+            kept = self._query_vectors.get(query)
+            if kept is not None and kept[0] is self.sanitizer and kept[1] is self.embedder:
+                self._query_vectors.move_to_end(query)
+                return kept[2]
+        sanitizer, embedder = self.sanitizer, self.embedder
+        vec = embedder.embed_query(v.excerpt(self.redact(query), v.QUERY_EMBED_CHARS))
+        with self._query_lock:
+            self._query_vectors[query] = (sanitizer, embedder, vec)
+            self._query_vectors.move_to_end(query)
+            while len(self._query_vectors) > QUERY_VECTORS:
+                self._query_vectors.popitem(last=False)
+        return vec
 
     def redact(self, text: str) -> str:
         """``text`` with its secrets replaced by placeholders (numbered afresh)."""

@@ -50,9 +50,14 @@ def passages(text: str) -> list[str]:
     about the user), or none when it is one passage already. Only the user's words are
     cut into passages: the client's text around them (memd.engine.learning.templates) never
     becomes one."""
+    return _cut(excerpt(text.strip(), SPAN_CHARS))
+
+
+def _cut(span: str) -> list[str]:
+    """:func:`passages` of the part of a text that is cut (``span``)."""
     out: list[str] = []
     pending = ""
-    for part in _BREAK.split(user_words(excerpt(text.strip(), SPAN_CHARS))):
+    for part in _BREAK.split(user_words(span)):
         part = " ".join(part.split())
         if not part or part == "...":
             continue
@@ -78,11 +83,16 @@ def only_asks(text: str) -> bool:
         for p in sentences)
 
 
-@lru_cache(maxsize=512)
 def _passages_of(text: str) -> tuple[str, ...]:
     """:func:`passages`, kept for the texts search meets again: a user's messages that
-    rank near the top come back search after search."""
-    return tuple(passages(text))
+    rank near the top come back search after search (each compile's recall judges a
+    dozen or more)."""
+    return _cut_kept(excerpt(text.strip(), SPAN_CHARS))
+
+
+@lru_cache(maxsize=2048)  # keyed by the span cut: SPAN_CHARS at most each
+def _cut_kept(span: str) -> tuple[str, ...]:
+    return tuple(_cut(span))
 
 
 @dataclass(frozen=True, slots=True)
