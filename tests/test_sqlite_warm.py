@@ -127,3 +127,27 @@ def test_an_empty_store_warms_to_nothing(tmp_path: Path) -> None:
     assert s.nearest_memories("local", QUERY, 3, MemoryFilter()) == []
     assert s.nearest_messages("local", QUERY, 3) == []
     s.close()
+
+
+def test_the_held_vectors_rank_by_similarity_then_id_within_the_filter() -> None:
+    """A KNN over the held matrix: the best first, equal similarities in id order, only
+    live, active vectors of the filter's workspaces, however large k is."""
+    from memd.backends.sqlite.held import UserVectors
+
+    def row(mid: str, v: list[float], ws: str = "", active: int = 1
+            ) -> tuple[str, bytes, str, int]:
+        return mid, np.asarray(v, dtype=np.float32).tobytes(), ws, active
+
+    held = UserVectors(2, [row("d", [1, 0]), row("b", [1, 0]), row("c", [0.6, 0.8]),
+                           row("a", [0, 1]), row("e", [1, 0], active=0),
+                           row("f", [1, 0], ws="w"), row("g", [-1, 0])])
+    held.remove("g")
+    q = np.array([1, 0], dtype=np.float32)
+    assert [m for m, _ in held.knn(q, 2, True, ("",))] == ["b", "d"]  # a tie: by id
+    found = held.knn(q, 50, True, ("",))
+    assert [m for m, _ in found] == ["b", "d", "c", "a"]
+    assert [round(s, 6) for _, s in found] == [1.0, 1.0, 0.6, 0.0]
+    assert isinstance(found[0][1], float)
+    assert [m for m, _ in held.knn(q, 3, False, None)] == ["b", "d", "e"]
+    assert [m for m, _ in held.knn(q, 3, True, ("w",))] == ["f"]
+    assert held.knn(q, 3, True, ("nowhere",)) == []

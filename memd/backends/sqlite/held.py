@@ -164,15 +164,21 @@ class UserVectors:
         """The ``k`` best by similarity (``sims``, which this overwrites), then id, of
         those ``ok``; ``sims`` is of ``rows`` (of every vector when None)."""
         sims[~ok] = -np.inf
-        k = min(k, int(ok.sum()))
+        k = min(k, int(np.count_nonzero(ok)))
         if k == 0:
             return []
         n = len(sims)
-        top = np.argpartition(-sims, k - 1)[:k] if k < n else np.arange(n)
-        at = rows.tolist() if rows is not None else range(n)
-        order = sorted((j for j in top.tolist() if ok[j]),
-                       key=lambda j: (-float(sims[j]), self.ids[at[j]]))
-        return [(self.ids[at[j]], float(sims[j])) for j in order]
+        if k < n:  # the k best, and any that tie with the last of them (the id decides)
+            edge = sims[np.argpartition(-sims, k - 1)[k - 1]]
+            top = np.flatnonzero(sims >= edge)
+        else:
+            top = np.flatnonzero(ok)
+        top = top[ok[top]]
+        ids = self.ids
+        names = [ids[j] for j in (rows[top] if rows is not None else top).tolist()]
+        # (-similarity, id) pairs of Python floats sort without a key function
+        ranked = sorted(zip((-sims[top]).tolist(), names, strict=True))[:k]
+        return [(mid, -negative) for negative, mid in ranked]
 
 
 _HYPERPLANES: dict[int, np.ndarray] = {}

@@ -49,6 +49,7 @@ def content_words(text: str) -> frozenset[str]:
                      if w not in _FILLER)
 
 
+@lru_cache(maxsize=1024)  # a request's words are judged against item after item
 def stems(words: frozenset[str]) -> frozenset[str]:
     return frozenset(w[:STEM] for w in words)
 
