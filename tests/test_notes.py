@@ -9,7 +9,9 @@ bench/bench_watch.py."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,11 +24,11 @@ from servers import FakeUpstream, poll, serve
 import memd
 from memd.config import load_settings
 from memd.engine.block.compile import NOTE_KIND, Candidate, fit_notes, pack_memory_block
-from memd.engine.learning.notes import NotesFolder, split, stored_notes
+from memd.engine.learning.notes import NoteCache, NotesFolder, split, stored_notes
 from memd.engine.learning.write import NOTE_TAG
 from memd.engine.memory import Memd
 from memd.server.app import create_app
-from memd.types import Tier
+from memd.types import Memory, Tier
 
 
 def save(path: Path, text: str) -> None:
@@ -235,3 +237,72 @@ def test_a_long_note_is_split_at_headings() -> None:
     assert len(parts) == 3 and [p[:3] for p in parts] == ["# A", "# B", "# C"]
     assert split("short", 80) == ["short"] and split("", 80) == []
     assert all(len(p) <= 80 for p in split("x" * 500, 80))
+
+
+class _NotesStore:
+    """A store whose notes scan answers ``notes`` and records which thread read them,
+    each read first waiting for ``go`` (set: no wait); it holds no style rule."""
+
+    concurrent_reads = True
+
+    def __init__(self, mem: Memory) -> None:
+        self.notes = [mem]
+        self.reads: list[str] = []
+        self.go = threading.Event()
+        self.go.set()
+
+    def in_transaction(self) -> bool:
+        return False
+
+    def side_reads(self) -> nullcontext[None]:
+        return nullcontext()
+
+    def list_memories(self, user_id: str, flt: object, limit: int = 100,
+                      order: str = "created_at") -> list[Memory]:
+        if order != "created_at":
+            return []  # the style rules' read, after the notes'
+        self.go.wait(10)
+        self.reads.append(threading.current_thread().name)
+        return list(self.notes)
+
+
+def test_the_notes_channel_is_read_again_aside_while_calls_go_on() -> None:
+    """Past its TTL the channel's answer is read again in a side worker; calls meanwhile
+    get the answer at hand without waiting for the scan; a clear during that read keeps
+    it from being kept; past STALE a call reads for itself."""
+    now = [100.0]
+    cache = NoteCache(clock=lambda: now[0])
+    first = memory_note("Answer in British English.")
+    store = _NotesStore(first)
+    ids = lambda: [c.id for c in cache.candidates(store, "u", ("",))]  # noqa: E731
+    assert ids() == [first.id] and store.reads == ["MainThread"]
+    assert ids() == [first.id] and len(store.reads) == 1  # within the TTL: kept
+    second = memory_note("Answer in French.")
+    store.notes = [second]
+    store.go.clear()
+    now[0] += NoteCache.TTL
+    assert ids() == [first.id]  # the read aside waits on go: the call does not
+    assert ids() == [first.id] and len(store.reads) == 1  # one read at a time
+    store.go.set()
+    poll(lambda: ids() == [second.id], "the answer read aside")
+    assert store.reads[1].startswith("memd-side") and len(store.reads) == 2
+    # a clear while a read is under way: what it read is not kept
+    third = memory_note("Answer in German.")
+    store.notes = [third]
+    store.go.clear()
+    now[0] += NoteCache.TTL
+    assert ids() == [second.id]
+    cache.clear()
+    store.go.set()
+    poll(lambda: len(store.reads) == 3, "the read aside done")
+    assert ids() == [third.id] and store.reads[3] == "MainThread"  # cleared: read in line
+    # an answer older than STALE is read in line, not served
+    store.notes = [first]
+    now[0] += NoteCache.STALE
+    assert ids() == [first.id] and store.reads[4] == "MainThread"
+
+
+def memory_note(text: str) -> Memory:
+    return Memory(id=text.split()[2].lower(), user_id="u", text=text, content_hash="h",
+                  token_count=5, created_at=1.0, updated_at=1.0, tier=Tier.PROCEDURAL,
+                  tags=(NOTE_TAG,), metadata={"note_path": "a.md"})
