@@ -30,13 +30,11 @@ class SQLiteErasure(Erasure):
         for table in ("memories", "messages"):
             self._messages.drop_index_rows(table, *where[table])
         self._vectors.memory_vectors.pop(user_id, None)  # read again from vec0 at next use
-        self._vectors.message_vectors.pop(user_id, None)
-        self._messages.words.forget(user_id)
+        self._messages.forget_held(user_id)
 
     def _before_prune(self, user_id: str, where: str, params: tuple[Any, ...]) -> None:
         self._messages.drop_index_rows("messages", where, params)
-        self._vectors.message_vectors.pop(user_id, None)  # read again from vec0 at next use
-        self._messages.words.forget(user_id)
+        self._messages.forget_held(user_id)
 
     def scrub(self) -> None:
         self._conn.scrub()

@@ -228,9 +228,15 @@ class SQLiteMessages(SharedMessages):
                 deleted += self._write(f"DELETE FROM messages WHERE {this[0]}", this[1])
                 self._write(BUMP_HISTORY_VERSION, (user_id, session_id))
             if sessions:
-                self._vectors.message_vectors.pop(user_id, None)  # read again from vec0
-                self.words.forget(user_id)
+                self.forget_held(user_id)
         return deleted, len(sessions)
+
+    def forget_held(self, user_id: str) -> None:
+        """The user's messages changed otherwise than by an append (their index rows
+        dropped): the message vectors and the word index held for them are read again
+        at their next use."""
+        self._vectors.message_vectors.pop(user_id, None)
+        self.words.forget(user_id)
 
     def _keyword_ranks(self, user_id: str, terms: list[str], k: int,
                        session_id: str | None) -> Ranks:

@@ -253,7 +253,11 @@ class StableBlocks:
         it before retrieving, and hand it to :meth:`settle`, so that blocks built from
         what was read before a change are not kept after it."""
         with self._lock:
-            return self._cleared + self._forgotten.get(user_id, 0)
+            return self._epoch(user_id)
+
+    def _epoch(self, user_id: str) -> int:
+        """:meth:`epoch`; the caller holds the lock."""
+        return self._cleared + self._forgotten.get(user_id, 0)
 
     def recall(self, user_id: str, session_id: str, placement: str, query: str,
                budget: int, now: float, present: Mapping[str, int]
@@ -280,7 +284,7 @@ class StableBlocks:
         changed meanwhile: the next call retrieves again)."""
         key = (user_id, session_id, placement)
         with self._lock:
-            if epoch is not None and epoch != self._cleared + self._forgotten.get(user_id, 0):
+            if epoch is not None and epoch != self._epoch(user_id):
                 return
             self._kept[key] = _Kept(query, now, tuple(blocks))
             self._kept.move_to_end(key)
